@@ -1,8 +1,9 @@
 //! Encode/decode throughput of a typical message (1 KiB value, 3 headers).
 #![allow(missing_docs)]
 
-use criterion::{Criterion, Throughput, black_box, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use krabka_protocol::{Bytes, Message};
+use std::hint::black_box;
 
 fn message() -> Message {
     Message::new(vec![0x5au8; 1024])
