@@ -1,1 +1,40 @@
-//! The RemoteStorageManager SPI for tiered log storage (KIP-405 style), its data model, metadata managers and a backend conformance kit.
+//! The remote tier of krabka: the [`RemoteStorageManager`] SPI every backend implements, its
+//! data model (modeled on Kafka's KIP-405 storage API), and the errors callers act on.
+//!
+//! - [`RemoteStorageManager`] — copy, fetch a byte range, fetch an index, delete.
+//! - [`RemoteLogSegmentMetadata`] and its lifecycle [`RemoteLogSegmentState`].
+//! - [`layout`] — the object layout shared by the filesystem and S3 backends.
+//! - [`RemoteStorageError`] — one error enum; [`RemoteStorageError::is_retriable`] tells callers
+//!   whether to try again.
+//!
+//! ```
+//! use krabka_remote_storage::*;
+//!
+//! let tp = TopicIdPartition::new(uuid::Uuid::new_v4(), "orders", 0);
+//! let id = RemoteLogSegmentId::generate(tp);
+//! let started = RemoteLogSegmentMetadata::builder(id.clone(), 0, 99)
+//!     .segment_size_in_bytes(1 << 20)
+//!     .build()?;
+//! let finished = started.apply(&RemoteLogSegmentMetadataUpdate::to_state(
+//!     id,
+//!     RemoteLogSegmentState::CopySegmentFinished,
+//!     0,
+//! ))?;
+//! assert_eq!(finished.state(), RemoteLogSegmentState::CopySegmentFinished);
+//! # Ok::<(), RemoteStorageError>(())
+//! ```
+
+mod error;
+pub mod layout;
+mod manager;
+mod model;
+
+pub use error::{BoxError, RemoteStorageError};
+pub use manager::{RemoteStorageManager, checked_range};
+pub use model::{
+    CustomMetadata, DEFAULT_CUSTOM_METADATA_MAX_BYTES, IndexSource, IndexType, LOG_SUFFIX,
+    LogSegmentData, MAX_TOPIC_NAME_LEN, RemoteLogSegmentId, RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataBuilder, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState,
+    TopicIdPartition, now_ms, validate_topic_name,
+};
+pub use uuid::Uuid;
