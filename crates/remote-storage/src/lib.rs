@@ -4,6 +4,10 @@
 //! - [`RemoteStorageManager`] — copy, fetch a byte range, fetch an index, delete.
 //! - [`RemoteLogSegmentMetadata`] and its lifecycle [`RemoteLogSegmentState`].
 //! - [`layout`] — the object layout shared by the filesystem and S3 backends.
+//! - [`metadata`] — [`RemoteLogMetadataManager`](metadata::RemoteLogMetadataManager), in memory
+//!   or durable on a `krabka_storage::Log`.
+//! - `testkit` (feature `testkit`) — the conformance kit every backend runs, and a
+//!   fault-injecting wrapper for the layers above.
 //! - [`RemoteStorageError`] — one error enum; [`RemoteStorageError::is_retriable`] tells callers
 //!   whether to try again.
 //!
@@ -27,7 +31,10 @@
 mod error;
 pub mod layout;
 mod manager;
+pub mod metadata;
 mod model;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 pub use error::{BoxError, RemoteStorageError};
 pub use manager::{RemoteStorageManager, checked_range};

@@ -78,6 +78,42 @@ pub trait RemoteStorageManager: Send + Sync {
     ) -> Result<(), RemoteStorageError>;
 }
 
+/// A shared store is a store: layers above hold `Arc<dyn RemoteStorageManager>` or
+/// `Arc<ConcreteStore>` (e.g. inside a fault-injecting wrapper while keeping a handle to inspect).
+impl<T: RemoteStorageManager + ?Sized> RemoteStorageManager for std::sync::Arc<T> {
+    fn copy_log_segment_data(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+        data: &LogSegmentData,
+    ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
+        (**self).copy_log_segment_data(metadata, data)
+    }
+
+    fn fetch_log_segment(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+        start_position: u32,
+        end_position: Option<u32>,
+    ) -> Result<Vec<u8>, RemoteStorageError> {
+        (**self).fetch_log_segment(metadata, start_position, end_position)
+    }
+
+    fn fetch_index(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+        index_type: IndexType,
+    ) -> Result<Vec<u8>, RemoteStorageError> {
+        (**self).fetch_index(metadata, index_type)
+    }
+
+    fn delete_log_segment_data(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+    ) -> Result<(), RemoteStorageError> {
+        (**self).delete_log_segment_data(metadata)
+    }
+}
+
 /// Checks an inclusive byte range against a segment of `size` bytes and returns it as a
 /// half-open `start..end` range. Backends share this so they reject the same ranges.
 ///

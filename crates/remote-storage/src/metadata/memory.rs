@@ -1,0 +1,72 @@
+//! The in-memory metadata manager.
+
+use parking_lot::RwLock;
+
+use super::{MetadataState, RemoteLogMetadataManager};
+use crate::error::RemoteStorageError;
+use crate::model::{
+    RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, TopicIdPartition,
+};
+
+/// A [`RemoteLogMetadataManager`] that keeps everything in memory (lost on exit). For tests
+/// and for setups where the remote metadata is rebuilt some other way.
+#[derive(Debug, Default)]
+pub struct InMemoryRemoteLogMetadataManager {
+    state: RwLock<MetadataState>,
+}
+
+impl InMemoryRemoteLogMetadataManager {
+    /// An empty manager.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl RemoteLogMetadataManager for InMemoryRemoteLogMetadataManager {
+    fn add_remote_log_segment_metadata(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+    ) -> Result<(), RemoteStorageError> {
+        self.state.write().add(metadata)
+    }
+
+    fn update_remote_log_segment_metadata(
+        &self,
+        update: &RemoteLogSegmentMetadataUpdate,
+    ) -> Result<RemoteLogSegmentMetadata, RemoteStorageError> {
+        self.state.write().update(update)
+    }
+
+    fn remote_log_segment_metadata(
+        &self,
+        tp: &TopicIdPartition,
+        offset: u64,
+    ) -> Result<Option<RemoteLogSegmentMetadata>, RemoteStorageError> {
+        Ok(self.state.read().find(tp, offset))
+    }
+
+    fn list_remote_log_segments(
+        &self,
+        tp: &TopicIdPartition,
+    ) -> Result<Vec<RemoteLogSegmentMetadata>, RemoteStorageError> {
+        Ok(self.state.read().list(tp))
+    }
+
+    fn highest_remote_offset(
+        &self,
+        tp: &TopicIdPartition,
+    ) -> Result<Option<u64>, RemoteStorageError> {
+        Ok(self.state.read().highest_offset(tp))
+    }
+
+    fn remote_log_size(&self, tp: &TopicIdPartition) -> Result<u64, RemoteStorageError> {
+        Ok(self.state.read().size(tp))
+    }
+
+    fn segment_metadata(
+        &self,
+        id: &RemoteLogSegmentId,
+    ) -> Result<Option<RemoteLogSegmentMetadata>, RemoteStorageError> {
+        Ok(self.state.read().get(id).cloned())
+    }
+}

@@ -1,0 +1,114 @@
+//! Remote log metadata: which segments of a partition are in the remote tier, and in what state.
+//!
+//! [`RemoteLogMetadataManager`] is the interface the tiering layer drives; [`MetadataState`] is
+//! the pure, I/O-free bookkeeping both implementations share:
+//! - [`InMemoryRemoteLogMetadataManager`] — for tests and single-process setups;
+//! - `DurableRemoteLogMetadataManager` — appends every event to a `krabka_storage::Log` and
+//!   rebuilds its state on open, so the metadata survives a crash exactly like the data.
+
+// mod durable;
+pub mod event;
+mod memory;
+mod state;
+
+// pub use durable::DurableRemoteLogMetadataManager;
+pub use memory::InMemoryRemoteLogMetadataManager;
+pub use state::MetadataState;
+
+use crate::error::RemoteStorageError;
+use crate::model::{
+    RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, TopicIdPartition,
+};
+
+/// Tracks the remote segments of every partition through their lifecycle
+/// ([`RemoteLogSegmentState`](crate::RemoteLogSegmentState)).
+///
+/// Synchronous, `Send + Sync` and dyn compatible: layers above hold an
+/// `Arc<dyn RemoteLogMetadataManager>`.
+///
+/// ```
+/// use krabka_remote_storage::*;
+/// use krabka_remote_storage::metadata::*;
+///
+/// let rlmm = InMemoryRemoteLogMetadataManager::new();
+/// let tp = TopicIdPartition::new(Uuid::new_v4(), "orders", 0);
+/// let id = RemoteLogSegmentId::generate(tp.clone());
+/// let m = RemoteLogSegmentMetadata::builder(id.clone(), 0, 99).segment_size_in_bytes(10).build()?;
+/// rlmm.add_remote_log_segment_metadata(&m)?;
+/// assert_eq!(rlmm.remote_log_segment_metadata(&tp, 50)?, None); // not finished yet
+/// rlmm.update_remote_log_segment_metadata(&RemoteLogSegmentMetadataUpdate::to_state(
+///     id, RemoteLogSegmentState::CopySegmentFinished, 0))?;
+/// assert_eq!(rlmm.highest_remote_offset(&tp)?, Some(99));
+/// assert_eq!(rlmm.remote_log_size(&tp)?, 10);
+/// # Ok::<(), RemoteStorageError>(())
+/// ```
+pub trait RemoteLogMetadataManager: Send + Sync {
+    /// Records a new segment.
+    ///
+    /// # Errors
+    /// [`RemoteStorageError::InvalidStateTransition`] when its state is not
+    /// `CopySegmentStarted`; [`RemoteStorageError::InvalidArgument`] when the id is already
+    /// known (or was known and dropped); a storage error for a durable manager.
+    fn add_remote_log_segment_metadata(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+    ) -> Result<(), RemoteStorageError>;
+
+    /// Applies a state change (validated by [`RemoteLogSegmentMetadata::apply`]) and returns
+    /// the new metadata. A segment reaching `DeleteSegmentFinished` is dropped from listings
+    /// and lookups.
+    ///
+    /// # Errors
+    /// [`RemoteStorageError::SegmentNotFound`] for an unknown (or dropped) segment,
+    /// [`RemoteStorageError::InvalidStateTransition`] for a move the lifecycle forbids.
+    fn update_remote_log_segment_metadata(
+        &self,
+        update: &RemoteLogSegmentMetadataUpdate,
+    ) -> Result<RemoteLogSegmentMetadata, RemoteStorageError>;
+
+    /// The `CopySegmentFinished` segment containing `offset`, if any. When several overlap (a
+    /// re-copy after a leader change), the one with the highest start offset, then the latest
+    /// event, wins.
+    ///
+    /// # Errors
+    /// Implementation specific (the provided ones do not fail).
+    fn remote_log_segment_metadata(
+        &self,
+        tp: &TopicIdPartition,
+        offset: u64,
+    ) -> Result<Option<RemoteLogSegmentMetadata>, RemoteStorageError>;
+
+    /// All of a partition's segments not yet `DeleteSegmentFinished`, ordered by start offset,
+    /// then event time (then segment id, so the order is total).
+    ///
+    /// # Errors
+    /// Implementation specific (the provided ones do not fail).
+    fn list_remote_log_segments(
+        &self,
+        tp: &TopicIdPartition,
+    ) -> Result<Vec<RemoteLogSegmentMetadata>, RemoteStorageError>;
+
+    /// The highest end offset among `CopySegmentFinished` segments.
+    ///
+    /// # Errors
+    /// Implementation specific (the provided ones do not fail).
+    fn highest_remote_offset(
+        &self,
+        tp: &TopicIdPartition,
+    ) -> Result<Option<u64>, RemoteStorageError>;
+
+    /// The sum of `segment_size_in_bytes` over `CopySegmentFinished` segments.
+    ///
+    /// # Errors
+    /// Implementation specific (the provided ones do not fail).
+    fn remote_log_size(&self, tp: &TopicIdPartition) -> Result<u64, RemoteStorageError>;
+
+    /// One segment by id, in any state except dropped.
+    ///
+    /// # Errors
+    /// Implementation specific (the provided ones do not fail).
+    fn segment_metadata(
+        &self,
+        id: &RemoteLogSegmentId,
+    ) -> Result<Option<RemoteLogSegmentMetadata>, RemoteStorageError>;
+}

@@ -1,0 +1,186 @@
+//! The I/O-free bookkeeping shared by every metadata manager.
+
+use std::collections::{HashMap, HashSet};
+
+use uuid::Uuid;
+
+use crate::error::RemoteStorageError;
+use crate::model::{
+    RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState, TopicIdPartition,
+};
+
+/// The segments of every partition, with the lifecycle rules applied.
+///
+/// Changes are two-step so a durable manager can validate an event, persist it, and only then
+/// make it visible: [`check_add`](Self::check_add) / [`check_update`](Self::check_update)
+/// validate without changing anything, [`commit`](Self::commit) applies the validated result.
+#[derive(Debug, Default)]
+pub struct MetadataState {
+    partitions: HashMap<TopicIdPartition, HashMap<Uuid, RemoteLogSegmentMetadata>>,
+    /// Ids that reached `DeleteSegmentFinished`: an add may not reuse them.
+    dropped: HashSet<RemoteLogSegmentId>,
+}
+
+impl MetadataState {
+    /// An empty state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Validates the addition of a new segment.
+    ///
+    /// # Errors
+    /// As [`RemoteLogMetadataManager::add_remote_log_segment_metadata`](super::RemoteLogMetadataManager::add_remote_log_segment_metadata).
+    pub fn check_add(&self, metadata: &RemoteLogSegmentMetadata) -> Result<(), RemoteStorageError> {
+        let id = metadata.remote_log_segment_id();
+        if metadata.state() != RemoteLogSegmentState::CopySegmentStarted {
+            return Err(RemoteStorageError::InvalidStateTransition {
+                segment: id.clone(),
+                from: RemoteLogSegmentState::CopySegmentStarted,
+                to: metadata.state(),
+            });
+        }
+        if self.get(id).is_some() || self.dropped.contains(id) {
+            return Err(RemoteStorageError::invalid_argument(format!(
+                "remote segment {id} is already known"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Validates an update and returns the metadata it would produce.
+    ///
+    /// # Errors
+    /// As [`RemoteLogMetadataManager::update_remote_log_segment_metadata`](super::RemoteLogMetadataManager::update_remote_log_segment_metadata).
+    pub fn check_update(
+        &self,
+        update: &RemoteLogSegmentMetadataUpdate,
+    ) -> Result<RemoteLogSegmentMetadata, RemoteStorageError> {
+        let id = update.remote_log_segment_id();
+        let current = self
+            .get(id)
+            .ok_or_else(|| RemoteStorageError::SegmentNotFound {
+                segment: id.clone(),
+                what: if self.dropped.contains(id) {
+                    "metadata (deleted)".to_owned()
+                } else {
+                    "metadata".to_owned()
+                },
+            })?;
+        current.apply(update)
+    }
+
+    /// Makes validated metadata (from [`check_add`](Self::check_add) or
+    /// [`check_update`](Self::check_update)) current; a `DeleteSegmentFinished` segment is
+    /// dropped.
+    pub fn commit(&mut self, metadata: RemoteLogSegmentMetadata) {
+        let id = metadata.remote_log_segment_id().clone();
+        let tp = id.topic_id_partition().clone();
+        if metadata.state() == RemoteLogSegmentState::DeleteSegmentFinished {
+            if let Some(segments) = self.partitions.get_mut(&tp) {
+                segments.remove(&id.id());
+                if segments.is_empty() {
+                    self.partitions.remove(&tp);
+                }
+            }
+            self.dropped.insert(id);
+        } else {
+            self.partitions
+                .entry(tp)
+                .or_default()
+                .insert(id.id(), metadata);
+        }
+    }
+
+    /// Validates and applies an addition.
+    ///
+    /// # Errors
+    /// As [`check_add`](Self::check_add).
+    pub fn add(&mut self, metadata: &RemoteLogSegmentMetadata) -> Result<(), RemoteStorageError> {
+        self.check_add(metadata)?;
+        self.commit(metadata.clone());
+        Ok(())
+    }
+
+    /// Validates and applies an update.
+    ///
+    /// # Errors
+    /// As [`check_update`](Self::check_update).
+    pub fn update(
+        &mut self,
+        update: &RemoteLogSegmentMetadataUpdate,
+    ) -> Result<RemoteLogSegmentMetadata, RemoteStorageError> {
+        let next = self.check_update(update)?;
+        self.commit(next.clone());
+        Ok(next)
+    }
+
+    /// One live segment by id.
+    pub fn get(&self, id: &RemoteLogSegmentId) -> Option<&RemoteLogSegmentMetadata> {
+        self.partitions
+            .get(id.topic_id_partition())
+            .and_then(|s| s.get(&id.id()))
+    }
+
+    /// A partition's live segments, ordered by start offset, event time, then id.
+    pub fn list(&self, tp: &TopicIdPartition) -> Vec<RemoteLogSegmentMetadata> {
+        let mut out: Vec<_> = self
+            .partitions
+            .get(tp)
+            .map(|s| s.values().cloned().collect())
+            .unwrap_or_default();
+        out.sort_by_key(|m| {
+            (
+                m.start_offset(),
+                m.event_timestamp_ms(),
+                m.remote_log_segment_id().id(),
+            )
+        });
+        out
+    }
+
+    fn finished(&self, tp: &TopicIdPartition) -> impl Iterator<Item = &RemoteLogSegmentMetadata> {
+        self.partitions
+            .get(tp)
+            .into_iter()
+            .flat_map(|s| s.values())
+            .filter(|m| m.state() == RemoteLogSegmentState::CopySegmentFinished)
+    }
+
+    /// The finished segment containing `offset` (highest start offset, then latest event).
+    pub fn find(&self, tp: &TopicIdPartition, offset: u64) -> Option<RemoteLogSegmentMetadata> {
+        self.finished(tp)
+            .filter(|m| m.contains(offset))
+            .max_by_key(|m| {
+                (
+                    m.start_offset(),
+                    m.event_timestamp_ms(),
+                    m.remote_log_segment_id().id(),
+                )
+            })
+            .cloned()
+    }
+
+    /// Highest end offset among finished segments.
+    pub fn highest_offset(&self, tp: &TopicIdPartition) -> Option<u64> {
+        self.finished(tp).map(|m| m.end_offset()).max()
+    }
+
+    /// Total size of the finished segments.
+    pub fn size(&self, tp: &TopicIdPartition) -> u64 {
+        self.finished(tp)
+            .map(|m| m.segment_size_in_bytes())
+            .fold(0u64, u64::saturating_add)
+    }
+
+    /// How many live segments there are, over all partitions.
+    pub fn len(&self) -> usize {
+        self.partitions.values().map(HashMap::len).sum()
+    }
+
+    /// Whether there are no live segments.
+    pub fn is_empty(&self) -> bool {
+        self.partitions.is_empty()
+    }
+}

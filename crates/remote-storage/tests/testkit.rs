@@ -1,0 +1,215 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The conformance kit against the in-memory reference backend, and `FaultInjecting`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use krabka_remote_storage::testkit::{self, FaultInjecting, Faults, InMemoryRemoteStorage, Method};
+use krabka_remote_storage::*;
+
+macro_rules! kit_tests {
+    ($($name:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            testkit::$name(&InMemoryRemoteStorage::new());
+        }
+    )*};
+}
+
+// Every entry of CHECKS but the 100 MiB one, which the disk backends run.
+kit_tests!(
+    copy_then_fetch_whole_segment_and_ranges,
+    range_past_the_end_is_invalid_argument,
+    each_index_type_round_trips,
+    missing_optional_index_is_segment_not_found,
+    fetch_of_unknown_segment_is_segment_not_found,
+    delete_then_fetch_is_segment_not_found,
+    delete_twice_is_ok,
+    recopy_under_the_same_id_replaces_cleanly,
+    partitions_and_topics_never_collide,
+    zero_byte_segment,
+    eight_threads_copy_and_fetch_at_once,
+    custom_metadata_is_passed_back,
+);
+
+#[test]
+fn every_check_is_listed_once() {
+    let names: std::collections::BTreeSet<_> = testkit::CHECKS.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names.len(), testkit::CHECKS.len());
+    assert!(names.contains("large_segment_100_mib"));
+}
+
+/// A backend that loses data: the kit must notice.
+struct Forgetful(InMemoryRemoteStorage);
+
+impl RemoteStorageManager for Forgetful {
+    fn copy_log_segment_data(
+        &self,
+        m: &RemoteLogSegmentMetadata,
+        d: &LogSegmentData,
+    ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
+        self.0.copy_log_segment_data(m, d)
+    }
+    fn fetch_log_segment(
+        &self,
+        m: &RemoteLogSegmentMetadata,
+        s: u32,
+        e: Option<u32>,
+    ) -> Result<Vec<u8>, RemoteStorageError> {
+        // Off by one at the inclusive end.
+        let mut v = self.0.fetch_log_segment(m, s, e)?;
+        if e.is_some() {
+            v.pop();
+        }
+        Ok(v)
+    }
+    fn fetch_index(
+        &self,
+        m: &RemoteLogSegmentMetadata,
+        t: IndexType,
+    ) -> Result<Vec<u8>, RemoteStorageError> {
+        self.0.fetch_index(m, t)
+    }
+    fn delete_log_segment_data(
+        &self,
+        _: &RemoteLogSegmentMetadata,
+    ) -> Result<(), RemoteStorageError> {
+        Ok(()) // never deletes
+    }
+}
+
+#[test]
+fn the_kit_catches_an_exclusive_end_and_a_delete_that_keeps_data() {
+    let bad = Forgetful(InMemoryRemoteStorage::new());
+    let range = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        testkit::copy_then_fetch_whole_segment_and_ranges(&bad)
+    }));
+    assert!(range.is_err());
+    let delete = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        testkit::delete_then_fetch_is_segment_not_found(&bad)
+    }));
+    assert!(delete.is_err());
+}
+
+fn small_segment(dir: &std::path::Path) -> (RemoteLogSegmentMetadata, LogSegmentData) {
+    for n in ["s.log", "s.index", "s.timeindex"] {
+        std::fs::write(dir.join(n), b"0123456789").unwrap();
+    }
+    let tp = TopicIdPartition::new(Uuid::new_v4(), "faults", 0);
+    let m = RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp), 0, 9)
+        .segment_size_in_bytes(10)
+        .build()
+        .unwrap();
+    (
+        m,
+        LogSegmentData::new(
+            dir.join("s.log"),
+            dir.join("s.index"),
+            dir.join("s.timeindex"),
+        ),
+    )
+}
+
+#[test]
+fn fail_nth_fails_exactly_that_call_and_counts_every_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, d) = small_segment(dir.path());
+    let rsm = FaultInjecting::new(InMemoryRemoteStorage::new(), Faults::fail_nth(3));
+    rsm.copy_log_segment_data(&m, &d).unwrap();
+    rsm.fetch_log_segment(&m, 0, None).unwrap();
+    let err = rsm.fetch_index(&m, IndexType::Offset).unwrap_err();
+    assert!(err.is_retriable(), "{err:?}");
+    rsm.fetch_index(&m, IndexType::Offset).unwrap();
+    rsm.delete_log_segment_data(&m).unwrap();
+    let stats = rsm.stats();
+    assert_eq!(stats.calls, [1, 1, 2, 1]);
+    assert_eq!(stats.injected, [0, 0, 1, 0]);
+    assert_eq!(rsm.calls(Method::FetchIndex), 2);
+}
+
+#[test]
+fn seeded_fraction_is_reproducible_and_near_the_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, d) = small_segment(dir.path());
+    let outcomes = |seed| {
+        let rsm = FaultInjecting::new(
+            InMemoryRemoteStorage::new(),
+            Faults::fail_fraction(seed, 0.3)
+                .retriable(false)
+                .on(&[Method::FetchLogSegment]),
+        );
+        rsm.copy_log_segment_data(&m, &d).unwrap();
+        let v: Vec<bool> = (0..400)
+            .map(|_| rsm.fetch_log_segment(&m, 0, None).is_ok())
+            .collect();
+        let err = (0..50)
+            .find_map(|_| rsm.fetch_log_segment(&m, 0, None).err())
+            .unwrap();
+        assert!(!err.is_retriable());
+        (v, rsm.injected(Method::FetchLogSegment))
+    };
+    let (a, _) = outcomes(7);
+    let (b, _) = outcomes(7);
+    let (c, _) = outcomes(8);
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    let failures = a.iter().filter(|ok| !**ok).count();
+    assert!(
+        (80..=160).contains(&failures),
+        "{failures} of 400 failed at rate 0.3"
+    );
+}
+
+#[test]
+fn disabled_faults_pass_every_call_and_stalls_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, d) = small_segment(dir.path());
+    let rsm = FaultInjecting::new(
+        InMemoryRemoteStorage::new(),
+        Faults::fail_fraction(1, 1.0).with_stall(Duration::from_millis(20)),
+    );
+    let t = Instant::now();
+    assert!(rsm.copy_log_segment_data(&m, &d).is_err());
+    assert!(t.elapsed() >= Duration::from_millis(20));
+    rsm.set_enabled(false);
+    assert!(!rsm.is_enabled());
+    let t = Instant::now();
+    for _ in 0..20 {
+        rsm.copy_log_segment_data(&m, &d).unwrap();
+        rsm.fetch_log_segment(&m, 0, None).unwrap();
+    }
+    assert!(t.elapsed() < Duration::from_millis(400));
+    assert_eq!(rsm.calls(Method::CopyLogSegmentData), 21);
+    assert_eq!(rsm.injected(Method::CopyLogSegmentData), 1);
+}
+
+#[test]
+fn a_failed_copy_can_leave_partial_data_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, d) = small_segment(dir.path());
+    let inner = Arc::new(InMemoryRemoteStorage::new());
+    let rsm = FaultInjecting::new(
+        inner.clone(),
+        Faults::fail_fraction(3, 1.0)
+            .partial_copies(1.0)
+            .on(&[Method::CopyLogSegmentData]),
+    );
+    assert!(rsm.copy_log_segment_data(&m, &d).is_err());
+    assert!(
+        !inner.keys().is_empty(),
+        "the failed copy left nothing behind"
+    );
+    rsm.delete_log_segment_data(&m).unwrap();
+    assert!(inner.keys().is_empty());
+    rsm.set_faults(Faults::fail_fraction(3, 1.0).partial_copies(0.0));
+    assert!(rsm.copy_log_segment_data(&m, &d).is_err());
+    assert!(inner.keys().is_empty());
+}
+
+#[test]
+fn the_kit_passes_through_a_disabled_fault_injector() {
+    let rsm = FaultInjecting::new(InMemoryRemoteStorage::new(), Faults::fail_fraction(5, 0.5));
+    rsm.set_enabled(false);
+    testkit::each_index_type_round_trips(&rsm);
+    assert!(rsm.calls(Method::FetchIndex) >= 5);
+}
