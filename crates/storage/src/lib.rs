@@ -1,1 +1,276 @@
 //! Crash-safe append-only segment log with sparse offset and time indexes, recovery and retention.
+//!
+//! A [`Log`] is a directory of segments, each named by the seq of its first record
+//! (`00000000000000000001.log`, with `.index` and `.timeindex` written when it is closed).
+//! Records get contiguous seqs starting at 1. The newest segment is the *active* one; it rolls
+//! before an append would take it past [`Options::max_bytes`]. Retention drops whole old
+//! segments ([`Log::delete_before`], [`Log::trim_over_bytes`], [`Log::delete_older_than`]).
+//!
+//! ```
+//! use krabka_protocol::Message;
+//! use krabka_storage::{Log, Options, SyncPolicy};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let log = Log::open(dir.path(), Options { max_bytes: 1 << 20, sync: SyncPolicy::Never, ..Options::default() })?;
+//! assert_eq!(log.append(&Message::new("hello").with_timestamp(10))?, 1);
+//! assert_eq!(log.append_batch(&[Message::new("a"), Message::new("b")])?, 2..=3);
+//! let records = log.read(2, 10)?;
+//! assert_eq!(records.len(), 2);
+//! assert_eq!(records[0].message.value, "a");
+//! assert!(log.read(4, 10)?.is_empty()); // caught up
+//! log.close()?;
+//!
+//! let log = Log::open(dir.path(), Options::default())?;
+//! assert_eq!((log.first_seq(), log.last_seq()), (1, 3));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Durability is chosen per log with [`SyncPolicy`]; recovery on [`Log::open`] truncates a torn
+//! tail and reports it ([`RecoveryReport`]). The byte formats are in `docs/format.md`; the
+//! [`segment`] module decodes them from plain bytes (for segments fetched from a remote tier).
+
+mod index;
+mod log;
+pub mod segment;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use krabka_protocol::Message;
+
+pub use crate::log::Log;
+
+/// Default [`Options::max_bytes`]: 64 MiB per segment.
+pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+/// Default [`Options::index_interval_bytes`].
+pub const DEFAULT_INDEX_INTERVAL_BYTES: u64 = 4096;
+/// Default [`Options::max_message_bytes`]: 16 MiB.
+pub const DEFAULT_MAX_MESSAGE_BYTES: u64 = 16 << 20;
+
+/// One stored message and its sequence number.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The record's sequence number (the first record of a log has seq 1).
+    pub seq: u64,
+    /// The stored message.
+    pub message: Message,
+}
+
+/// When appended records are forced to stable storage (`fdatasync`).
+///
+/// Every policy writes each append to the file (the OS page cache) before it returns, so **a
+/// process crash never loses an acknowledged record** under any policy. The policies differ in
+/// what survives a **power loss or kernel crash**, which only synced bytes survive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// Never fsync record data (the OS writes it back when it chooses, typically within ~30 s).
+    /// Process crash: nothing acknowledged is lost. Power loss: any suffix of the records
+    /// written since the OS last flushed may be lost (recovery cuts it cleanly). Closed
+    /// segments are not synced at roll either. [`Log::sync`] still forces a sync.
+    Never,
+    /// Fsync before `append` returns; concurrent appenders share one fsync (group commit).
+    /// Process crash and power loss: every acknowledged record survives.
+    EveryAppend,
+    /// Fsync after every `n` appended records (an `n` of 0 or 1 behaves like
+    /// [`SyncPolicy::EveryAppend`]). Process crash: nothing acknowledged is lost. Power loss:
+    /// up to the last `n - 1` acknowledged records may be lost.
+    EveryN(u64),
+    /// Fsync on an append that comes at least this long after the previous fsync (there is no
+    /// background thread: an idle log's tail stays unsynced until the next append, [`Log::sync`]
+    /// or [`Log::close`]). Process crash: nothing acknowledged is lost. Power loss: records
+    /// acknowledged since the last fsync (about one interval's worth) may be lost.
+    Interval(Duration),
+}
+
+/// Configuration of a [`Log`]. Build it with struct update syntax:
+/// `Options { max_bytes: 1 << 20, ..Options::default() }`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Maximum bytes of a segment's `.log` file before the log rolls to a new segment.
+    /// Default and `0`: 64 MiB ([`DEFAULT_MAX_BYTES`]). Minimum: 1 (any value works; a record
+    /// larger than it gets a segment of its own).
+    pub max_bytes: u64,
+    /// Bytes of records between two entries of the sparse offset and time indexes: a read seeks
+    /// to an entry and scans at most this many bytes. Default: 4096. Minimum: 1 (`0` is
+    /// [`Error::InvalidOptions`]).
+    pub index_interval_bytes: u64,
+    /// When records are synced to stable storage. Default: [`SyncPolicy::EveryAppend`].
+    pub sync: SyncPolicy,
+    /// Largest encoded message accepted by `append`; larger ones are [`Error::MessageTooLarge`].
+    /// Default: 16 MiB ([`DEFAULT_MAX_MESSAGE_BYTES`]). Minimum: 18 (the smallest encoded
+    /// message); maximum: `u32::MAX - 8` (the frame length field).
+    pub max_message_bytes: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            max_bytes: DEFAULT_MAX_BYTES,
+            index_interval_bytes: DEFAULT_INDEX_INTERVAL_BYTES,
+            sync: SyncPolicy::EveryAppend,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        }
+    }
+}
+
+impl Options {
+    /// Checks the options and resolves defaults (`max_bytes == 0` becomes 64 MiB).
+    pub(crate) fn resolve(mut self) -> Result<Options, Error> {
+        if self.max_bytes == 0 {
+            self.max_bytes = DEFAULT_MAX_BYTES;
+        }
+        if self.index_interval_bytes == 0 {
+            return Err(Error::InvalidOptions(
+                "index_interval_bytes must be at least 1".into(),
+            ));
+        }
+        let max_frame_body = u64::from(u32::MAX) - 8;
+        if self.max_message_bytes < segment::MIN_MESSAGE_LEN as u64
+            || self.max_message_bytes > max_frame_body
+        {
+            return Err(Error::InvalidOptions(format!(
+                "max_message_bytes must be in {}..={max_frame_body}, got {}",
+                segment::MIN_MESSAGE_LEN,
+                self.max_message_bytes
+            )));
+        }
+        Ok(self)
+    }
+}
+
+/// A segment as seen by [`Log::segments`] (for tiering and tools).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentInfo {
+    /// Seq of the segment's first record (its file name).
+    pub base_seq: u64,
+    /// Seq of its last record; `base_seq - 1` for an empty (active) segment.
+    pub last_seq: u64,
+    /// Largest record timestamp in it (`i64::MIN` when empty).
+    pub max_timestamp: i64,
+    /// Size of its `.log` file in bytes.
+    pub size: u64,
+    /// Path of the `.log` file.
+    pub log_path: PathBuf,
+    /// Path of the `.index` file (present on disk for closed segments).
+    pub index_path: PathBuf,
+    /// Path of the `.timeindex` file (present on disk for closed segments).
+    pub time_index_path: PathBuf,
+    /// Whether this is the active (newest, still written) segment.
+    pub active: bool,
+}
+
+/// A torn or corrupt tail cut from the active segment during recovery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TruncatedTail {
+    /// The `.log` file that was truncated.
+    pub path: PathBuf,
+    /// The byte position it was truncated to (the first bad frame).
+    pub position: u64,
+    /// How many bytes were removed.
+    pub bytes_removed: u64,
+    /// Why the frame at `position` was rejected.
+    pub reason: String,
+}
+
+/// A closed segment found corrupt during recovery. It is left unaltered; reads that reach the
+/// bad bytes return [`Error::Corrupt`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CorruptSegment {
+    /// The `.log` file.
+    pub path: PathBuf,
+    /// Byte position of the first bad frame.
+    pub position: u64,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// What [`Log::open`] found and repaired; every item is also logged with `tracing::warn!`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The tail cut from the active segment, if any.
+    pub truncated: Option<TruncatedTail>,
+    /// `.log` files of closed segments whose index was missing or invalid and was rebuilt by a
+    /// scan.
+    pub rebuilt_indexes: Vec<PathBuf>,
+    /// Closed segments found corrupt by such a scan (left as they are).
+    pub corrupt_segments: Vec<CorruptSegment>,
+    /// Files in the directory that are not segment files (ignored).
+    pub ignored_files: Vec<PathBuf>,
+    /// Bytes of `.log` files read by scans during open.
+    pub scanned_bytes: u64,
+}
+
+impl RecoveryReport {
+    /// Whether open found nothing to repair (ignored stray files do not count).
+    pub fn is_clean(&self) -> bool {
+        self.truncated.is_none()
+            && self.rebuilt_indexes.is_empty()
+            && self.corrupt_segments.is_empty()
+    }
+}
+
+/// Errors of the storage layer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A read started outside `first_seq()..=last_seq() + 1`.
+    #[error("seq {seq} is out of range: the log holds {first}..={last}")]
+    OutOfRange {
+        /// The requested seq.
+        seq: u64,
+        /// The log's first seq at the time.
+        first: u64,
+        /// The log's last seq at the time.
+        last: u64,
+    },
+    /// Stored bytes are invalid (bad length, CRC, seq, message or index).
+    #[error("corrupt data in {}: at byte {position}: {reason}", path.display())]
+    Corrupt {
+        /// The file (empty for the pure functions of [`segment`], which see only bytes).
+        path: PathBuf,
+        /// Byte position of the problem in that file (or buffer).
+        position: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An I/O operation failed.
+    #[error("I/O error on {}: {source}", path.display())]
+    Io {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// A message's encoding is larger than [`Options::max_message_bytes`].
+    #[error("message of {size} bytes exceeds max_message_bytes ({max})")]
+    MessageTooLarge {
+        /// Encoded size of the message.
+        size: u64,
+        /// The configured limit.
+        max: u64,
+    },
+    /// An fsync or write failed earlier; the log refuses appends and syncs because the OS may
+    /// have dropped unsynced data. Close and reopen it (recovery finds what is really on disk).
+    #[error("the log is poisoned by an earlier failed write or fsync; reopen it")]
+    Poisoned,
+    /// The [`Options`] are invalid.
+    #[error("invalid options: {0}")]
+    InvalidOptions(String),
+    /// The log path exists and is not a directory.
+    #[error("{} is not a directory", path.display())]
+    NotADirectory {
+        /// The path given to [`Log::open`].
+        path: PathBuf,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(path: &Path, source: io::Error) -> Error {
+        Error::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,935 @@
+//! The [`Log`]: open and recovery, appends with group commit, reads, retention.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::ops::RangeInclusive;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use krabka_protocol::Message;
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::index::{IndexBuilder, OffsetIndex, TimeIndex, floor_entry, time_floor};
+use crate::segment::{
+    FRAME_HEADER_LEN, LOG_SUFFIX, decode_chunk, encode_frame, frame_len, parse_segment_file_name,
+    read_at, scan_file, segment_paths,
+};
+use crate::{
+    CorruptSegment, Error, Options, Record, RecoveryReport, SegmentInfo, SyncPolicy, TruncatedTail,
+};
+
+/// An open segment file, shared by the appender and readers (positioned I/O only).
+#[derive(Debug)]
+struct SegFile {
+    file: File,
+    log_path: PathBuf,
+    index_path: PathBuf,
+    time_index_path: PathBuf,
+}
+
+/// A segment's published state: what readers may see.
+#[derive(Debug)]
+struct Seg {
+    base_seq: u64,
+    file: Arc<SegFile>,
+    /// Seq of the last published record (`base_seq - 1` when empty).
+    last_seq: u64,
+    /// Bytes of published frames.
+    size: u64,
+    max_timestamp: i64,
+    offsets: Vec<(u64, u64)>,
+    times: Vec<(i64, u64)>,
+    /// Bytes of its index files on disk (0 for the active segment).
+    index_bytes: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    segs: Vec<Seg>,
+}
+
+impl State {
+    fn active(&self) -> Option<&Seg> {
+        self.segs.last()
+    }
+
+    fn last_seq(&self) -> u64 {
+        self.active().map_or(0, |s| s.last_seq)
+    }
+
+    fn first_seq(&self) -> u64 {
+        if self.last_seq() == 0 {
+            0
+        } else {
+            self.segs.first().map_or(0, |s| s.base_seq)
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.segs.iter().map(|s| s.size + s.index_bytes).sum()
+    }
+}
+
+/// Appender-private state, under the append lock.
+#[derive(Debug)]
+struct Appender {
+    active: Arc<SegFile>,
+    size: u64,
+    next_seq: u64,
+    builder: IndexBuilder,
+    buf: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct SyncState {
+    synced_seq: u64,
+    in_progress: bool,
+    unsynced: u64,
+    last_sync: Instant,
+}
+
+/// An append-only log of [`Message`]s stored in segment files in one directory.
+///
+/// `Log` is `Send + Sync`: share it in an `Arc`. Appends are serialized by an internal lock;
+/// fsyncs happen outside it (so concurrent `EveryAppend` appenders share them), and readers take
+/// only a short-lived lock on the published state, so they never wait on an fsync.
+///
+/// Records become visible to readers as soon as they are written to the file, which may be
+/// before they are synced.
+#[derive(Debug)]
+pub struct Log {
+    dir: PathBuf,
+    opts: Options,
+    state: RwLock<State>,
+    appender: Mutex<Appender>,
+    sync_state: Mutex<SyncState>,
+    sync_done: Condvar,
+    poisoned: AtomicBool,
+    report: RecoveryReport,
+}
+
+fn fsync_dir(dir: &Path) -> Result<(), Error> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(dir, e))
+}
+
+fn open_rw(path: &Path, create: bool) -> Result<File, Error> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(create)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| Error::io(path, e))
+}
+
+fn remove_if_exists(path: &Path) -> Result<u64, Error> {
+    let len = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    match fs::remove_file(path) {
+        Ok(()) => Ok(len),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+fn write_file(path: &Path, bytes: &[u8], sync: bool) -> Result<(), Error> {
+    let mut f = File::create(path).map_err(|e| Error::io(path, e))?;
+    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    if sync {
+        f.sync_data().map_err(|e| Error::io(path, e))?;
+    }
+    Ok(())
+}
+
+fn seg_file(dir: &Path, base: u64, file: File) -> Arc<SegFile> {
+    let (log_path, index_path, time_index_path) = segment_paths(dir, base);
+    Arc::new(SegFile {
+        file,
+        log_path,
+        index_path,
+        time_index_path,
+    })
+}
+
+/// Loads a closed segment's indexes if they are valid for a `.log` of `log_len` bytes ending
+/// just before `next_base`.
+fn load_indexes(
+    sf: &SegFile,
+    base: u64,
+    log_len: u64,
+    next_base: u64,
+) -> Option<(OffsetIndex, TimeIndex)> {
+    let idx = OffsetIndex::decode(&fs::read(&sf.index_path).ok()?).ok()?;
+    let tidx = TimeIndex::decode(&fs::read(&sf.time_index_path).ok()?).ok()?;
+    let consistent = idx.base_seq == base
+        && tidx.base_seq == base
+        && idx.log_size == log_len
+        && idx.last_seq.checked_add(1) == Some(next_base)
+        && idx.max_timestamp == tidx.max_timestamp
+        && idx.entries.len() == tidx.entries.len()
+        && idx.last_seq >= base;
+    consistent.then_some((idx, tidx))
+}
+
+impl Log {
+    /// Opens the log in `dir`, creating the directory and an empty log if needed.
+    ///
+    /// Recovery: closed segments are loaded from their index files (a segment whose index is
+    /// missing or inconsistent is scanned and its index rebuilt); the active segment is scanned,
+    /// and the first frame with a bad length, CRC or seq and everything after it is truncated
+    /// and synced. What was repaired is in [`Log::recovery_report`] and logged with
+    /// `tracing::warn!`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`], [`Error::NotADirectory`] when `dir` is a file, [`Error::Io`],
+    /// and [`Error::Corrupt`] when the segments' seqs have a gap.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Log, Error> {
+        let opts = opts.resolve()?;
+        let dir = dir.as_ref().to_path_buf();
+        match fs::metadata(&dir) {
+            Ok(m) if !m.is_dir() => return Err(Error::NotADirectory { path: dir }),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+            }
+            Err(e) => return Err(Error::io(&dir, e)),
+        }
+        let mut report = RecoveryReport::default();
+        let mut bases = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
+            let entry = entry.map_err(|e| Error::io(&dir, e))?;
+            let name = entry.file_name();
+            match name.to_str().and_then(parse_segment_file_name) {
+                Some((base, LOG_SUFFIX)) => bases.push(base),
+                Some(_) => {}
+                None => report.ignored_files.push(entry.path()),
+            }
+        }
+        bases.sort_unstable();
+        report.ignored_files.sort();
+
+        let mut segs: Vec<Seg> = Vec::with_capacity(bases.len().max(1));
+        let mut active_builder = None;
+        let sync_files = opts.sync != SyncPolicy::Never;
+        for (i, &base) in bases.iter().enumerate() {
+            let (log_path, _, _) = segment_paths(&dir, base);
+            let file = open_rw(&log_path, false)?;
+            let file_len = file.metadata().map_err(|e| Error::io(&log_path, e))?.len();
+            let sf = seg_file(&dir, base, file);
+            if base == 0 {
+                return Err(Error::Corrupt {
+                    path: log_path,
+                    position: 0,
+                    reason: "segment base seq 0 (seqs start at 1)".into(),
+                });
+            }
+            if let Some(prev) = segs.last()
+                && prev.last_seq.checked_add(1) != Some(base)
+            {
+                return Err(Error::Corrupt {
+                    path: log_path,
+                    position: 0,
+                    reason: format!(
+                        "gap in seqs: previous segment ends at {}, this one starts at {base}",
+                        prev.last_seq
+                    ),
+                });
+            }
+            let next_base = bases.get(i + 1).copied();
+            if let Some(next_base) = next_base
+                && let Some((idx, tidx)) = load_indexes(&sf, base, file_len, next_base)
+            {
+                let index_bytes = fs::metadata(&sf.index_path).map_or(0, |m| m.len())
+                    + fs::metadata(&sf.time_index_path).map_or(0, |m| m.len());
+                segs.push(Seg {
+                    base_seq: base,
+                    file: sf,
+                    last_seq: idx.last_seq,
+                    size: file_len,
+                    max_timestamp: idx.max_timestamp,
+                    offsets: idx.entries,
+                    times: tidx.entries,
+                    index_bytes,
+                });
+                continue;
+            }
+            // The active segment, or a closed one whose index is missing or inconsistent.
+            let scan = scan_file(
+                &sf.file,
+                &sf.log_path,
+                file_len,
+                Some(base),
+                opts.index_interval_bytes,
+            )?;
+            report.scanned_bytes += scan.valid_len.min(file_len);
+            let mut builder = scan.index;
+            let (offsets, times) = builder.take();
+            let scanned_last = scan.last_seq.unwrap_or(base - 1);
+            let mut seg = Seg {
+                base_seq: base,
+                file: sf,
+                last_seq: scanned_last,
+                size: scan.valid_len,
+                max_timestamp: scan.max_timestamp,
+                offsets,
+                times,
+                index_bytes: 0,
+            };
+            match next_base {
+                None => {
+                    if let Some(problem) = scan.problem {
+                        tracing::warn!(
+                            path = %seg.file.log_path.display(),
+                            position = problem.position,
+                            bytes_removed = file_len - scan.valid_len,
+                            reason = %problem.reason,
+                            "truncating the active segment's torn or corrupt tail"
+                        );
+                        seg.file
+                            .file
+                            .set_len(scan.valid_len)
+                            .and_then(|()| seg.file.file.sync_all())
+                            .map_err(|e| Error::io(&seg.file.log_path, e))?;
+                        report.truncated = Some(TruncatedTail {
+                            path: seg.file.log_path.clone(),
+                            position: scan.valid_len,
+                            bytes_removed: file_len - scan.valid_len,
+                            reason: problem.reason,
+                        });
+                    }
+                    active_builder = Some(builder);
+                    // Index files of the active segment are stale by definition.
+                    remove_if_exists(&seg.file.index_path)?;
+                    remove_if_exists(&seg.file.time_index_path)?;
+                }
+                Some(next_base) => {
+                    let complete = scan.problem.is_none() && scanned_last + 1 == next_base;
+                    if complete {
+                        tracing::warn!(path = %seg.file.log_path.display(), "rebuilt a missing or invalid segment index");
+                        seg.index_bytes = write_indexes(&seg, sync_files)?;
+                        report.rebuilt_indexes.push(seg.file.log_path.clone());
+                    } else {
+                        let (position, reason) = match scan.problem {
+                            Some(p) => (p.position, p.reason),
+                            None => (
+                                scan.valid_len,
+                                format!(
+                                    "segment ends at seq {scanned_last}, the next one starts at {next_base}"
+                                ),
+                            ),
+                        };
+                        tracing::warn!(path = %seg.file.log_path.display(), position, reason = %reason, "closed segment is corrupt; leaving it unaltered");
+                        report.corrupt_segments.push(CorruptSegment {
+                            path: seg.file.log_path.clone(),
+                            position,
+                            reason,
+                        });
+                        // Keep the log contiguous: reads into the bad part return `Corrupt`.
+                        seg.last_seq = next_base - 1;
+                        seg.size = file_len;
+                    }
+                }
+            }
+            segs.push(seg);
+        }
+        if segs.is_empty() {
+            let base = 1;
+            let (log_path, _, _) = segment_paths(&dir, base);
+            let file = open_rw(&log_path, true)?;
+            fsync_dir(&dir)?;
+            segs.push(Seg {
+                base_seq: base,
+                file: seg_file(&dir, base, file),
+                last_seq: 0,
+                size: 0,
+                max_timestamp: i64::MIN,
+                offsets: Vec::new(),
+                times: Vec::new(),
+                index_bytes: 0,
+            });
+        }
+        let (appender, last) = {
+            let Some(active) = segs.last() else {
+                return Err(Error::InvalidOptions("no active segment".into()));
+            };
+            let builder =
+                active_builder.unwrap_or_else(|| IndexBuilder::new(opts.index_interval_bytes));
+            (
+                Appender {
+                    active: Arc::clone(&active.file),
+                    size: active.size,
+                    next_seq: active.last_seq + 1,
+                    builder,
+                    buf: Vec::new(),
+                },
+                active.last_seq,
+            )
+        };
+        Ok(Log {
+            dir,
+            opts,
+            state: RwLock::new(State { segs }),
+            appender: Mutex::new(appender),
+            sync_state: Mutex::new(SyncState {
+                synced_seq: last,
+                in_progress: false,
+                unsynced: 0,
+                last_sync: Instant::now(),
+            }),
+            sync_done: Condvar::new(),
+            poisoned: AtomicBool::new(false),
+            report,
+        })
+    }
+
+    /// What [`Log::open`] found and repaired.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// The directory holding the log.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The options in effect (with defaults resolved).
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// Appends one message and returns its seq.
+    ///
+    /// # Errors
+    /// [`Error::MessageTooLarge`], [`Error::Poisoned`], [`Error::Io`].
+    pub fn append(&self, msg: &Message) -> Result<u64, Error> {
+        self.append_batch(std::slice::from_ref(msg))
+            .map(|r| *r.start())
+    }
+
+    /// Appends messages with contiguous seqs, writing the batch with one write call per segment
+    /// it lands in, and returns their seqs. An empty batch returns an empty range
+    /// (`next..=next - 1`). The whole batch is checked against `max_message_bytes` first, so a
+    /// too-large message rejects the batch without writing any of it.
+    ///
+    /// # Errors
+    /// [`Error::MessageTooLarge`], [`Error::Poisoned`], [`Error::Io`] (after which the log is
+    /// poisoned).
+    pub fn append_batch(&self, msgs: &[Message]) -> Result<RangeInclusive<u64>, Error> {
+        for m in msgs {
+            let size = m.encoded_len() as u64;
+            if size > self.opts.max_message_bytes {
+                return Err(Error::MessageTooLarge {
+                    size,
+                    max: self.opts.max_message_bytes,
+                });
+            }
+        }
+        let mut ap = self.appender.lock();
+        self.check_poisoned()?;
+        let first = ap.next_seq;
+        let mut i = 0;
+        while i < msgs.len() {
+            let ap = &mut *ap;
+            ap.buf.clear();
+            let start = i;
+            while let Some(m) = msgs.get(i) {
+                let len = (FRAME_HEADER_LEN + m.encoded_len()) as u64;
+                let used = ap.size + ap.buf.len() as u64;
+                if used > 0 && used + len > self.opts.max_bytes {
+                    break;
+                }
+                let pos = used;
+                let seq = ap.next_seq + (i - start) as u64;
+                encode_frame(seq, m, &mut ap.buf);
+                ap.builder.observe(seq, pos, len, m.timestamp);
+                i += 1;
+            }
+            if i == start {
+                self.roll_locked(ap)?;
+                continue;
+            }
+            if let Err(e) = ap.active.file.write_all_at(&ap.buf, ap.size) {
+                self.poison();
+                // Best effort: drop a partial write so the file ends at a frame boundary.
+                let _ = ap.active.file.set_len(ap.size);
+                return Err(Error::io(&ap.active.log_path, e));
+            }
+            let count = (i - start) as u64;
+            let last = ap.next_seq + count - 1;
+            ap.size += ap.buf.len() as u64;
+            ap.next_seq += count;
+            let (offsets, times) = ap.builder.take();
+            let max_ts = msgs
+                .get(start..i)
+                .unwrap_or(&[])
+                .iter()
+                .map(|m| m.timestamp)
+                .max()
+                .unwrap_or(i64::MIN);
+            let mut st = self.state.write();
+            if let Some(seg) = st.segs.last_mut() {
+                seg.last_seq = last;
+                seg.size = ap.size;
+                seg.max_timestamp = seg.max_timestamp.max(max_ts);
+                seg.offsets.extend(offsets);
+                seg.times.extend(times);
+            }
+        }
+        let last = ap.next_seq - 1;
+        drop(ap);
+        if msgs.is_empty() {
+            return Ok(first..=last);
+        }
+        self.sync_after_append(last, msgs.len() as u64)?;
+        Ok(first..=last)
+    }
+
+    fn sync_after_append(&self, last: u64, count: u64) -> Result<(), Error> {
+        let due = match self.opts.sync {
+            SyncPolicy::Never => false,
+            SyncPolicy::EveryAppend => true,
+            SyncPolicy::EveryN(n) => {
+                let mut s = self.sync_state.lock();
+                s.unsynced += count;
+                s.unsynced >= n
+            }
+            SyncPolicy::Interval(d) => self.sync_state.lock().last_sync.elapsed() >= d,
+        };
+        if due { self.sync_through(last) } else { Ok(()) }
+    }
+
+    fn check_poisoned(&self) -> Result<(), Error> {
+        if self.poisoned.load(Ordering::Acquire) {
+            Err(Error::Poisoned)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn poison(&self) {
+        self.poisoned.store(true, Ordering::Release);
+        tracing::warn!(dir = %self.dir.display(), "log poisoned after a failed write or fsync");
+    }
+
+    /// Makes every record up to `target` durable, sharing one fsync among concurrent callers.
+    fn sync_through(&self, target: u64) -> Result<(), Error> {
+        let mut s = self.sync_state.lock();
+        loop {
+            self.check_poisoned()?;
+            if s.synced_seq >= target {
+                return Ok(());
+            }
+            if s.in_progress {
+                self.sync_done.wait(&mut s);
+                continue;
+            }
+            s.in_progress = true;
+            drop(s);
+            // Segments before the active one were synced when they were rolled.
+            let (file, upto) = {
+                let st = self.state.read();
+                match st.active() {
+                    Some(a) => (Arc::clone(&a.file), a.last_seq),
+                    None => return Err(Error::InvalidOptions("no active segment".into())),
+                }
+            };
+            let result = file.file.sync_data();
+            s = self.sync_state.lock();
+            s.in_progress = false;
+            if let Err(e) = result {
+                self.poison();
+                self.sync_done.notify_all();
+                return Err(Error::io(&file.log_path, e));
+            }
+            s.synced_seq = s.synced_seq.max(upto);
+            s.unsynced = 0;
+            s.last_sync = Instant::now();
+            self.sync_done.notify_all();
+        }
+    }
+
+    /// Closes the active segment (under the append lock): syncs it, writes its index files and
+    /// opens a new active segment. A no-op on an empty active segment.
+    fn roll_locked(&self, ap: &mut Appender) -> Result<(), Error> {
+        if ap.size == 0 {
+            return Ok(());
+        }
+        let sync = self.opts.sync != SyncPolicy::Never;
+        if sync && let Err(e) = ap.active.file.sync_data() {
+            self.poison();
+            return Err(Error::io(&ap.active.log_path, e));
+        }
+        let index_bytes = {
+            let st = self.state.read();
+            match st.active() {
+                Some(seg) => write_indexes(seg, sync),
+                None => Ok(0),
+            }
+        };
+        let index_bytes = index_bytes.inspect_err(|_| self.poison())?;
+        let base = ap.next_seq;
+        let (log_path, _, _) = segment_paths(&self.dir, base);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&log_path)
+            .map_err(|e| Error::io(&log_path, e))?;
+        fsync_dir(&self.dir).inspect_err(|_| self.poison())?;
+        let sf = seg_file(&self.dir, base, file);
+        {
+            let mut st = self.state.write();
+            if let Some(old) = st.segs.last_mut() {
+                old.index_bytes = index_bytes;
+            }
+            st.segs.push(Seg {
+                base_seq: base,
+                file: Arc::clone(&sf),
+                last_seq: base - 1,
+                size: 0,
+                max_timestamp: i64::MIN,
+                offsets: Vec::new(),
+                times: Vec::new(),
+                index_bytes: 0,
+            });
+        }
+        if sync {
+            let mut s = self.sync_state.lock();
+            s.synced_seq = s.synced_seq.max(base - 1);
+        }
+        ap.active = sf;
+        ap.size = 0;
+        ap.builder = IndexBuilder::new(self.opts.index_interval_bytes);
+        Ok(())
+    }
+
+    /// Closes the active segment now (writing its `.index` and `.timeindex`) so it can be
+    /// tiered; the next append goes to a new segment. A no-op when the active segment is empty.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`], [`Error::Io`].
+    pub fn roll(&self) -> Result<(), Error> {
+        let mut ap = self.appender.lock();
+        self.check_poisoned()?;
+        self.roll_locked(&mut ap)
+    }
+
+    /// Up to `max` records starting at `from_seq`.
+    ///
+    /// `from_seq == last_seq() + 1` returns an empty `Vec` (a caught-up reader).
+    ///
+    /// # Errors
+    /// [`Error::OutOfRange`] when `from_seq < first_seq()` or `from_seq > last_seq() + 1`;
+    /// [`Error::Corrupt`] when stored bytes are invalid; [`Error::Io`].
+    pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
+        let mut out = Vec::new();
+        let mut seq = from_seq;
+        {
+            let st = self.state.read();
+            let (first, last) = (st.first_seq(), st.last_seq());
+            if from_seq < first || from_seq > last.saturating_add(1) {
+                return Err(Error::OutOfRange {
+                    seq: from_seq,
+                    first,
+                    last,
+                });
+            }
+        }
+        while out.len() < max {
+            let plan = {
+                let st = self.state.read();
+                let i = st.segs.partition_point(|s| s.base_seq <= seq);
+                let Some(seg) = i.checked_sub(1).and_then(|i| st.segs.get(i)) else {
+                    // Dropped by retention since the range check.
+                    return Err(Error::OutOfRange {
+                        seq,
+                        first: st.first_seq(),
+                        last: st.last_seq(),
+                    });
+                };
+                if seq > seg.last_seq {
+                    break;
+                }
+                let (start_seq, pos) = floor_entry(&seg.offsets, seq).unwrap_or((seg.base_seq, 0));
+                let records = seg.last_seq + 1 - seg.base_seq;
+                ReadPlan {
+                    file: Arc::clone(&seg.file),
+                    pos,
+                    start_seq,
+                    size: seg.size,
+                    last_seq: seg.last_seq,
+                    avg_frame: seg.size / records.max(1),
+                }
+            };
+            let before = out.len();
+            let next = self.read_segment(&plan, seq, max - out.len(), &mut out)?;
+            if out.len() == before && next <= seq {
+                break;
+            }
+            seq = next;
+        }
+        Ok(out)
+    }
+
+    /// Reads records `seq..` of one segment into `out`; returns the seq after the last one read.
+    fn read_segment(
+        &self,
+        plan: &ReadPlan,
+        from_seq: u64,
+        max: usize,
+        out: &mut Vec<Record>,
+    ) -> Result<u64, Error> {
+        let path = &plan.file.log_path;
+        let mut pos = plan.pos;
+        let mut expect = plan.start_seq;
+        let mut need = max;
+        let skip = from_seq.saturating_sub(plan.start_seq);
+        let mut want_frames = (need as u64).saturating_add(skip).saturating_add(1);
+        while need > 0 && pos < plan.size {
+            let left = plan.size - pos;
+            let want = want_frames
+                .saturating_mul(plan.avg_frame.max(64))
+                .clamp(16 << 10, 1 << 20)
+                .min(left);
+            let mut chunk = read_at(
+                &plan.file.file,
+                path,
+                pos,
+                usize::try_from(want).unwrap_or(usize::MAX),
+            )?;
+            if let Some(n) = frame_len(&chunk)
+                && n > chunk.len()
+                && n as u64 <= left
+            {
+                chunk = read_at(&plan.file.file, path, pos, n)?;
+            }
+            let d = decode_chunk(&chunk, from_seq, need, Some(expect))
+                .map_err(|e| e.into_error(path, pos))?;
+            if d.consumed == 0 {
+                return Err(Error::Corrupt {
+                    path: path.clone(),
+                    position: pos,
+                    reason: format!("incomplete frame: segment data ends at byte {}", plan.size),
+                });
+            }
+            pos += d.consumed as u64;
+            if let Some(n) = d.next_seq {
+                expect = n;
+            }
+            need -= d.records.len();
+            want_frames = need as u64 + 1;
+            out.extend(d.records);
+        }
+        if need > 0 && expect <= plan.last_seq {
+            return Err(Error::Corrupt {
+                path: path.clone(),
+                position: pos,
+                reason: format!(
+                    "segment data ends before seq {expect} (its last seq is {})",
+                    plan.last_seq
+                ),
+            });
+        }
+        Ok(expect)
+    }
+
+    /// Seq of the first record (0 for a log that never held a record). After retention it is
+    /// the base seq of the oldest kept segment.
+    pub fn first_seq(&self) -> u64 {
+        self.state.read().first_seq()
+    }
+
+    /// Seq of the last record (0 for a log that never held a record).
+    pub fn last_seq(&self) -> u64 {
+        self.state.read().last_seq()
+    }
+
+    /// Total on-disk size of the log's files (`.log`, `.index` and `.timeindex`), in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.state.read().bytes()
+    }
+
+    /// The segments, ordered by base seq; the last one is the active segment.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        let st = self.state.read();
+        let n = st.segs.len();
+        st.segs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| SegmentInfo {
+                base_seq: s.base_seq,
+                last_seq: s.last_seq,
+                max_timestamp: s.max_timestamp,
+                size: s.size,
+                log_path: s.file.log_path.clone(),
+                index_path: s.file.index_path.clone(),
+                time_index_path: s.file.time_index_path.clone(),
+                active: i + 1 == n,
+            })
+            .collect()
+    }
+
+    /// Forces every appended record to stable storage (whatever the [`SyncPolicy`]).
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`]; [`Error::Io`] when the fsync fails (the log is then poisoned).
+    pub fn sync(&self) -> Result<(), Error> {
+        self.check_poisoned()?;
+        let last = self.last_seq();
+        self.sync_through(last)
+    }
+
+    /// Syncs (unless the policy is [`SyncPolicy::Never`]) and closes the log.
+    ///
+    /// # Errors
+    /// As [`Log::sync`].
+    pub fn close(self) -> Result<(), Error> {
+        if self.opts.sync != SyncPolicy::Never {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Drops whole segments whose records are all below `keep_from`. A segment partly below
+    /// `keep_from` stays, and the active segment is never dropped. Returns the bytes freed.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a file cannot be removed.
+    pub fn delete_before(&self, keep_from: u64) -> Result<u64, Error> {
+        self.drop_oldest(|seg, _| seg.last_seq < keep_from)
+    }
+
+    /// Drops the oldest whole segments until [`Log::bytes`] `<= target`, never the active one;
+    /// returns the bytes freed (the log may stay above `target`).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a file cannot be removed.
+    pub fn trim_over_bytes(&self, target: u64) -> Result<u64, Error> {
+        self.drop_oldest(|_, total| total > target)
+    }
+
+    /// Drops the oldest whole closed segments whose max timestamp is `< ts` (stopping at the
+    /// first that is not); returns the bytes freed.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a file cannot be removed.
+    pub fn delete_older_than(&self, ts: i64) -> Result<u64, Error> {
+        self.drop_oldest(|seg, _| seg.max_timestamp < ts)
+    }
+
+    /// Drops segments from the front while `drop(segment, current total bytes)` holds and the
+    /// segment is not the active one.
+    fn drop_oldest(&self, mut should_drop: impl FnMut(&Seg, u64) -> bool) -> Result<u64, Error> {
+        // The append lock orders retention with rolls.
+        let _ap = self.appender.lock();
+        let victims: Vec<Seg> = {
+            let mut st = self.state.write();
+            let mut total = st.bytes();
+            let mut n = 0;
+            while n + 1 < st.segs.len() {
+                let Some(seg) = st.segs.get(n) else { break };
+                if !should_drop(seg, total) {
+                    break;
+                }
+                total -= seg.size + seg.index_bytes;
+                n += 1;
+            }
+            st.segs.drain(..n).collect()
+        };
+        if victims.is_empty() {
+            return Ok(0);
+        }
+        let mut freed = 0;
+        for seg in &victims {
+            // Index files first: a crash in between leaves a segment whose index is rebuilt.
+            remove_if_exists(&seg.file.index_path)?;
+            remove_if_exists(&seg.file.time_index_path)?;
+            remove_if_exists(&seg.file.log_path)?;
+            freed += seg.size + seg.index_bytes;
+        }
+        fsync_dir(&self.dir)?;
+        Ok(freed)
+    }
+
+    /// The seq of the first record whose timestamp is `>= ts`, found through the time indexes;
+    /// `None` when no record has such a timestamp.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`], [`Error::Io`] from reading the segment.
+    pub fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
+        let candidates: Vec<(u64, u64)> = {
+            let st = self.state.read();
+            st.segs
+                .iter()
+                .filter_map(|s| time_floor(&s.times, s.max_timestamp, ts).map(|f| (f, s.last_seq)))
+                .collect()
+        };
+        for (from, last) in candidates {
+            let mut seq = from;
+            while seq <= last {
+                let batch = match self.read(seq, 256) {
+                    Ok(b) => b,
+                    Err(Error::OutOfRange { .. }) => break,
+                    Err(e) => return Err(e),
+                };
+                let Some(end) = batch.last().map(|r| r.seq) else {
+                    break;
+                };
+                if let Some(r) = batch
+                    .iter()
+                    .find(|r| r.seq <= last && r.message.timestamp >= ts)
+                {
+                    return Ok(Some(r.seq));
+                }
+                seq = end + 1;
+            }
+        }
+        Ok(None)
+    }
+}
+
+struct ReadPlan {
+    file: Arc<SegFile>,
+    pos: u64,
+    start_seq: u64,
+    size: u64,
+    last_seq: u64,
+    avg_frame: u64,
+}
+
+/// Writes a closed segment's `.index` and `.timeindex`; returns their total size.
+fn write_indexes(seg: &Seg, sync: bool) -> Result<u64, Error> {
+    let idx = OffsetIndex {
+        base_seq: seg.base_seq,
+        last_seq: seg.last_seq,
+        log_size: seg.size,
+        max_timestamp: seg.max_timestamp,
+        entries: seg.offsets.clone(),
+    }
+    .encode();
+    let tidx = TimeIndex {
+        base_seq: seg.base_seq,
+        max_timestamp: seg.max_timestamp,
+        entries: seg.times.clone(),
+    }
+    .encode();
+    write_file(&seg.file.index_path, &idx, sync)?;
+    write_file(&seg.file.time_index_path, &tidx, sync)?;
+    Ok((idx.len() + tidx.len()) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_is_send_and_sync() {
+        fn is<T: Send + Sync>() {}
+        is::<Log>();
+    }
+}

@@ -1,0 +1,673 @@
+//! Segment files as plain bytes: record frames, file names, decoding and verification.
+//!
+//! Everything here works on byte slices (or reads one file start to end), so a segment fetched
+//! back from a remote store can be decoded without a [`Log`](crate::Log) or a local directory.
+//!
+//! A `.log` file is a run of record frames (layout in `docs/format.md`):
+//!
+//! | offset | size | field |
+//! | --- | --- | --- |
+//! | 0 | 4 | `len`: `u32`, bytes after the CRC field (8 + message length) |
+//! | 4 | 4 | `crc`: CRC-32 (IEEE, `crc32fast`) of the `len` bytes that follow |
+//! | 8 | 8 | `seq`: `u64` sequence number |
+//! | 16 | n | the message in the `krabka-protocol` encoding |
+//!
+//! ```
+//! use krabka_protocol::{Bytes, Message};
+//! use krabka_storage::segment::{decode_records, encode_frame};
+//!
+//! let mut buf = Vec::new();
+//! encode_frame(7, &Message::new("a"), &mut buf);
+//! encode_frame(8, &Message::new("b"), &mut buf);
+//! let whole = buf.len();
+//! buf.extend_from_slice(&[1, 2, 3]); // a torn frame at the tail is not an error
+//! let decoded = decode_records(&Bytes::from(buf), 8, 10)?;
+//! assert_eq!(decoded.records.len(), 1);
+//! assert_eq!(decoded.records[0].seq, 8);
+//! assert_eq!(decoded.consumed, whole);
+//! assert_eq!(decoded.next_seq, Some(9));
+//! # Ok::<(), krabka_storage::Error>(())
+//! ```
+
+use std::fs::File;
+use std::io::Read;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use bytes::{BufMut, Bytes};
+use krabka_protocol::Message;
+
+pub use crate::index::{
+    IndexSummary, TimeIndexSummary, lookup_position, lookup_time, verify_index, verify_time_index,
+};
+use crate::{Error, Record};
+
+/// Bytes before the message in every frame: length (4), CRC (4) and seq (8).
+pub const FRAME_HEADER_LEN: usize = 16;
+
+/// Bytes of the smallest encoded message (no key, empty value, no headers).
+pub const MIN_MESSAGE_LEN: usize = 18;
+
+/// Smallest value a frame's `len` field can hold: seq (8) + the smallest message.
+const MIN_BODY_LEN: usize = 8 + MIN_MESSAGE_LEN;
+
+/// File name suffix of a segment's records.
+pub const LOG_SUFFIX: &str = "log";
+/// File name suffix of a segment's sparse offset index.
+pub const INDEX_SUFFIX: &str = "index";
+/// File name suffix of a segment's time index.
+pub const TIME_INDEX_SUFFIX: &str = "timeindex";
+
+/// The file name of a segment file: the base seq as 20 zero-padded digits, a dot and `suffix`
+/// (one of [`LOG_SUFFIX`], [`INDEX_SUFFIX`], [`TIME_INDEX_SUFFIX`]).
+///
+/// ```
+/// assert_eq!(krabka_storage::segment::segment_file_name(1, "log"), "00000000000000000001.log");
+/// ```
+pub fn segment_file_name(base_seq: u64, suffix: &str) -> String {
+    format!("{base_seq:020}.{suffix}")
+}
+
+/// Parses a segment file name into its base seq and suffix; `None` for any other name
+/// (stray files in a log directory are ignored, not errors).
+///
+/// ```
+/// use krabka_storage::segment::parse_segment_file_name;
+/// assert_eq!(parse_segment_file_name("00000000000000000042.index"), Some((42, "index")));
+/// assert_eq!(parse_segment_file_name("42.log"), None);
+/// ```
+pub fn parse_segment_file_name(name: &str) -> Option<(u64, &str)> {
+    let (digits, suffix) = name.split_once('.')?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if ![LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX].contains(&suffix) {
+        return None;
+    }
+    Some((digits.parse().ok()?, suffix))
+}
+
+/// The total length of the frame at the start of `buf` (header and message), read from its
+/// length field; `None` when `buf` is shorter than the 4-byte length field. The length is not
+/// validated: a chunked reader uses it to learn how many bytes to fetch.
+pub fn frame_len(buf: &[u8]) -> Option<usize> {
+    let len = buf.get(..4)?;
+    let len = u32::from_le_bytes(<[u8; 4]>::try_from(len).ok()?);
+    Some(8 + len as usize)
+}
+
+/// Appends the frame of record `seq` holding `msg` to `buf`; returns the frame's length.
+pub fn encode_frame(seq: u64, msg: &Message, buf: &mut Vec<u8>) -> usize {
+    let start = buf.len();
+    let body = 8 + msg.encoded_len();
+    buf.put_u32_le(u32::try_from(body).unwrap_or(u32::MAX));
+    buf.put_u32_le(0);
+    buf.put_u64_le(seq);
+    msg.encode(buf);
+    let crc = crc32fast::hash(buf.get(start + 8..).unwrap_or(&[]));
+    if let Some(slot) = buf.get_mut(start + 4..start + 8) {
+        slot.copy_from_slice(&crc.to_le_bytes());
+    }
+    buf.len() - start
+}
+
+/// Records decoded from the front of a buffer by [`decode_records`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodedRecords {
+    /// The decoded records with `seq >= from_seq`, in order.
+    pub records: Vec<Record>,
+    /// Bytes of complete frames consumed from the start of the buffer (including skipped
+    /// frames); a chunked reader continues at this offset.
+    pub consumed: usize,
+    /// The seq following the last consumed frame; `None` when no frame was consumed.
+    pub next_seq: Option<u64>,
+}
+
+/// Why a frame could not be decoded, relative to the start of the decoded buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct FrameError {
+    pub(crate) position: usize,
+    pub(crate) reason: String,
+}
+
+impl FrameError {
+    pub(crate) fn into_error(self, path: &Path, base: u64) -> Error {
+        Error::Corrupt {
+            path: path.to_path_buf(),
+            position: base + self.position as u64,
+            reason: self.reason,
+        }
+    }
+}
+
+/// One frame whose header, length and CRC were checked.
+pub(crate) struct RawFrame {
+    pub(crate) seq: u64,
+    /// Range of the encoded message within the parsed buffer.
+    pub(crate) message: Range<usize>,
+    /// The frame's total length.
+    pub(crate) len: usize,
+}
+
+pub(crate) enum Parsed {
+    /// The buffer ends inside the frame.
+    Incomplete,
+    /// A complete frame that is invalid.
+    Bad(String),
+    /// A complete, valid frame.
+    Frame(RawFrame),
+}
+
+/// Checks the frame at the start of `buf` (length and CRC; not the message encoding).
+pub(crate) fn parse_frame(buf: &[u8]) -> Parsed {
+    let Some(header) = buf.get(..FRAME_HEADER_LEN) else {
+        return Parsed::Incomplete;
+    };
+    let word = |r: Range<usize>| header.get(r).and_then(|s| <[u8; 4]>::try_from(s).ok());
+    let (Some(len), Some(crc)) = (word(0..4), word(4..8)) else {
+        return Parsed::Incomplete;
+    };
+    let len = u32::from_le_bytes(len) as usize;
+    if len < MIN_BODY_LEN {
+        return Parsed::Bad(format!(
+            "frame length {len} is below the minimum {MIN_BODY_LEN}"
+        ));
+    }
+    let Some(body) = buf.get(8..8 + len) else {
+        return Parsed::Incomplete;
+    };
+    let actual = crc32fast::hash(body);
+    let stored = u32::from_le_bytes(crc);
+    if actual != stored {
+        return Parsed::Bad(format!(
+            "CRC mismatch: stored {stored:#010x}, computed {actual:#010x}"
+        ));
+    }
+    let seq = body
+        .get(..8)
+        .and_then(|s| <[u8; 8]>::try_from(s).ok())
+        .map_or(0, u64::from_le_bytes);
+    Parsed::Frame(RawFrame {
+        seq,
+        message: FRAME_HEADER_LEN..8 + len,
+        len: 8 + len,
+    })
+}
+
+/// Decodes the message of a checked frame (zero-copy) and insists it fills the frame exactly.
+pub(crate) fn decode_message(chunk: &Bytes, range: Range<usize>) -> Result<Message, String> {
+    if range.end > chunk.len() || range.start > range.end {
+        return Err("frame extends past the buffer".to_owned());
+    }
+    let bytes = chunk.slice(range.clone());
+    let (msg, used) = Message::decode_bytes(&bytes).map_err(|e| format!("bad message: {e}"))?;
+    if used != bytes.len() {
+        return Err(format!(
+            "message uses {used} of the frame's {} message bytes",
+            bytes.len()
+        ));
+    }
+    Ok(msg)
+}
+
+/// Decodes consecutive framed records from the start of `buf`.
+///
+/// Records with `seq < from_seq` are checked and skipped; decoding stops after `max` records
+/// or at an incomplete trailing frame. An incomplete trailing frame is not an error:
+/// [`DecodedRecords::consumed`] tells where the complete frames end, so a chunked reader
+/// fetches more bytes and continues there. The records share `buf` (no copy).
+///
+/// # Errors
+/// [`Error::Corrupt`] (with an empty `path` and `position` relative to `buf`) when a complete
+/// frame has a bad length, CRC or message, or its seq does not follow the previous frame's.
+pub fn decode_records(buf: &Bytes, from_seq: u64, max: usize) -> Result<DecodedRecords, Error> {
+    decode_chunk(buf, from_seq, max, None).map_err(|e| e.into_error(Path::new(""), 0))
+}
+
+/// [`decode_records`] that also insists the first frame carries `expect` (when given).
+pub(crate) fn decode_chunk(
+    buf: &Bytes,
+    from_seq: u64,
+    max: usize,
+    mut expect: Option<u64>,
+) -> Result<DecodedRecords, FrameError> {
+    let mut records = Vec::new();
+    let mut pos = 0usize;
+    let mut next_seq = None;
+    while records.len() < max {
+        let rest = buf.get(pos..).unwrap_or(&[]);
+        let frame = match parse_frame(rest) {
+            Parsed::Incomplete => break,
+            Parsed::Bad(reason) => {
+                return Err(FrameError {
+                    position: pos,
+                    reason,
+                });
+            }
+            Parsed::Frame(f) => f,
+        };
+        if let Some(e) = expect
+            && frame.seq != e
+        {
+            return Err(FrameError {
+                position: pos,
+                reason: format!("frame holds seq {}, expected {e}", frame.seq),
+            });
+        }
+        let after = frame.seq.checked_add(1).ok_or_else(|| FrameError {
+            position: pos,
+            reason: "seq overflows u64".to_owned(),
+        })?;
+        if frame.seq >= from_seq {
+            let range = pos + frame.message.start..pos + frame.message.end;
+            let message = decode_message(buf, range).map_err(|reason| FrameError {
+                position: pos,
+                reason,
+            })?;
+            records.push(Record {
+                seq: frame.seq,
+                message,
+            });
+        }
+        pos += frame.len;
+        expect = Some(after);
+        next_seq = Some(after);
+    }
+    Ok(DecodedRecords {
+        records,
+        consumed: pos,
+        next_seq,
+    })
+}
+
+/// A problem found in a segment: where it starts and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentProblem {
+    /// Byte position of the first bad frame in the `.log` file.
+    pub position: u64,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// What [`verify_segment`] found in a `.log` file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentVerification {
+    /// The base seq parsed from the file name (`None` for a name that is not a segment name).
+    pub base_seq: Option<u64>,
+    /// Number of valid records before the first problem.
+    pub records: u64,
+    /// Seq of the first valid record.
+    pub first_seq: Option<u64>,
+    /// Seq of the last valid record.
+    pub last_seq: Option<u64>,
+    /// Largest timestamp among the valid records.
+    pub max_timestamp: Option<i64>,
+    /// Bytes of valid frames from the start of the file.
+    pub valid_bytes: u64,
+    /// Size of the file.
+    pub file_bytes: u64,
+    /// The first problem (`None` when every byte of the file is a valid frame).
+    pub problem: Option<SegmentProblem>,
+}
+
+impl SegmentVerification {
+    /// Whether every byte of the file belongs to a valid frame.
+    pub fn is_ok(&self) -> bool {
+        self.problem.is_none()
+    }
+}
+
+/// Scan state shared by recovery and verification: frames are checked one by one from the
+/// start of a file, reading it in chunks so memory stays bounded.
+pub(crate) struct Scan {
+    pub(crate) valid_len: u64,
+    pub(crate) first_seq: Option<u64>,
+    pub(crate) last_seq: Option<u64>,
+    pub(crate) records: u64,
+    pub(crate) max_timestamp: i64,
+    pub(crate) index: crate::index::IndexBuilder,
+    pub(crate) problem: Option<SegmentProblem>,
+}
+
+const SCAN_CHUNK: usize = 1 << 20;
+
+/// Scans `file` (of `file_len` bytes) from the start. `expect_first`, when given, is the seq the
+/// first frame must carry (a segment's base seq).
+pub(crate) fn scan_file(
+    file: &File,
+    path: &Path,
+    file_len: u64,
+    expect_first: Option<u64>,
+    index_interval: u64,
+) -> Result<Scan, Error> {
+    let mut scan = Scan {
+        valid_len: 0,
+        first_seq: None,
+        last_seq: None,
+        records: 0,
+        max_timestamp: i64::MIN,
+        index: crate::index::IndexBuilder::new(index_interval),
+        problem: None,
+    };
+    let mut expect = expect_first;
+    let mut pos = 0u64;
+    while pos < file_len {
+        let left = file_len - pos;
+        let want = usize::try_from(left).unwrap_or(usize::MAX).min(SCAN_CHUNK);
+        let mut chunk = read_at(file, path, pos, want)?;
+        if let Some(n) = frame_len(&chunk)
+            && n > chunk.len()
+            && n as u64 <= left
+        {
+            // A frame longer than the chunk: read it whole.
+            chunk = read_at(file, path, pos, n)?;
+        }
+        let before = scan.valid_len;
+        if !scan_buffer(&chunk, pos, &mut expect, &mut scan) {
+            return Ok(scan);
+        }
+        if scan.valid_len == before {
+            scan.problem = Some(SegmentProblem {
+                position: pos,
+                reason: format!("incomplete frame: {left} bytes left at the end of the file"),
+            });
+            return Ok(scan);
+        }
+        pos = scan.valid_len;
+    }
+    Ok(scan)
+}
+
+/// Checks the frames of `chunk` (read at file position `pos`) until it ends or a frame is
+/// incomplete, recording them in `scan`. Returns false when a bad frame was found.
+fn scan_buffer(chunk: &Bytes, pos: u64, expect: &mut Option<u64>, scan: &mut Scan) -> bool {
+    let mut off = 0usize;
+    loop {
+        let rest = chunk.get(off..).unwrap_or(&[]);
+        if rest.is_empty() {
+            return true;
+        }
+        let at = pos + off as u64;
+        let frame = match parse_frame(rest) {
+            Parsed::Incomplete => return true,
+            Parsed::Bad(reason) => {
+                scan.problem = Some(SegmentProblem {
+                    position: at,
+                    reason,
+                });
+                return false;
+            }
+            Parsed::Frame(f) => f,
+        };
+        if let Some(e) = *expect
+            && frame.seq != e
+        {
+            scan.problem = Some(SegmentProblem {
+                position: at,
+                reason: format!("frame holds seq {}, expected {e}", frame.seq),
+            });
+            return false;
+        }
+        let range = off + frame.message.start..off + frame.message.end;
+        let msg = match decode_message(chunk, range) {
+            Ok(m) => m,
+            Err(reason) => {
+                scan.problem = Some(SegmentProblem {
+                    position: at,
+                    reason,
+                });
+                return false;
+            }
+        };
+        scan.index
+            .observe(frame.seq, at, frame.len as u64, msg.timestamp);
+        scan.max_timestamp = scan.max_timestamp.max(msg.timestamp);
+        scan.first_seq.get_or_insert(frame.seq);
+        scan.last_seq = Some(frame.seq);
+        scan.records += 1;
+        *expect = frame.seq.checked_add(1);
+        off += frame.len;
+        scan.valid_len = pos + off as u64;
+    }
+}
+
+/// Reads exactly `len` bytes at `pos` into a fresh buffer.
+pub(crate) fn read_at(file: &File, path: &Path, pos: u64, len: usize) -> Result<Bytes, Error> {
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, pos)
+        .map_err(|source| Error::io(path, source))?;
+    Ok(Bytes::from(buf))
+}
+
+/// CRC-checks every frame of the `.log` file at `log_path` and reports the first bad position.
+///
+/// The file's base seq (from its name, when it is a segment name) must be the first frame's seq,
+/// and seqs must be contiguous. Reads the file in 1 MiB chunks.
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be opened or read. A corrupt file is not an error: it is
+/// reported in [`SegmentVerification::problem`].
+pub fn verify_segment(log_path: &Path) -> Result<SegmentVerification, Error> {
+    let file = File::open(log_path).map_err(|e| Error::io(log_path, e))?;
+    let file_len = file.metadata().map_err(|e| Error::io(log_path, e))?.len();
+    let base_seq = log_path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(parse_segment_file_name)
+        .map(|(b, _)| b);
+    let scan = scan_file(&file, log_path, file_len, base_seq, u64::MAX)?;
+    Ok(SegmentVerification {
+        base_seq,
+        records: scan.records,
+        first_seq: scan.first_seq,
+        last_seq: scan.last_seq,
+        max_timestamp: scan.first_seq.map(|_| scan.max_timestamp),
+        valid_bytes: scan.valid_len,
+        file_bytes: file_len,
+        problem: scan.problem,
+    })
+}
+
+/// One frame as seen by [`dump_frames`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DumpedFrame {
+    /// Byte position of the frame in the buffer.
+    pub position: u64,
+    /// The frame's total length as its length field says (may run past the buffer's end).
+    pub frame_len: u64,
+    /// The seq field (`None` when the buffer ends before it).
+    pub seq: Option<u64>,
+    /// Whether the stored CRC matches the frame's bytes.
+    pub crc_ok: bool,
+    /// The decoded message (`None` when the CRC is bad or the message does not decode).
+    pub message: Option<Message>,
+    /// What is wrong with the frame, if anything.
+    pub problem: Option<String>,
+}
+
+/// Iterator over every frame of a segment's bytes; see [`dump_frames`].
+#[derive(Debug, Clone)]
+pub struct DumpFrames {
+    buf: Bytes,
+    pos: usize,
+    done: bool,
+}
+
+/// Walks every frame of a segment's bytes, reporting each frame's seq, CRC status and message,
+/// for tools such as a `dump` command. A frame with a bad CRC is reported and skipped by its
+/// length; the walk ends after a frame whose length is invalid or runs past the buffer.
+///
+/// ```
+/// use krabka_protocol::{Bytes, Message};
+/// use krabka_storage::segment::{dump_frames, encode_frame};
+///
+/// let mut buf = Vec::new();
+/// encode_frame(1, &Message::new("x").with_key("k"), &mut buf);
+/// let frames: Vec<_> = dump_frames(Bytes::from(buf)).collect();
+/// assert_eq!(frames.len(), 1);
+/// assert!(frames[0].crc_ok);
+/// assert_eq!(frames[0].seq, Some(1));
+/// ```
+pub fn dump_frames(buf: Bytes) -> DumpFrames {
+    DumpFrames {
+        buf,
+        pos: 0,
+        done: false,
+    }
+}
+
+/// Reads a whole `.log` file for [`dump_frames`].
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be read.
+pub fn read_segment_file(log_path: &Path) -> Result<Bytes, Error> {
+    let mut file = File::open(log_path).map_err(|e| Error::io(log_path, e))?;
+    let mut buf = Vec::new();
+    file.read_to_end(&mut buf)
+        .map_err(|e| Error::io(log_path, e))?;
+    Ok(Bytes::from(buf))
+}
+
+impl Iterator for DumpFrames {
+    type Item = DumpedFrame;
+
+    fn next(&mut self) -> Option<DumpedFrame> {
+        if self.done || self.pos >= self.buf.len() {
+            return None;
+        }
+        let rest = self.buf.get(self.pos..).unwrap_or(&[]);
+        let position = self.pos as u64;
+        let total = frame_len(rest);
+        let seq = rest
+            .get(8..16)
+            .and_then(|s| <[u8; 8]>::try_from(s).ok())
+            .map(u64::from_le_bytes);
+        let mut out = DumpedFrame {
+            position,
+            frame_len: total.unwrap_or(rest.len()) as u64,
+            seq,
+            crc_ok: false,
+            message: None,
+            problem: None,
+        };
+        match parse_frame(rest) {
+            Parsed::Incomplete => {
+                out.problem = Some(format!(
+                    "incomplete frame: {} bytes left at the end",
+                    rest.len()
+                ));
+                self.done = true;
+            }
+            Parsed::Bad(reason) => {
+                out.problem = Some(reason);
+                match total {
+                    Some(n) if n >= FRAME_HEADER_LEN + MIN_MESSAGE_LEN && n <= rest.len() => {
+                        self.pos += n;
+                    }
+                    _ => self.done = true,
+                }
+            }
+            Parsed::Frame(frame) => {
+                out.crc_ok = true;
+                let range = self.pos + frame.message.start..self.pos + frame.message.end;
+                match decode_message(&self.buf, range) {
+                    Ok(m) => out.message = Some(m),
+                    Err(reason) => out.problem = Some(reason),
+                }
+                self.pos += frame.len;
+            }
+        }
+        Some(out)
+    }
+}
+
+/// Paths of a segment's three files in `dir`.
+pub(crate) fn segment_paths(dir: &Path, base_seq: u64) -> (PathBuf, PathBuf, PathBuf) {
+    (
+        dir.join(segment_file_name(base_seq, LOG_SUFFIX)),
+        dir.join(segment_file_name(base_seq, INDEX_SUFFIX)),
+        dir.join(segment_file_name(base_seq, TIME_INDEX_SUFFIX)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(seqs: std::ops::RangeInclusive<u64>) -> Vec<u8> {
+        let mut buf = Vec::new();
+        for s in seqs {
+            encode_frame(
+                s,
+                &Message::new(format!("v{s}")).with_timestamp(s as i64),
+                &mut buf,
+            );
+        }
+        buf
+    }
+
+    #[test]
+    fn decode_records_skips_below_from_seq_and_stops_at_max() {
+        let buf = Bytes::from(frames(1..=5));
+        let d = decode_records(&buf, 3, 2).unwrap();
+        assert_eq!(
+            d.records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            vec![3, 4]
+        );
+        assert_eq!(d.next_seq, Some(5));
+    }
+
+    #[test]
+    fn torn_tail_is_not_an_error_and_consumed_marks_complete_frames() {
+        let full = frames(1..=3);
+        let cut = full.len() - 3;
+        let d = decode_records(&Bytes::from(full[..cut].to_vec()), 1, 10).unwrap();
+        assert_eq!(d.records.len(), 2);
+        assert_eq!(
+            frame_len(&full[d.consumed..]),
+            Some(full.len() - d.consumed)
+        );
+    }
+
+    #[test]
+    fn flipped_byte_in_complete_frame_is_corrupt_with_position() {
+        let mut buf = frames(1..=3);
+        let second = frame_len(&buf).unwrap();
+        buf[second + 20] ^= 0xff;
+        match decode_records(&Bytes::from(buf), 1, 10) {
+            Err(Error::Corrupt { position, .. }) => assert_eq!(position, second as u64),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn non_contiguous_seqs_are_corrupt() {
+        let mut buf = frames(1..=1);
+        buf.extend(frames(3..=3));
+        assert!(matches!(
+            decode_records(&Bytes::from(buf), 1, 10),
+            Err(Error::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn file_names_round_trip_and_strays_are_rejected() {
+        let n = segment_file_name(123, TIME_INDEX_SUFFIX);
+        assert_eq!(parse_segment_file_name(&n), Some((123, TIME_INDEX_SUFFIX)));
+        assert_eq!(parse_segment_file_name("00000000000000000001.tmp"), None);
+        assert_eq!(parse_segment_file_name("0000000000000000000x.log"), None);
+        assert_eq!(parse_segment_file_name("README"), None);
+    }
+
+    #[test]
+    fn dump_reports_bad_crc_and_continues() {
+        let mut buf = frames(1..=3);
+        let first = frame_len(&buf).unwrap();
+        buf[first + 17] ^= 1;
+        let dumped: Vec<_> = dump_frames(Bytes::from(buf)).collect();
+        assert_eq!(dumped.len(), 3);
+        assert!(dumped[0].crc_ok && !dumped[1].crc_ok && dumped[2].crc_ok);
+        assert_eq!(dumped[2].seq, Some(3));
+    }
+}
