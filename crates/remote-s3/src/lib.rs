@@ -1,1 +1,40 @@
-//! S3 backend of the krabka RemoteStorageManager SPI on aws-sdk-s3: multipart uploads, ranged reads, careful error mapping.
+//! S3 backend of the krabka [`RemoteStorageManager`](krabka_remote_storage::RemoteStorageManager)
+//! SPI on aws-sdk-s3: any S3-compatible store (AWS S3, MinIO, Ceph RGW, Garage, R2) becomes the
+//! remote tier.
+//!
+//! - [`S3Config`] — bucket, prefix, region, endpoint, credentials, multipart, timeouts, retries;
+//!   [`S3Config::from_env`] reads the standard `AWS_*` variables plus `KRABKA_S3_BUCKET` /
+//!   `KRABKA_S3_PREFIX`. Secrets never show in `Debug`.
+//! - [`S3RemoteStorage`] — the backend. Objects follow
+//!   [`krabka_remote_storage::layout`] under the prefix. Copies go up as one PutObject below
+//!   [`S3Config::multipart_threshold`], otherwise as a multipart upload with
+//!   [`S3Config::upload_concurrency`] parts in flight, aborted on any error; every object is
+//!   verified (size, and MD5-derived ETag where the store reports one) before the copy succeeds.
+//!   Fetches are one ranged GET.
+//!
+//! # Threads
+//! The SPI is blocking, the SDK async. The backend owns a small runtime ([`S3RemoteStorage::new`])
+//! or uses the caller's multi-thread runtime ([`S3RemoteStorage::with_handle`]). Calls work from
+//! plain threads, from `spawn_blocking`, and from tasks of a multi-thread runtime (through
+//! `block_in_place`); from a current-thread runtime they return
+//! [`RemoteStorageError::InvalidArgument`](krabka_remote_storage::RemoteStorageError::InvalidArgument)
+//! instead of blocking the only thread that runs it.
+//!
+//! ```no_run
+//! use krabka_remote_s3::{S3Config, S3Credentials, S3RemoteStorage};
+//!
+//! let config = S3Config::new("tiered-log")
+//!     .with_prefix("cluster-a")
+//!     .with_endpoint("http://127.0.0.1:7480")
+//!     .with_credentials(S3Credentials::static_keys("access", "secret"));
+//! let storage = S3RemoteStorage::new(config)?;
+//! # Ok::<(), krabka_remote_storage::RemoteStorageError>(())
+//! ```
+
+mod bridge;
+mod config;
+mod errors;
+mod storage;
+
+pub use config::{MAX_PART_SIZE, MAX_PARTS, MIN_PART_SIZE, S3Config, S3Credentials};
+pub use storage::S3RemoteStorage;
