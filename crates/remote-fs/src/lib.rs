@@ -1,1 +1,312 @@
-//! Filesystem backend of the krabka RemoteStorageManager SPI: atomic, fsynced segment copies with ranged reads.
+//! Filesystem backend of the krabka [`RemoteStorageManager`] SPI: atomic, fsynced segment copies
+//! with ranged reads.
+//!
+//! Objects live under a root directory with the layout shared by every backend
+//! ([`krabka_remote_storage::layout`]):
+//!
+//! ```text
+//! <root>/<topic>-<partition>-<topic id>/<20-digit start offset>-<segment uuid><suffix>
+//! ```
+//!
+//! - A copy writes each file under a temporary name in its final directory, fsyncs it, renames
+//!   it into place and fsyncs the directory: a crash never leaves a partial file under a final
+//!   name (a stray temporary file at worst, removed by the segment's delete).
+//! - A fetch reads only the requested range, with a positioned read.
+//! - A delete is idempotent and removes every file of the segment.
+//! - Topic names are checked with Kafka's rules, so no name can escape the root.
+//!
+//! ```
+//! use krabka_remote_fs::FsRemoteStorage;
+//! use krabka_remote_storage::*;
+//!
+//! let root = tempfile::tempdir()?;
+//! let local = tempfile::tempdir()?;
+//! for (name, bytes) in [("s.log", &b"hello world"[..]), ("s.index", b""), ("s.timeindex", b"")] {
+//!     std::fs::write(local.path().join(name), bytes)?;
+//! }
+//! let data = LogSegmentData::new(
+//!     local.path().join("s.log"),
+//!     local.path().join("s.index"),
+//!     local.path().join("s.timeindex"),
+//! );
+//! let rsm = FsRemoteStorage::new(root.path())?;
+//! let tp = TopicIdPartition::new(Uuid::new_v4(), "orders", 0);
+//! let m = RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp), 0, 9)
+//!     .segment_size_in_bytes(11)
+//!     .build()?;
+//! assert_eq!(rsm.copy_log_segment_data(&m, &data)?, None);
+//! assert_eq!(rsm.fetch_log_segment(&m, 6, Some(10))?, b"world");
+//! rsm.delete_log_segment_data(&m)?;
+//! assert!(rsm.list_objects()?.is_empty());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use krabka_remote_storage::layout;
+use krabka_remote_storage::{
+    CustomMetadata, IndexSource, IndexType, LogSegmentData, RemoteLogSegmentMetadata,
+    RemoteStorageError, RemoteStorageManager, checked_range,
+};
+
+/// Infix of temporary files: `<final name>.tmp-<pid>-<n>`. A final name never contains it.
+const TMP_INFIX: &str = ".tmp-";
+
+/// A [`RemoteStorageManager`] over a local (or mounted) directory.
+#[derive(Debug)]
+pub struct FsRemoteStorage {
+    root: PathBuf,
+    /// Makes temporary names unique among concurrent copies of one process.
+    tmp_counter: AtomicU64,
+}
+
+impl FsRemoteStorage {
+    /// Opens (creating it if needed) a store rooted at `root`.
+    ///
+    /// # Errors
+    /// [`RemoteStorageError::StoreUnavailable`] when `root` cannot be created or is not a
+    /// directory.
+    pub fn new(root: impl Into<PathBuf>) -> Result<Self, RemoteStorageError> {
+        let root = root.into();
+        let unusable = |message: String| RemoteStorageError::StoreUnavailable {
+            bucket: root.display().to_string(),
+            endpoint: "file://".to_owned(),
+            message,
+        };
+        fs::create_dir_all(&root).map_err(|e| unusable(format!("cannot create it: {e}")))?;
+        let meta = fs::metadata(&root).map_err(|e| unusable(format!("cannot stat it: {e}")))?;
+        if !meta.is_dir() {
+            return Err(unusable("it is not a directory".to_owned()));
+        }
+        Ok(Self {
+            root,
+            tmp_counter: AtomicU64::new(0),
+        })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Every file under the root, as paths relative to it, sorted — temporary files included,
+    /// so tests can check that nothing is orphaned.
+    ///
+    /// # Errors
+    /// [`RemoteStorageError::Io`] when a directory cannot be read.
+    pub fn list_objects(&self) -> Result<Vec<PathBuf>, RemoteStorageError> {
+        let mut out = Vec::new();
+        let mut stack = vec![self.root.clone()];
+        while let Some(dir) = stack.pop() {
+            let entries =
+                fs::read_dir(&dir).map_err(|e| RemoteStorageError::io(dir.display(), e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| RemoteStorageError::io(dir.display(), e))?;
+                let path = entry.path();
+                let kind = entry
+                    .file_type()
+                    .map_err(|e| RemoteStorageError::io(path.display(), e))?;
+                if kind.is_dir() {
+                    stack.push(path);
+                } else if let Ok(rel) = path.strip_prefix(&self.root) {
+                    out.push(rel.to_path_buf());
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        self.root.join(key)
+    }
+
+    fn not_found(metadata: &RemoteLogSegmentMetadata, what: String) -> RemoteStorageError {
+        RemoteStorageError::SegmentNotFound {
+            segment: metadata.remote_log_segment_id().clone(),
+            what,
+        }
+    }
+
+    fn open(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+        key: &str,
+    ) -> Result<File, RemoteStorageError> {
+        let path = self.path(key);
+        File::open(&path).map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                Self::not_found(metadata, key.to_owned())
+            } else {
+                RemoteStorageError::io(path.display(), e)
+            }
+        })
+    }
+
+    fn tmp_path(&self, final_path: &Path) -> PathBuf {
+        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
+        let mut name = final_path.as_os_str().to_owned();
+        name.push(format!("{TMP_INFIX}{}-{n}", std::process::id()));
+        PathBuf::from(name)
+    }
+
+    /// Writes `source` to `final_path` atomically: temp file, fsync, rename. The caller fsyncs
+    /// the directory once for all files.
+    fn put(&self, final_path: &Path, source: IndexSource<'_>) -> Result<(), RemoteStorageError> {
+        let tmp = self.tmp_path(final_path);
+        let result = (|| {
+            let mut out = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+                .map_err(|e| RemoteStorageError::io(tmp.display(), e))?;
+            match source {
+                IndexSource::File(src) => {
+                    let mut input =
+                        File::open(src).map_err(|e| RemoteStorageError::io(src.display(), e))?;
+                    // `io::copy` between files uses copy_file_range/sendfile where it can.
+                    io::copy(&mut input, &mut out)
+                        .map_err(|e| RemoteStorageError::io(tmp.display(), e))?;
+                }
+                IndexSource::Bytes(b) => out
+                    .write_all(b)
+                    .map_err(|e| RemoteStorageError::io(tmp.display(), e))?,
+            }
+            out.sync_all()
+                .map_err(|e| RemoteStorageError::io(tmp.display(), e))?;
+            fs::rename(&tmp, final_path)
+                .map_err(|e| RemoteStorageError::io(final_path.display(), e))
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// Removes `path`; absent is fine.
+    fn remove(path: &Path) -> Result<bool, RemoteStorageError> {
+        match fs::remove_file(path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(RemoteStorageError::io(path.display(), e)),
+        }
+    }
+
+    /// Removes temporary files left by interrupted copies of the segment with this stem.
+    fn remove_stray_temps(dir: &Path, stem: &str) -> Result<bool, RemoteStorageError> {
+        let entries = match fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(RemoteStorageError::io(dir.display(), e)),
+        };
+        let mut removed = false;
+        for entry in entries {
+            let entry = entry.map_err(|e| RemoteStorageError::io(dir.display(), e))?;
+            let name: OsString = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(stem) && name.contains(TMP_INFIX) {
+                removed |= Self::remove(&entry.path())?;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), RemoteStorageError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| RemoteStorageError::io(dir.display(), e))
+}
+
+impl RemoteStorageManager for FsRemoteStorage {
+    fn copy_log_segment_data(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+        data: &LogSegmentData,
+    ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
+        let dir = self.path(&layout::partition_dir(metadata.topic_id_partition())?);
+        let created = !dir.exists();
+        fs::create_dir_all(&dir).map_err(|e| RemoteStorageError::io(dir.display(), e))?;
+        if created {
+            // Make the new partition directory's entry durable in the root.
+            sync_dir(&self.root)?;
+        }
+        self.put(
+            &self.path(&layout::log_key(metadata)?),
+            IndexSource::File(&data.log_segment),
+        )?;
+        for t in IndexType::ALL {
+            let path = self.path(&layout::index_key(metadata, t)?);
+            match data.index_source(t) {
+                Some(source) => self.put(&path, source)?,
+                // A re-copy without this optional index must not leave the old one behind.
+                None => {
+                    Self::remove(&path)?;
+                }
+            }
+        }
+        sync_dir(&dir)?;
+        Ok(None)
+    }
+
+    fn fetch_log_segment(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+        start_position: u32,
+        end_position: Option<u32>,
+    ) -> Result<Vec<u8>, RemoteStorageError> {
+        let key = layout::log_key(metadata)?;
+        let file = self.open(metadata, &key)?;
+        let size = file
+            .metadata()
+            .map_err(|e| RemoteStorageError::io(&key, e))?
+            .len();
+        let range = checked_range(size, start_position, end_position)?;
+        let len = usize::try_from(range.end - range.start)
+            .map_err(|_| RemoteStorageError::invalid_argument("range does not fit in memory"))?;
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, range.start)
+            .map_err(|e| RemoteStorageError::io(&key, e))?;
+        Ok(buf)
+    }
+
+    fn fetch_index(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+        index_type: IndexType,
+    ) -> Result<Vec<u8>, RemoteStorageError> {
+        let key = layout::index_key(metadata, index_type)?;
+        let file = self.open(metadata, &key)?;
+        let size = file
+            .metadata()
+            .map_err(|e| RemoteStorageError::io(&key, e))?
+            .len();
+        let len = usize::try_from(size)
+            .map_err(|_| RemoteStorageError::invalid_argument("index does not fit in memory"))?;
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, 0)
+            .map_err(|e| RemoteStorageError::io(&key, e))?;
+        Ok(buf)
+    }
+
+    fn delete_log_segment_data(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+    ) -> Result<(), RemoteStorageError> {
+        let dir = self.path(&layout::partition_dir(metadata.topic_id_partition())?);
+        let mut removed = false;
+        for key in layout::all_keys(metadata)? {
+            removed |= Self::remove(&self.path(&key))?;
+        }
+        removed |= Self::remove_stray_temps(&dir, &layout::segment_stem(metadata))?;
+        if removed {
+            sync_dir(&dir)?;
+        }
+        Ok(())
+    }
+}

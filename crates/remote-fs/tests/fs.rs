@@ -1,0 +1,186 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Filesystem specifics: the on-disk layout, hostile names, atomic copies, stray temp files.
+
+use std::path::{Path, PathBuf};
+
+use krabka_remote_fs::FsRemoteStorage;
+use krabka_remote_storage::*;
+
+struct Local {
+    dir: tempfile::TempDir,
+}
+
+impl Local {
+    fn new(log: &[u8]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("s.log"), log).unwrap();
+        std::fs::write(dir.path().join("s.index"), b"idx").unwrap();
+        std::fs::write(dir.path().join("s.timeindex"), b"tix").unwrap();
+        Self { dir }
+    }
+
+    fn data(&self) -> LogSegmentData {
+        let p = |n: &str| self.dir.path().join(n);
+        let mut d = LogSegmentData::new(p("s.log"), p("s.index"), p("s.timeindex"));
+        d.leader_epoch_index = bytes::Bytes::from_static(b"0\n1\n0 0\n");
+        d
+    }
+}
+
+fn meta(topic: &str, partition: i32, start: u64) -> RemoteLogSegmentMetadata {
+    let tp = TopicIdPartition::new(Uuid::new_v4(), topic, partition);
+    RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp), start, start + 9)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn files_land_at_the_documented_layout() {
+    let root = tempfile::tempdir().unwrap();
+    let rsm = FsRemoteStorage::new(root.path()).unwrap();
+    let local = Local::new(b"hello");
+    let m = meta("orders", 3, 1000);
+    assert_eq!(rsm.copy_log_segment_data(&m, &local.data()).unwrap(), None);
+    let tp = m.topic_id_partition();
+    let dir = format!("orders-3-{}", tp.topic_id());
+    let stem = format!("00000000000000001000-{}", m.remote_log_segment_id().id());
+    let want: Vec<PathBuf> = [".index", ".leader-epoch-checkpoint", ".log", ".timeindex"]
+        .iter()
+        .map(|s| Path::new(&dir).join(format!("{stem}{s}")))
+        .collect();
+    assert_eq!(rsm.list_objects().unwrap(), want);
+    assert_eq!(std::fs::read(root.path().join(&want[2])).unwrap(), b"hello");
+}
+
+#[test]
+fn hostile_topic_names_are_rejected_and_write_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let store = root.path().join("store");
+    let rsm = FsRemoteStorage::new(&store).unwrap();
+    let local = Local::new(b"x");
+    let long = "a".repeat(300);
+    for name in [
+        "../x",
+        "a/b",
+        "a\0b",
+        long.as_str(),
+        "..",
+        ".",
+        "",
+        "/etc",
+        "a\\b",
+    ] {
+        let m = meta(name, 0, 0);
+        let copy = rsm.copy_log_segment_data(&m, &local.data());
+        assert!(
+            matches!(copy, Err(RemoteStorageError::InvalidArgument { .. })),
+            "{name:?}: {copy:?}"
+        );
+        assert!(matches!(
+            rsm.fetch_log_segment(&m, 0, None),
+            Err(RemoteStorageError::InvalidArgument { .. })
+        ));
+        assert!(matches!(
+            rsm.fetch_index(&m, IndexType::Offset),
+            Err(RemoteStorageError::InvalidArgument { .. })
+        ));
+        assert!(matches!(
+            rsm.delete_log_segment_data(&m),
+            Err(RemoteStorageError::InvalidArgument { .. })
+        ));
+    }
+    let negative = meta("ok", -1, 0);
+    assert!(rsm.copy_log_segment_data(&negative, &local.data()).is_err());
+    assert!(rsm.list_objects().unwrap().is_empty());
+    // Nothing escaped next to the store either.
+    let siblings: Vec<_> = std::fs::read_dir(root.path()).unwrap().collect();
+    assert_eq!(siblings.len(), 1);
+}
+
+#[test]
+fn delete_removes_stray_temp_files_of_the_segment_only() {
+    let root = tempfile::tempdir().unwrap();
+    let rsm = FsRemoteStorage::new(root.path()).unwrap();
+    let local = Local::new(b"data");
+    let a = meta("t", 0, 0);
+    let b = RemoteLogSegmentMetadata::builder(
+        RemoteLogSegmentId::generate(a.topic_id_partition().clone()),
+        10,
+        19,
+    )
+    .build()
+    .unwrap();
+    rsm.copy_log_segment_data(&a, &local.data()).unwrap();
+    rsm.copy_log_segment_data(&b, &local.data()).unwrap();
+    // What a crash mid-copy leaves: a temp file next to the final names.
+    let log_a = root.path().join(layout::log_key(&a).unwrap());
+    let stray = PathBuf::from(format!("{}.tmp-1-0", log_a.display()));
+    std::fs::write(&stray, b"partial").unwrap();
+    rsm.delete_log_segment_data(&a).unwrap();
+    let left = rsm.list_objects().unwrap();
+    assert_eq!(left.len(), 4, "{left:?}");
+    let stem_b = layout::segment_stem(&b);
+    assert!(left.iter().all(|p| p.to_string_lossy().contains(&stem_b)));
+}
+
+#[test]
+fn a_failed_copy_leaves_no_file_under_a_final_name() {
+    let root = tempfile::tempdir().unwrap();
+    let rsm = FsRemoteStorage::new(root.path()).unwrap();
+    let local = Local::new(b"data");
+    let m = meta("t", 0, 0);
+    let mut data = local.data();
+    data.time_index = local.dir.path().join("missing.timeindex");
+    let err = rsm.copy_log_segment_data(&m, &data).unwrap_err();
+    assert!(matches!(err, RemoteStorageError::Io { .. }), "{err:?}");
+    // The files before the failure are complete under final names (deleted by the caller's
+    // cleanup); no temp file and no partial time index remain.
+    let left = rsm.list_objects().unwrap();
+    assert!(
+        left.iter().all(|p| !p.to_string_lossy().contains(".tmp-")),
+        "{left:?}"
+    );
+    assert!(matches!(
+        rsm.fetch_index(&m, IndexType::Timestamp),
+        Err(RemoteStorageError::SegmentNotFound { .. })
+    ));
+    rsm.delete_log_segment_data(&m).unwrap();
+    assert!(rsm.list_objects().unwrap().is_empty());
+}
+
+#[test]
+fn a_root_that_is_a_file_is_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f");
+    std::fs::write(&file, b"").unwrap();
+    assert!(matches!(
+        FsRemoteStorage::new(&file),
+        Err(RemoteStorageError::StoreUnavailable { .. })
+    ));
+}
+
+#[test]
+fn a_segment_shrunk_on_disk_reports_the_real_size() {
+    // The range is checked against the file, not the metadata: a truncated object is a clear
+    // InvalidArgument, not a short read dressed as success.
+    let root = tempfile::tempdir().unwrap();
+    let rsm = FsRemoteStorage::new(root.path()).unwrap();
+    let local = Local::new(&[7u8; 100]);
+    let m = meta("t", 0, 0);
+    rsm.copy_log_segment_data(&m, &local.data()).unwrap();
+    let log = root.path().join(layout::log_key(&m).unwrap());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_len(50)
+        .unwrap();
+    assert_eq!(
+        rsm.fetch_log_segment(&m, 40, Some(49)).unwrap(),
+        vec![7u8; 10]
+    );
+    assert!(matches!(
+        rsm.fetch_log_segment(&m, 40, Some(60)),
+        Err(RemoteStorageError::InvalidArgument { .. })
+    ));
+}
