@@ -1,1 +1,75 @@
-//! One log across a local disk tier and a remote tier (S3 or filesystem): copy, retention, transparent reads, caching.
+//! One log across a local disk tier and a remote tier (S3 or filesystem): copy, retention,
+//! transparent reads, caching.
+//!
+//! A [`TieredLog`] owns a local `krabka_storage::Log`, a
+//! [`RemoteStorageManager`](krabka_remote_storage::RemoteStorageManager) and a
+//! [`RemoteLogMetadataManager`](krabka_remote_storage::metadata::RemoteLogMetadataManager).
+//! Appends go to the local log; tiering rounds copy closed segments to the remote tier, delete
+//! local segments once their copy is finished, and apply whole-log retention; reads below the
+//! local start are served from the remote tier through a byte-bounded cache.
+//!
+//! - [`TieredLog::run_once`] — one deterministic round, for tests or your own scheduler.
+//! - [`TieredLog::spawn`] — a Tokio background task with bounded copy concurrency and a
+//!   per-copy deadline, stopped with [`TieringHandle::shutdown`].
+//! - [`policy`] — the decisions as pure functions over plain data.
+//!
+//! ```
+//! # #[cfg(feature = "fs")] {
+//! use std::sync::Arc;
+//! use krabka_protocol::Message;
+//! use krabka_remote_storage::{TopicIdPartition, Uuid};
+//! use krabka_remote_storage::metadata::InMemoryRemoteLogMetadataManager;
+//! use krabka_storage::Options;
+//! use krabka_tiering::{TieredLog, TieringConfig, fs::FsRemoteStorage};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let remote = Arc::new(FsRemoteStorage::new(dir.path().join("remote"))?);
+//! let metadata = Arc::new(InMemoryRemoteLogMetadataManager::new());
+//! let tp = TopicIdPartition::new(Uuid::new_v4(), "orders", 0);
+//! let config = TieringConfig { local_retention_bytes: Some(0), ..TieringConfig::default() };
+//! let log = TieredLog::open(
+//!     dir.path().join("local"),
+//!     Options { max_bytes: 256, ..Options::default() },
+//!     remote, metadata, tp, config,
+//! )?;
+//! for i in 0..20 {
+//!     log.append(&Message::new(format!("record {i}")))?;
+//! }
+//! let report = log.run_once()?;
+//! assert!(report.segments_copied > 0);
+//! assert!(log.local_first_seq() > log.first_seq()?); // older records now live remotely
+//! let all = log.read(log.first_seq()?, 100)?;
+//! assert_eq!(all.len(), 20);
+//! assert_eq!(all[0].message.value, "record 0");
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Backends by feature: `fs` (default) re-exports `krabka-remote-fs` as [`fs`], `s3`
+//! re-exports `krabka-remote-s3` as `s3`.
+
+mod background;
+mod cache;
+mod config;
+mod error;
+pub mod policy;
+mod read;
+mod stats;
+mod tiered;
+
+pub use background::TieringHandle;
+pub use config::{
+    DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_BYTES, DEFAULT_COPY_CONCURRENCY, DEFAULT_COPY_DEADLINE,
+    DEFAULT_LOCAL_RETENTION_BYTES, DEFAULT_RETENTION_MS, MIN_CHUNK_BYTES, TieringConfig,
+};
+pub use error::Error;
+pub use stats::{RemoteRequests, TieringReport, TieringStats};
+pub use tiered::TieredLog;
+
+/// The filesystem backend (feature `fs`, on by default).
+#[cfg(feature = "fs")]
+pub use krabka_remote_fs as fs;
+
+/// The S3 backend (feature `s3`).
+#[cfg(feature = "s3")]
+pub use krabka_remote_s3 as s3;

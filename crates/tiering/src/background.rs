@@ -1,0 +1,220 @@
+//! The tokio background task: periodic rounds, concurrent copies with a deadline, graceful
+//! shutdown. Every SPI and metadata call runs on the blocking pool (`spawn_blocking`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use krabka_remote_storage::RemoteLogSegmentMetadata;
+use krabka_storage::SegmentInfo;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::error::Error;
+use crate::stats::{TieringReport, bump};
+use crate::tiered::TieredLog;
+
+/// Handle of the background task started by [`TieredLog::spawn`].
+#[derive(Debug)]
+pub struct TieringHandle {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    rounds: Arc<AtomicU64>,
+}
+
+impl TieringHandle {
+    /// Rounds completed so far (successful or not).
+    pub fn rounds(&self) -> u64 {
+        self.rounds.load(Ordering::Acquire)
+    }
+
+    /// Stops the task: the round in progress (if any) finishes, then the task waits — at most
+    /// one copy deadline — for abandoned copies to return and be cleaned up.
+    ///
+    /// # Errors
+    /// [`Error::Task`] when the task panicked.
+    pub async fn shutdown(self) -> Result<(), Error> {
+        // The receiver lives in the task; a send error means it already ended.
+        let _ = self.stop.send(true);
+        self.task.await.map_err(|e| Error::Task(e.to_string()))
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Task(e.to_string()))?
+}
+
+impl TieredLog {
+    /// Starts the background task: a round every `interval` (the first one right away) until
+    /// [`TieringHandle::shutdown`]. Copies run up to
+    /// [`copy_concurrency`](crate::TieringConfig::copy_concurrency) at a time, each bounded by
+    /// [`copy_deadline`](crate::TieringConfig::copy_deadline). Round failures are logged with
+    /// `tracing` and retried next round.
+    ///
+    /// Must be called from within a Tokio runtime.
+    pub fn spawn(self: Arc<Self>, interval: Duration) -> TieringHandle {
+        let (stop, mut stopped) = watch::channel(false);
+        let rounds = Arc::new(AtomicU64::new(0));
+        let counter = rounds.clone();
+        let task = tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(1)));
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stopped.changed() => break,
+                    _ = ticker.tick() => {}
+                }
+                match self.run_round().await {
+                    Ok(report) => {
+                        for failure in &report.failures {
+                            tracing::warn!(partition = %self.tp, error = %failure, "tiering step failed; retrying next round");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(partition = %self.tp, error = %e, "tiering round failed")
+                    }
+                }
+                counter.fetch_add(1, Ordering::AcqRel);
+                if *stopped.borrow() {
+                    break;
+                }
+            }
+            self.wait_for_abandoned().await;
+        });
+        TieringHandle { stop, task, rounds }
+    }
+
+    /// One round on the Tokio runtime: like [`run_once`](Self::run_once), but copies run
+    /// concurrently (bounded) on the blocking pool, each with the copy deadline.
+    ///
+    /// # Errors
+    /// As [`run_once`](Self::run_once).
+    pub async fn run_round(self: &Arc<Self>) -> Result<TieringReport, Error> {
+        let _guard = self.begin_round()?;
+        let this = self.clone();
+        let (mut report, plan) = blocking(move || {
+            let mut report = TieringReport::default();
+            this.clean_stale(&mut report)?;
+            let plan = this.copy_plan()?;
+            Ok((report, plan))
+        })
+        .await?;
+
+        let permits = Arc::new(Semaphore::new(self.config.copy_concurrency));
+        let mut copies = JoinSet::new();
+        for seg in plan {
+            let permit = permits
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|e| Error::Task(e.to_string()))?;
+            let this = self.clone();
+            copies.spawn(async move {
+                let result = this.copy_with_deadline(seg).await;
+                drop(permit);
+                result
+            });
+        }
+        while let Some(joined) = copies.join_next().await {
+            match joined {
+                Ok(Ok(bytes)) => {
+                    report.segments_copied += 1;
+                    report.bytes_copied += bytes;
+                }
+                Ok(Err(e)) => report.failures.push(e),
+                Err(e) => report.failures.push(Error::Task(e.to_string())),
+            }
+        }
+
+        let this = self.clone();
+        let retention = blocking(move || {
+            let mut r = TieringReport::default();
+            this.apply_retention(&mut r)?;
+            Ok(r)
+        })
+        .await?;
+        report.merge(retention);
+        Ok(report)
+    }
+
+    async fn copy_with_deadline(self: &Arc<Self>, seg: SegmentInfo) -> Result<u64, Error> {
+        let this = self.clone();
+        let seg_for_begin = seg.clone();
+        let meta = blocking(move || this.begin_copy(&seg_for_begin))
+            .await
+            .inspect_err(|_| bump(&self.counters.copy_failures, 1))?;
+        let this = self.clone();
+        let (m, s) = (meta.clone(), seg.clone());
+        let mut upload = tokio::task::spawn_blocking(move || this.upload(&m, &s));
+        let outcome = tokio::time::timeout(self.config.copy_deadline, &mut upload).await;
+        let result = match outcome {
+            Ok(Ok(Ok(custom))) => {
+                let this = self.clone();
+                let m = meta.clone();
+                blocking(move || this.finish_copy(&m, custom)).await
+            }
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Err(join)) => Err(Error::Task(join.to_string())),
+            Err(_elapsed) => {
+                self.abandon(meta.clone(), upload);
+                bump(&self.counters.copy_failures, 1);
+                return Err(Error::CopyDeadlineExceeded {
+                    segment: meta.remote_log_segment_id().clone(),
+                    base_seq: seg.base_seq,
+                    last_seq: seg.last_seq,
+                    deadline: self.config.copy_deadline,
+                });
+            }
+        };
+        if result.is_err() {
+            bump(&self.counters.copy_failures, 1);
+            let this = self.clone();
+            let m = meta.clone();
+            let _ = blocking(move || {
+                this.discard_after_failure(&m);
+                Ok(())
+            })
+            .await;
+        }
+        result
+    }
+
+    /// Leaves a late copy running; when its call returns, its objects are deleted. Until then
+    /// the attempt is not treated as stale (deleting under a running upload would orphan what
+    /// it writes afterwards).
+    fn abandon(
+        self: &Arc<Self>,
+        meta: RemoteLogSegmentMetadata,
+        upload: JoinHandle<Result<Option<krabka_remote_storage::CustomMetadata>, Error>>,
+    ) {
+        let uuid = meta.remote_log_segment_id().id();
+        self.abandoned.lock().insert(uuid);
+        let this = self.clone();
+        let task = tokio::spawn(async move {
+            let _ = upload.await;
+            let inner = this.clone();
+            let _ = blocking(move || {
+                inner.discard_after_failure(&meta);
+                Ok(())
+            })
+            .await;
+            this.abandoned.lock().remove(&uuid);
+        });
+        self.abandoned_tasks.lock().push(task);
+    }
+
+    async fn wait_for_abandoned(&self) {
+        let tasks: Vec<_> = std::mem::take(&mut *self.abandoned_tasks.lock());
+        let deadline = self.config.copy_deadline;
+        for task in tasks {
+            if tokio::time::timeout(deadline, task).await.is_err() {
+                tracing::warn!(partition = %self.tp,
+                    "an abandoned copy is still running at shutdown; the next open cleans it up");
+            }
+        }
+    }
+}

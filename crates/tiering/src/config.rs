@@ -1,0 +1,150 @@
+//! [`TieringConfig`]: every knob of a [`TieredLog`](crate::TieredLog), with its default and minimum.
+
+use std::time::Duration;
+
+use krabka_remote_storage::DEFAULT_CUSTOM_METADATA_MAX_BYTES;
+
+use crate::error::Error;
+
+/// Default [`TieringConfig::local_retention_bytes`]: 1 GiB.
+pub const DEFAULT_LOCAL_RETENTION_BYTES: u64 = 1 << 30;
+/// Default [`TieringConfig::retention_ms`]: 7 days.
+pub const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+/// Default [`TieringConfig::copy_concurrency`].
+pub const DEFAULT_COPY_CONCURRENCY: usize = 2;
+/// Default [`TieringConfig::copy_deadline`]: 5 minutes.
+pub const DEFAULT_COPY_DEADLINE: Duration = Duration::from_secs(300);
+/// Default [`TieringConfig::cache_bytes`]: 64 MiB.
+pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
+/// Default [`TieringConfig::chunk_bytes`]: 1 MiB.
+pub const DEFAULT_CHUNK_BYTES: u32 = 1 << 20;
+/// Smallest accepted [`TieringConfig::chunk_bytes`].
+pub const MIN_CHUNK_BYTES: u32 = 64;
+
+/// Configuration of a [`TieredLog`](crate::TieredLog). Build it with struct update syntax:
+/// `TieringConfig { local_retention_bytes: Some(1 << 20), ..TieringConfig::default() }`.
+///
+/// Ages compare the newest record timestamp of a segment (`Message::timestamp`, ms since the
+/// epoch) with the wall clock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TieringConfig {
+    /// Local bytes (all segment files) above which the oldest segments *with a finished remote
+    /// copy* are deleted locally. `None`: no size limit. Default: `Some(1 GiB)`. Minimum: 0 (keep
+    /// only the active segment and whatever is not yet safely remote).
+    pub local_retention_bytes: Option<u64>,
+    /// Age above which local segments *with a finished remote copy* are deleted locally.
+    /// `None`: no age limit. Default: `None`. Minimum: 0.
+    pub local_retention_ms: Option<u64>,
+    /// Bytes of the whole log (finished remote segments plus local segments not yet remote)
+    /// above which the oldest remote segments are deleted. `None`: no size limit. Default:
+    /// `None`. Minimum: 0.
+    pub retention_bytes: Option<u64>,
+    /// Age above which remote segments are deleted (and the log's first seq moves past them).
+    /// `None`: no age limit. Default: 7 days. Minimum: 0.
+    pub retention_ms: Option<u64>,
+    /// Copies the background task runs at once. Default: 2. Minimum: 1.
+    /// [`TieredLog::run_once`](crate::TieredLog::run_once) always copies one at a time.
+    pub copy_concurrency: usize,
+    /// How long the background task waits for one copy before abandoning it; the segment is
+    /// copied again next round under a new id, and the abandoned attempt's objects are deleted
+    /// when its call returns. Default: 5 minutes. Minimum: 1 ms.
+    pub copy_deadline: Duration,
+    /// Bytes of the LRU cache of remote offset indexes and data chunks. Default: 64 MiB.
+    /// Minimum: 0 (no caching: every remote read fetches).
+    pub cache_bytes: u64,
+    /// Size of the aligned chunks remote data is fetched and cached in. Default: 1 MiB.
+    /// Minimum: 64 bytes.
+    pub chunk_bytes: u32,
+    /// Whether a read that runs past the end of a chunk fetches the following two chunks in one
+    /// request (read-ahead for sequential scans). Default: `true`.
+    pub prefetch: bool,
+    /// Broker (process) id recorded on remote metadata. Default: 0.
+    pub broker_id: i32,
+    /// Leader epoch recorded for every copied segment (`{epoch: start seq}`); there is no leader
+    /// election in this library. Default: 0. Minimum: 0.
+    pub leader_epoch: i32,
+    /// Largest custom metadata a backend may return from a copy; a larger one fails the copy.
+    /// Default: 128 bytes. Minimum: 0.
+    pub custom_metadata_max_bytes: usize,
+}
+
+impl Default for TieringConfig {
+    fn default() -> Self {
+        Self {
+            local_retention_bytes: Some(DEFAULT_LOCAL_RETENTION_BYTES),
+            local_retention_ms: None,
+            retention_bytes: None,
+            retention_ms: Some(DEFAULT_RETENTION_MS),
+            copy_concurrency: DEFAULT_COPY_CONCURRENCY,
+            copy_deadline: DEFAULT_COPY_DEADLINE,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            prefetch: true,
+            broker_id: 0,
+            leader_epoch: 0,
+            custom_metadata_max_bytes: DEFAULT_CUSTOM_METADATA_MAX_BYTES,
+        }
+    }
+}
+
+impl TieringConfig {
+    /// Checks every minimum.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the first field out of range.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::InvalidConfig(m));
+        if self.copy_concurrency == 0 {
+            return bad("copy_concurrency must be at least 1".into());
+        }
+        if self.copy_deadline < Duration::from_millis(1) {
+            return bad(format!(
+                "copy_deadline must be at least 1 ms, got {:?}",
+                self.copy_deadline
+            ));
+        }
+        if self.chunk_bytes < MIN_CHUNK_BYTES {
+            return bad(format!(
+                "chunk_bytes must be at least {MIN_CHUNK_BYTES}, got {}",
+                self.chunk_bytes
+            ));
+        }
+        if self.leader_epoch < 0 {
+            return bad(format!(
+                "leader_epoch must not be negative, got {}",
+                self.leader_epoch
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_minimums_are_enforced() {
+        assert!(TieringConfig::default().validate().is_ok());
+        for cfg in [
+            TieringConfig {
+                copy_concurrency: 0,
+                ..TieringConfig::default()
+            },
+            TieringConfig {
+                copy_deadline: Duration::ZERO,
+                ..TieringConfig::default()
+            },
+            TieringConfig {
+                chunk_bytes: 63,
+                ..TieringConfig::default()
+            },
+            TieringConfig {
+                leader_epoch: -1,
+                ..TieringConfig::default()
+            },
+        ] {
+            assert!(matches!(cfg.validate(), Err(Error::InvalidConfig(_))));
+        }
+    }
+}

@@ -1,0 +1,601 @@
+//! [`TieredLog`]: the local log, the remote tier and the policy joining them.
+
+use std::collections::HashSet;
+use std::ops::RangeInclusive;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use bytes::Bytes;
+use krabka_protocol::Message;
+use krabka_remote_storage::metadata::RemoteLogMetadataManager;
+use krabka_remote_storage::{
+    CustomMetadata, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState, RemoteStorageManager, TopicIdPartition,
+    now_ms,
+};
+use krabka_storage::{Log, Options, Record, SegmentInfo};
+use parking_lot::Mutex;
+use uuid::Uuid;
+
+use crate::cache::ByteLru;
+use crate::config::TieringConfig;
+use crate::error::Error;
+use crate::policy::{self, LocalLimits, LocalSegment, RemoteSegment, RetentionLimits};
+use crate::stats::{Counters, TieringReport, TieringStats, bump};
+
+/// `commit_seq` value meaning "no bound set: everything appended is committed".
+const NO_COMMIT_BOUND: u64 = u64::MAX;
+
+/// One log across the local and the remote tier.
+///
+/// Writes go to the local [`Log`]; tiering rounds ([`run_once`](Self::run_once) or the
+/// background task of [`spawn`](Self::spawn)) copy closed segments to the remote tier, delete
+/// local segments once safely remote, and apply whole-log retention. [`read`](Self::read) spans
+/// both tiers transparently.
+pub struct TieredLog {
+    pub(crate) log: Log,
+    pub(crate) rsm: Arc<dyn RemoteStorageManager>,
+    pub(crate) rlmm: Arc<dyn RemoteLogMetadataManager>,
+    pub(crate) tp: TopicIdPartition,
+    pub(crate) config: TieringConfig,
+    commit_seq: AtomicU64,
+    /// Whole-log retention watermark: records below it are gone (or going) from both tiers.
+    log_start: AtomicU64,
+    pub(crate) cache: ByteLru,
+    pub(crate) counters: Counters,
+    round_running: AtomicBool,
+    /// Attempts whose copy call outlived its deadline and is still running: not stale yet.
+    pub(crate) abandoned: Mutex<HashSet<Uuid>>,
+    pub(crate) abandoned_tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for TieredLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TieredLog")
+            .field("dir", &self.log.dir())
+            .field("topic_id_partition", &self.tp)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Clears the round flag when a round ends, however it ends.
+pub(crate) struct RoundGuard<'a>(&'a AtomicBool);
+
+impl Drop for RoundGuard<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl TieredLog {
+    /// Joins an open local log with a remote tier.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a config below a minimum or a topic name that could not
+    /// name remote objects.
+    pub fn new(
+        log: Log,
+        rsm: Arc<dyn RemoteStorageManager>,
+        rlmm: Arc<dyn RemoteLogMetadataManager>,
+        topic_id_partition: TopicIdPartition,
+        config: TieringConfig,
+    ) -> Result<Self, Error> {
+        config.validate()?;
+        topic_id_partition
+            .validate()
+            .map_err(|e| Error::InvalidConfig(e.to_string()))?;
+        Ok(Self {
+            cache: ByteLru::new(config.cache_bytes),
+            log,
+            rsm,
+            rlmm,
+            tp: topic_id_partition,
+            config,
+            commit_seq: AtomicU64::new(NO_COMMIT_BOUND),
+            log_start: AtomicU64::new(0),
+            counters: Counters::default(),
+            round_running: AtomicBool::new(false),
+            abandoned: Mutex::new(HashSet::new()),
+            abandoned_tasks: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Opens (or creates) the local log in `dir` with `options` and joins it with a remote tier.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] when the log cannot be opened; as [`new`](Self::new).
+    pub fn open(
+        dir: impl AsRef<Path>,
+        options: Options,
+        rsm: Arc<dyn RemoteStorageManager>,
+        rlmm: Arc<dyn RemoteLogMetadataManager>,
+        topic_id_partition: TopicIdPartition,
+        config: TieringConfig,
+    ) -> Result<Self, Error> {
+        let dir = dir.as_ref();
+        let log = Log::open(dir, options)
+            .map_err(|e| Error::storage(format!("opening {}", dir.display()), e))?;
+        Self::new(log, rsm, rlmm, topic_id_partition, config)
+    }
+
+    /// The local log (for its segments, options, recovery report...). Writing or deleting
+    /// through it bypasses the tiering policy.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// The partition this log stores.
+    pub fn topic_id_partition(&self) -> &TopicIdPartition {
+        &self.tp
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TieringConfig {
+        &self.config
+    }
+
+    /// Appends one message; returns its seq.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] as `Log::append`.
+    pub fn append(&self, msg: &Message) -> Result<u64, Error> {
+        self.log
+            .append(msg)
+            .map_err(|e| Error::storage("appending", e))
+    }
+
+    /// Appends messages as one batch; returns their seqs.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] as `Log::append_batch`.
+    pub fn append_batch(&self, msgs: &[Message]) -> Result<RangeInclusive<u64>, Error> {
+        self.log
+            .append_batch(msgs)
+            .map_err(|e| Error::storage("appending a batch", e))
+    }
+
+    /// Forces every appended record to stable storage.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] as `Log::sync`.
+    pub fn sync(&self) -> Result<(), Error> {
+        self.log.sync().map_err(|e| Error::storage("syncing", e))
+    }
+
+    /// Seq of the last record (0 for a log that never held one).
+    pub fn last_seq(&self) -> u64 {
+        self.log.last_seq()
+    }
+
+    /// Seq of the first record still held locally.
+    pub fn local_first_seq(&self) -> u64 {
+        self.log.first_seq()
+    }
+
+    /// Seq of the earliest readable record in either tier: the first finished remote segment's
+    /// start or the local first seq, whichever is smaller, never below what retention removed.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] when the metadata manager cannot list segments.
+    pub fn first_seq(&self) -> Result<u64, Error> {
+        let view = self.remote_view()?;
+        let local_first = self.log.first_seq();
+        Ok(policy::first_readable_seq(
+            &view,
+            Some(local_first),
+            self.log_start.load(Ordering::Acquire),
+        )
+        .unwrap_or(local_first))
+    }
+
+    /// Bounds copying: only segments wholly at or below `seq` are copied. Without a call,
+    /// everything appended counts as committed.
+    pub fn set_commit_seq(&self, seq: u64) {
+        self.commit_seq.store(seq, Ordering::Release);
+    }
+
+    /// The current commit bound (`None`: everything appended).
+    pub fn commit_seq(&self) -> Option<u64> {
+        match self.commit_seq.load(Ordering::Acquire) {
+            NO_COMMIT_BOUND => None,
+            s => Some(s),
+        }
+    }
+
+    /// Closes the local log (syncing it as its policy says).
+    ///
+    /// # Errors
+    /// [`Error::Storage`] as `Log::close`.
+    pub fn close(self) -> Result<(), Error> {
+        self.log.close().map_err(|e| Error::storage("closing", e))
+    }
+
+    /// Counters and sizes. Copy lag and remote bytes are computed from the metadata manager
+    /// now; when it cannot answer they read 0.
+    pub fn stats(&self) -> TieringStats {
+        let segs = self.log.segments();
+        let view = self.remote_view().unwrap_or_default();
+        let (lag_segments, lag_bytes) = segs
+            .iter()
+            .map(local_segment)
+            .filter(|s| !s.active && !policy::is_safely_remote(s, &view))
+            .fold((0, 0), |(n, b), s| (n + 1, b + s.size));
+        let remote_bytes = view
+            .iter()
+            .filter(|r| r.state == RemoteLogSegmentState::CopySegmentFinished)
+            .map(|r| r.size)
+            .sum();
+        TieringStats {
+            copy_lag_segments: lag_segments,
+            copy_lag_bytes: lag_bytes,
+            segments_copied: self.counters.segments_copied.load(Ordering::Relaxed),
+            bytes_copied: self.counters.bytes_copied.load(Ordering::Relaxed),
+            copy_failures: self.counters.copy_failures.load(Ordering::Relaxed),
+            requests: self.counters.requests(),
+            cache_hits: self.cache.hits(),
+            cache_misses: self.cache.misses(),
+            cache_bytes: self.cache.bytes(),
+            local_bytes: self.log.bytes(),
+            remote_bytes,
+        }
+    }
+
+    /// Up to `max` records from `from_seq`, from whichever tier holds them, in order: records
+    /// below [`local_first_seq`](Self::local_first_seq) come from the remote tier, and a read
+    /// continues across remote segments and into the local log.
+    ///
+    /// `from_seq == last_seq() + 1` returns an empty `Vec`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfRange`] when `from_seq < first_seq()` or `from_seq > last_seq() + 1`;
+    /// [`Error::Remote`] / [`Error::Metadata`] when the remote tier fails;
+    /// [`Error::CorruptRemote`] / [`Error::Storage`] for bad bytes.
+    pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
+        let last = self.log.last_seq();
+        let first = self.first_seq()?;
+        if from_seq < first || from_seq > last.saturating_add(1) {
+            return Err(Error::OutOfRange {
+                seq: from_seq,
+                first,
+                last,
+            });
+        }
+        let mut out: Vec<Record> = Vec::new();
+        let mut seq = from_seq;
+        // Retention may move either tier's start while we read; a few retries settle it.
+        let mut misses = 0;
+        while out.len() < max && seq <= last {
+            let want = max - out.len();
+            if seq >= self.log.first_seq() {
+                match self.log.read(seq, want) {
+                    Ok(records) => {
+                        out.extend(records);
+                        break;
+                    }
+                    Err(krabka_storage::Error::OutOfRange { .. })
+                        if seq < self.log.first_seq() && misses < 3 =>
+                    {
+                        misses += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(Error::storage(format!("reading from seq {seq}"), e)),
+                }
+            }
+            let found = self
+                .rlmm
+                .remote_log_segment_metadata(&self.tp, seq)
+                .map_err(|e| Error::metadata("lookup", None, e))?;
+            let records = match found {
+                Some(meta) => self.read_remote(&meta, seq, want)?,
+                None => Vec::new(),
+            };
+            let Some(next) = records.last().map(|r| r.seq + 1) else {
+                // Not remote (any more): retention moved past it, or local retention raced us.
+                misses += 1;
+                let first = self.first_seq()?;
+                if seq < first && out.is_empty() {
+                    return Err(Error::OutOfRange { seq, first, last });
+                }
+                if seq < first || misses > 3 {
+                    if out.is_empty() {
+                        return Err(Error::OutOfRange { seq, first, last });
+                    }
+                    break;
+                }
+                continue;
+            };
+            out.extend(records);
+            seq = next;
+        }
+        Ok(out)
+    }
+
+    /// One deterministic round: clean stale attempts, copy eligible segments one at a time
+    /// (stopping at the first failure), apply whole-log retention to the remote tier, then
+    /// local retention.
+    ///
+    /// Failures of individual copies and deletes are in [`TieringReport::failures`] and are
+    /// retried next round.
+    ///
+    /// # Errors
+    /// [`Error::RoundInProgress`] when another round runs; [`Error::Metadata`] when the
+    /// metadata manager cannot list segments; [`Error::Storage`] when local retention fails.
+    pub fn run_once(&self) -> Result<TieringReport, Error> {
+        let _guard = self.begin_round()?;
+        let mut report = TieringReport::default();
+        self.clean_stale(&mut report)?;
+        for seg in self.copy_plan()? {
+            match self.copy_segment(&seg) {
+                Ok(bytes) => {
+                    report.segments_copied += 1;
+                    report.bytes_copied += bytes;
+                }
+                Err(e) => {
+                    report.failures.push(e);
+                    break;
+                }
+            }
+        }
+        self.apply_retention(&mut report)?;
+        Ok(report)
+    }
+
+    pub(crate) fn begin_round(&self) -> Result<RoundGuard<'_>, Error> {
+        self.round_running
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .map_err(|_| Error::RoundInProgress)?;
+        Ok(RoundGuard(&self.round_running))
+    }
+
+    /// The partition's live remote segments (not yet `DeleteSegmentFinished`) as policy input.
+    pub(crate) fn remote_list(&self) -> Result<Vec<RemoteLogSegmentMetadata>, Error> {
+        self.rlmm
+            .list_remote_log_segments(&self.tp)
+            .map_err(|e| Error::metadata("list", None, e))
+    }
+
+    fn remote_view(&self) -> Result<Vec<RemoteSegment<RemoteLogSegmentId>>, Error> {
+        Ok(self.remote_list()?.iter().map(remote_segment).collect())
+    }
+
+    /// Cleans attempts a crashed process, a failed copy or an abandoned copy left behind.
+    pub(crate) fn clean_stale(&self, report: &mut TieringReport) -> Result<(), Error> {
+        let list = self.remote_list()?;
+        let view: Vec<_> = list.iter().map(remote_segment).collect();
+        let abandoned = self.abandoned.lock().clone();
+        for i in policy::stale_attempts(&view, |id| abandoned.contains(&id.id())) {
+            let Some(meta) = list.get(i) else { continue };
+            match self.discard_attempt(meta) {
+                Ok(()) => report.stale_cleaned += 1,
+                Err(e) => report.failures.push(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes an attempt's objects: DeleteSegmentStarted → delete → DeleteSegmentFinished.
+    pub(crate) fn discard_attempt(&self, meta: &RemoteLogSegmentMetadata) -> Result<(), Error> {
+        let id = meta.remote_log_segment_id();
+        if meta.state() != RemoteLogSegmentState::DeleteSegmentStarted {
+            self.update_state(id, RemoteLogSegmentState::DeleteSegmentStarted, None)?;
+        }
+        bump(&self.counters.delete, 1);
+        self.rsm
+            .delete_log_segment_data(meta)
+            .map_err(|e| Error::remote("delete", id, Some(meta.start_offset()), e))?;
+        self.update_state(id, RemoteLogSegmentState::DeleteSegmentFinished, None)?;
+        self.cache.remove_segment(id.id());
+        Ok(())
+    }
+
+    fn update_state(
+        &self,
+        id: &RemoteLogSegmentId,
+        state: RemoteLogSegmentState,
+        custom: Option<CustomMetadata>,
+    ) -> Result<RemoteLogSegmentMetadata, Error> {
+        let update = RemoteLogSegmentMetadataUpdate::new(
+            id.clone(),
+            now_ms(),
+            custom,
+            state,
+            self.config.broker_id,
+        );
+        self.rlmm
+            .update_remote_log_segment_metadata(&update)
+            .map_err(|e| Error::metadata("update", Some(id), e))
+    }
+
+    /// The closed, committed local segments without a finished copy, oldest first.
+    pub(crate) fn copy_plan(&self) -> Result<Vec<SegmentInfo>, Error> {
+        let segs = self.log.segments();
+        let local: Vec<LocalSegment> = segs.iter().map(local_segment).collect();
+        let view = self.remote_view()?;
+        let last = self.log.last_seq();
+        let commit = Some(self.commit_seq().map_or(last, |c| c.min(last)));
+        let picked = policy::segments_to_copy(
+            &local,
+            &view,
+            self.log_start.load(Ordering::Acquire),
+            commit,
+        );
+        Ok(picked
+            .into_iter()
+            .filter_map(|i| segs.get(i).cloned())
+            .collect())
+    }
+
+    /// Records a new attempt (CopySegmentStarted) for `seg` under a fresh id.
+    pub(crate) fn begin_copy(&self, seg: &SegmentInfo) -> Result<RemoteLogSegmentMetadata, Error> {
+        let id = RemoteLogSegmentId::generate(self.tp.clone());
+        let meta = RemoteLogSegmentMetadata::builder(id.clone(), seg.base_seq, seg.last_seq)
+            .max_timestamp_ms(seg.max_timestamp)
+            .broker_id(self.config.broker_id)
+            .segment_leader_epochs([(self.config.leader_epoch, seg.base_seq)].into())
+            .segment_size_in_bytes(seg.size)
+            .build()
+            .map_err(|e| Error::metadata("add", Some(&id), e))?;
+        self.rlmm
+            .add_remote_log_segment_metadata(&meta)
+            .map_err(|e| Error::metadata("add", Some(&id), e))?;
+        Ok(meta)
+    }
+
+    /// Uploads `seg` under `meta`'s id (the blocking SPI call).
+    pub(crate) fn upload(
+        &self,
+        meta: &RemoteLogSegmentMetadata,
+        seg: &SegmentInfo,
+    ) -> Result<Option<CustomMetadata>, Error> {
+        let id = meta.remote_log_segment_id();
+        let mut data = LogSegmentData::new(&seg.log_path, &seg.index_path, &seg.time_index_path);
+        // Kafka's leader-epoch checkpoint text: version, entry count, then "epoch start".
+        data.leader_epoch_index = Bytes::from(format!(
+            "0\n1\n{} {}\n",
+            self.config.leader_epoch, seg.base_seq
+        ));
+        bump(&self.counters.copy, 1);
+        let custom = self
+            .rsm
+            .copy_log_segment_data(meta, &data)
+            .map_err(|e| Error::remote("copy", id, Some(seg.base_seq), e))?;
+        if let Some(cm) = &custom {
+            cm.check_size(self.config.custom_metadata_max_bytes)
+                .map_err(|e| Error::remote("copy", id, Some(seg.base_seq), e))?;
+        }
+        Ok(custom)
+    }
+
+    /// Records CopySegmentFinished: the segment is now readable and safely remote.
+    pub(crate) fn finish_copy(
+        &self,
+        meta: &RemoteLogSegmentMetadata,
+        custom: Option<CustomMetadata>,
+    ) -> Result<u64, Error> {
+        self.update_state(
+            meta.remote_log_segment_id(),
+            RemoteLogSegmentState::CopySegmentFinished,
+            custom,
+        )?;
+        bump(&self.counters.segments_copied, 1);
+        bump(&self.counters.bytes_copied, meta.segment_size_in_bytes());
+        Ok(meta.segment_size_in_bytes())
+    }
+
+    /// A whole attempt, synchronously; on failure the attempt's objects are removed (or left
+    /// for the next round's stale cleanup when even that fails).
+    pub(crate) fn copy_segment(&self, seg: &SegmentInfo) -> Result<u64, Error> {
+        let meta = self.begin_copy(seg).inspect_err(|_| {
+            bump(&self.counters.copy_failures, 1);
+        })?;
+        let result = self
+            .upload(&meta, seg)
+            .and_then(|custom| self.finish_copy(&meta, custom));
+        if result.is_err() {
+            bump(&self.counters.copy_failures, 1);
+            self.discard_after_failure(&meta);
+        }
+        result
+    }
+
+    /// Best-effort removal of a failed attempt; on failure the next round's stale cleanup
+    /// finds it in CopySegmentStarted or DeleteSegmentStarted.
+    pub(crate) fn discard_after_failure(&self, meta: &RemoteLogSegmentMetadata) {
+        let current = self
+            .rlmm
+            .segment_metadata(meta.remote_log_segment_id())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| meta.clone());
+        if current.state() == RemoteLogSegmentState::CopySegmentFinished {
+            return;
+        }
+        if let Err(e) = self.discard_attempt(&current) {
+            tracing::debug!(segment = %meta.remote_log_segment_id(), error = %e,
+                "could not remove a failed copy attempt now; the next round will");
+        }
+    }
+
+    /// Whole-log retention over the remote tier, then local retention.
+    pub(crate) fn apply_retention(&self, report: &mut TieringReport) -> Result<(), Error> {
+        let now = now_ms();
+        let segs = self.log.segments();
+        let local: Vec<LocalSegment> = segs.iter().map(local_segment).collect();
+        let list = self.remote_list()?;
+        let view: Vec<_> = list.iter().map(remote_segment).collect();
+        let local_only: u64 = local
+            .iter()
+            .filter(|s| !policy::is_safely_remote(s, &view))
+            .map(|s| s.size)
+            .sum();
+        let limits = RetentionLimits {
+            bytes: self.config.retention_bytes,
+            ms: self.config.retention_ms,
+        };
+        for i in policy::remote_to_delete(&view, local_only, limits, now) {
+            let Some(meta) = list.get(i) else { break };
+            let id = meta.remote_log_segment_id();
+            // Unreadable first, so first_seq() moves before any data goes.
+            if let Err(e) = self.update_state(id, RemoteLogSegmentState::DeleteSegmentStarted, None)
+            {
+                report.failures.push(e);
+                break;
+            }
+            self.log_start
+                .fetch_max(meta.end_offset().saturating_add(1), Ordering::AcqRel);
+            let started = meta.apply(&RemoteLogSegmentMetadataUpdate::to_state(
+                id.clone(),
+                RemoteLogSegmentState::DeleteSegmentStarted,
+                self.config.broker_id,
+            ));
+            let started = started.unwrap_or_else(|_| meta.clone());
+            match self.discard_attempt(&started) {
+                Ok(()) => report.remote_segments_deleted += 1,
+                Err(e) => {
+                    report.failures.push(e);
+                    break;
+                }
+            }
+        }
+
+        let list = self.remote_list()?;
+        let view: Vec<_> = list.iter().map(remote_segment).collect();
+        let limits = LocalLimits {
+            bytes: self.config.local_retention_bytes,
+            ms: self.config.local_retention_ms,
+        };
+        let log_start = self.log_start.load(Ordering::Acquire);
+        if let Some(keep_from) = policy::local_keep_from(&local, &view, log_start, limits, now) {
+            let before = segs.len();
+            self.log.delete_before(keep_from).map_err(|e| {
+                Error::storage(format!("deleting local segments below {keep_from}"), e)
+            })?;
+            let after = self.log.segments().len();
+            report.local_segments_deleted += before.saturating_sub(after) as u64;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn local_segment(s: &SegmentInfo) -> LocalSegment {
+    LocalSegment {
+        base_seq: s.base_seq,
+        last_seq: s.last_seq,
+        size: s.size,
+        max_timestamp: s.max_timestamp,
+        active: s.active,
+    }
+}
+
+pub(crate) fn remote_segment(m: &RemoteLogSegmentMetadata) -> RemoteSegment<RemoteLogSegmentId> {
+    RemoteSegment {
+        id: m.remote_log_segment_id().clone(),
+        start: m.start_offset(),
+        end: m.end_offset(),
+        size: m.segment_size_in_bytes(),
+        max_timestamp: m.max_timestamp_ms(),
+        state: m.state(),
+    }
+}
