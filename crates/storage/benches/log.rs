@@ -1,3 +1,263 @@
-//! Placeholder.
-#![allow(missing_docs)]
-fn main() {}
+//! `Log` throughput against plain-file baselines measured in the same run.
+//!
+//! Data size: `KRABKA_BENCH_BYTES` (default 64 MiB) for the read and open logs.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs::{File, OpenOptions};
+use std::hint::black_box;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use krabka_protocol::Message;
+use krabka_storage::segment::encode_frame;
+use krabka_storage::{Log, Options, SyncPolicy};
+
+const VALUE: usize = 1024;
+/// Keep files bounded while appending: trim/truncate (untimed) above this size.
+const KEEP: u64 = 256 << 20;
+
+fn data_bytes() -> u64 {
+    std::env::var("KRABKA_BENCH_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64 << 20)
+}
+
+fn message(i: u64) -> Message {
+    Message::new(vec![(i % 251) as u8; VALUE])
+        .with_key(format!("key-{i}"))
+        .with_timestamp(i as i64)
+}
+
+fn frames(n: u64) -> Vec<u8> {
+    let mut buf = Vec::new();
+    for i in 0..n {
+        encode_frame(i + 1, &message(i), &mut buf);
+    }
+    buf
+}
+
+fn opts(sync: SyncPolicy) -> Options {
+    Options {
+        sync,
+        ..Options::default()
+    }
+}
+
+fn raw_file(dir: &Path) -> File {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("raw.bin"))
+        .unwrap()
+}
+
+fn append(c: &mut Criterion) {
+    let one = message(1);
+    let frame = frames(1);
+    let batch: Vec<Message> = (0..100).map(message).collect();
+    let batch_frames = frames(100);
+    let mut g = c.benchmark_group("append");
+    for (name, n) in [("1KiB", 1u64), ("batch100", 100)] {
+        let bytes = if n == 1 {
+            frame.len()
+        } else {
+            batch_frames.len()
+        };
+        g.throughput(Throughput::Bytes(bytes as u64));
+        g.bench_function(BenchmarkId::new("krabka", name), |b| {
+            let dir = tempfile::tempdir().unwrap();
+            let log = Log::open(dir.path(), opts(SyncPolicy::Never)).unwrap();
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                for _ in 0..iters {
+                    if n == 1 {
+                        black_box(log.append(&one).unwrap());
+                    } else {
+                        black_box(log.append_batch(&batch).unwrap());
+                    }
+                }
+                let e = t.elapsed();
+                if log.bytes() > KEEP {
+                    log.trim_over_bytes(0).unwrap();
+                }
+                e
+            })
+        });
+        g.bench_function(BenchmarkId::new("raw_write", name), |b| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut f = raw_file(dir.path());
+            let data = if n == 1 { &frame } else { &batch_frames };
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                for _ in 0..iters {
+                    f.write_all(black_box(data)).unwrap();
+                }
+                let e = t.elapsed();
+                if f.metadata().unwrap().len() > KEEP {
+                    f.set_len(0).unwrap();
+                }
+                e
+            })
+        });
+    }
+    g.finish();
+}
+
+fn append_sync(c: &mut Criterion) {
+    let frame = frames(1);
+    let mut g = c.benchmark_group("append_sync");
+    g.throughput(Throughput::Elements(1));
+    for threads in [1usize, 4] {
+        g.bench_function(BenchmarkId::new("krabka_every_append", threads), |b| {
+            let dir = tempfile::tempdir().unwrap();
+            let log = Arc::new(Log::open(dir.path(), opts(SyncPolicy::EveryAppend)).unwrap());
+            b.iter_custom(|iters| {
+                let per = iters.div_ceil(threads as u64);
+                let t = Instant::now();
+                std::thread::scope(|s| {
+                    for _ in 0..threads {
+                        let log = Arc::clone(&log);
+                        s.spawn(move || {
+                            let m = message(7);
+                            for _ in 0..per {
+                                log.append(&m).unwrap();
+                            }
+                        });
+                    }
+                });
+                t.elapsed()
+                    .mul_f64(iters as f64 / (per * threads as u64) as f64)
+            })
+        });
+    }
+    g.bench_function(BenchmarkId::new("raw_write_fdatasync", 1), |b| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = raw_file(dir.path());
+        b.iter(|| {
+            f.write_all(&frame).unwrap();
+            f.sync_data().unwrap();
+        })
+    });
+    g.finish();
+}
+
+/// A log of about `bytes` of 1 KiB records, and its record count.
+fn build_log(dir: &Path, bytes: u64, max_bytes: u64) -> (Log, u64) {
+    let log = Log::open(
+        dir,
+        Options {
+            max_bytes,
+            ..opts(SyncPolicy::Never)
+        },
+    )
+    .unwrap();
+    let batch: Vec<Message> = (0..100).map(message).collect();
+    while log.bytes() < bytes {
+        log.append_batch(&batch).unwrap();
+    }
+    let n = log.last_seq();
+    (log, n)
+}
+
+fn reads(c: &mut Criterion) {
+    let bytes = data_bytes();
+    let dir = tempfile::tempdir().unwrap();
+    let (log, n) = build_log(dir.path(), bytes, (bytes / 4).max(1 << 20));
+    let files: Vec<(File, u64)> = log
+        .segments()
+        .iter()
+        .map(|s| (File::open(&s.log_path).unwrap(), s.size))
+        .collect();
+    let frame_len = (log.segments()[0].size / (log.segments()[0].last_seq)) as usize;
+    let chunk = 1000usize;
+
+    let mut g = c.benchmark_group("read_seq");
+    g.throughput(Throughput::Bytes((chunk * frame_len) as u64));
+    g.bench_function("krabka", |b| {
+        let mut seq = 1;
+        b.iter(|| {
+            if seq + chunk as u64 > n {
+                seq = 1;
+            }
+            let r = log.read(seq, chunk).unwrap();
+            seq += r.len() as u64;
+            black_box(r)
+        })
+    });
+    g.bench_function("raw_pread", |b| {
+        let mut buf = vec![0u8; chunk * frame_len];
+        let (mut fi, mut pos) = (0usize, 0u64);
+        b.iter(|| {
+            let (f, size) = &files[fi];
+            if pos + buf.len() as u64 > *size {
+                fi = (fi + 1) % files.len();
+                pos = 0;
+            }
+            let (f2, _) = &files[fi];
+            let _ = f;
+            f2.read_exact_at(&mut buf, pos).unwrap();
+            pos += buf.len() as u64;
+            black_box(&buf);
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("read_random");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("krabka", |b| {
+        let mut x = 88172645463325252u64;
+        b.iter(|| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            black_box(log.read(1 + x % n, 1).unwrap())
+        })
+    });
+    g.bench_function("raw_pread", |b| {
+        let mut x = 88172645463325252u64;
+        let mut buf = vec![0u8; frame_len];
+        let (f, size) = &files[0];
+        let frames_in = size / frame_len as u64;
+        b.iter(|| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            f.read_exact_at(&mut buf, (x % frames_in) * frame_len as u64)
+                .unwrap();
+            black_box(&buf);
+        })
+    });
+    g.finish();
+}
+
+fn open(c: &mut Criterion) {
+    let bytes = data_bytes();
+    let seg = (bytes / 32).max(1 << 20);
+    let many = tempfile::tempdir().unwrap();
+    let one = tempfile::tempdir().unwrap();
+    drop(build_log(many.path(), seg * 32, seg));
+    drop(build_log(one.path(), seg, seg * 2));
+    let mut g = c.benchmark_group("open");
+    g.bench_function("krabka_32_segments", |b| {
+        b.iter(|| Log::open(many.path(), opts(SyncPolicy::Never)).unwrap())
+    });
+    g.bench_function("krabka_1_segment", |b| {
+        b.iter(|| Log::open(one.path(), opts(SyncPolicy::Never)).unwrap())
+    });
+    g.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(20)
+}
+
+criterion_group! { name = benches; config = config(); targets = append, append_sync, reads, open }
+criterion_main!(benches);

@@ -639,6 +639,9 @@ impl Log {
                     last,
                 });
             }
+            if last == 0 || from_seq > last || max == 0 {
+                return Ok(out);
+            }
         }
         while out.len() < max {
             let plan = {
