@@ -1,0 +1,100 @@
+//! Shared helpers of the integration tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use krabka_protocol::Message;
+use krabka_remote_fs::FsRemoteStorage;
+use krabka_remote_storage::metadata::RemoteLogMetadataManager;
+use krabka_remote_storage::{RemoteLogSegmentState, TopicIdPartition, Uuid, layout};
+use krabka_storage::{Options, SyncPolicy};
+use krabka_tiering::TieredLog;
+
+pub fn tp() -> TopicIdPartition {
+    TopicIdPartition::new(Uuid::from_u128(42), "orders", 0)
+}
+
+pub fn options(max_bytes: u64) -> Options {
+    Options {
+        max_bytes,
+        index_interval_bytes: 256,
+        sync: SyncPolicy::Never,
+        ..Options::default()
+    }
+}
+
+/// The message every test stores at `seq`: its content is a function of the seq, so a reader
+/// can check any record without remembering what was written.
+pub fn message(seq: u64) -> Message {
+    Message::new(format!("value-{seq:010}"))
+        .with_key(format!("k{}", seq % 97))
+        .with_timestamp(krabka_remote_storage::now_ms())
+}
+
+/// Appends `n` records, checking they get the expected seqs.
+pub fn append(log: &TieredLog, n: u64) {
+    let next = log.last_seq() + 1;
+    let msgs: Vec<Message> = (next..next + n).map(message).collect();
+    assert_eq!(log.append_batch(&msgs).unwrap(), next..=next + n - 1);
+}
+
+/// Reads everything from `from` to the end in pages and checks every record's seq and value.
+pub fn read_all_and_check(log: &TieredLog, from: u64) -> u64 {
+    let last = log.last_seq();
+    let mut seq = from;
+    while seq <= last {
+        let page = log.read(seq, 2000).unwrap();
+        assert!(!page.is_empty(), "no progress at seq {seq}");
+        for r in &page {
+            assert_eq!(r.seq, seq, "records out of order");
+            assert_eq!(r.message.value, message(seq).value, "wrong value at {seq}");
+            seq += 1;
+        }
+    }
+    seq - from
+}
+
+/// Files in the fs root that no live metadata names, and live metadata not finished.
+pub fn orphans(fs: &FsRemoteStorage, rlmm: &dyn RemoteLogMetadataManager) -> (Vec<PathBuf>, usize) {
+    let live = rlmm.list_remote_log_segments(&tp()).unwrap();
+    let unfinished = live
+        .iter()
+        .filter(|m| m.state() != RemoteLogSegmentState::CopySegmentFinished)
+        .count();
+    let known: BTreeSet<PathBuf> = live
+        .iter()
+        .flat_map(|m| layout::all_keys(m).unwrap())
+        .map(PathBuf::from)
+        .collect();
+    let stray = fs
+        .list_objects()
+        .unwrap()
+        .into_iter()
+        .filter(|p| !known.contains(p))
+        .collect();
+    (stray, unfinished)
+}
+
+/// Every seq below the local first seq is covered by a finished remote segment.
+pub fn assert_below_local_is_remote(log: &TieredLog, rlmm: &dyn RemoteLogMetadataManager) {
+    let first = log.first_seq().unwrap();
+    let local_first = log.local_first_seq();
+    let mut next = first;
+    let mut finished: Vec<_> = rlmm
+        .list_remote_log_segments(&tp())
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.state() == RemoteLogSegmentState::CopySegmentFinished)
+        .collect();
+    finished.sort_by_key(|m| m.start_offset());
+    for m in finished {
+        if m.start_offset() <= next && m.end_offset() >= next {
+            next = m.end_offset() + 1;
+        }
+    }
+    assert!(
+        next >= local_first,
+        "seqs {next}..{local_first} are neither local nor finished remote"
+    );
+}
