@@ -1,0 +1,267 @@
+//! The command line, as clap sees it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::human;
+
+/// krabka: a tiered log you can run, inspect and verify.
+///
+/// Records are appended to segments on local disk; closed segments are copied to a remote tier
+/// (a filesystem directory or an S3 bucket) and, past the local retention, kept only there.
+/// Reads cross both tiers transparently.
+#[derive(Debug, Parser)]
+#[command(
+    name = "krabka",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Append records, tier them to a remote, keep little locally, read everything back across
+    /// both tiers and verify every record; prints a summary.
+    Demo(DemoArgs),
+    /// Append records to a log: one per line of stdin, or generated ones.
+    Produce(ProduceArgs),
+    /// Print records from a seq on (tab-separated: seq, timestamp, key, value).
+    Read(ReadArgs),
+    /// Print every frame of a segment file: seq, position, size, timestamp, key, value size,
+    /// CRC status (like kafka-dump-log).
+    Dump(DumpArgs),
+    /// CRC-check every segment and index of a log directory; exits 1 naming the file and byte
+    /// position of any corruption.
+    Verify(VerifyArgs),
+    /// Copy closed segments to a remote and apply retention: one round, or continuously.
+    Tier(TierArgs),
+    /// Measure append and read throughput of the local log on this machine.
+    Bench(BenchArgs),
+}
+
+/// Where the remote tier is.
+#[derive(Debug, Clone, Args)]
+pub struct RemoteArgs {
+    /// The remote tier: `fs://PATH` (a directory) or `s3://BUCKET/PREFIX`. S3 credentials and
+    /// region come from the standard AWS environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    /// AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL, AWS_MAX_ATTEMPTS).
+    #[arg(long, value_name = "URL")]
+    pub remote: Option<String>,
+    /// Endpoint of an S3-compatible store (e.g. http://127.0.0.1:9000); overrides
+    /// AWS_ENDPOINT_URL. Only with an s3:// remote.
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+}
+
+/// Tiering knobs shared by `demo` and `tier`.
+#[derive(Debug, Clone, Args)]
+pub struct RetentionArgs {
+    /// Bytes of closed segments kept on local disk once they are safely remote (the rest is
+    /// served from the remote tier). Accepts units: 4MiB, 1GiB.
+    #[arg(long, value_name = "SIZE", value_parser = human::parse_bytes)]
+    pub local_retention_bytes: Option<u64>,
+    /// Bytes of remote-tier cache for reads. Accepts units.
+    #[arg(long, value_name = "SIZE", value_parser = human::parse_bytes)]
+    pub cache_bytes: Option<u64>,
+}
+
+/// `krabka demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Directory to run in; must be new or empty (the log goes to DIR/log, the default remote
+    /// to DIR/remote). Default: a temporary directory removed at exit.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Records to append (minimum 1).
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub records: u64,
+    /// Segment size: the log rolls to a new segment at this size. Small, so that there are many
+    /// segments to tier. Minimum 1 KiB.
+    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = parse_segment_bytes)]
+    pub segment_bytes: u64,
+    /// Seed of the deterministic record generator.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub remote: RemoteArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub retention: RetentionArgs,
+}
+
+/// `krabka produce`.
+#[derive(Debug, Clone, Args)]
+pub struct ProduceArgs {
+    /// Log directory (created when missing).
+    pub dir: PathBuf,
+    /// Append N generated records instead of reading stdin.
+    #[arg(long, value_name = "N")]
+    pub generate: Option<u64>,
+    /// Seed of the generator (with --generate).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Split each stdin line at the first SEP into key and value (like kafka-console-producer's
+    /// parse.key); lines without it get no key.
+    #[arg(long, value_name = "SEP")]
+    pub key_separator: Option<String>,
+    /// Segment size for new segments. Minimum 1 KiB.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_segment_bytes)]
+    pub segment_bytes: u64,
+}
+
+/// `krabka read`.
+#[derive(Debug, Clone, Args)]
+pub struct ReadArgs {
+    /// Log directory.
+    pub dir: PathBuf,
+    /// First seq to print (the log's first record has seq 1).
+    #[arg(long, value_name = "SEQ", default_value_t = 1)]
+    pub from: u64,
+    /// Stop after N records.
+    #[arg(long, value_name = "N")]
+    pub max: Option<u64>,
+    /// Keep waiting for new records (until Ctrl-C, --timeout or --max).
+    #[arg(long)]
+    pub follow: bool,
+    /// With --follow: stop after this long in total, e.g. 30s, 5m.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Print at most this many characters of each value.
+    #[arg(long, value_name = "CHARS", default_value_t = 200)]
+    pub value_chars: usize,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub remote: RemoteArgs,
+}
+
+/// `krabka dump`.
+#[derive(Debug, Clone, Args)]
+pub struct DumpArgs {
+    /// A segment's `.log` file.
+    pub file: PathBuf,
+    /// Also print each value, cut at CHARS characters.
+    #[arg(long, value_name = "CHARS", num_args = 0..=1, default_missing_value = "200")]
+    pub values: Option<usize>,
+}
+
+/// `krabka verify`.
+#[derive(Debug, Clone, Args)]
+pub struct VerifyArgs {
+    /// Log directory.
+    pub dir: PathBuf,
+    /// Print only problems and the summary.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// `krabka tier`.
+#[derive(Debug, Clone, Args)]
+pub struct TierArgs {
+    /// Log directory.
+    pub dir: PathBuf,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub remote: RemoteArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub retention: RetentionArgs,
+    /// Keep tiering every --interval until Ctrl-C.
+    #[arg(long)]
+    pub watch: bool,
+    /// Time between rounds with --watch, e.g. 5s.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub interval: Duration,
+}
+
+/// How `bench` syncs appends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchSync {
+    /// Never fsync (the OS writes back); measures the write path.
+    Never,
+    /// Fsync every 1000 appends.
+    Batch,
+    /// Fsync every append (group commit); measures the disk.
+    Every,
+}
+
+/// `krabka bench`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Directory to run in (must be new or empty). Default: a temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Records to append.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub records: u64,
+    /// Value size of each record. Accepts units.
+    #[arg(long, value_name = "SIZE", default_value = "512", value_parser = human::parse_bytes)]
+    pub value_size: u64,
+    /// Records per append call.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub batch: u64,
+    /// When to fsync.
+    #[arg(long, value_enum, default_value_t = BenchSync::Never)]
+    pub sync: BenchSync,
+}
+
+/// Smallest segment size the commands accept.
+pub const MIN_SEGMENT_BYTES: u64 = 1024;
+
+fn parse_segment_bytes(s: &str) -> Result<u64, String> {
+    let n = human::parse_bytes(s)?;
+    if n < MIN_SEGMENT_BYTES {
+        Err(format!(
+            "a segment must be at least {MIN_SEGMENT_BYTES} bytes, got {n}"
+        ))
+    } else {
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn demo_defaults_and_sizes_parse() {
+        let cli = Cli::try_parse_from([
+            "krabka",
+            "demo",
+            "--records",
+            "20000",
+            "--segment-bytes",
+            "256KiB",
+        ])
+        .unwrap();
+        let Command::Demo(d) = cli.command else {
+            panic!("not demo")
+        };
+        assert_eq!(
+            (d.records, d.segment_bytes, d.seed),
+            (20_000, 256 << 10, 42)
+        );
+        assert!(Cli::try_parse_from(["krabka", "demo", "--records", "0"]).is_err());
+        assert!(Cli::try_parse_from(["krabka", "demo", "--segment-bytes", "10"]).is_err());
+        let cli =
+            Cli::try_parse_from(["krabka", "read", "d", "--follow", "--timeout", "2s"]).unwrap();
+        let Command::Read(r) = cli.command else {
+            panic!("not read")
+        };
+        assert_eq!((r.from, r.timeout), (1, Some(Duration::from_secs(2))));
+    }
+}

@@ -1,0 +1,109 @@
+//! `krabka bench`: append and read throughput of the local log on this machine.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use krabka_protocol::Message;
+use krabka_storage::{Log, Options, SyncPolicy};
+
+use crate::args::{BenchArgs, BenchSync};
+use crate::error::{CliError, Result, storage};
+use crate::{human, progress, workdir};
+
+/// Runs `krabka bench`.
+///
+/// # Errors
+/// When the directory cannot be used or the log fails.
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let work = workdir::WorkDir::new(args.dir.as_deref())?;
+    let dir: PathBuf = work.path().join("log");
+    let sync = match args.sync {
+        BenchSync::Never => SyncPolicy::Never,
+        BenchSync::Batch => SyncPolicy::EveryN(1000),
+        BenchSync::Every => SyncPolicy::EveryAppend,
+    };
+    let opts = Options {
+        max_bytes: 64 << 20,
+        sync,
+        ..Options::default()
+    };
+    let value_size = usize::try_from(args.value_size)
+        .map_err(|_| CliError::new("--value-size is too large for this machine"))?;
+    let log = Log::open(&dir, opts).map_err(|e| storage("cannot open log", &dir, e))?;
+    // One shared value: the bench measures the log, not the generator.
+    let value = Bytes::from(vec![b'x'; value_size]);
+    let batch_len = usize::try_from(args.batch).unwrap_or(100);
+    let batch: Vec<Message> = (0..batch_len)
+        .map(|i| {
+            Message::new(value.clone())
+                .with_key(format!("key-{:04}", i % 1000))
+                .with_timestamp(1_704_067_200_000)
+        })
+        .collect();
+    let frame_bytes = batch.first().map_or(0, |m| m.encoded_len() as u64 + 16);
+
+    let bar = progress::count_bar("append", args.records);
+    let started = Instant::now();
+    let mut appended = 0u64;
+    while appended < args.records {
+        let n = (args.records - appended).min(args.batch);
+        let slice = batch
+            .get(..usize::try_from(n).unwrap_or(0))
+            .unwrap_or(&batch);
+        log.append_batch(slice)
+            .map_err(|e| storage("cannot append to log", &dir, e))?;
+        appended += n;
+        bar.set_position(appended);
+    }
+    log.sync()
+        .map_err(|e| storage("cannot sync log", &dir, e))?;
+    let append_time = started.elapsed();
+    bar.finish_and_clear();
+    let bytes = appended * frame_bytes;
+
+    let bar = progress::count_bar("read", appended);
+    let started = Instant::now();
+    let mut next = log.first_seq();
+    let mut read = 0u64;
+    loop {
+        let records = log
+            .read(next, 1000)
+            .map_err(|e| storage("cannot read log", &dir, e))?;
+        let Some(last) = records.last() else { break };
+        next = last.seq + 1;
+        read += records.len() as u64;
+        bar.set_position(read);
+    }
+    let read_time = started.elapsed();
+    bar.finish_and_clear();
+    log.close()
+        .map_err(|e| storage("cannot close log", &dir, e))?;
+    if read != appended {
+        return Err(CliError::new(format!(
+            "read back {read} records of {appended} appended in {}",
+            dir.display()
+        ))
+        .hint("run `krabka verify` on it"));
+    }
+    let line = |what: &str, d: Duration| {
+        println!(
+            "{what:<7} {} records × {} in {}: {:.1} MB/s, {:.0} records/s",
+            human::count(appended),
+            human::bytes(frame_bytes),
+            human::duration(d),
+            human::mb_per_s(bytes, d),
+            human::per_second(appended, d)
+        );
+    };
+    println!(
+        "bench: {} of records, batches of {}, sync {:?}, in {}",
+        human::bytes(bytes),
+        args.batch,
+        args.sync,
+        dir.display()
+    );
+    line("append", append_time);
+    line("read", read_time);
+    Ok(())
+}

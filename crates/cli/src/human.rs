@@ -1,0 +1,133 @@
+//! Sizes, rates, counts and durations as a person reads them.
+
+use std::time::Duration;
+
+/// `1536` → `1.5 KiB`; bytes below 1 KiB are shown exactly (`512 B`).
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    let name = UNITS.get(unit).copied().unwrap_or("EiB");
+    format!("{value:.1} {name}")
+}
+
+/// Bytes per second over `elapsed` (`0 B/s` for a zero duration).
+pub fn rate(n: u64, elapsed: Duration) -> String {
+    format!("{}/s", bytes(per_second(n, elapsed) as u64))
+}
+
+/// Megabytes (10^6 bytes) per second, as benchmarks usually state throughput.
+pub fn mb_per_s(n: u64, elapsed: Duration) -> f64 {
+    per_second(n, elapsed) / 1_000_000.0
+}
+
+/// Events per second over `elapsed` (0 for a zero duration).
+pub fn per_second(n: u64, elapsed: Duration) -> f64 {
+    let secs = elapsed.as_secs_f64();
+    if secs > 0.0 { n as f64 / secs } else { 0.0 }
+}
+
+/// `1234567` → `1,234,567`.
+pub fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `1.234 s`, `56 ms`, `2m 5s`.
+pub fn duration(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs < 1.0 {
+        format!("{} ms", d.as_millis())
+    } else if secs < 60.0 {
+        format!("{secs:.2} s")
+    } else {
+        format!("{}m {}s", d.as_secs() / 60, d.as_secs() % 60)
+    }
+}
+
+/// `part / whole` as a percentage with one decimal (`n/a` when `whole` is 0).
+pub fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "n/a".to_owned()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+/// Parses a size such as `1048576`, `64KiB`, `1 MiB`, `4m`, `2GB` (binary multiples for all
+/// suffixes, as segment sizes are usually meant).
+///
+/// # Errors
+/// A message naming what could not be read.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '_'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: u64 = num
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (e.g. 1048576, 64KiB, 1MiB, 2GiB)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => {
+            return Err(format!(
+                "`{other}` in `{s}` is not a size unit (B, KiB, MiB, GiB, TiB)"
+            ));
+        }
+    };
+    num.checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_rates_and_counts_read_naturally() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(3 << 20), "3.0 MiB");
+        assert_eq!(rate(2 << 20, Duration::from_secs(2)), "1.0 MiB/s");
+        assert_eq!(rate(5, Duration::ZERO), "0 B/s");
+        assert_eq!(count(0), "0");
+        assert_eq!(count(1234567), "1,234,567");
+        assert_eq!(count(200_000), "200,000");
+        assert_eq!(percent(1, 4), "25.0%");
+        assert_eq!(percent(1, 0), "n/a");
+        assert_eq!(duration(Duration::from_millis(56)), "56 ms");
+        assert_eq!(duration(Duration::from_secs(125)), "2m 5s");
+    }
+
+    #[test]
+    fn parse_bytes_accepts_units_and_rejects_garbage() {
+        assert_eq!(parse_bytes("1048576"), Ok(1 << 20));
+        assert_eq!(parse_bytes("64KiB"), Ok(64 << 10));
+        assert_eq!(parse_bytes("1 MiB"), Ok(1 << 20));
+        assert_eq!(parse_bytes("4m"), Ok(4 << 20));
+        assert_eq!(parse_bytes("1_000"), Ok(1000));
+        assert!(parse_bytes("x").is_err());
+        assert!(parse_bytes("3 parsecs").is_err());
+        assert!(parse_bytes("99999999999999TiB").is_err());
+    }
+}

@@ -1,0 +1,155 @@
+//! The `krabka` command run as a user runs it: a real process, real files, exit codes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn krabka(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_krabka"))
+        .args(args)
+        .output()
+        .expect("run krabka")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn produce(dir: &Path, records: u64, segment_bytes: &str) {
+    let out = krabka(&[
+        "produce",
+        dir.to_str().unwrap(),
+        "--generate",
+        &records.to_string(),
+        "--segment-bytes",
+        segment_bytes,
+    ]);
+    assert!(
+        out.status.success(),
+        "produce failed: {}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn bad_arguments_are_a_usage_error_with_exit_code_2() {
+    for args in [
+        &["no-such-command"][..],
+        &["demo", "--records", "zero"],
+        &["demo", "--records", "0"],
+        &["read"],
+        &["dump"],
+        &["verify", "a", "b"],
+        &["bench", "--sync", "sometimes"],
+    ] {
+        let out = krabka(args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(text(&out.stderr).starts_with("error:"), "{args:?}");
+    }
+    assert_eq!(krabka(&["--help"]).status.code(), Some(0));
+}
+
+#[test]
+fn dump_prints_every_record_with_its_crc_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 500, "64MiB");
+    let seg = log.join("00000000000000000001.log");
+    let out = krabka(&["dump", seg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("seq: ")).collect();
+    assert_eq!(lines.len(), 500);
+    for (i, line) in lines.iter().enumerate() {
+        assert!(
+            line.starts_with(&format!("seq: {} position: ", i + 1)),
+            "{line}"
+        );
+        for field in ["timestamp: 2024-", "key: user-", "value_size: ", "crc: ok"] {
+            assert!(line.contains(field), "{field} missing in {line}");
+        }
+    }
+    assert!(stdout.contains("500 records, 0 bad frame(s)"), "{stdout}");
+}
+
+#[test]
+fn verify_names_the_corrupt_file_and_byte_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 3000, "256KiB");
+    let ok = krabka(&["verify", log.to_str().unwrap()]);
+    assert!(
+        ok.status.success(),
+        "{}{}",
+        text(&ok.stdout),
+        text(&ok.stderr)
+    );
+    assert!(text(&ok.stdout).contains("verify: OK"));
+
+    // Where does the frame holding byte 5000 of the second segment start?
+    let mut segs: Vec<_> = std::fs::read_dir(&log)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    segs.sort();
+    let victim = &segs[1];
+    let dump = text(&krabka(&["dump", victim.to_str().unwrap()]).stdout);
+    let frame_start = dump
+        .lines()
+        .filter_map(|l| l.split("position: ").nth(1))
+        .filter_map(|rest| rest.split(' ').next()?.parse::<u64>().ok())
+        .filter(|p| *p <= 5000)
+        .max()
+        .unwrap();
+    let mut bytes = std::fs::read(victim).unwrap();
+    bytes[5000] ^= 0x5a;
+    std::fs::write(victim, bytes).unwrap();
+
+    let out = krabka(&["verify", log.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let report = text(&out.stdout) + &text(&out.stderr);
+    let name = victim.file_name().unwrap().to_str().unwrap();
+    let expected = format!("{name} at byte {frame_start}");
+    assert!(report.contains(&expected), "`{expected}` not in:\n{report}");
+    assert!(report.contains("CRC"), "{report}");
+    let last = text(&out.stderr);
+    assert_eq!(last.lines().count(), 1, "one error line: {last}");
+    assert!(last.starts_with("error: 1 problem(s)"), "{last}");
+}
+
+#[test]
+fn read_prints_records_from_a_seq_and_stops_at_max() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 2000, "64KiB");
+    let out = krabka(&[
+        "read",
+        log.to_str().unwrap(),
+        "--from",
+        "1500",
+        "--max",
+        "10",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let seqs: Vec<u64> = stdout
+        .lines()
+        .map(|l| l.split('\t').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(seqs, (1500..1510).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_missing_directory_is_one_error_line_with_the_path_and_exit_code_1() {
+    let out = krabka(&["verify", "/nonexistent/krabka-log"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("/nonexistent/krabka-log"), "{stderr}");
+}
