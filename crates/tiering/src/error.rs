@@ -26,7 +26,7 @@ pub enum Error {
         context: String,
         /// The storage error.
         #[source]
-        source: krabka_storage::Error,
+        source: Box<krabka_storage::Error>,
     },
     /// A call to the remote storage manager failed.
     #[error("remote {operation} failed{}: {source}", describe(.segment.as_ref(), *.seq))]
@@ -39,7 +39,7 @@ pub enum Error {
         seq: Option<u64>,
         /// The backend's error.
         #[source]
-        source: RemoteStorageError,
+        source: Box<RemoteStorageError>,
     },
     /// A call to the remote log metadata manager failed.
     #[error("remote metadata {operation} failed{}: {source}", describe(.segment.as_ref(), None))]
@@ -50,7 +50,7 @@ pub enum Error {
         segment: Option<RemoteLogSegmentId>,
         /// The manager's error.
         #[source]
-        source: RemoteStorageError,
+        source: Box<RemoteStorageError>,
     },
     /// Bytes fetched from the remote tier do not decode.
     #[error("corrupt remote segment {segment} while reading seq {seq}: {reason}")]
@@ -101,7 +101,7 @@ impl Error {
     pub(crate) fn storage(context: impl Into<String>, source: krabka_storage::Error) -> Self {
         Error::Storage {
             context: context.into(),
-            source,
+            source: Box::new(source),
         }
     }
 
@@ -113,7 +113,7 @@ impl Error {
         Error::Metadata {
             operation,
             segment: segment.cloned(),
-            source,
+            source: Box::new(source),
         }
     }
 
@@ -127,7 +127,7 @@ impl Error {
             operation,
             segment: Some(segment.clone()),
             seq,
-            source,
+            source: Box::new(source),
         }
     }
 

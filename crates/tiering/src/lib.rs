@@ -26,7 +26,13 @@
 //! let remote = Arc::new(FsRemoteStorage::new(dir.path().join("remote"))?);
 //! let metadata = Arc::new(InMemoryRemoteLogMetadataManager::new());
 //! let tp = TopicIdPartition::new(Uuid::new_v4(), "orders", 0);
-//! let config = TieringConfig { local_retention_bytes: Some(0), ..TieringConfig::default() };
+//! // Keep locally only what is not yet remote; no age-based retention (these messages carry
+//! // timestamp 0, which an age limit would find 55 years old).
+//! let config = TieringConfig {
+//!     local_retention_bytes: Some(0),
+//!     retention_ms: None,
+//!     ..TieringConfig::default()
+//! };
 //! let log = TieredLog::open(
 //!     dir.path().join("local"),
 //!     Options { max_bytes: 256, ..Options::default() },

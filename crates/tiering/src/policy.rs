@@ -412,7 +412,10 @@ mod tests {
     }
 
     /// A random history: segment sizes, which have finished copies, limits.
-    fn scenario() -> impl Strategy<Value = (Vec<(u64, u64, bool)>, Option<u64>, Option<u64>, i64)> {
+    /// Segments as (records, bytes, copied), a size limit, an age limit, and now.
+    type Scenario = (Vec<(u64, u64, bool)>, Option<u64>, Option<u64>, i64);
+
+    fn scenario() -> impl Strategy<Value = Scenario> {
         (
             proptest::collection::vec((1u64..20, 1u64..500, any::<bool>()), 1..20),
             proptest::option::of(0u64..5000),

@@ -11,10 +11,12 @@ use krabka_remote_storage::{RemoteLogSegmentState, TopicIdPartition, Uuid, layou
 use krabka_storage::{Options, SyncPolicy};
 use krabka_tiering::TieredLog;
 
+/// The partition every test stores.
 pub fn tp() -> TopicIdPartition {
     TopicIdPartition::new(Uuid::from_u128(42), "orders", 0)
 }
 
+/// Local log options: small segments, no fsync (the tests crash processes, not machines).
 pub fn options(max_bytes: u64) -> Options {
     Options {
         max_bytes,
