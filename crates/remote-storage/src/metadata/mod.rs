@@ -3,15 +3,15 @@
 //! [`RemoteLogMetadataManager`] is the interface the tiering layer drives; [`MetadataState`] is
 //! the pure, I/O-free bookkeeping both implementations share:
 //! - [`InMemoryRemoteLogMetadataManager`] — for tests and single-process setups;
-//! - `DurableRemoteLogMetadataManager` — appends every event to a `krabka_storage::Log` and
+//! - [`DurableRemoteLogMetadataManager`] — appends every event to a `krabka_storage::Log` and
 //!   rebuilds its state on open, so the metadata survives a crash exactly like the data.
 
-// mod durable;
+mod durable;
 pub mod event;
 mod memory;
 mod state;
 
-// pub use durable::DurableRemoteLogMetadataManager;
+pub use durable::DurableRemoteLogMetadataManager;
 pub use memory::InMemoryRemoteLogMetadataManager;
 pub use state::MetadataState;
 
