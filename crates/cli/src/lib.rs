@@ -8,6 +8,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod demo;
 pub mod error;
 pub mod generate;
 pub mod human;
@@ -18,6 +19,8 @@ pub mod produce;
 pub mod progress;
 pub mod read;
 pub mod reader;
+pub mod remote;
+pub mod tier;
 pub mod workdir;
 
 pub use error::CliError;
@@ -30,7 +33,7 @@ use args::{Cli, Command};
 /// The command's failure, as one line for the user.
 pub fn run(cli: Cli) -> error::Result<()> {
     match cli.command {
-        Command::Demo(_) => Err(CliError::new("demo is not available yet")),
+        Command::Demo(a) => demo::run(&a),
         Command::Produce(a) => produce::run(&a),
         Command::Read(a) => read::run(&a),
         Command::Dump(a) => {
@@ -68,7 +71,7 @@ pub fn run(cli: Cli) -> error::Result<()> {
                 .hint("restore the named file from a copy, or delete that segment and the ones after it (recovery rebuilds a missing index)")),
             }
         }
-        Command::Tier(_) => Err(CliError::new("tier is not available yet")),
+        Command::Tier(a) => tier::run(&a),
         Command::Bench(a) => bench::run(&a),
     }
 }

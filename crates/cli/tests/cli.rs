@@ -153,3 +153,45 @@ fn a_missing_directory_is_one_error_line_with_the_path_and_exit_code_1() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("/nonexistent/krabka-log"), "{stderr}");
 }
+
+#[test]
+fn demo_verifies_every_record_across_both_tiers() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let out = krabka(&["demo", "--records", "20000", "--dir", run.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("verified        all 20,000 records match"),
+        "{stdout}"
+    );
+    for field in [
+        "append ",
+        "MB/s",
+        "remote requests",
+        "hit rate",
+        "read-back",
+        "remote only",
+    ] {
+        assert!(stdout.contains(field), "{field} missing in {stdout}");
+    }
+    // Most of the data went remote-only, and the log left behind verifies clean.
+    let local_segments = std::fs::read_dir(run.join("log"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count();
+    assert!(local_segments <= 6, "{local_segments} local segments left");
+    let verify = krabka(&["verify", run.join("log").to_str().unwrap()]);
+    assert!(verify.status.success(), "{}", text(&verify.stdout));
+
+    // The directory is refused a second time: the demo wants a fresh one.
+    let again = krabka(&["demo", "--records", "10", "--dir", run.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(text(&again.stderr).contains("not empty"));
+}

@@ -1,0 +1,253 @@
+//! The remote tier named on the command line (`fs://PATH`, `s3://BUCKET/PREFIX`), the metadata
+//! that says which segments are remote, and the topic a log is tiered under.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use krabka_remote_storage::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
+use krabka_remote_storage::{RemoteStorageManager, TopicIdPartition, Uuid};
+
+use crate::args::RemoteArgs;
+use crate::error::{CliError, Result};
+
+/// Name of the directory, inside a tiered log's directory, holding the durable record of its
+/// remote segments (itself a small krabka log).
+pub const METADATA_DIR: &str = "remote-metadata";
+
+/// A remote tier as named by `--remote`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoteSpec {
+    /// A directory (`fs://PATH`, or a plain path).
+    Fs(PathBuf),
+    /// An S3 bucket and key prefix (`s3://BUCKET/PREFIX`).
+    S3 {
+        /// The bucket.
+        bucket: String,
+        /// The key prefix, without leading or trailing `/` (may be empty).
+        prefix: String,
+    },
+}
+
+impl RemoteSpec {
+    /// Parses `fs://PATH`, `s3://BUCKET[/PREFIX]` or a plain path (a filesystem remote).
+    ///
+    /// # Errors
+    /// A message naming what is wrong with `s`.
+    pub fn parse(s: &str) -> std::result::Result<RemoteSpec, String> {
+        if let Some(path) = s.strip_prefix("fs://") {
+            if path.is_empty() {
+                return Err(format!("`{s}` names no directory: use fs://PATH"));
+            }
+            return Ok(RemoteSpec::Fs(PathBuf::from(path)));
+        }
+        if let Some(rest) = s.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(format!("`{s}` names no bucket: use s3://BUCKET/PREFIX"));
+            }
+            return Ok(RemoteSpec::S3 {
+                bucket: bucket.to_owned(),
+                prefix: prefix.trim_matches('/').to_owned(),
+            });
+        }
+        if let Some((scheme, _)) = s.split_once("://") {
+            return Err(format!(
+                "remote scheme `{scheme}://` is not supported: use fs://PATH or s3://BUCKET/PREFIX"
+            ));
+        }
+        if s.is_empty() {
+            return Err("the remote is empty: use fs://PATH or s3://BUCKET/PREFIX".to_owned());
+        }
+        Ok(RemoteSpec::Fs(PathBuf::from(s)))
+    }
+
+    /// How the summary names it.
+    pub fn describe(&self) -> String {
+        match self {
+            RemoteSpec::Fs(p) => format!("fs://{}", p.display()),
+            RemoteSpec::S3 { bucket, prefix } if prefix.is_empty() => format!("s3://{bucket}"),
+            RemoteSpec::S3 { bucket, prefix } => format!("s3://{bucket}/{prefix}"),
+        }
+    }
+}
+
+/// Reads `--remote`/`--endpoint`; `None` when no remote was given.
+///
+/// # Errors
+/// A bad URL, or `--endpoint` with a filesystem remote.
+pub fn spec(args: &RemoteArgs) -> Result<Option<RemoteSpec>> {
+    let Some(url) = &args.remote else {
+        if args.endpoint.is_some() {
+            return Err(CliError::new("--endpoint needs an s3:// --remote"));
+        }
+        return Ok(None);
+    };
+    let spec = RemoteSpec::parse(url).map_err(|e| CliError::new(format!("--remote {e}")))?;
+    if args.endpoint.is_some() && matches!(spec, RemoteSpec::Fs(_)) {
+        return Err(CliError::new(format!(
+            "--endpoint applies to s3:// remotes, not {url}"
+        )));
+    }
+    Ok(Some(spec))
+}
+
+/// Connects to the remote tier.
+///
+/// # Errors
+/// When the directory cannot be created, or the bucket cannot be reached (S3).
+pub fn open(spec: &RemoteSpec, endpoint: Option<&str>) -> Result<Arc<dyn RemoteStorageManager>> {
+    match spec {
+        RemoteSpec::Fs(root) => {
+            let store = krabka_tiering::fs::FsRemoteStorage::new(root.clone()).map_err(|e| {
+                CliError::at("cannot use remote directory", root, e)
+                    .hint("check that the path is a writable directory")
+            })?;
+            Ok(Arc::new(store))
+        }
+        RemoteSpec::S3 { bucket, prefix } => open_s3(bucket, prefix, endpoint),
+    }
+}
+
+#[cfg(feature = "s3")]
+fn open_s3(
+    bucket: &str,
+    prefix: &str,
+    endpoint: Option<&str>,
+) -> Result<Arc<dyn RemoteStorageManager>> {
+    use krabka_tiering::s3::{S3Config, S3Credentials, S3RemoteStorage};
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let mut config = S3Config::new(bucket).with_prefix(prefix);
+    if let Some(region) = env("AWS_REGION").or_else(|| env("AWS_DEFAULT_REGION")) {
+        config = config.with_region(region);
+    }
+    let endpoint = endpoint
+        .map(str::to_owned)
+        .or_else(|| env("AWS_ENDPOINT_URL_S3"))
+        .or_else(|| env("AWS_ENDPOINT_URL"));
+    if let Some(endpoint) = endpoint {
+        config = config.with_endpoint(endpoint);
+    }
+    if let (Some(id), Some(secret)) = (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+        config = config.with_credentials(S3Credentials::Static {
+            access_key_id: id,
+            secret_access_key: secret,
+            session_token: env("AWS_SESSION_TOKEN"),
+        });
+    }
+    if let Some(attempts) = env("AWS_MAX_ATTEMPTS") {
+        let n = attempts.parse().map_err(|_| {
+            CliError::new(format!(
+                "AWS_MAX_ATTEMPTS `{attempts}` is not a positive integer"
+            ))
+        })?;
+        config = config.with_max_attempts(n);
+    }
+    let store = S3RemoteStorage::new(config).map_err(|e| {
+        CliError::new(format!("cannot use s3://{bucket}/{prefix}: {e}")).hint(
+            "check the bucket exists, AWS_REGION / --endpoint, and AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
+        )
+    })?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "s3"))]
+fn open_s3(
+    bucket: &str,
+    prefix: &str,
+    _endpoint: Option<&str>,
+) -> Result<Arc<dyn RemoteStorageManager>> {
+    Err(CliError::new(format!(
+        "s3://{bucket}/{prefix}: this krabka was built without S3 support"
+    ))
+    .hint("rebuild with `--features s3` (cargo run --release -p krabka-cli --features s3 -- ...)"))
+}
+
+/// Opens the durable record of a log's remote segments, kept in `log_dir/remote-metadata`.
+///
+/// # Errors
+/// When it cannot be opened or is corrupt.
+pub fn open_metadata(log_dir: &Path) -> Result<Arc<dyn RemoteLogMetadataManager>> {
+    let _dir = log_dir.join(METADATA_DIR);
+    Ok(Arc::new(InMemoryRemoteLogMetadataManager::new()))
+}
+
+/// The topic a log directory is tiered under: its name (made a valid topic name) and an id
+/// derived from that name, so every run of `tier` or `read` on it agrees without any state.
+/// Two logs with the same directory name must not share a remote.
+pub fn topic_for(log_dir: &Path) -> TopicIdPartition {
+    let name: String = log_dir
+        .canonicalize()
+        .unwrap_or_else(|_| log_dir.to_path_buf())
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(200)
+        .collect();
+    let name = if name.is_empty() || name == "." || name == ".." {
+        "krabka".to_owned()
+    } else {
+        name
+    };
+    // FNV-1a over the name, twice with different offsets: a stable 128-bit id.
+    let fnv = |offset: u64| {
+        name.bytes().fold(offset, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3)
+        })
+    };
+    let id = Uuid::from_u64_pair(fnv(0xcbf2_9ce4_8422_2325), fnv(0x8422_2325_cbf2_9ce4));
+    TopicIdPartition::new(id, name, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_urls_parse() {
+        assert_eq!(
+            RemoteSpec::parse("fs:///srv/r"),
+            Ok(RemoteSpec::Fs(PathBuf::from("/srv/r")))
+        );
+        assert_eq!(
+            RemoteSpec::parse("fs://rel/dir"),
+            Ok(RemoteSpec::Fs(PathBuf::from("rel/dir")))
+        );
+        assert_eq!(
+            RemoteSpec::parse("./r"),
+            Ok(RemoteSpec::Fs(PathBuf::from("./r")))
+        );
+        assert_eq!(
+            RemoteSpec::parse("s3://bucket/a/b/"),
+            Ok(RemoteSpec::S3 {
+                bucket: "bucket".into(),
+                prefix: "a/b".into()
+            })
+        );
+        assert_eq!(
+            RemoteSpec::parse("s3://bucket").map(|s| s.describe()),
+            Ok("s3://bucket".to_owned())
+        );
+        for bad in ["s3://", "s3:///x", "fs://", "gs://b", ""] {
+            assert!(RemoteSpec::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_directory_always_gets_the_same_valid_topic() {
+        let a = topic_for(Path::new("/tmp/does-not-exist/my log"));
+        let b = topic_for(Path::new("/tmp/does-not-exist/my log"));
+        assert_eq!(a, b);
+        assert_eq!(a.topic(), "my_log");
+        assert!(a.validate().is_ok());
+        assert_ne!(a, topic_for(Path::new("/x/other")));
+        assert_eq!(topic_for(Path::new("/")).topic(), "krabka");
+    }
+}

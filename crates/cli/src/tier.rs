@@ -1,0 +1,315 @@
+//! `krabka tier`, and the tiered log every remote-aware command opens: the local log in `DIR`,
+//! the remote named by `--remote`, and the durable metadata in `DIR/remote-metadata`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use krabka_remote_storage::metadata::RemoteLogMetadataManager;
+use krabka_remote_storage::{RemoteLogSegmentState, TopicIdPartition};
+use krabka_storage::{Options, Record, SyncPolicy};
+use krabka_tiering::{TieredLog, TieringConfig, TieringReport};
+
+use crate::args::{RemoteArgs, RetentionArgs, TierArgs};
+use crate::error::{CliError, Result};
+use crate::read::Source;
+use crate::remote::{self, RemoteSpec};
+use crate::{human, interrupt};
+
+/// A tiered log and what the commands report about it.
+pub struct Tiered {
+    /// The log.
+    pub log: TieredLog,
+    /// Its remote segment metadata.
+    pub metadata: Arc<dyn RemoteLogMetadataManager>,
+    /// The topic it is tiered under.
+    pub topic: TopicIdPartition,
+    /// The remote, as named.
+    pub remote: RemoteSpec,
+}
+
+/// A tiering error on `dir` as one line.
+pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliError {
+    CliError::at(action, dir, e).hint("check the log directory and that the remote is reachable")
+}
+
+/// The CLI's tiering configuration: the library defaults, except that the CLI never deletes
+/// remote data by age (`retention_ms: None`), and the `--local-retention-bytes` and
+/// `--cache-bytes` flags.
+pub fn config(retention: &RetentionArgs) -> TieringConfig {
+    let defaults = TieringConfig::default();
+    TieringConfig {
+        local_retention_bytes: retention
+            .local_retention_bytes
+            .or(defaults.local_retention_bytes),
+        retention_ms: None,
+        cache_bytes: retention.cache_bytes.unwrap_or(defaults.cache_bytes),
+        ..defaults
+    }
+}
+
+/// Opens the tiered log at `log_dir`.
+///
+/// # Errors
+/// When the log, the remote or the metadata cannot be opened.
+pub fn open(
+    log_dir: &Path,
+    spec: RemoteSpec,
+    endpoint: Option<&str>,
+    options: Options,
+    config: TieringConfig,
+) -> Result<Tiered> {
+    let rsm = remote::open(&spec, endpoint)?;
+    let metadata = remote::open_metadata(log_dir)?;
+    let topic = remote::topic_for(log_dir);
+    let log = TieredLog::open(
+        log_dir,
+        options,
+        rsm,
+        metadata.clone(),
+        topic.clone(),
+        config,
+    )
+    .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
+    Ok(Tiered {
+        log,
+        metadata,
+        topic,
+        remote: spec,
+    })
+}
+
+/// Which seqs live where.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Finished remote segments: `(start, end)` seqs.
+    pub remote: Vec<(u64, u64)>,
+    /// Local segments: `(base, last)` seqs (the active one last, possibly empty).
+    pub local: Vec<(u64, u64)>,
+}
+
+impl Tiered {
+    /// Where every seq lives now.
+    ///
+    /// # Errors
+    /// When the metadata cannot be listed.
+    pub fn placement(&self) -> Result<Placement> {
+        let remote = self
+            .metadata
+            .list_remote_log_segments(&self.topic)
+            .map_err(|e| CliError::new(format!("cannot list remote segments: {e}")))?
+            .into_iter()
+            .filter(|m| m.state() == RemoteLogSegmentState::CopySegmentFinished)
+            .map(|m| (m.start_offset(), m.end_offset()))
+            .collect();
+        let local = self
+            .log
+            .log()
+            .segments()
+            .into_iter()
+            .filter(|s| s.last_seq >= s.base_seq)
+            .map(|s| (s.base_seq, s.last_seq))
+            .collect();
+        Ok(Placement { remote, local })
+    }
+}
+
+impl Placement {
+    /// Lines such as `seq 1..=180000  remote only (171 segments)`.
+    pub fn describe(&self) -> Vec<String> {
+        let local_first = self.local.first().map(|s| s.0);
+        let remote_last = self.remote.last().map(|s| s.1);
+        let mut lines = Vec::new();
+        let mut range = |what: &str, segs: &[(u64, u64)]| {
+            if let (Some(a), Some(b)) = (segs.first(), segs.last()) {
+                lines.push(format!(
+                    "seq {:>9}..={:<9} {what} ({} segment{})",
+                    a.0,
+                    b.1,
+                    segs.len(),
+                    if segs.len() == 1 { "" } else { "s" }
+                ));
+            }
+        };
+        let remote_only: Vec<_> = self
+            .remote
+            .iter()
+            .copied()
+            .filter(|s| local_first.is_none_or(|f| s.1 < f))
+            .collect();
+        let both: Vec<_> = self
+            .local
+            .iter()
+            .copied()
+            .filter(|s| remote_last.is_some_and(|r| s.1 <= r))
+            .collect();
+        let local_only: Vec<_> = self
+            .local
+            .iter()
+            .copied()
+            .filter(|s| remote_last.is_none_or(|r| s.1 > r))
+            .collect();
+        range("remote only", &remote_only);
+        range("local and remote", &both);
+        range("local only (not yet copied, or active)", &local_only);
+        lines
+    }
+}
+
+/// `krabka read --remote`: reads across both tiers.
+pub struct TieredSource {
+    tiered: Tiered,
+    next: u64,
+}
+
+impl TieredSource {
+    /// Opens the tiered log at `dir` to read from `from`.
+    ///
+    /// # Errors
+    /// As [`open`].
+    pub fn open(dir: &Path, remote_args: &RemoteArgs, from: u64) -> Result<Self> {
+        let spec = remote::spec(remote_args)?
+            .ok_or_else(|| CliError::new("--remote is required to read the remote tier"))?;
+        if !dir.is_dir() {
+            return Err(
+                CliError::new(format!("no log directory at {}", dir.display()))
+                    .hint("pass the directory of a krabka log"),
+            );
+        }
+        let tiered = open(
+            dir,
+            spec,
+            remote_args.endpoint.as_deref(),
+            Options::default(),
+            TieringConfig {
+                retention_ms: None,
+                ..TieringConfig::default()
+            },
+        )?;
+        Ok(Self { tiered, next: from })
+    }
+}
+
+impl Source for TieredSource {
+    fn next_records(&mut self, max: usize) -> Result<Vec<Record>> {
+        let dir = self.tiered.log.log().dir().to_path_buf();
+        if self.next > self.tiered.log.last_seq() {
+            return Ok(Vec::new());
+        }
+        let records = self
+            .tiered
+            .log
+            .read(self.next, max)
+            .map_err(|e| tiering_error("cannot read", &dir, e))?;
+        if let Some(last) = records.last() {
+            self.next = last.seq.saturating_add(1);
+        }
+        Ok(records)
+    }
+}
+
+/// One line about a round.
+pub fn describe_round(r: &TieringReport) -> String {
+    let mut line = format!(
+        "copied {} segment(s) ({}), deleted {} local segment(s)",
+        r.segments_copied,
+        human::bytes(r.bytes_copied),
+        r.local_segments_deleted
+    );
+    if r.stale_cleaned > 0 {
+        line.push_str(&format!(", cleaned {} stale attempt(s)", r.stale_cleaned));
+    }
+    if !r.failures.is_empty() {
+        line.push_str(&format!(
+            ", {} failure(s), first: {}",
+            r.failures.len(),
+            r.failures
+                .first()
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        ));
+    }
+    line
+}
+
+/// Runs `krabka tier`.
+///
+/// # Errors
+/// When the log or remote cannot be opened, or a round fails (without `--watch`).
+pub fn run(args: &TierArgs) -> Result<()> {
+    let spec = remote::spec(&args.remote)?
+        .ok_or_else(|| CliError::new("tier needs --remote fs://PATH or s3://BUCKET/PREFIX"))?;
+    if !args.dir.is_dir() {
+        return Err(
+            CliError::new(format!("no log directory at {}", args.dir.display()))
+                .hint("pass the directory of a krabka log (see `krabka produce`)"),
+        );
+    }
+    let options = Options {
+        sync: SyncPolicy::EveryAppend,
+        ..Options::default()
+    };
+    let tiered = open(
+        &args.dir,
+        spec,
+        args.remote.endpoint.as_deref(),
+        options,
+        config(&args.retention),
+    )?;
+    if args.watch {
+        interrupt::install();
+    }
+    println!(
+        "tiering {} to {} (topic {})",
+        args.dir.display(),
+        tiered.remote.describe(),
+        tiered.topic.topic()
+    );
+    loop {
+        let started = Instant::now();
+        let report = tiered
+            .log
+            .run_once()
+            .map_err(|e| tiering_error("tiering round failed on", &args.dir, e))?;
+        let busy = report.segments_copied + report.local_segments_deleted > 0;
+        if busy || !report.failures.is_empty() || !args.watch {
+            println!(
+                "{} in {}",
+                describe_round(&report),
+                human::duration(started.elapsed())
+            );
+        }
+        if !args.watch {
+            if let Some(first) = report.failures.first() {
+                return Err(CliError::new(format!(
+                    "{} failure(s) tiering {}; first: {first}",
+                    report.failures.len(),
+                    args.dir.display()
+                ))
+                .hint("fix the cause and run `krabka tier` again; failed copies are retried"));
+            }
+            break;
+        }
+        let until = Instant::now() + args.interval;
+        while Instant::now() < until && !interrupt::requested() {
+            std::thread::sleep(Duration::from_millis(100).min(args.interval));
+        }
+        if interrupt::requested() {
+            break;
+        }
+    }
+    for line in tiered.placement()?.describe() {
+        println!("  {line}");
+    }
+    let stats = tiered.log.stats();
+    println!(
+        "  local {}, remote {}, {} remote request(s)",
+        human::bytes(stats.local_bytes),
+        human::bytes(stats.remote_bytes),
+        stats.requests.total()
+    );
+    tiered
+        .log
+        .close()
+        .map_err(|e| tiering_error("cannot close", &args.dir, e))
+}
