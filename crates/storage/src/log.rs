@@ -697,7 +697,7 @@ impl Log {
             let left = plan.size - pos;
             let want = want_frames
                 .saturating_mul(plan.avg_frame.max(64))
-                .clamp(16 << 10, 1 << 20)
+                .clamp(4 << 10, 1 << 20)
                 .min(left);
             let mut chunk = read_at(
                 &plan.file.file,
