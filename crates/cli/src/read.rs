@@ -49,9 +49,10 @@ impl Source for LocalReader {
 /// When the log cannot be read or stdout is closed.
 pub fn run(args: &ReadArgs) -> Result<()> {
     match &args.remote.remote {
-        Some(_) => Err(crate::CliError::new(
-            "reading the remote tier is not available yet",
-        )),
+        Some(_) => {
+            let mut source = crate::tier::TieredSource::open(&args.dir, &args.remote, args.from)?;
+            print_records(args, &mut source)
+        }
         None => print_records(args, &mut LocalReader::new(&args.dir, args.from)),
     }
 }

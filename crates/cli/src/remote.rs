@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use krabka_remote_storage::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
+use krabka_remote_storage::metadata::{DurableRemoteLogMetadataManager, RemoteLogMetadataManager};
 use krabka_remote_storage::{RemoteStorageManager, TopicIdPartition, Uuid};
 
 use crate::args::RemoteArgs;
@@ -167,8 +167,12 @@ fn open_s3(
 /// # Errors
 /// When it cannot be opened or is corrupt.
 pub fn open_metadata(log_dir: &Path) -> Result<Arc<dyn RemoteLogMetadataManager>> {
-    let _dir = log_dir.join(METADATA_DIR);
-    Ok(Arc::new(InMemoryRemoteLogMetadataManager::new()))
+    let dir = log_dir.join(METADATA_DIR);
+    let rlmm = DurableRemoteLogMetadataManager::open(&dir).map_err(|e| {
+        CliError::at("cannot open remote metadata", &dir, e)
+            .hint("check the directory; it records which segments are remote")
+    })?;
+    Ok(Arc::new(rlmm))
 }
 
 /// The topic a log directory is tiered under: its name (made a valid topic name) and an id

@@ -195,3 +195,43 @@ fn demo_verifies_every_record_across_both_tiers() {
     assert_eq!(again.status.code(), Some(1));
     assert!(text(&again.stderr).contains("not empty"));
 }
+
+#[test]
+fn tier_moves_old_segments_remote_and_read_spans_both_tiers() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    produce(&log, 3000, "64KiB");
+    let log_s = log.to_str().unwrap();
+    let out = krabka(&[
+        "tier",
+        log_s,
+        "--remote",
+        &remote,
+        "--local-retention-bytes",
+        "128KiB",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("remote only"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // The local files alone no longer start at seq 1 ...
+    let local = krabka(&["read", log_s, "--from", "1", "--max", "1"]);
+    assert_eq!(local.status.code(), Some(1));
+    assert!(
+        text(&local.stderr).contains("--remote"),
+        "{}",
+        text(&local.stderr)
+    );
+    // ... but a read through the remote tier returns every record, in order, in a new process.
+    let all = krabka(&["read", log_s, "--remote", &remote, "--from", "1"]);
+    assert!(all.status.success(), "{}", text(&all.stderr));
+    let seqs: Vec<u64> = text(&all.stdout)
+        .lines()
+        .map(|l| l.split('\t').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=3000).collect::<Vec<_>>());
+}
