@@ -5,6 +5,36 @@
 //! after it ([`demo`], [`produce`], [`read`], [`inspect`] for `dump` and `verify`, [`tier`],
 //! [`bench`]). Errors are one line naming the path and what to do ([`CliError`]); the process
 //! exits 1 on them and 2 on a usage error.
+//!
+//! # The libraries underneath, in 15 lines
+//!
+//! What `krabka demo` does, as a program: a local log whose closed segments go to a
+//! filesystem remote, with durable metadata of what is remote; once tiered, old records are
+//! only remote, and reads span both tiers.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use krabka_protocol::Message;
+//! use krabka_remote_storage::{TopicIdPartition, Uuid, metadata::DurableRemoteLogMetadataManager};
+//! use krabka_storage::Options;
+//! use krabka_tiering::{TieredLog, TieringConfig, fs::FsRemoteStorage};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let remote = Arc::new(FsRemoteStorage::new(dir.path().join("remote"))?);
+//! let metadata = Arc::new(DurableRemoteLogMetadataManager::open(dir.path().join("metadata"))?);
+//! let topic = TopicIdPartition::new(Uuid::new_v4(), "clicks", 0);
+//! let config = TieringConfig { local_retention_bytes: Some(0), retention_ms: None, ..TieringConfig::default() };
+//! let options = Options { max_bytes: 4096, ..Options::default() };
+//! let log = TieredLog::open(dir.path().join("log"), options, remote, metadata, topic, config)?;
+//! let clicks: Vec<Message> = (0..1000).map(|i| Message::new(format!("click {i}")).with_key("user-1")).collect();
+//! log.append_batch(&clicks)?;
+//! log.run_once()?; // copy closed segments to the remote, then apply local retention
+//! assert!(log.local_first_seq() > 1); // the oldest records now live only in the remote tier
+//! let records = log.read(1, 1000)?; // reads span both tiers
+//! assert_eq!(records.len(), 1000);
+//! assert_eq!(records[0].message.value, "click 0");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod args;
 pub mod bench;
