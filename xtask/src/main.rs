@@ -85,9 +85,9 @@ commands:
                           Without --verify packaging uses --no-verify: verifying a crate builds it
                           from the packaged sources, resolving its krabka-* dependencies as
                           crates.io would, and those versions are not on crates.io before the
-                          release (cargo overlays the crates packaged in the same invocation, so
-                          --verify works offline of crates.io for them, but builds everything
-                          again and takes minutes).
+                          release. --verify packages them all in one invocation, where cargo
+                          resolves each against the others packaged alongside it, so it works
+                          before the release too, but builds every crate again (minutes).
   bump-version X.Y.Z      set [workspace.package] version and every inter-crate requirement in
                           [workspace.dependencies] (and any member manifest that pins one);
                           X.Y.Z must be a semantic version (pre-release/build suffixes allowed)
