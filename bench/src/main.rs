@@ -1,0 +1,150 @@
+//! Side-by-side benchmarks of krabka against peer logs and the machine's limits.
+//!
+//! ```text
+//! krabka-bench storage [--quick] [--bytes N]   # krabka-storage vs commitlog, okaywal, plain files
+//! krabka-bench tiering [--quick] [--bytes N]   # uploads, cold/cached remote reads, remote scans
+//! ```
+//!
+//! Each case runs in a child process (this binary re-executed with `child ...`) so the peak
+//! RSS reported is that case's own. Scratch files go to `KRABKA_BENCH_DIR` (default: the
+//! system temp dir). See `docs/benchmarks.md`.
+
+mod report;
+mod s3server;
+mod storage;
+mod tiering;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use report::{Measurement, Row};
+
+/// The error of every fallible path: anything that is a `std::error::Error`, or a message.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// `Result` with [`BoxError`].
+pub type Result<T> = std::result::Result<T, BoxError>;
+
+/// Value sizes of the storage workload.
+const VALUE_SIZES: [usize; 3] = [100, 1024, 16 << 10];
+
+struct Args {
+    command: String,
+    quick: bool,
+    bytes: Option<u64>,
+    rest: Vec<String>,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut args = std::env::args().skip(1);
+    let command = args.next().unwrap_or_default();
+    let (mut quick, mut bytes, mut rest) = (false, None, Vec::new());
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--bytes" => {
+                let v = args.next().ok_or("--bytes needs a value")?;
+                bytes = Some(v.parse().map_err(|e| format!("--bytes {v}: {e}"))?);
+            }
+            _ => rest.push(a),
+        }
+    }
+    Ok(Args {
+        command,
+        quick,
+        bytes,
+        rest,
+    })
+}
+
+fn scratch_dir() -> Result<tempfile::TempDir> {
+    let base = std::env::var_os("KRABKA_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&base)?;
+    Ok(tempfile::Builder::new()
+        .prefix("krabka-bench-")
+        .tempdir_in(base)?)
+}
+
+/// Re-executes this binary as `child <args>` and parses the measurement it prints.
+fn run_child(args: &[String]) -> std::result::Result<Measurement, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = Command::new(exe)
+        .arg("child")
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr.lines().last().unwrap_or("no output").to_owned();
+        return Err(format!("{}: {last}", out.status));
+    }
+    Measurement::parse(&stdout).ok_or_else(|| "child printed no RESULT line".to_owned())
+}
+
+fn storage(quick: bool, bytes: Option<u64>) -> Result<()> {
+    let bytes = bytes.unwrap_or(if quick { 4 << 20 } else { 256 << 20 });
+    let started = Instant::now();
+    println!(
+        "# krabka-bench storage{}",
+        if quick { " --quick" } else { "" }
+    );
+    for value in VALUE_SIZES {
+        let w = storage::workload(value, bytes, quick);
+        println!("\n## {}\n", storage::describe(&w));
+        let mut rows = Vec::new();
+        for c in storage::CASES {
+            let mut args = vec!["storage".to_owned(), c.id.to_owned()];
+            args.extend(w.to_args());
+            let result = run_child(&args);
+            if let Err(e) = &result {
+                eprintln!("{} ({value} B) failed: {e}", c.id);
+            }
+            rows.push(Row {
+                group: c.group.to_owned(),
+                name: c.name.to_owned(),
+                is_krabka: c.krabka,
+                is_raw: c.raw,
+                result,
+            });
+        }
+        print!("{}", report::table(&rows));
+    }
+    println!("\n(total {:.1} s)", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn child(rest: &[String]) -> Result<()> {
+    let (kind, id) = match rest {
+        [k, i, ..] => (k.as_str(), i.as_str()),
+        _ => return Err("child needs a kind and a case".into()),
+    };
+    let dir = scratch_dir()?;
+    let m = match kind {
+        "storage" => {
+            let w = storage::Workload::from_args(rest.get(2..).unwrap_or_default())?;
+            storage::run_case(id, &w, dir.path())?
+        }
+        other => return Err(format!("unknown child kind {other}").into()),
+    };
+    println!("{}", m.to_line());
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let result = parse_args().and_then(|a| match a.command.as_str() {
+        "storage" => storage(a.quick, a.bytes),
+        "tiering" => tiering::run(a.quick, a.bytes),
+        "child" => child(&a.rest),
+        _ => Err("usage: krabka-bench storage|tiering [--quick] [--bytes N]".into()),
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
