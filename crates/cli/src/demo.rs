@@ -163,7 +163,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         Some(spec) => spec,
         None => RemoteSpec::Fs(work.path().join("remote")),
     };
-    eprintln!(
+    println!(
         "krabka demo: {} records, {} segments, log {}, remote {}{}",
         human::count(args.records),
         human::bytes(args.segment_bytes),

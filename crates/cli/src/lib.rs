@@ -3,7 +3,7 @@
 //!
 //! The binary is a thin shell over this library; each subcommand lives in the module named
 //! after it ([`demo`], [`produce`], [`read`], [`inspect`] for `dump` and `verify`, [`tier`],
-//! [`bench`]). Errors are one line naming the path and what to do ([`CliError`]); the process
+//! [`bench`](mod@bench)). Errors are one line naming the path and what to do ([`CliError`]); the process
 //! exits 1 on them and 2 on a usage error.
 //!
 //! # The libraries underneath, in 15 lines
