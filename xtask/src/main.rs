@@ -338,8 +338,7 @@ fn metadata_problems(p: &Package) -> Vec<String> {
     for k in &p.keywords {
         let valid = k.len() <= 20
             && k.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-            && k
-                .chars()
+            && k.chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '+');
         if !valid {
             problems.push(format!(
@@ -397,7 +396,11 @@ fn publish_check(verify: bool) -> Result<(), String> {
     eprintln!(
         "==> publish-check: {} crates package cleanly{}",
         order.len(),
-        if verify { " and build from their packages" } else { "" }
+        if verify {
+            " and build from their packages"
+        } else {
+            ""
+        }
     );
     Ok(())
 }
@@ -479,9 +482,8 @@ impl Version {
                 return Err(bad(&format!("`{part}` is too large")));
             }
         }
-        let ident_ok = |id: &str| {
-            !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        };
+        let ident_ok =
+            |id: &str| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
         if let Some(pre) = pre {
             for id in pre.split('.') {
                 if !ident_ok(id) {
@@ -643,7 +645,11 @@ mod tests {
         let cycle = vec![pkg("a", &["b"], true), pkg("b", &["a"], true)];
         assert!(publish_order(&cycle).unwrap_err().contains("cycle"));
         let private = vec![pkg("a", &["xtask"], true), pkg("xtask", &[], false)];
-        assert!(publish_order(&private).unwrap_err().contains("publish = false"));
+        assert!(
+            publish_order(&private)
+                .unwrap_err()
+                .contains("publish = false")
+        );
     }
 
     #[test]
@@ -671,17 +677,31 @@ mod tests {
         p.has_docs_rs_metadata = false;
         p.keywords = vec!["not a keyword".into()];
         let problems = metadata_problems(&p).join("\n");
-        for needle in ["description", "categories", "docs.rs", "readme", "not a keyword"] {
+        for needle in [
+            "description",
+            "categories",
+            "docs.rs",
+            "readme",
+            "not a keyword",
+        ] {
             assert!(problems.contains(needle), "{needle} not in {problems}");
         }
     }
 
     #[test]
     fn version_parse_accepts_semver_and_rejects_the_rest() {
-        for ok in ["0.1.0", "1.2.3", "10.0.0-rc.1", "1.0.0-alpha+build.5", "1.0.0+20250101"] {
+        for ok in [
+            "0.1.0",
+            "1.2.3",
+            "10.0.0-rc.1",
+            "1.0.0-alpha+build.5",
+            "1.0.0+20250101",
+        ] {
             assert!(Version::parse(ok).is_ok(), "{ok}");
         }
-        for bad in ["1.2", "1.2.3.4", "v1.2.3", "01.2.3", "1.2.x", "1.2.3-", "1.2.3-01", ""] {
+        for bad in [
+            "1.2", "1.2.3.4", "v1.2.3", "01.2.3", "1.2.x", "1.2.3-", "1.2.3-01", "",
+        ] {
             assert!(Version::parse(bad).is_err(), "{bad}");
         }
     }
@@ -702,7 +722,10 @@ serde = "1"
         let v = Version::parse("0.2.0-rc.1").unwrap();
         let (new, changed) = bump_root_manifest(text, &v).unwrap();
         assert_eq!(changed, 1);
-        assert!(new.contains(r#"version = "0.2.0-rc.1" # the version"#), "{new}");
+        assert!(
+            new.contains(r#"version = "0.2.0-rc.1" # the version"#),
+            "{new}"
+        );
         assert!(new.contains(r#"krabka-a = { path = "crates/a", version = "0.2.0-rc.1" }"#));
         assert!(new.contains("# Inter-crate requirements."));
         assert!(new.contains(r#"serde = "1""#));
