@@ -29,6 +29,7 @@
 //! tail and reports it ([`RecoveryReport`]). The byte formats are in `docs/format.md`; the
 //! [`segment`] module decodes them from plain bytes (for segments fetched from a remote tier).
 
+mod bufs;
 mod index;
 mod log;
 pub mod segment;

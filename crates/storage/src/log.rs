@@ -12,10 +12,11 @@ use std::time::Instant;
 use krabka_protocol::Message;
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use crate::bufs::ReadBufs;
 use crate::index::{IndexBuilder, OffsetIndex, TimeIndex, floor_entry, time_floor};
 use crate::segment::{
     FRAME_HEADER_LEN, LOG_SUFFIX, decode_chunk, encode_frame, frame_len, parse_segment_file_name,
-    read_at, scan_file, segment_paths,
+    scan_file, segment_paths,
 };
 use crate::{
     CorruptSegment, Error, Options, Record, RecoveryReport, SegmentInfo, SyncPolicy, TruncatedTail,
@@ -109,6 +110,8 @@ pub struct Log {
     sync_done: Condvar,
     poisoned: AtomicBool,
     report: RecoveryReport,
+    /// Read buffers reused once the records sharing them are dropped.
+    bufs: ReadBufs,
 }
 
 fn fsync_dir(dir: &Path) -> Result<(), Error> {
@@ -383,6 +386,7 @@ impl Log {
             sync_done: Condvar::new(),
             poisoned: AtomicBool::new(false),
             report,
+            bufs: ReadBufs::default(),
         })
     }
 
@@ -642,6 +646,9 @@ impl Log {
             if last == 0 || from_seq > last || max == 0 {
                 return Ok(out);
             }
+            // Room for every record asked for (bounded: `max` may be `usize::MAX`).
+            let available = usize::try_from(last - from_seq + 1).unwrap_or(usize::MAX);
+            out.reserve_exact(max.min(available).min(64 << 10));
         }
         while out.len() < max {
             let plan = {
@@ -699,7 +706,7 @@ impl Log {
                 .saturating_mul(plan.avg_frame.max(64))
                 .clamp(4 << 10, 1 << 20)
                 .min(left);
-            let mut chunk = read_at(
+            let mut chunk = self.bufs.read_at(
                 &plan.file.file,
                 path,
                 pos,
@@ -709,24 +716,25 @@ impl Log {
                 && n > chunk.len()
                 && n as u64 <= left
             {
-                chunk = read_at(&plan.file.file, path, pos, n)?;
+                drop(chunk);
+                chunk = self.bufs.read_at(&plan.file.file, path, pos, n)?;
             }
-            let d = decode_chunk(&chunk, from_seq, need, Some(expect))
+            let before = out.len();
+            let (consumed, next_seq) = decode_chunk(&chunk, from_seq, need, Some(expect), out)
                 .map_err(|e| e.into_error(path, pos))?;
-            if d.consumed == 0 {
+            if consumed == 0 {
                 return Err(Error::Corrupt {
                     path: path.clone(),
                     position: pos,
                     reason: format!("incomplete frame: segment data ends at byte {}", plan.size),
                 });
             }
-            pos += d.consumed as u64;
-            if let Some(n) = d.next_seq {
+            pos += consumed as u64;
+            if let Some(n) = next_seq {
                 expect = n;
             }
-            need -= d.records.len();
+            need -= out.len() - before;
             want_frames = need as u64 + 1;
-            out.extend(d.records);
         }
         if need > 0 && expect <= plan.last_seq {
             return Err(Error::Corrupt {

@@ -32,12 +32,12 @@
 use std::fs::File;
 use std::io::Read;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use bytes::{BufMut, Bytes};
 use krabka_protocol::Message;
 
+use crate::bufs::ReadBufs;
 pub use crate::index::{
     IndexSummary, TimeIndexSummary, lookup_position, lookup_time, verify_index, verify_time_index,
 };
@@ -222,20 +222,30 @@ pub(crate) fn decode_message(chunk: &Bytes, range: Range<usize>) -> Result<Messa
 /// [`Error::Corrupt`] (with an empty `path` and `position` relative to `buf`) when a complete
 /// frame has a bad length, CRC or message, or its seq does not follow the previous frame's.
 pub fn decode_records(buf: &Bytes, from_seq: u64, max: usize) -> Result<DecodedRecords, Error> {
-    decode_chunk(buf, from_seq, max, None).map_err(|e| e.into_error(Path::new(""), 0))
+    let mut records = Vec::new();
+    let (consumed, next_seq) = decode_chunk(buf, from_seq, max, None, &mut records)
+        .map_err(|e| e.into_error(Path::new(""), 0))?;
+    Ok(DecodedRecords {
+        records,
+        consumed,
+        next_seq,
+    })
 }
 
-/// [`decode_records`] that also insists the first frame carries `expect` (when given).
+/// [`decode_records`] that also insists the first frame carries `expect` (when given) and
+/// appends the records to `out`; returns the bytes consumed and the seq after the last
+/// consumed frame.
 pub(crate) fn decode_chunk(
     buf: &Bytes,
     from_seq: u64,
     max: usize,
     mut expect: Option<u64>,
-) -> Result<DecodedRecords, FrameError> {
-    let mut records = Vec::new();
+    out: &mut Vec<Record>,
+) -> Result<(usize, Option<u64>), FrameError> {
     let mut pos = 0usize;
     let mut next_seq = None;
-    while records.len() < max {
+    let mut left = max;
+    while left > 0 {
         let rest = buf.get(pos..).unwrap_or(&[]);
         let frame = match parse_frame(rest) {
             Parsed::Incomplete => break,
@@ -265,20 +275,17 @@ pub(crate) fn decode_chunk(
                 position: pos,
                 reason,
             })?;
-            records.push(Record {
+            out.push(Record {
                 seq: frame.seq,
                 message,
             });
+            left -= 1;
         }
         pos += frame.len;
         expect = Some(after);
         next_seq = Some(after);
     }
-    Ok(DecodedRecords {
-        records,
-        consumed: pos,
-        next_seq,
-    })
+    Ok((pos, next_seq))
 }
 
 /// A problem found in a segment: where it starts and why.
@@ -352,16 +359,19 @@ pub(crate) fn scan_file(
     };
     let mut expect = expect_first;
     let mut pos = 0u64;
+    // Frames are dropped after checking, so one buffer is reused for every chunk.
+    let bufs = ReadBufs::default();
     while pos < file_len {
         let left = file_len - pos;
         let want = usize::try_from(left).unwrap_or(usize::MAX).min(SCAN_CHUNK);
-        let mut chunk = read_at(file, path, pos, want)?;
+        let mut chunk = bufs.read_at(file, path, pos, want)?;
         if let Some(n) = frame_len(&chunk)
             && n > chunk.len()
             && n as u64 <= left
         {
             // A frame longer than the chunk: read it whole.
-            chunk = read_at(file, path, pos, n)?;
+            drop(chunk);
+            chunk = bufs.read_at(file, path, pos, n)?;
         }
         let before = scan.valid_len;
         if !scan_buffer(&chunk, pos, &mut expect, &mut scan) {
@@ -430,14 +440,6 @@ fn scan_buffer(chunk: &Bytes, pos: u64, expect: &mut Option<u64>, scan: &mut Sca
         off += frame.len;
         scan.valid_len = pos + off as u64;
     }
-}
-
-/// Reads exactly `len` bytes at `pos` into a fresh buffer.
-pub(crate) fn read_at(file: &File, path: &Path, pos: u64, len: usize) -> Result<Bytes, Error> {
-    let mut buf = vec![0u8; len];
-    file.read_exact_at(&mut buf, pos)
-        .map_err(|source| Error::io(path, source))?;
-    Ok(Bytes::from(buf))
 }
 
 /// CRC-checks every frame of the `.log` file at `log_path` and reports the first bad position.
