@@ -85,7 +85,7 @@ fn run_child(args: &[String]) -> std::result::Result<Measurement, String> {
 }
 
 fn storage(quick: bool, bytes: Option<u64>) -> Result<()> {
-    let bytes = bytes.unwrap_or(if quick { 4 << 20 } else { 256 << 20 });
+    let bytes = bytes.unwrap_or(if quick { 4 << 20 } else { 128 << 20 });
     let started = Instant::now();
     println!(
         "# krabka-bench storage{}",

@@ -19,6 +19,9 @@ use crate::report::{Histogram, fmt_ns, ratio};
 use crate::s3server::{BUCKET, S3sServer};
 use crate::storage::{BATCH, Rng, value};
 
+const FS_COPY_SYNC: &str = "baseline: std::fs::copy + fsync of each file, MB/s";
+const SDK_PUT: &str = "baseline: bare aws-sdk-s3 PutObject / multipart of the same files, MB/s";
+
 /// Record payload of the tiering workload.
 const VALUE: usize = 1024;
 /// Records a sequential scan asks for per call.
@@ -300,7 +303,7 @@ fn fs_copy_baseline(files: &[(PathBuf, u64)], to: &Path) -> Result<Vec<Line>> {
             ratio: String::new(),
         },
         Line {
-            measure: "baseline: std::fs::copy + fsync of each file, MB/s".into(),
+            measure: FS_COPY_SYNC.into(),
             krabka: String::new(),
             baseline: format!("{synced:.1}"),
             ratio: String::new(),
@@ -389,7 +392,7 @@ fn sdk_baseline(client: &aws_sdk_s3::Client, files: &[(PathBuf, u64)]) -> Result
     })?;
     let secs = start.elapsed().as_secs_f64();
     Ok(vec![Line {
-        measure: "baseline: bare aws-sdk-s3 PutObject / multipart of the same files, MB/s".into(),
+        measure: SDK_PUT.into(),
         krabka: String::new(),
         baseline: format!("{:.1}", mbps(bytes, secs)),
         ratio: String::new(),
@@ -428,7 +431,7 @@ pub fn run(quick: bool, bytes: Option<u64>) -> Result<()> {
     )?;
     let upload = mbps(t.upload_bytes, t.upload_secs);
     reads("remote-fs", t, &s, &local_ref, &mut lines)?;
-    annotate_upload(&mut lines, "remote-fs", upload);
+    annotate_upload(&mut lines, "remote-fs", FS_COPY_SYNC, upload);
 
     let server = S3sServer::start(&root.join("s3"))?;
     let s3 = Arc::new(S3RemoteStorage::new(server.config())?);
@@ -443,7 +446,8 @@ pub fn run(quick: bool, bytes: Option<u64>) -> Result<()> {
     )?;
     let upload = mbps(t.upload_bytes, t.upload_secs);
     reads("S3 (s3s-fs)", t, &s, &local_ref, &mut lines)?;
-    annotate_upload(&mut lines, "S3 (s3s-fs)", upload);
+    annotate_upload(&mut lines, "S3 (s3s-fs)", SDK_PUT, upload);
+    lines.extend(sdk_get_baseline(&client, &s)?);
 
     println!("| measure | krabka | baseline | krabka / baseline |");
     println!("| --- | ---: | ---: | ---: |");
@@ -458,25 +462,88 @@ pub fn run(quick: bool, bytes: Option<u64>) -> Result<()> {
     Ok(())
 }
 
-/// Fills the upload line's baseline and ratio from the baseline line just before it (the first
-/// baseline printed for that backend: plain `fs::copy`, or the bare SDK).
-fn annotate_upload(lines: &mut [Line], name: &str, upload: f64) {
-    let Some(i) = lines
-        .iter()
-        .position(|l| l.measure == format!("upload to {name}, MB/s"))
-    else {
-        return;
-    };
+/// Fills the upload line's baseline and ratio from the baseline line named `baseline`.
+fn annotate_upload(lines: &mut [Line], name: &str, baseline: &str, upload: f64) {
     let base = lines
-        .get(..i)
-        .unwrap_or_default()
         .iter()
-        .rev()
-        .take_while(|l| l.measure.starts_with("baseline:"))
-        .last()
+        .find(|l| l.measure == baseline)
         .and_then(|l| l.baseline.parse::<f64>().ok());
-    if let Some(line) = lines.get_mut(i) {
+    if let Some(line) = lines
+        .iter_mut()
+        .find(|l| l.measure == format!("upload to {name}, MB/s"))
+    {
         line.baseline = base.map(|b| format!("{b:.1}")).unwrap_or_default();
         line.ratio = ratio(upload, base);
     }
+}
+
+/// Bare SDK ranged GETs of the first baseline object: random 1 MiB ranges (what a cold read
+/// fetches with the default chunk size) and a sequential pass in 3 MiB ranges (a read with
+/// read-ahead).
+fn sdk_get_baseline(client: &aws_sdk_s3::Client, s: &Sizes) -> Result<Vec<Line>> {
+    const CHUNK: u64 = krabka_tiering::DEFAULT_CHUNK_BYTES as u64;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let key = "sdk-baseline/0";
+    let get = |from: u64, to: u64| {
+        let req = client
+            .get_object()
+            .bucket(BUCKET)
+            .key(key)
+            .range(format!("bytes={from}-{to}"));
+        async move {
+            let out = req.send().await?;
+            let body = out.body.collect().await?;
+            Ok::<usize, crate::BoxError>(body.into_bytes().len())
+        }
+    };
+    rt.block_on(async {
+        let size = client
+            .head_object()
+            .bucket(BUCKET)
+            .key(key)
+            .send()
+            .await?
+            .content_length()
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or("no object size")?;
+        let chunks = (size / CHUNK).max(1);
+        let mut rng = Rng::new();
+        let mut hist = Histogram::default();
+        for _ in 0..s.point_reads {
+            let from = rng.below(chunks) * CHUNK;
+            let t = Instant::now();
+            get(from, (from + CHUNK).min(size) - 1).await?;
+            hist.record(t.elapsed());
+        }
+        let start = Instant::now();
+        let mut bytes = 0u64;
+        let mut from = 0;
+        while from < size {
+            let to = (from + 3 * CHUNK).min(size);
+            bytes += get(from, to - 1).await? as u64;
+            from = to;
+        }
+        let scan = mbps(bytes, start.elapsed().as_secs_f64());
+        Ok(vec![
+            Line {
+                measure: "baseline: bare SDK ranged GET of 1 MiB, p50 / p99".into(),
+                krabka: String::new(),
+                baseline: format!(
+                    "{} / {}",
+                    fmt_ns(hist.quantile_ns(0.5)),
+                    fmt_ns(hist.quantile_ns(0.99))
+                ),
+                ratio: String::new(),
+            },
+            Line {
+                measure: "baseline: bare SDK sequential GETs of 3 MiB, MB/s".into(),
+                krabka: String::new(),
+                baseline: format!("{scan:.1}"),
+                ratio: String::new(),
+            },
+        ])
+    })
 }

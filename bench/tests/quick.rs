@@ -1,0 +1,50 @@
+//! Smoke test: both harnesses run end to end on tiny sizes and print complete tables.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_krabka-bench"))
+        .args(args)
+        .output()
+        .expect("run krabka-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn storage_quick_prints_every_case_for_every_value_size() {
+    let out = run(&["storage", "--quick", "--bytes", "65536"]);
+    assert!(!out.contains("failed"), "{out}");
+    for case in [
+        "krabka append",
+        "commitlog append_msg",
+        "okaywal entry commit",
+        "raw write + sync_data",
+        "okaywal recovery scan",
+        "raw pread",
+    ] {
+        assert!(out.matches(case).count() >= 3, "{case} missing:\n{out}");
+    }
+    assert!(out.matches("| 1.00x |").count() >= 3 * 7, "{out}");
+}
+
+#[test]
+fn tiering_quick_measures_both_backends() {
+    let out = run(&["tiering", "--quick", "--bytes", "4194304"]);
+    for line in [
+        "upload to remote-fs",
+        "upload to S3 (s3s-fs)",
+        "cold point read from remote-fs",
+        "cached re-read from S3 (s3s-fs)",
+        "scan of the remote-only range (S3 (s3s-fs))",
+        "bare aws-sdk-s3 PutObject",
+    ] {
+        assert!(out.contains(line), "{line} missing:\n{out}");
+    }
+}
