@@ -24,6 +24,9 @@ use crate::bridge::Bridge;
 use crate::config::{S3Config, S3Credentials};
 use crate::errors::{Context, Kind, from_kind, map_sdk};
 
+/// A part that went up: its number, the ETag the store gave it, and its MD5.
+type UploadedPart = (i32, String, [u8; 16]);
+
 /// Tag of the custom metadata a copy returns: `b"s3v1"` then the `.log` size as `u64` LE.
 const CUSTOM_TAG: &[u8; 4] = b"s3v1";
 
@@ -334,9 +337,8 @@ impl S3RemoteStorage {
     ) -> Result<(Vec<CompletedPart>, String), RemoteStorageError> {
         let part_size = self.config.effective_part_size(len);
         let count = len.div_ceil(part_size);
-        let mut tasks: JoinSet<Result<(i32, String, [u8; 16]), RemoteStorageError>> =
-            JoinSet::new();
-        let mut done: Vec<(i32, String, [u8; 16])> = Vec::new();
+        let mut tasks: JoinSet<Result<UploadedPart, RemoteStorageError>> = JoinSet::new();
+        let mut done: Vec<UploadedPart> = Vec::new();
         let mut next = 0u64;
         loop {
             while next < count && tasks.len() < self.config.upload_concurrency {
