@@ -30,6 +30,8 @@
 //! [`segment`] module decodes them from plain bytes (for segments fetched from a remote tier).
 
 mod bufs;
+#[doc(hidden)]
+pub mod fault;
 mod index;
 mod log;
 pub mod segment;

@@ -13,10 +13,11 @@ use krabka_protocol::Message;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::bufs::ReadBufs;
+use crate::fault::{FaultInjector, Op};
 use crate::index::{IndexBuilder, OffsetIndex, TimeIndex, floor_entry, time_floor};
 use crate::segment::{
-    FRAME_HEADER_LEN, LOG_SUFFIX, decode_chunk, encode_frame, frame_len, parse_segment_file_name,
-    scan_file, segment_paths,
+    FRAME_HEADER_LEN, LOG_SUFFIX, decode_chunk, encode_frame_sized, frame_len,
+    parse_segment_file_name, scan_file, segment_paths,
 };
 use crate::{
     CorruptSegment, Error, Options, Record, RecoveryReport, SegmentInfo, SyncPolicy, TruncatedTail,
@@ -81,7 +82,10 @@ struct Appender {
     size: u64,
     next_seq: u64,
     builder: IndexBuilder,
+    /// The frames of the batch being appended (reused).
     buf: Vec<u8>,
+    /// Encoded lengths of the batch's messages (reused).
+    lens: Vec<usize>,
 }
 
 #[derive(Debug)]
@@ -112,6 +116,8 @@ pub struct Log {
     report: RecoveryReport,
     /// Read buffers reused once the records sharing them are dropped.
     bufs: ReadBufs,
+    /// The I/O seam: every write, fsync and segment creation after open asks it first.
+    faults: FaultInjector,
 }
 
 fn fsync_dir(dir: &Path) -> Result<(), Error> {
@@ -139,11 +145,14 @@ fn remove_if_exists(path: &Path) -> Result<u64, Error> {
     }
 }
 
-fn write_file(path: &Path, bytes: &[u8], sync: bool) -> Result<(), Error> {
+fn write_file(path: &Path, bytes: &[u8], sync: bool, faults: &FaultInjector) -> Result<(), Error> {
     let mut f = File::create(path).map_err(|e| Error::io(path, e))?;
     f.write_all(bytes).map_err(|e| Error::io(path, e))?;
     if sync {
-        f.sync_data().map_err(|e| Error::io(path, e))?;
+        faults
+            .check(Op::Fsync)
+            .and_then(|()| f.sync_data())
+            .map_err(|e| Error::io(path, e))?;
     }
     Ok(())
 }
@@ -313,7 +322,8 @@ impl Log {
                     let complete = scan.problem.is_none() && scanned_last + 1 == next_base;
                     if complete {
                         tracing::warn!(path = %seg.file.log_path.display(), "rebuilt a missing or invalid segment index");
-                        seg.index_bytes = write_indexes(&seg, sync_files)?;
+                        seg.index_bytes =
+                            write_indexes(&seg, sync_files, &FaultInjector::default())?;
                         report.rebuilt_indexes.push(seg.file.log_path.clone());
                     } else {
                         let (position, reason) = match scan.problem {
@@ -368,6 +378,7 @@ impl Log {
                     next_seq: active.last_seq + 1,
                     builder,
                     buf: Vec::new(),
+                    lens: Vec::new(),
                 },
                 active.last_seq,
             )
@@ -387,6 +398,7 @@ impl Log {
             poisoned: AtomicBool::new(false),
             report,
             bufs: ReadBufs::default(),
+            faults: FaultInjector::default(),
         })
     }
 
@@ -423,40 +435,44 @@ impl Log {
     /// [`Error::MessageTooLarge`], [`Error::Poisoned`], [`Error::Io`] (after which the log is
     /// poisoned).
     pub fn append_batch(&self, msgs: &[Message]) -> Result<RangeInclusive<u64>, Error> {
+        let mut guard = self.appender.lock();
+        self.check_poisoned()?;
+        let ap = &mut *guard;
+        // Check the whole batch first, keeping each message's encoded length for encoding.
+        ap.lens.clear();
         for m in msgs {
-            let size = m.encoded_len() as u64;
-            if size > self.opts.max_message_bytes {
+            let size = m.encoded_len();
+            if size as u64 > self.opts.max_message_bytes {
                 return Err(Error::MessageTooLarge {
-                    size,
+                    size: size as u64,
                     max: self.opts.max_message_bytes,
                 });
             }
+            ap.lens.push(size);
         }
-        let mut ap = self.appender.lock();
-        self.check_poisoned()?;
         let first = ap.next_seq;
         let mut i = 0;
         while i < msgs.len() {
-            let ap = &mut *ap;
             ap.buf.clear();
             let start = i;
-            while let Some(m) = msgs.get(i) {
-                let len = (FRAME_HEADER_LEN + m.encoded_len()) as u64;
+            let mut max_ts = i64::MIN;
+            while let (Some(m), Some(&size)) = (msgs.get(i), ap.lens.get(i)) {
+                let len = (FRAME_HEADER_LEN + size) as u64;
                 let used = ap.size + ap.buf.len() as u64;
                 if used > 0 && used + len > self.opts.max_bytes {
                     break;
                 }
-                let pos = used;
                 let seq = ap.next_seq + (i - start) as u64;
-                encode_frame(seq, m, &mut ap.buf);
-                ap.builder.observe(seq, pos, len, m.timestamp);
+                encode_frame_sized(seq, m, size, &mut ap.buf);
+                ap.builder.observe(seq, used, len, m.timestamp);
+                max_ts = max_ts.max(m.timestamp);
                 i += 1;
             }
             if i == start {
                 self.roll_locked(ap)?;
                 continue;
             }
-            if let Err(e) = ap.active.file.write_all_at(&ap.buf, ap.size) {
+            if let Err(e) = self.write_at(&ap.active, &ap.buf, ap.size) {
                 self.poison();
                 // Best effort: drop a partial write so the file ends at a frame boundary.
                 let _ = ap.active.file.set_len(ap.size);
@@ -466,28 +482,21 @@ impl Log {
             let last = ap.next_seq + count - 1;
             ap.size += ap.buf.len() as u64;
             ap.next_seq += count;
-            let (offsets, times) = ap.builder.take();
-            let max_ts = msgs
-                .get(start..i)
-                .unwrap_or(&[])
-                .iter()
-                .map(|m| m.timestamp)
-                .max()
-                .unwrap_or(i64::MIN);
             let mut st = self.state.write();
             if let Some(seg) = st.segs.last_mut() {
                 seg.last_seq = last;
                 seg.size = ap.size;
                 seg.max_timestamp = seg.max_timestamp.max(max_ts);
-                seg.offsets.extend(offsets);
-                seg.times.extend(times);
+                seg.offsets.append(&mut ap.builder.offsets);
+                seg.times.append(&mut ap.builder.times);
             }
         }
         let last = ap.next_seq - 1;
-        drop(ap);
+        drop(guard);
         if msgs.is_empty() {
             return Ok(first..=last);
         }
+        // Outside the append lock: concurrent appenders share the fsync.
         self.sync_after_append(last, msgs.len() as u64)?;
         Ok(first..=last)
     }
@@ -504,6 +513,39 @@ impl Log {
             SyncPolicy::Interval(d) => self.sync_state.lock().last_sync.elapsed() >= d,
         };
         if due { self.sync_through(last) } else { Ok(()) }
+    }
+
+    /// Writes `buf` at `pos` of a segment file (through the fault seam).
+    fn write_at(&self, f: &SegFile, buf: &[u8], pos: u64) -> io::Result<()> {
+        if let Err(e) = self.faults.check(Op::Write) {
+            // A torn write: half of the bytes land.
+            let _ = f
+                .file
+                .write_all_at(buf.get(..buf.len() / 2).unwrap_or(&[]), pos);
+            return Err(e);
+        }
+        f.file.write_all_at(buf, pos)
+    }
+
+    /// `fdatasync` of a segment file (through the fault seam).
+    fn sync_data(&self, f: &File) -> io::Result<()> {
+        self.faults.check(Op::Fsync)?;
+        f.sync_data()
+    }
+
+    /// Fsyncs the log directory (through the fault seam).
+    fn fsync_dir(&self) -> Result<(), Error> {
+        self.faults
+            .check(Op::Fsync)
+            .map_err(|e| Error::io(&self.dir, e))?;
+        fsync_dir(&self.dir)
+    }
+
+    /// The fault injector of this log (tests of failure handling only).
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn faults(&self) -> &crate::fault::FaultInjector {
+        &self.faults
     }
 
     fn check_poisoned(&self) -> Result<(), Error> {
@@ -541,7 +583,7 @@ impl Log {
                     None => return Err(Error::InvalidOptions("no active segment".into())),
                 }
             };
-            let result = file.file.sync_data();
+            let result = self.sync_data(&file.file);
             s = self.sync_state.lock();
             s.in_progress = false;
             if let Err(e) = result {
@@ -563,28 +605,35 @@ impl Log {
             return Ok(());
         }
         let sync = self.opts.sync != SyncPolicy::Never;
-        if sync && let Err(e) = ap.active.file.sync_data() {
+        if sync && let Err(e) = self.sync_data(&ap.active.file) {
             self.poison();
             return Err(Error::io(&ap.active.log_path, e));
         }
         let index_bytes = {
             let st = self.state.read();
             match st.active() {
-                Some(seg) => write_indexes(seg, sync),
+                Some(seg) => write_indexes(seg, sync, &self.faults),
                 None => Ok(0),
             }
         };
         let index_bytes = index_bytes.inspect_err(|_| self.poison())?;
         let base = ap.next_seq;
         let (log_path, _, _) = segment_paths(&self.dir, base);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&log_path)
+        // A failed creation leaves the log as it was (the closed segment is synced and
+        // indexed, and still the active one); the next append retries the roll.
+        let file = self
+            .faults
+            .check(Op::Create)
+            .and_then(|()| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&log_path)
+            })
             .map_err(|e| Error::io(&log_path, e))?;
-        fsync_dir(&self.dir).inspect_err(|_| self.poison())?;
+        self.fsync_dir().inspect_err(|_| self.poison())?;
         let sf = seg_file(&self.dir, base, file);
         {
             let mut st = self.state.write();
@@ -863,7 +912,7 @@ impl Log {
             remove_if_exists(&seg.file.log_path)?;
             freed += seg.size + seg.index_bytes;
         }
-        fsync_dir(&self.dir)?;
+        self.fsync_dir()?;
         Ok(freed)
     }
 
@@ -914,7 +963,7 @@ struct ReadPlan {
 }
 
 /// Writes a closed segment's `.index` and `.timeindex`; returns their total size.
-fn write_indexes(seg: &Seg, sync: bool) -> Result<u64, Error> {
+fn write_indexes(seg: &Seg, sync: bool, faults: &FaultInjector) -> Result<u64, Error> {
     let idx = OffsetIndex {
         base_seq: seg.base_seq,
         last_seq: seg.last_seq,
@@ -929,8 +978,8 @@ fn write_indexes(seg: &Seg, sync: bool) -> Result<u64, Error> {
         entries: seg.times.clone(),
     }
     .encode();
-    write_file(&seg.file.index_path, &idx, sync)?;
-    write_file(&seg.file.time_index_path, &tidx, sync)?;
+    write_file(&seg.file.index_path, &idx, sync, faults)?;
+    write_file(&seg.file.time_index_path, &tidx, sync, faults)?;
     Ok((idx.len() + tidx.len()) as u64)
 }
 

@@ -99,8 +99,20 @@ pub fn frame_len(buf: &[u8]) -> Option<usize> {
 
 /// Appends the frame of record `seq` holding `msg` to `buf`; returns the frame's length.
 pub fn encode_frame(seq: u64, msg: &Message, buf: &mut Vec<u8>) -> usize {
+    encode_frame_sized(seq, msg, msg.encoded_len(), buf)
+}
+
+/// [`encode_frame`] for a message whose `encoded_len()` the caller already computed: reserves
+/// the frame once, encodes straight into `buf` and CRCs the bytes in place (once).
+pub(crate) fn encode_frame_sized(
+    seq: u64,
+    msg: &Message,
+    encoded_len: usize,
+    buf: &mut Vec<u8>,
+) -> usize {
     let start = buf.len();
-    let body = 8 + msg.encoded_len();
+    let body = 8 + encoded_len;
+    buf.reserve(8 + body);
     buf.put_u32_le(u32::try_from(body).unwrap_or(u32::MAX));
     buf.put_u32_le(0);
     buf.put_u64_le(seq);
@@ -200,6 +212,9 @@ pub(crate) fn decode_message(chunk: &Bytes, range: Range<usize>) -> Result<Messa
     if range.end > chunk.len() || range.start > range.end {
         return Err("frame extends past the buffer".to_owned());
     }
+    if let Some(msg) = decode_plain_message(chunk, range.clone()) {
+        return Ok(msg);
+    }
     let bytes = chunk.slice(range.clone());
     let (msg, used) = Message::decode_bytes(&bytes).map_err(|e| format!("bad message: {e}"))?;
     if used != bytes.len() {
@@ -209,6 +224,53 @@ pub(crate) fn decode_message(chunk: &Bytes, range: Range<usize>) -> Result<Messa
         ));
     }
     Ok(msg)
+}
+
+/// The message encoding version the fast path of [`decode_plain_message`] reads.
+const PLAIN_VERSION: u8 = 1;
+/// The "has key" flag of that version (`docs/format.md`).
+const PLAIN_FLAG_HAS_KEY: u8 = 1;
+
+/// Fast path of [`decode_message`] for the common shape: a version-1 message without headers
+/// that fills `range` exactly. Its key and value are sliced straight from `chunk` (no
+/// intermediate slice, no header bookkeeping). Returns `None` for anything else (headers,
+/// another version, any malformation), which then goes through [`Message::decode_bytes`] — the
+/// reference decoder, which also produces the error.
+fn decode_plain_message(chunk: &Bytes, range: Range<usize>) -> Option<Message> {
+    fn u32_at(b: &[u8], at: usize) -> Option<usize> {
+        let s = b.get(at..at.checked_add(4)?)?;
+        Some(u32::from_le_bytes(<[u8; 4]>::try_from(s).ok()?) as usize)
+    }
+    let base = range.start;
+    let b = chunk.get(range)?;
+    let (&version, &flags) = (b.first()?, b.get(1)?);
+    if version != PLAIN_VERSION {
+        return None;
+    }
+    let timestamp = i64::from_le_bytes(<[u8; 8]>::try_from(b.get(2..10)?).ok()?);
+    let mut at = 10usize;
+    let key = match flags {
+        0 => None,
+        PLAIN_FLAG_HAS_KEY => {
+            let start = at.checked_add(4)?;
+            let end = start.checked_add(u32_at(b, at)?)?;
+            at = end;
+            Some(start..end)
+        }
+        _ => return None,
+    };
+    let value_start = at.checked_add(4)?;
+    let value_end = value_start.checked_add(u32_at(b, at)?)?;
+    // No headers, and nothing after the header count.
+    if u32_at(b, value_end)? != 0 || value_end.checked_add(4)? != b.len() {
+        return None;
+    }
+    Some(Message {
+        timestamp,
+        key: key.map(|k| chunk.slice(base + k.start..base + k.end)),
+        value: chunk.slice(base + value_start..base + value_end),
+        headers: Vec::new(),
+    })
 }
 
 /// Decodes consecutive framed records from the start of `buf`.
@@ -596,6 +658,67 @@ pub(crate) fn segment_paths(dir: &Path, base_seq: u64) -> (PathBuf, PathBuf, Pat
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The reference decoder's verdict on `bytes` as one whole message.
+    fn reference(bytes: &Bytes) -> Option<Message> {
+        match Message::decode_bytes(bytes) {
+            Ok((m, used)) if used == bytes.len() => Some(m),
+            _ => None,
+        }
+    }
+
+    fn arb_message() -> impl Strategy<Value = Message> {
+        (
+            any::<i64>(),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8)),
+            proptest::collection::vec(any::<u8>(), 0..40),
+            proptest::collection::vec(
+                ("[a-z]{0,3}", proptest::collection::vec(any::<u8>(), 0..4)),
+                0..2,
+            ),
+        )
+            .prop_map(|(ts, key, value, headers)| {
+                let mut m = Message::new(value).with_timestamp(ts);
+                m.key = key.map(Bytes::from);
+                for (k, v) in headers {
+                    m = m.with_header(k, v);
+                }
+                m
+            })
+    }
+
+    proptest! {
+        /// The fast path never disagrees with `Message::decode_bytes`: on any bytes (a valid
+        /// encoding, or one with a byte changed, cut or extended) it either declines or returns
+        /// exactly what the reference decoder returns.
+        #[test]
+        fn plain_fast_path_agrees_with_reference_decoder(
+            msg in arb_message(),
+            edit in proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
+            cut in 0usize..3,
+            extra in proptest::collection::vec(any::<u8>(), 0..3),
+            prefix in 0usize..3,
+        ) {
+            let mut enc = vec![0xAA; prefix];
+            msg.encode(&mut enc);
+            if let Some((i, b)) = edit {
+                let i = prefix + i.index(enc.len() - prefix);
+                enc[i] = b;
+            }
+            enc.truncate(enc.len() - cut.min(enc.len() - prefix));
+            enc.extend(&extra);
+            let chunk = Bytes::from(enc);
+            let fast = decode_plain_message(&chunk, prefix..chunk.len());
+            let slow = reference(&chunk.slice(prefix..));
+            if let Some(f) = fast {
+                prop_assert_eq!(Some(f), slow);
+            }
+            if edit.is_none() && cut == 0 && extra.is_empty() && msg.headers.is_empty() {
+                prop_assert_eq!(decode_plain_message(&chunk, prefix..chunk.len()), Some(msg));
+            }
+        }
+    }
 
     fn frames(seqs: std::ops::RangeInclusive<u64>) -> Vec<u8> {
         let mut buf = Vec::new();

@@ -1,0 +1,196 @@
+//! Failure handling, driven by the `fault-injection` feature: a failed fsync or write poisons the
+//! log, acknowledged records stay readable, and reopening recovers; a failed roll never loses
+//! acknowledged records.
+#![cfg(feature = "fault-injection")]
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use krabka_protocol::Message;
+use krabka_storage::{Error, Log, Options, SyncPolicy};
+
+fn msg(seq: u64) -> Message {
+    Message::new(format!("value-{seq}"))
+        .with_key(format!("k{seq}"))
+        .with_timestamp(seq as i64)
+}
+
+fn open(dir: &Path, max_bytes: u64, sync: SyncPolicy) -> Log {
+    Log::open(
+        dir,
+        Options {
+            max_bytes,
+            sync,
+            ..Options::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Every seq in `acked` is present and intact, and the log's seqs are contiguous from 1.
+fn check_acked(log: &Log, acked: &[u64]) {
+    let records = log.read(1, usize::MAX).unwrap();
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.seq, i as u64 + 1);
+        assert_eq!(r.message, msg(r.seq));
+    }
+    let last = records.last().map_or(0, |r| r.seq);
+    for &seq in acked {
+        assert!(
+            seq <= last,
+            "acknowledged seq {seq} lost (log ends at {last})"
+        );
+    }
+}
+
+fn assert_poisoned<T: std::fmt::Debug>(r: Result<T, Error>) {
+    assert!(matches!(r, Err(Error::Poisoned)), "{r:?}");
+}
+
+#[test]
+fn failed_fsync_poisons_appends_and_syncs_but_not_reads_and_reopen_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 1 << 20, SyncPolicy::EveryAppend);
+    let acked: Vec<u64> = (1..=10).map(|s| log.append(&msg(s)).unwrap()).collect();
+    log.faults().fail_nth_fsync(1);
+    assert!(matches!(log.append(&msg(11)), Err(Error::Io { .. })));
+    // The injected fault fired once; every later append/sync is refused by the poison alone.
+    assert_poisoned(log.append(&msg(12)));
+    assert_poisoned(log.append_batch(&[msg(12), msg(13)]));
+    assert_poisoned(log.sync());
+    assert_poisoned(log.roll());
+    check_acked(&log, &acked);
+    assert_eq!(log.read(3, 2).unwrap()[1].message, msg(4));
+    assert_poisoned(log.close());
+
+    let log = open(dir.path(), 1 << 20, SyncPolicy::EveryAppend);
+    check_acked(&log, &acked);
+    let next = log.last_seq() + 1;
+    assert_eq!(log.append(&msg(next)).unwrap(), next);
+    log.sync().unwrap();
+    check_acked(&log, &[next]);
+}
+
+#[test]
+fn failed_shared_fsync_fails_every_waiting_appender_and_poisons() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(open(dir.path(), 1 << 20, SyncPolicy::EveryAppend));
+    log.faults().fail_nth_fsync(15);
+    // Per thread: the result of each append and the message it carried.
+    let results: Vec<Vec<(Result<u64, String>, Message)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                let log = Arc::clone(&log);
+                s.spawn(move || {
+                    (0..25u64)
+                        .map(|i| {
+                            let m = msg(t * 1000 + i);
+                            (log.append(&m).map_err(|e| e.to_string()), m)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut acked = Vec::new();
+    for per_thread in &results {
+        if let Some(i) = per_thread.iter().position(|(r, _)| r.is_err()) {
+            // After its first error a thread only ever sees the poison.
+            for (r, _) in &per_thread[i + 1..] {
+                assert!(r.as_ref().is_err_and(|e| e.contains("poisoned")), "{r:?}");
+            }
+        }
+        acked.extend(
+            per_thread
+                .iter()
+                .filter_map(|(r, m)| r.as_ref().ok().map(|&seq| (seq, m.clone()))),
+        );
+    }
+    assert!(results.iter().flatten().any(|(r, _)| r.is_err()));
+    let check = |log: &Log| {
+        for (seq, m) in &acked {
+            assert_eq!(&log.read(*seq, 1).unwrap()[0].message, m);
+        }
+    };
+    check(&log);
+    drop(log);
+    let log = open(dir.path(), 1 << 20, SyncPolicy::EveryAppend);
+    check(&log);
+}
+
+#[test]
+fn failed_write_poisons_and_its_torn_half_never_surfaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 1 << 20, SyncPolicy::Never);
+    let acked: Vec<u64> = (1..=5).map(|s| log.append(&msg(s)).unwrap()).collect();
+    log.faults().fail_nth_write(1);
+    assert!(matches!(
+        log.append_batch(&[msg(6), msg(7), msg(8)]),
+        Err(Error::Io { .. })
+    ));
+    assert_poisoned(log.append(&msg(6)));
+    assert_eq!(log.last_seq(), 5);
+    check_acked(&log, &acked);
+    drop(log);
+
+    let log = open(dir.path(), 1 << 20, SyncPolicy::Never);
+    assert_eq!(log.last_seq(), 5);
+    check_acked(&log, &acked);
+    assert_eq!(log.append(&msg(6)).unwrap(), 6);
+}
+
+/// A roll (with `EveryAppend`) does: fsync of the segment (1), of its `.index` (2) and
+/// `.timeindex` (3), creation of the new segment file, fsync of the directory (4). Fail each in
+/// turn: the append reports the error, acknowledged records stay readable, and the log either
+/// keeps working or is poisoned; reopening finds every acknowledged record.
+#[test]
+fn failed_roll_never_loses_acknowledged_records() {
+    let frame = {
+        let mut buf = Vec::new();
+        krabka_storage::segment::encode_frame(1, &msg(1), &mut buf)
+    } as u64;
+    // Four records per segment.
+    let max_bytes = frame * 4 + 2;
+    for (fault, n) in [
+        ("create", 1),
+        ("fsync", 1),
+        ("fsync", 2),
+        ("fsync", 3),
+        ("fsync", 4),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), max_bytes, SyncPolicy::EveryAppend);
+        let mut acked: Vec<u64> = (1..=4).map(|s| log.append(&msg(s)).unwrap()).collect();
+        assert_eq!(log.segments().len(), 1);
+        match fault {
+            "create" => log.faults().fail_nth_create(n),
+            _ => log.faults().fail_nth_fsync(n),
+        }
+        let failed = log.append(&msg(5));
+        assert!(
+            matches!(failed, Err(Error::Io { .. })),
+            "{fault} {n}: {failed:?}"
+        );
+        check_acked(&log, &acked);
+        assert_eq!(log.last_seq(), 4, "{fault} {n}");
+        // Erroring or poisoned, never pretending: a later append either works or is refused.
+        match log.append(&msg(5)) {
+            Ok(seq) => {
+                assert_eq!(seq, 5, "{fault} {n}");
+                acked.push(seq);
+            }
+            Err(Error::Poisoned) => {}
+            Err(e) => panic!("{fault} {n}: {e}"),
+        }
+        check_acked(&log, &acked);
+        drop(log);
+
+        let log = open(dir.path(), max_bytes, SyncPolicy::EveryAppend);
+        check_acked(&log, &acked);
+        let next = log.last_seq() + 1;
+        assert_eq!(log.append(&msg(next)).unwrap(), next, "{fault} {n}");
+        check_acked(&log, &[next]);
+    }
+}
