@@ -36,14 +36,14 @@ impl RemoteSpec {
     pub fn parse(s: &str) -> std::result::Result<RemoteSpec, String> {
         if let Some(path) = s.strip_prefix("fs://") {
             if path.is_empty() {
-                return Err(format!("`{s}` names no directory: use fs://PATH"));
+                return Err("names no directory: use fs://PATH".to_owned());
             }
             return Ok(RemoteSpec::Fs(PathBuf::from(path)));
         }
         if let Some(rest) = s.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             if bucket.is_empty() {
-                return Err(format!("`{s}` names no bucket: use s3://BUCKET/PREFIX"));
+                return Err("names no bucket: use s3://BUCKET/PREFIX".to_owned());
             }
             return Ok(RemoteSpec::S3 {
                 bucket: bucket.to_owned(),
@@ -52,11 +52,11 @@ impl RemoteSpec {
         }
         if let Some((scheme, _)) = s.split_once("://") {
             return Err(format!(
-                "remote scheme `{scheme}://` is not supported: use fs://PATH or s3://BUCKET/PREFIX"
+                "scheme `{scheme}://` is not supported: use fs://PATH or s3://BUCKET/PREFIX"
             ));
         }
         if s.is_empty() {
-            return Err("the remote is empty: use fs://PATH or s3://BUCKET/PREFIX".to_owned());
+            return Err("is empty: use fs://PATH or s3://BUCKET/PREFIX".to_owned());
         }
         Ok(RemoteSpec::Fs(PathBuf::from(s)))
     }
@@ -82,7 +82,8 @@ pub fn spec(args: &RemoteArgs) -> Result<Option<RemoteSpec>> {
         }
         return Ok(None);
     };
-    let spec = RemoteSpec::parse(url).map_err(|e| CliError::new(format!("--remote {e}")))?;
+    let spec =
+        RemoteSpec::parse(url).map_err(|e| CliError::new(format!("--remote `{url}` {e}")))?;
     if args.endpoint.is_some() && matches!(spec, RemoteSpec::Fs(_)) {
         return Err(CliError::new(format!(
             "--endpoint applies to s3:// remotes, not {url}"
