@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 /// A bar over `total` bytes, labelled `label`; hidden when stderr is not a terminal.
 pub fn bytes_bar(label: &str, total: u64) -> ProgressBar {
@@ -20,7 +20,7 @@ pub fn count_bar(label: &str, total: u64) -> ProgressBar {
     bar(
         label,
         total,
-        "{prefix:>10} [{bar:30}] {human_pos}/{human_len} {per_sec} eta {eta}",
+        "{prefix:>10} [{bar:30}] {human_pos}/{human_len} {rate} eta {eta}",
     )
 }
 
@@ -38,7 +38,13 @@ pub fn spinner(label: &str) -> ProgressBar {
 fn bar(label: &str, total: u64, template: &str) -> ProgressBar {
     let pb = ProgressBar::with_draw_target(Some(total), target());
     if let Ok(style) = ProgressStyle::with_template(template) {
-        pb.set_style(style.progress_chars("=> "));
+        let style = style.progress_chars("=> ").with_key(
+            "rate",
+            |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0}/s", state.per_sec());
+            },
+        );
+        pb.set_style(style);
     }
     pb.set_prefix(label.to_owned());
     pb
