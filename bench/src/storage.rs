@@ -131,6 +131,11 @@ pub const CASES: &[Case] = &[
         "commitlog-flush1",
     ),
     raw(G_SYNC1, "raw write + sync_data", "raw-sync1"),
+    case(
+        G_SYNC1,
+        "raw pwrite into preallocated file + sync_data",
+        "raw-sync1-prealloc",
+    ),
     krabka(G_SYNC4, "krabka append, EveryAppend", "krabka-sync4"),
     case(G_SYNC4, "okaywal entry commit", "okaywal-sync4"),
     raw(
@@ -611,6 +616,21 @@ pub fn run_case(id: &str, w: &Workload, dir: &Path) -> Result<Measurement> {
             let mut f = raw_file(dir, "raw")?;
             timed(sync_n, 1, vlen, |_| {
                 f.write_all(&v)?;
+                Ok(f.sync_data()?)
+            })
+        }
+        "raw-sync1-prealloc" => {
+            // As okaywal does: the file already has its final size, so fdatasync need not
+            // commit a size change to the file system journal.
+            let f = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(dir.join("raw"))?;
+            f.set_len(sync_n * vlen as u64)?;
+            f.sync_all()?;
+            timed(sync_n, 1, vlen, |i| {
+                f.write_all_at(&v, i * vlen as u64)?;
                 Ok(f.sync_data()?)
             })
         }
