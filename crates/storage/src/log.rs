@@ -168,15 +168,19 @@ fn seg_file(dir: &Path, base: u64, file: File) -> Arc<SegFile> {
 }
 
 /// Loads a closed segment's indexes if they are valid for a `.log` of `log_len` bytes ending
-/// just before `next_base`.
+/// just before `next_base`; also returns the index files' total size. Reads only the two index
+/// files (never the `.log`).
 fn load_indexes(
     sf: &SegFile,
     base: u64,
     log_len: u64,
     next_base: u64,
-) -> Option<(OffsetIndex, TimeIndex)> {
-    let idx = OffsetIndex::decode(&fs::read(&sf.index_path).ok()?).ok()?;
-    let tidx = TimeIndex::decode(&fs::read(&sf.time_index_path).ok()?).ok()?;
+) -> Option<(OffsetIndex, TimeIndex, u64)> {
+    let idx_bytes = fs::read(&sf.index_path).ok()?;
+    let tidx_bytes = fs::read(&sf.time_index_path).ok()?;
+    let idx = OffsetIndex::decode(&idx_bytes).ok()?;
+    let tidx = TimeIndex::decode(&tidx_bytes).ok()?;
+    let index_bytes = (idx_bytes.len() + tidx_bytes.len()) as u64;
     let consistent = idx.base_seq == base
         && tidx.base_seq == base
         && idx.log_size == log_len
@@ -184,7 +188,7 @@ fn load_indexes(
         && idx.max_timestamp == tidx.max_timestamp
         && idx.entries.len() == tidx.entries.len()
         && idx.last_seq >= base;
-    consistent.then_some((idx, tidx))
+    consistent.then_some((idx, tidx, index_bytes))
 }
 
 impl Log {
@@ -253,10 +257,8 @@ impl Log {
             }
             let next_base = bases.get(i + 1).copied();
             if let Some(next_base) = next_base
-                && let Some((idx, tidx)) = load_indexes(&sf, base, file_len, next_base)
+                && let Some((idx, tidx, index_bytes)) = load_indexes(&sf, base, file_len, next_base)
             {
-                let index_bytes = fs::metadata(&sf.index_path).map_or(0, |m| m.len())
-                    + fs::metadata(&sf.time_index_path).map_or(0, |m| m.len());
                 segs.push(Seg {
                     base_seq: base,
                     file: sf,
