@@ -1,8 +1,8 @@
 //! Fault injection for tests of the log's failure handling (cargo feature `fault-injection`).
 //!
 //! Every write, fsync and segment-file creation a [`Log`](crate::Log) does after opening goes
-//! through [`FaultInjector::check`]; with the feature off the check is an empty inline function.
-//! With it on, [`Log::faults`](crate::Log::faults) arms a failure of the Nth next operation of a
+//! through a check of the log's `FaultInjector`; with the feature off the check is an empty
+//! inline function. With it on, `Log::faults()` arms a failure of the Nth next operation of a
 //! kind (once: the injector disarms itself after firing, so a test can tell poisoning apart from
 //! a persistent fault).
 

@@ -434,8 +434,10 @@ impl Log {
     /// too-large message rejects the batch without writing any of it.
     ///
     /// # Errors
-    /// [`Error::MessageTooLarge`], [`Error::Poisoned`], [`Error::Io`] (after which the log is
-    /// poisoned).
+    /// [`Error::MessageTooLarge`], [`Error::Poisoned`], [`Error::Io`]. A failed write or fsync
+    /// poisons the log. A failed roll (creating the next segment) does not: the log stays as
+    /// it was and the next append retries. When a batch spans a roll and the roll fails, the
+    /// part written before it stays in the log (readable, but not acknowledged).
     pub fn append_batch(&self, msgs: &[Message]) -> Result<RangeInclusive<u64>, Error> {
         let mut guard = self.appender.lock();
         self.check_poisoned()?;
