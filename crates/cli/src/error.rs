@@ -56,7 +56,7 @@ pub fn storage(action: &str, dir: &Path, e: krabka_storage::Error) -> CliError {
         E::Io { .. } => "check that the path exists and that you may read and write it",
         E::NotADirectory { .. } => "pass the log's directory, not a file",
         E::OutOfRange { .. } => "pick a seq inside the range shown",
-        E::Poisoned => "reopen the log; recovery finds what is really on disk",
+        E::Poisoned { .. } => "reopen the log; recovery finds what is really on disk",
         _ => "check the arguments",
     };
     CliError::at(action, dir, e).hint(hint)

@@ -50,6 +50,11 @@ pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 pub const DEFAULT_INDEX_INTERVAL_BYTES: u64 = 4096;
 /// Default [`Options::max_message_bytes`]: 16 MiB.
 pub const DEFAULT_MAX_MESSAGE_BYTES: u64 = 16 << 20;
+/// Default [`Options::max_open_segments`].
+pub const DEFAULT_MAX_OPEN_SEGMENTS: usize = 128;
+/// Name of the lock file [`Log::open`] creates in the log directory and holds an exclusive
+/// lock on for the `Log`'s lifetime.
+pub const LOCK_FILE_NAME: &str = ".lock";
 
 /// One stored message and its sequence number.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,10 +72,12 @@ pub struct Record {
 /// what survives a **power loss or kernel crash**, which only synced bytes survive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncPolicy {
-    /// Never fsync record data (the OS writes it back when it chooses, typically within ~30 s).
-    /// Process crash: nothing acknowledged is lost. Power loss: any suffix of the records
-    /// written since the OS last flushed may be lost (recovery cuts it cleanly). Closed
-    /// segments are not synced at roll either. [`Log::sync`] still forces a sync.
+    /// Never fsync record data on append (the OS writes it back when it chooses, typically
+    /// within ~30 s). Process crash: nothing acknowledged is lost. Power loss: any suffix of the
+    /// records written since the OS last flushed may be lost (recovery cuts it cleanly). Closed
+    /// segments are not synced at roll either; the log remembers them, and [`Log::sync`] and
+    /// [`Log::close`] fsync them (with their index files) as well as the active segment, so
+    /// after either returns every appended record is on stable storage.
     Never,
     /// Fsync before `append` returns; concurrent appenders share one fsync (group commit).
     /// Process crash and power loss: every acknowledged record survives.
@@ -104,6 +111,13 @@ pub struct Options {
     /// Default: 16 MiB ([`DEFAULT_MAX_MESSAGE_BYTES`]). Minimum: 18 (the smallest encoded
     /// message); maximum: `u32::MAX - 8` (the frame length field).
     pub max_message_bytes: u64,
+    /// Most read file descriptors of closed segments kept open at once (a small LRU cache):
+    /// reads of a closed segment whose file is not cached open it again, evicting the least
+    /// recently used one. The active segment's file is always open, in addition. A read in
+    /// progress keeps its descriptor until it finishes, so briefly there may be one more per
+    /// concurrent reader. Default: 128 ([`DEFAULT_MAX_OPEN_SEGMENTS`]). Minimum: 1 (`0` is
+    /// [`Error::InvalidOptions`]).
+    pub max_open_segments: usize,
 }
 
 impl Default for Options {
@@ -113,6 +127,7 @@ impl Default for Options {
             index_interval_bytes: DEFAULT_INDEX_INTERVAL_BYTES,
             sync: SyncPolicy::EveryAppend,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_open_segments: DEFAULT_MAX_OPEN_SEGMENTS,
         }
     }
 }
@@ -124,19 +139,29 @@ impl Options {
             self.max_bytes = DEFAULT_MAX_BYTES;
         }
         if self.index_interval_bytes == 0 {
-            return Err(Error::InvalidOptions(
-                "index_interval_bytes must be at least 1".into(),
-            ));
+            return Err(Error::InvalidOptions {
+                field: "index_interval_bytes",
+                reason: "must be at least 1".into(),
+            });
         }
         let max_frame_body = u64::from(u32::MAX) - 8;
         if self.max_message_bytes < segment::MIN_MESSAGE_LEN as u64
             || self.max_message_bytes > max_frame_body
         {
-            return Err(Error::InvalidOptions(format!(
-                "max_message_bytes must be in {}..={max_frame_body}, got {}",
-                segment::MIN_MESSAGE_LEN,
-                self.max_message_bytes
-            )));
+            return Err(Error::InvalidOptions {
+                field: "max_message_bytes",
+                reason: format!(
+                    "must be in {}..={max_frame_body}, got {}",
+                    segment::MIN_MESSAGE_LEN,
+                    self.max_message_bytes
+                ),
+            });
+        }
+        if self.max_open_segments == 0 {
+            return Err(Error::InvalidOptions {
+                field: "max_open_segments",
+                reason: "must be at least 1".into(),
+            });
         }
         Ok(self)
     }
@@ -198,7 +223,8 @@ pub struct RecoveryReport {
     pub rebuilt_indexes: Vec<PathBuf>,
     /// Closed segments found corrupt by such a scan (left as they are).
     pub corrupt_segments: Vec<CorruptSegment>,
-    /// Files in the directory that are not segment files (ignored).
+    /// Files in the directory that are not segment files (ignored). The lock file
+    /// ([`LOCK_FILE_NAME`]) is not listed.
     pub ignored_files: Vec<PathBuf>,
     /// Bytes of `.log` files read by scans during open.
     pub scanned_bytes: u64,
@@ -256,11 +282,33 @@ pub enum Error {
     },
     /// An fsync or write failed earlier; the log refuses appends and syncs because the OS may
     /// have dropped unsynced data. Close and reopen it (recovery finds what is really on disk).
-    #[error("the log is poisoned by an earlier failed write or fsync; reopen it")]
-    Poisoned,
+    #[error(
+        "the log in {} is poisoned by an earlier failed write or fsync; reopen it",
+        dir.display()
+    )]
+    Poisoned {
+        /// The log's directory.
+        dir: PathBuf,
+    },
     /// The [`Options`] are invalid.
-    #[error("invalid options: {0}")]
-    InvalidOptions(String),
+    #[error("invalid options: {field} {reason}")]
+    InvalidOptions {
+        /// The name of the offending [`Options`] field.
+        field: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
+    /// Another `Log` (in this or another process) has the log directory open: it holds the
+    /// exclusive lock on the directory's lock file ([`LOCK_FILE_NAME`]). Only one writer may
+    /// open a log at a time; close the other one first.
+    #[error(
+        "the log in {} is already open (its lock file {LOCK_FILE_NAME} is held by another Log or process)",
+        dir.display()
+    )]
+    Locked {
+        /// The log's directory.
+        dir: PathBuf,
+    },
     /// The log path exists and is not a directory.
     #[error("{} is not a directory", path.display())]
     NotADirectory {

@@ -1,6 +1,7 @@
 //! The [`Log`]: open and recovery, appends with group commit, reads, retention.
 
-use std::fs::{self, File, OpenOptions};
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, Write};
 use std::ops::RangeInclusive;
 use std::os::unix::fs::FileExt;
@@ -16,17 +17,17 @@ use crate::bufs::ReadBufs;
 use crate::fault::{FaultInjector, Op};
 use crate::index::{IndexBuilder, OffsetIndex, TimeIndex, floor_entry, time_floor};
 use crate::segment::{
-    FRAME_HEADER_LEN, LOG_SUFFIX, decode_chunk, encode_frame_sized, frame_len,
-    parse_segment_file_name, scan_file, segment_paths,
+    FRAME_HEADER_LEN, LOG_SUFFIX, decode_chunk, encode_frame_sized, parse_segment_file_name,
+    read_frame_chunk, scan_file, segment_paths,
 };
 use crate::{
-    CorruptSegment, Error, Options, Record, RecoveryReport, SegmentInfo, SyncPolicy, TruncatedTail,
+    CorruptSegment, Error, LOCK_FILE_NAME, Options, Record, RecoveryReport, SegmentInfo,
+    SyncPolicy, TruncatedTail,
 };
 
-/// An open segment file, shared by the appender and readers (positioned I/O only).
+/// The paths of a segment's files.
 #[derive(Debug)]
 struct SegFile {
-    file: File,
     log_path: PathBuf,
     index_path: PathBuf,
     time_index_path: PathBuf,
@@ -37,6 +38,9 @@ struct SegFile {
 struct Seg {
     base_seq: u64,
     file: Arc<SegFile>,
+    /// The open `.log` file of the active segment (shared with the appender); `None` for closed
+    /// segments, whose files are opened on demand through the [`FdCache`].
+    open: Option<Arc<File>>,
     /// Seq of the last published record (`base_seq - 1` when empty).
     last_seq: u64,
     /// Bytes of published frames.
@@ -79,6 +83,8 @@ impl State {
 #[derive(Debug)]
 struct Appender {
     active: Arc<SegFile>,
+    /// The active segment's `.log`, open for writing.
+    file: Arc<File>,
     size: u64,
     next_seq: u64,
     builder: IndexBuilder,
@@ -96,6 +102,70 @@ struct SyncState {
     last_sync: Instant,
 }
 
+/// Read-only file descriptors of closed segments, at most `cap` of them, least recently used
+/// evicted first.
+#[derive(Debug)]
+struct FdCache {
+    cap: usize,
+    inner: Mutex<FdCacheInner>,
+}
+
+#[derive(Debug, Default)]
+struct FdCacheInner {
+    /// Base seq → (file, last use).
+    files: HashMap<u64, (Arc<File>, u64)>,
+    tick: u64,
+}
+
+impl FdCache {
+    fn new(cap: usize) -> Self {
+        Self {
+            cap: cap.max(1),
+            inner: Mutex::new(FdCacheInner::default()),
+        }
+    }
+
+    /// The open `.log` of the closed segment `base`, opening it (and evicting the least
+    /// recently used one when full) when it is not cached.
+    fn get(&self, base: u64, path: &Path) -> Result<Arc<File>, Error> {
+        {
+            let mut c = self.inner.lock();
+            c.tick += 1;
+            let tick = c.tick;
+            if let Some((f, used)) = c.files.get_mut(&base) {
+                *used = tick;
+                return Ok(Arc::clone(f));
+            }
+        }
+        // Opened outside the lock: other readers keep hitting the cache meanwhile.
+        let file = Arc::new(File::open(path).map_err(|e| Error::io(path, e))?);
+        let mut c = self.inner.lock();
+        c.tick += 1;
+        let tick = c.tick;
+        if !c.files.contains_key(&base) {
+            while c.files.len() >= self.cap {
+                let Some(oldest) = c.files.iter().min_by_key(|(_, (_, t))| *t).map(|(b, _)| *b)
+                else {
+                    break;
+                };
+                c.files.remove(&oldest);
+            }
+        }
+        c.files.insert(base, (Arc::clone(&file), tick));
+        Ok(file)
+    }
+
+    /// Closes the cached file of segment `base` (dropped by retention).
+    fn remove(&self, base: u64) {
+        self.inner.lock().files.remove(&base);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.inner.lock().files.len()
+    }
+}
+
 /// An append-only log of [`Message`]s stored in segment files in one directory.
 ///
 /// `Log` is `Send + Sync`: share it in an `Arc`. Appends are serialized by an internal lock;
@@ -104,10 +174,25 @@ struct SyncState {
 ///
 /// Records become visible to readers as soon as they are written to the file, which may be
 /// before they are synced.
+///
+/// A `Log` holds an exclusive lock on the lock file `.lock` in its directory
+/// ([`LOCK_FILE_NAME`](crate::LOCK_FILE_NAME)) from [`Log::open`] until it is closed or
+/// dropped, so a second `Log` on the same directory, in this process or another, fails with
+/// [`Error::Locked`] instead of interleaving writes with the first.
+///
+/// File descriptors: the active segment's file is always open; closed segments' files are
+/// opened when read and kept in a cache of at most [`Options::max_open_segments`].
 #[derive(Debug)]
 pub struct Log {
     dir: PathBuf,
     opts: Options,
+    /// The locked lock file; the lock is released when it is closed (with the `Log`).
+    _lock: File,
+    /// Read descriptors of closed segments.
+    fds: FdCache,
+    /// Closed segments rolled without an fsync (under [`SyncPolicy::Never`]) whose `.log` and
+    /// index files the next [`Log::sync`] must fsync.
+    unsynced_closed: Mutex<Vec<Arc<SegFile>>>,
     state: RwLock<State>,
     appender: Mutex<Appender>,
     sync_state: Mutex<SyncState>,
@@ -157,14 +242,38 @@ fn write_file(path: &Path, bytes: &[u8], sync: bool, faults: &FaultInjector) -> 
     Ok(())
 }
 
-fn seg_file(dir: &Path, base: u64, file: File) -> Arc<SegFile> {
+fn seg_file(dir: &Path, base: u64) -> Arc<SegFile> {
     let (log_path, index_path, time_index_path) = segment_paths(dir, base);
     Arc::new(SegFile {
-        file,
         log_path,
         index_path,
         time_index_path,
     })
+}
+
+/// The error for an internal invariant that does not hold: the log always has an active
+/// segment.
+fn no_active_segment(dir: &Path) -> Error {
+    Error::io(dir, io::Error::other("the log has no active segment"))
+}
+
+/// Creates the lock file in `dir` and takes an exclusive, non-blocking lock on it.
+fn lock_dir(dir: &Path) -> Result<File, Error> {
+    let path = dir.join(LOCK_FILE_NAME);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io(&path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(Error::Locked {
+            dir: dir.to_path_buf(),
+        }),
+        Err(TryLockError::Error(e)) => Err(Error::io(&path, e)),
+    }
 }
 
 /// Loads a closed segment's indexes if they are valid for a `.log` of `log_len` bytes ending
@@ -200,9 +309,14 @@ impl Log {
     /// and synced. What was repaired is in [`Log::recovery_report`] and logged with
     /// `tracing::warn!`.
     ///
+    /// Open first takes an exclusive lock on `dir/.lock` (creating the file), held until the
+    /// `Log` is closed or dropped; the lock file is not a segment file and is not reported as a
+    /// stray file.
+    ///
     /// # Errors
-    /// [`Error::InvalidOptions`], [`Error::NotADirectory`] when `dir` is a file, [`Error::Io`],
-    /// and [`Error::Corrupt`] when the segments' seqs have a gap.
+    /// [`Error::InvalidOptions`], [`Error::NotADirectory`] when `dir` is a file,
+    /// [`Error::Locked`] when another `Log` (in this or another process) has `dir` open,
+    /// [`Error::Io`], and [`Error::Corrupt`] when the segments' seqs have a gap.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Log, Error> {
         let opts = opts.resolve()?;
         let dir = dir.as_ref().to_path_buf();
@@ -214,11 +328,16 @@ impl Log {
             }
             Err(e) => return Err(Error::io(&dir, e)),
         }
+        // Before recovery, which may truncate files another writer is using.
+        let lock = lock_dir(&dir)?;
         let mut report = RecoveryReport::default();
         let mut bases = Vec::new();
         for entry in fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
             let entry = entry.map_err(|e| Error::io(&dir, e))?;
             let name = entry.file_name();
+            if name == LOCK_FILE_NAME {
+                continue;
+            }
             match name.to_str().and_then(parse_segment_file_name) {
                 Some((base, LOG_SUFFIX)) => bases.push(base),
                 Some(_) => {}
@@ -235,7 +354,7 @@ impl Log {
             let (log_path, _, _) = segment_paths(&dir, base);
             let file = open_rw(&log_path, false)?;
             let file_len = file.metadata().map_err(|e| Error::io(&log_path, e))?.len();
-            let sf = seg_file(&dir, base, file);
+            let sf = seg_file(&dir, base);
             if base == 0 {
                 return Err(Error::Corrupt {
                     path: log_path,
@@ -259,9 +378,12 @@ impl Log {
             if let Some(next_base) = next_base
                 && let Some((idx, tidx, index_bytes)) = load_indexes(&sf, base, file_len, next_base)
             {
+                // A closed segment: its file is closed now and reopened when read.
+                drop(file);
                 segs.push(Seg {
                     base_seq: base,
                     file: sf,
+                    open: None,
                     last_seq: idx.last_seq,
                     size: file_len,
                     max_timestamp: idx.max_timestamp,
@@ -273,7 +395,7 @@ impl Log {
             }
             // The active segment, or a closed one whose index is missing or inconsistent.
             let scan = scan_file(
-                &sf.file,
+                &file,
                 &sf.log_path,
                 file_len,
                 Some(base),
@@ -286,6 +408,7 @@ impl Log {
             let mut seg = Seg {
                 base_seq: base,
                 file: sf,
+                open: None,
                 last_seq: scanned_last,
                 size: scan.valid_len,
                 max_timestamp: scan.max_timestamp,
@@ -303,10 +426,8 @@ impl Log {
                             reason = %problem.reason,
                             "truncating the active segment's torn or corrupt tail"
                         );
-                        seg.file
-                            .file
-                            .set_len(scan.valid_len)
-                            .and_then(|()| seg.file.file.sync_all())
+                        file.set_len(scan.valid_len)
+                            .and_then(|()| file.sync_all())
                             .map_err(|e| Error::io(&seg.file.log_path, e))?;
                         report.truncated = Some(TruncatedTail {
                             path: seg.file.log_path.clone(),
@@ -316,6 +437,7 @@ impl Log {
                         });
                     }
                     active_builder = Some(builder);
+                    seg.open = Some(Arc::new(file));
                     // Index files of the active segment are stale by definition.
                     remove_if_exists(&seg.file.index_path)?;
                     remove_if_exists(&seg.file.time_index_path)?;
@@ -358,7 +480,8 @@ impl Log {
             fsync_dir(&dir)?;
             segs.push(Seg {
                 base_seq: base,
-                file: seg_file(&dir, base, file),
+                file: seg_file(&dir, base),
+                open: Some(Arc::new(file)),
                 last_seq: 0,
                 size: 0,
                 max_timestamp: i64::MIN,
@@ -369,13 +492,17 @@ impl Log {
         }
         let (appender, last) = {
             let Some(active) = segs.last() else {
-                return Err(Error::InvalidOptions("no active segment".into()));
+                return Err(no_active_segment(&dir));
+            };
+            let Some(file) = active.open.clone() else {
+                return Err(no_active_segment(&dir));
             };
             let builder =
                 active_builder.unwrap_or_else(|| IndexBuilder::new(opts.index_interval_bytes));
             (
                 Appender {
                     active: Arc::clone(&active.file),
+                    file,
                     size: active.size,
                     next_seq: active.last_seq + 1,
                     builder,
@@ -386,8 +513,11 @@ impl Log {
             )
         };
         Ok(Log {
+            fds: FdCache::new(opts.max_open_segments),
             dir,
             opts,
+            _lock: lock,
+            unsynced_closed: Mutex::new(Vec::new()),
             state: RwLock::new(State { segs }),
             appender: Mutex::new(appender),
             sync_state: Mutex::new(SyncState {
@@ -476,10 +606,10 @@ impl Log {
                 self.roll_locked(ap)?;
                 continue;
             }
-            if let Err(e) = self.write_at(&ap.active, &ap.buf, ap.size) {
+            if let Err(e) = self.write_at(&ap.file, &ap.buf, ap.size) {
                 self.poison();
                 // Best effort: drop a partial write so the file ends at a frame boundary.
-                let _ = ap.active.file.set_len(ap.size);
+                let _ = ap.file.set_len(ap.size);
                 return Err(Error::io(&ap.active.log_path, e));
             }
             let count = (i - start) as u64;
@@ -520,15 +650,13 @@ impl Log {
     }
 
     /// Writes `buf` at `pos` of a segment file (through the fault seam).
-    fn write_at(&self, f: &SegFile, buf: &[u8], pos: u64) -> io::Result<()> {
+    fn write_at(&self, f: &File, buf: &[u8], pos: u64) -> io::Result<()> {
         if let Err(e) = self.faults.check(Op::Write) {
             // A torn write: half of the bytes land.
-            let _ = f
-                .file
-                .write_all_at(buf.get(..buf.len() / 2).unwrap_or(&[]), pos);
+            let _ = f.write_all_at(buf.get(..buf.len() / 2).unwrap_or(&[]), pos);
             return Err(e);
         }
-        f.file.write_all_at(buf, pos)
+        f.write_all_at(buf, pos)
     }
 
     /// `fdatasync` of a segment file (through the fault seam).
@@ -554,7 +682,9 @@ impl Log {
 
     fn check_poisoned(&self) -> Result<(), Error> {
         if self.poisoned.load(Ordering::Acquire) {
-            Err(Error::Poisoned)
+            Err(Error::Poisoned {
+                dir: self.dir.clone(),
+            })
         } else {
             Ok(())
         }
@@ -570,7 +700,7 @@ impl Log {
         let mut s = self.sync_state.lock();
         loop {
             self.check_poisoned()?;
-            if s.synced_seq >= target {
+            if s.synced_seq >= target && self.unsynced_closed.lock().is_empty() {
                 return Ok(());
             }
             if s.in_progress {
@@ -579,27 +709,58 @@ impl Log {
             }
             s.in_progress = true;
             drop(s);
-            // Segments before the active one were synced when they were rolled.
-            let (file, upto) = {
+            // Segments before the active one were synced when they were rolled, except under
+            // `SyncPolicy::Never`, where they are listed in `unsynced_closed`. The active
+            // segment is read first: a roll adds the segment it closes to that list before
+            // publishing the new active segment, so every record up to `upto` is in the file
+            // synced here or in a listed one.
+            let active = {
                 let st = self.state.read();
-                match st.active() {
-                    Some(a) => (Arc::clone(&a.file), a.last_seq),
-                    None => return Err(Error::InvalidOptions("no active segment".into())),
-                }
+                st.active()
+                    .and_then(|a| Some((a.open.clone()?, Arc::clone(&a.file), a.last_seq)))
             };
-            let result = self.sync_data(&file.file);
+            let result = match active {
+                Some((fd, paths, upto)) => {
+                    let closed = std::mem::take(&mut *self.unsynced_closed.lock());
+                    self.sync_closed(&closed).and_then(|()| {
+                        self.sync_data(&fd)
+                            .map_err(|e| Error::io(&paths.log_path, e))
+                            .map(|()| upto)
+                    })
+                }
+                None => Err(no_active_segment(&self.dir)),
+            };
             s = self.sync_state.lock();
             s.in_progress = false;
-            if let Err(e) = result {
-                self.poison();
-                self.sync_done.notify_all();
-                return Err(Error::io(&file.log_path, e));
-            }
+            let upto = match result {
+                Ok(upto) => upto,
+                Err(e) => {
+                    self.poison();
+                    self.sync_done.notify_all();
+                    return Err(e);
+                }
+            };
             s.synced_seq = s.synced_seq.max(upto);
             s.unsynced = 0;
             s.last_sync = Instant::now();
             self.sync_done.notify_all();
         }
+    }
+
+    /// Fsyncs the `.log`, `.index` and `.timeindex` files of closed segments that were rolled
+    /// without a sync. Files removed by retention meanwhile are skipped.
+    fn sync_closed(&self, segs: &[Arc<SegFile>]) -> Result<(), Error> {
+        for seg in segs {
+            for path in [&seg.log_path, &seg.index_path, &seg.time_index_path] {
+                let file = match File::open(path) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(Error::io(path, e)),
+                };
+                self.sync_data(&file).map_err(|e| Error::io(path, e))?;
+            }
+        }
+        Ok(())
     }
 
     /// Closes the active segment (under the append lock): syncs it, writes its index files and
@@ -609,7 +770,7 @@ impl Log {
             return Ok(());
         }
         let sync = self.opts.sync != SyncPolicy::Never;
-        if sync && let Err(e) = self.sync_data(&ap.active.file) {
+        if sync && let Err(e) = self.sync_data(&ap.file) {
             self.poison();
             return Err(Error::io(&ap.active.log_path, e));
         }
@@ -638,15 +799,23 @@ impl Log {
             })
             .map_err(|e| Error::io(&log_path, e))?;
         self.fsync_dir().inspect_err(|_| self.poison())?;
-        let sf = seg_file(&self.dir, base, file);
+        if !sync {
+            // Listed before the new segment is published (see `sync_through`).
+            self.unsynced_closed.lock().push(Arc::clone(&ap.active));
+        }
+        let sf = seg_file(&self.dir, base);
+        let file = Arc::new(file);
         {
             let mut st = self.state.write();
             if let Some(old) = st.segs.last_mut() {
                 old.index_bytes = index_bytes;
+                // Closed now: readers reopen it through the cache.
+                old.open = None;
             }
             st.segs.push(Seg {
                 base_seq: base,
                 file: Arc::clone(&sf),
+                open: Some(Arc::clone(&file)),
                 last_seq: base - 1,
                 size: 0,
                 max_timestamp: i64::MIN,
@@ -660,6 +829,7 @@ impl Log {
             s.synced_seq = s.synced_seq.max(base - 1);
         }
         ap.active = sf;
+        ap.file = file;
         ap.size = 0;
         ap.builder = IndexBuilder::new(self.opts.index_interval_bytes);
         Ok(())
@@ -721,7 +891,9 @@ impl Log {
                 let (start_seq, pos) = floor_entry(&seg.offsets, seq).unwrap_or((seg.base_seq, 0));
                 let records = seg.last_seq + 1 - seg.base_seq;
                 ReadPlan {
+                    base: seg.base_seq,
                     file: Arc::clone(&seg.file),
+                    fd: seg.open.clone(),
                     pos,
                     start_seq,
                     size: seg.size,
@@ -730,7 +902,21 @@ impl Log {
                 }
             };
             let before = out.len();
-            let next = self.read_segment(&plan, seq, max - out.len(), &mut out)?;
+            let next = match self.read_segment(&plan, seq, max - out.len(), &mut out) {
+                Ok(next) => next,
+                Err(Error::Io { source, .. })
+                    if source.kind() == io::ErrorKind::NotFound && self.first_seq() > seq =>
+                {
+                    // The segment was dropped by retention before its file was opened.
+                    let st = self.state.read();
+                    return Err(Error::OutOfRange {
+                        seq,
+                        first: st.first_seq(),
+                        last: st.last_seq(),
+                    });
+                }
+                Err(e) => return Err(e),
+            };
             if out.len() == before && next <= seq {
                 break;
             }
@@ -748,6 +934,10 @@ impl Log {
         out: &mut Vec<Record>,
     ) -> Result<u64, Error> {
         let path = &plan.file.log_path;
+        let fd = match &plan.fd {
+            Some(fd) => Arc::clone(fd),
+            None => self.fds.get(plan.base, path)?,
+        };
         let mut pos = plan.pos;
         let mut expect = plan.start_seq;
         let mut need = max;
@@ -759,19 +949,12 @@ impl Log {
                 .saturating_mul(plan.avg_frame.max(64))
                 .clamp(4 << 10, 1 << 20)
                 .min(left);
-            let mut chunk = self.bufs.read_at(
-                &plan.file.file,
-                path,
+            let chunk = read_frame_chunk(
                 pos,
+                plan.size,
                 usize::try_from(want).unwrap_or(usize::MAX),
+                |at, len| self.bufs.read_at(&fd, path, at, len),
             )?;
-            if let Some(n) = frame_len(&chunk)
-                && n > chunk.len()
-                && n as u64 <= left
-            {
-                drop(chunk);
-                chunk = self.bufs.read_at(&plan.file.file, path, pos, n)?;
-            }
             let before = out.len();
             let (consumed, next_seq) = decode_chunk(&chunk, from_seq, need, Some(expect), out)
                 .map_err(|e| e.into_error(path, pos))?;
@@ -838,7 +1021,10 @@ impl Log {
             .collect()
     }
 
-    /// Forces every appended record to stable storage (whatever the [`SyncPolicy`]).
+    /// Forces every appended record to stable storage (whatever the [`SyncPolicy`]): the active
+    /// segment, and under [`SyncPolicy::Never`] also the closed segments (and their index files)
+    /// rolled since the last sync. When it returns `Ok`, every record appended before the call
+    /// survives a power loss.
     ///
     /// # Errors
     /// [`Error::Poisoned`]; [`Error::Io`] when the fsync fails (the log is then poisoned).
@@ -848,15 +1034,15 @@ impl Log {
         self.sync_through(last)
     }
 
-    /// Syncs (unless the policy is [`SyncPolicy::Never`]) and closes the log.
+    /// Syncs every appended record to stable storage, whatever the [`SyncPolicy`] (also
+    /// [`SyncPolicy::Never`]: closed segments not yet synced are synced too), then closes the
+    /// log and releases its directory lock. Dropping a `Log` instead releases the lock without
+    /// syncing.
     ///
     /// # Errors
-    /// As [`Log::sync`].
+    /// As [`Log::sync`]; the log is closed either way.
     pub fn close(self) -> Result<(), Error> {
-        if self.opts.sync != SyncPolicy::Never {
-            self.sync()?;
-        }
-        Ok(())
+        self.sync()
     }
 
     /// Drops whole segments whose records are all below `keep_from`. A segment partly below
@@ -914,6 +1100,7 @@ impl Log {
             remove_if_exists(&seg.file.index_path)?;
             remove_if_exists(&seg.file.time_index_path)?;
             remove_if_exists(&seg.file.log_path)?;
+            self.fds.remove(seg.base_seq);
             freed += seg.size + seg.index_bytes;
         }
         self.fsync_dir()?;
@@ -958,7 +1145,10 @@ impl Log {
 }
 
 struct ReadPlan {
+    base: u64,
     file: Arc<SegFile>,
+    /// The active segment's open file; `None` for a closed segment (opened through the cache).
+    fd: Option<Arc<File>>,
     pos: u64,
     start_seq: u64,
     size: u64,

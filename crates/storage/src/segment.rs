@@ -32,6 +32,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use bytes::{BufMut, Bytes};
@@ -95,6 +96,70 @@ pub fn frame_len(buf: &[u8]) -> Option<usize> {
     let len = buf.get(..4)?;
     let len = u32::from_le_bytes(<[u8; 4]>::try_from(len).ok()?);
     Some(8 + len as usize)
+}
+
+/// Reads the bytes at `pos` of a segment's `.log` file for decoding: `chunk` bytes (at most up
+/// to `end`, the file's length or the end of the valid data), or more when the frame starting
+/// at `pos` is longer than that and ends by `end` — then the whole frame, so a chunk always
+/// holds at least one complete frame unless the data is torn or corrupt there.
+///
+/// Feed the result to [`decode_records`] (or [`decode_records_at`]) and continue at
+/// `pos + consumed`. This is the read step of every chunked reader of segment files (the log's
+/// own reads, its recovery scan, and read-only tools that follow a log directory).
+///
+/// ```
+/// use krabka_protocol::Message;
+/// use krabka_storage::segment::{decode_records, encode_frame, read_chunk};
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("00000000000000000001.log");
+/// let mut buf = Vec::new();
+/// encode_frame(1, &Message::new(vec![7u8; 1000]), &mut buf);
+/// std::fs::write(&path, &buf)?;
+/// let file = std::fs::File::open(&path)?;
+/// // A 64-byte chunk is too short for the frame: the whole frame is read.
+/// let chunk = read_chunk(&file, &path, 0, buf.len() as u64, 64)?;
+/// assert_eq!(chunk.len(), buf.len());
+/// assert_eq!(decode_records(&chunk, 1, 10)?.records.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be read (including when it is shorter than `end`).
+pub fn read_chunk(
+    file: &File,
+    path: &Path,
+    pos: u64,
+    end: u64,
+    chunk: usize,
+) -> Result<Bytes, Error> {
+    read_frame_chunk(pos, end, chunk, |at, len| {
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, at)
+            .map_err(|e| Error::io(path, e))?;
+        Ok(Bytes::from(buf))
+    })
+}
+
+/// [`read_chunk`] with the read itself supplied: `read(pos, len)` reads exactly `len` bytes at
+/// `pos` (the log passes one that reuses pooled buffers).
+pub(crate) fn read_frame_chunk(
+    pos: u64,
+    end: u64,
+    chunk: usize,
+    mut read: impl FnMut(u64, usize) -> Result<Bytes, Error>,
+) -> Result<Bytes, Error> {
+    let left = end.saturating_sub(pos);
+    let want = usize::try_from(left).unwrap_or(usize::MAX).min(chunk);
+    let first = read(pos, want)?;
+    match frame_len(&first) {
+        Some(n) if n > first.len() && n as u64 <= left => {
+            // A frame longer than the chunk: read it whole.
+            drop(first);
+            read(pos, n)
+        }
+        _ => Ok(first),
+    }
 }
 
 /// Appends the frame of record `seq` holding `msg` to `buf`; returns the frame's length.
@@ -280,12 +345,55 @@ fn decode_plain_message(chunk: &Bytes, range: Range<usize>) -> Option<Message> {
 /// [`DecodedRecords::consumed`] tells where the complete frames end, so a chunked reader
 /// fetches more bytes and continues there. The records share `buf` (no copy).
 ///
+/// Seqs are checked across the buffer: every complete frame must carry the seq after the
+/// previous frame's (a buffer spliced from two places of a segment, or from two segments, is
+/// rejected). The first frame's seq is not checked; use [`decode_records_at`] when the caller
+/// knows which seq the buffer must start with (for example bytes fetched from a remote store
+/// at a position an index gave for a seq).
+///
 /// # Errors
-/// [`Error::Corrupt`] (with an empty `path` and `position` relative to `buf`) when a complete
-/// frame has a bad length, CRC or message, or its seq does not follow the previous frame's.
+/// [`Error::Corrupt`] (with an empty `path` and `position` relative to `buf`: the start of the
+/// offending frame) when a complete frame has a bad length, CRC or message, or its seq does not
+/// follow the previous frame's.
 pub fn decode_records(buf: &Bytes, from_seq: u64, max: usize) -> Result<DecodedRecords, Error> {
+    decode_with(buf, None, from_seq, max)
+}
+
+/// [`decode_records`] that also requires the first frame of `buf` to carry
+/// `expected_first_seq` (when `buf` holds a complete frame and `max > 0`).
+///
+/// ```
+/// use krabka_protocol::{Bytes, Message};
+/// use krabka_storage::segment::{decode_records_at, encode_frame};
+///
+/// let mut buf = Vec::new();
+/// encode_frame(7, &Message::new("a"), &mut buf);
+/// let buf = Bytes::from(buf);
+/// assert_eq!(decode_records_at(&buf, 7, 7, 10)?.records.len(), 1);
+/// assert!(decode_records_at(&buf, 6, 6, 10).is_err()); // the bytes do not start at seq 6
+/// # Ok::<(), krabka_storage::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`decode_records`], and [`Error::Corrupt`] at position 0 when the first frame's seq is
+/// not `expected_first_seq`.
+pub fn decode_records_at(
+    buf: &Bytes,
+    expected_first_seq: u64,
+    from_seq: u64,
+    max: usize,
+) -> Result<DecodedRecords, Error> {
+    decode_with(buf, Some(expected_first_seq), from_seq, max)
+}
+
+fn decode_with(
+    buf: &Bytes,
+    expect: Option<u64>,
+    from_seq: u64,
+    max: usize,
+) -> Result<DecodedRecords, Error> {
     let mut records = Vec::new();
-    let (consumed, next_seq) = decode_chunk(buf, from_seq, max, None, &mut records)
+    let (consumed, next_seq) = decode_chunk(buf, from_seq, max, expect, &mut records)
         .map_err(|e| e.into_error(Path::new(""), 0))?;
     Ok(DecodedRecords {
         records,
@@ -425,16 +533,10 @@ pub(crate) fn scan_file(
     let bufs = ReadBufs::default();
     while pos < file_len {
         let left = file_len - pos;
-        let want = usize::try_from(left).unwrap_or(usize::MAX).min(SCAN_CHUNK);
-        let mut chunk = bufs.read_at(file, path, pos, want)?;
-        if let Some(n) = frame_len(&chunk)
-            && n > chunk.len()
-            && n as u64 <= left
-        {
-            // A frame longer than the chunk: read it whole.
-            drop(chunk);
-            chunk = bufs.read_at(file, path, pos, n)?;
-        }
+        let want = SCAN_CHUNK;
+        let chunk = read_frame_chunk(pos, file_len, want, |at, len| {
+            bufs.read_at(file, path, at, len)
+        })?;
         let before = scan.valid_len;
         if !scan_buffer(&chunk, pos, &mut expect, &mut scan) {
             return Ok(scan);

@@ -45,7 +45,7 @@ fn check_acked(log: &Log, acked: &[u64]) {
 }
 
 fn assert_poisoned<T: std::fmt::Debug>(r: Result<T, Error>) {
-    assert!(matches!(r, Err(Error::Poisoned)), "{r:?}");
+    assert!(matches!(r, Err(Error::Poisoned { .. })), "{r:?}");
 }
 
 #[test]
@@ -181,7 +181,7 @@ fn failed_roll_never_loses_acknowledged_records() {
                 assert_eq!(seq, 5, "{fault} {n}");
                 acked.push(seq);
             }
-            Err(Error::Poisoned) => {}
+            Err(Error::Poisoned { .. }) => {}
             Err(e) => panic!("{fault} {n}: {e}"),
         }
         check_acked(&log, &acked);

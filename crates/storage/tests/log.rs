@@ -136,7 +136,7 @@ fn invalid_options_and_file_path_are_errors() {
     };
     assert!(matches!(
         Log::open(dir.path(), o),
-        Err(Error::InvalidOptions(_))
+        Err(Error::InvalidOptions { .. })
     ));
     let o = Options {
         max_message_bytes: 3,
@@ -144,7 +144,7 @@ fn invalid_options_and_file_path_are_errors() {
     };
     assert!(matches!(
         Log::open(dir.path(), o),
-        Err(Error::InvalidOptions(_))
+        Err(Error::InvalidOptions { .. })
     ));
     let file = dir.path().join("f");
     fs::write(&file, b"x").unwrap();
