@@ -41,12 +41,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use krabka_remote_storage::layout;
 use krabka_remote_storage::{
@@ -63,6 +65,13 @@ pub struct FsRemoteStorage {
     root: PathBuf,
     /// Makes temporary names unique among concurrent copies of one process.
     tmp_counter: AtomicU64,
+    /// Partition directories whose entry in the root this instance has made durable (the root
+    /// was fsynced after the directory was seen to exist). A directory not in the set may have
+    /// been created by a process that crashed before fsyncing the root, or by a racing thread
+    /// still on its way to that fsync, so the next copy into it fsyncs the root first.
+    durable_dirs: Mutex<HashSet<PathBuf>>,
+    /// How many times the root was fsynced (for tests of the rule above).
+    root_syncs: AtomicU64,
 }
 
 impl FsRemoteStorage {
@@ -86,6 +95,8 @@ impl FsRemoteStorage {
         Ok(Self {
             root,
             tmp_counter: AtomicU64::new(0),
+            durable_dirs: Mutex::new(HashSet::new()),
+            root_syncs: AtomicU64::new(0),
         })
     }
 
@@ -120,6 +131,30 @@ impl FsRemoteStorage {
         }
         out.sort();
         Ok(out)
+    }
+
+    /// Creates the partition directory `dir` if needed and makes its entry in the root
+    /// durable: the root is fsynced unless this instance already did so after `dir` existed.
+    ///
+    /// Whether `dir` existed before says nothing about its entry being durable (a crash right
+    /// after an earlier `mkdir`, or another thread that created it and has not fsynced the root
+    /// yet), so the decision rests only on this instance's own fsyncs.
+    fn ensure_partition_dir(&self, dir: &Path) -> Result<(), RemoteStorageError> {
+        fs::create_dir_all(dir).map_err(|e| RemoteStorageError::io(dir.display(), e))?;
+        let known = self
+            .durable_dirs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(dir);
+        if !known {
+            sync_dir(&self.root)?;
+            self.root_syncs.fetch_add(1, Ordering::Relaxed);
+            self.durable_dirs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(dir.to_path_buf());
+        }
+        Ok(())
     }
 
     fn path(&self, key: &str) -> PathBuf {
@@ -230,12 +265,7 @@ impl RemoteStorageManager for FsRemoteStorage {
         data: &LogSegmentData,
     ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
         let dir = self.path(&layout::partition_dir(metadata.topic_id_partition())?);
-        let created = !dir.exists();
-        fs::create_dir_all(&dir).map_err(|e| RemoteStorageError::io(dir.display(), e))?;
-        if created {
-            // Make the new partition directory's entry durable in the root.
-            sync_dir(&self.root)?;
-        }
+        self.ensure_partition_dir(&dir)?;
         self.put(
             &self.path(&layout::log_key(metadata)?),
             IndexSource::File(&data.log_segment),
@@ -266,9 +296,13 @@ impl RemoteStorageManager for FsRemoteStorage {
             .metadata()
             .map_err(|e| RemoteStorageError::io(&key, e))?
             .len();
-        let range = checked_range(size, start_position, end_position)?;
-        let len = usize::try_from(range.end - range.start)
-            .map_err(|_| RemoteStorageError::invalid_argument("range does not fit in memory"))?;
+        let range = checked_range(size, start_position, end_position)
+            .map_err(|e| e.for_segment(metadata.remote_log_segment_id()))?;
+        let len = usize::try_from(range.end - range.start).map_err(|_| {
+            RemoteStorageError::invalid_argument(format!(
+                "range {range:?} of {key} does not fit in memory"
+            ))
+        })?;
         let mut buf = vec![0u8; len];
         file.read_exact_at(&mut buf, range.start)
             .map_err(|e| RemoteStorageError::io(&key, e))?;
@@ -286,8 +320,11 @@ impl RemoteStorageManager for FsRemoteStorage {
             .metadata()
             .map_err(|e| RemoteStorageError::io(&key, e))?
             .len();
-        let len = usize::try_from(size)
-            .map_err(|_| RemoteStorageError::invalid_argument("index does not fit in memory"))?;
+        let len = usize::try_from(size).map_err(|_| {
+            RemoteStorageError::invalid_argument(format!(
+                "index {key} of {size} bytes does not fit in memory"
+            ))
+        })?;
         let mut buf = vec![0u8; len];
         file.read_exact_at(&mut buf, 0)
             .map_err(|e| RemoteStorageError::io(&key, e))?;
@@ -308,5 +345,84 @@ impl RemoteStorageManager for FsRemoteStorage {
             sync_dir(&dir)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use krabka_remote_storage::{RemoteLogSegmentId, TopicIdPartition, Uuid};
+
+    fn segment(
+        dir: &Path,
+        tp: &TopicIdPartition,
+        start: u64,
+    ) -> (RemoteLogSegmentMetadata, LogSegmentData) {
+        for name in ["s.log", "s.index", "s.timeindex"] {
+            fs::write(dir.join(name), b"abc").unwrap();
+        }
+        let m = RemoteLogSegmentMetadata::builder(
+            RemoteLogSegmentId::generate(tp.clone()),
+            start,
+            start + 9,
+        )
+        .segment_size_in_bytes(3)
+        .build()
+        .unwrap();
+        let data = LogSegmentData::new(
+            dir.join("s.log"),
+            dir.join("s.index"),
+            dir.join("s.timeindex"),
+        );
+        (m, data)
+    }
+
+    /// A partition directory left by a crash between its `mkdir` and the root's fsync (or made
+    /// by a racing thread) already exists; the next copy must still fsync the root, once.
+    #[test]
+    fn an_existing_partition_dir_still_gets_the_root_fsynced_once() {
+        let root = tempfile::tempdir().unwrap();
+        let local = tempfile::tempdir().unwrap();
+        let tp = TopicIdPartition::new(Uuid::new_v4(), "orders", 3);
+        fs::create_dir_all(root.path().join(layout::partition_dir(&tp).unwrap())).unwrap();
+        let rsm = FsRemoteStorage::new(root.path()).unwrap();
+        let (a, data) = segment(local.path(), &tp, 0);
+        rsm.copy_log_segment_data(&a, &data).unwrap();
+        assert_eq!(rsm.root_syncs.load(Ordering::Relaxed), 1);
+        let (b, data) = segment(local.path(), &tp, 10);
+        rsm.copy_log_segment_data(&b, &data).unwrap();
+        assert_eq!(
+            rsm.root_syncs.load(Ordering::Relaxed),
+            1,
+            "one root fsync per partition dir"
+        );
+        let other = TopicIdPartition::new(Uuid::new_v4(), "orders", 4);
+        let (c, data) = segment(local.path(), &other, 0);
+        rsm.copy_log_segment_data(&c, &data).unwrap();
+        assert_eq!(rsm.root_syncs.load(Ordering::Relaxed), 2);
+        // A new instance (a restarted process) cannot prove the entry durable: it fsyncs again.
+        let again = FsRemoteStorage::new(root.path()).unwrap();
+        let (d, data) = segment(local.path(), &tp, 20);
+        again.copy_log_segment_data(&d, &data).unwrap();
+        assert_eq!(again.root_syncs.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_range_error_names_the_segment() {
+        let root = tempfile::tempdir().unwrap();
+        let local = tempfile::tempdir().unwrap();
+        let tp = TopicIdPartition::new(Uuid::new_v4(), "orders", 0);
+        let rsm = FsRemoteStorage::new(root.path()).unwrap();
+        let (m, data) = segment(local.path(), &tp, 0);
+        rsm.copy_log_segment_data(&m, &data).unwrap();
+        let err = rsm.fetch_log_segment(&m, 0, Some(3)).unwrap_err();
+        assert!(
+            matches!(err, RemoteStorageError::InvalidArgument { .. }),
+            "{err:?}"
+        );
+        let id = m.remote_log_segment_id().to_string();
+        assert!(err.to_string().contains(&id), "{err}");
     }
 }

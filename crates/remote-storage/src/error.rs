@@ -148,6 +148,26 @@ impl RemoteStorageError {
         }
     }
 
+    /// Adds the segment to the message of an [`InvalidArgument`](Self::InvalidArgument) or
+    /// [`InvalidMetadata`](Self::InvalidMetadata) error raised where it was not known (e.g. by
+    /// [`checked_range`](crate::checked_range)); other variants, and messages already naming
+    /// it, are returned unchanged.
+    #[must_use]
+    pub fn for_segment(self, segment: &RemoteLogSegmentId) -> Self {
+        let name = segment.to_string();
+        match self {
+            Self::InvalidArgument { message } if !message.contains(&name) => {
+                Self::InvalidArgument {
+                    message: format!("segment {name}: {message}"),
+                }
+            }
+            Self::InvalidMetadata { reason } if !reason.contains(&name) => Self::InvalidMetadata {
+                reason: format!("segment {name}: {reason}"),
+            },
+            other => other,
+        }
+    }
+
     /// Shorthand for an [`InvalidArgument`](Self::InvalidArgument) error.
     pub fn invalid_argument(message: impl Into<String>) -> Self {
         Self::InvalidArgument {

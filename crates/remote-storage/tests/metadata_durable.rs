@@ -277,3 +277,29 @@ fn sigkill_mid_writes_keeps_every_acknowledged_event() {
         assert!(extra_fins <= in_flight);
     }
 }
+
+#[test]
+fn not_ready_is_distinct_from_nothing_there_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = seg(0);
+    {
+        let rlmm = DurableRemoteLogMetadataManager::open(dir.path()).unwrap();
+        rlmm.add_remote_log_segment_metadata(&a).unwrap();
+        let err = rlmm.segment_for_offset_ready(&tp(), 5).unwrap_err();
+        assert!(
+            matches!(err, RemoteStorageError::MetadataNotReady { .. }),
+            "{err:?}"
+        );
+        assert_eq!(rlmm.segment_for_offset_ready(&tp(), 10).unwrap(), None);
+        assert_eq!(rlmm.remote_log_segment_metadata(&tp(), 5).unwrap(), None);
+    }
+    let rlmm = DurableRemoteLogMetadataManager::open(dir.path()).unwrap();
+    assert!(matches!(
+        rlmm.segment_for_offset_ready(&tp(), 9),
+        Err(RemoteStorageError::MetadataNotReady { .. })
+    ));
+    let done = rlmm
+        .update_remote_log_segment_metadata(&to(a.remote_log_segment_id(), CopySegmentFinished))
+        .unwrap();
+    assert_eq!(rlmm.segment_for_offset_ready(&tp(), 9).unwrap(), Some(done));
+}

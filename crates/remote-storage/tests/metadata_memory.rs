@@ -205,3 +205,101 @@ fn the_manager_is_shareable_as_a_trait_object() {
     assert_eq!(rlmm.remote_log_size(&p).unwrap(), 20);
     assert_eq!(rlmm.highest_remote_offset(&p).unwrap(), Some(39));
 }
+
+/// Forwards every required method and leaves `segment_for_offset_ready` to the trait's default.
+struct DefaultOnly(InMemoryRemoteLogMetadataManager);
+
+impl RemoteLogMetadataManager for DefaultOnly {
+    fn add_remote_log_segment_metadata(
+        &self,
+        m: &RemoteLogSegmentMetadata,
+    ) -> Result<(), RemoteStorageError> {
+        self.0.add_remote_log_segment_metadata(m)
+    }
+    fn update_remote_log_segment_metadata(
+        &self,
+        u: &RemoteLogSegmentMetadataUpdate,
+    ) -> Result<RemoteLogSegmentMetadata, RemoteStorageError> {
+        self.0.update_remote_log_segment_metadata(u)
+    }
+    fn remote_log_segment_metadata(
+        &self,
+        tp: &TopicIdPartition,
+        offset: u64,
+    ) -> Result<Option<RemoteLogSegmentMetadata>, RemoteStorageError> {
+        self.0.remote_log_segment_metadata(tp, offset)
+    }
+    fn list_remote_log_segments(
+        &self,
+        tp: &TopicIdPartition,
+    ) -> Result<Vec<RemoteLogSegmentMetadata>, RemoteStorageError> {
+        self.0.list_remote_log_segments(tp)
+    }
+    fn highest_remote_offset(
+        &self,
+        tp: &TopicIdPartition,
+    ) -> Result<Option<u64>, RemoteStorageError> {
+        self.0.highest_remote_offset(tp)
+    }
+    fn remote_log_size(&self, tp: &TopicIdPartition) -> Result<u64, RemoteStorageError> {
+        self.0.remote_log_size(tp)
+    }
+    fn segment_metadata(
+        &self,
+        id: &RemoteLogSegmentId,
+    ) -> Result<Option<RemoteLogSegmentMetadata>, RemoteStorageError> {
+        self.0.segment_metadata(id)
+    }
+}
+
+/// "A copy is in flight" (`MetadataNotReady`) is not "nothing there" (`Ok(None)`), and the
+/// old lookup keeps answering `Ok(None)` for both.
+fn not_ready_is_distinct_from_nothing_there(rlmm: &dyn RemoteLogMetadataManager) {
+    let p = tp(5);
+    let a = seg(&p, 0, 99, 10, 1);
+    rlmm.add_remote_log_segment_metadata(&a).unwrap();
+    let err = rlmm.segment_for_offset_ready(&p, 50).unwrap_err();
+    assert!(
+        matches!(err, RemoteStorageError::MetadataNotReady { .. }),
+        "{err:?}"
+    );
+    assert!(err.is_retriable());
+    assert!(
+        err.to_string()
+            .contains(&a.remote_log_segment_id().to_string()),
+        "{err}"
+    );
+    assert_eq!(rlmm.remote_log_segment_metadata(&p, 50).unwrap(), None);
+    // Nothing there: past the in-flight segment, another partition.
+    assert_eq!(rlmm.segment_for_offset_ready(&p, 100).unwrap(), None);
+    assert_eq!(rlmm.segment_for_offset_ready(&tp(6), 50).unwrap(), None);
+    // Finished: ready, even with a newer in-flight re-copy over the same offsets.
+    let finished = rlmm
+        .update_remote_log_segment_metadata(&to(&a, CopySegmentFinished))
+        .unwrap();
+    let recopy = seg(&p, 0, 99, 10, 2);
+    rlmm.add_remote_log_segment_metadata(&recopy).unwrap();
+    assert_eq!(
+        rlmm.segment_for_offset_ready(&p, 50).unwrap(),
+        Some(finished)
+    );
+    // Being deleted, with no copy in flight: nothing there.
+    rlmm.update_remote_log_segment_metadata(&to(&a, DeleteSegmentStarted))
+        .unwrap();
+    assert!(rlmm.segment_for_offset_ready(&p, 50).is_err());
+    rlmm.update_remote_log_segment_metadata(&to(&recopy, CopySegmentFinished))
+        .unwrap();
+    rlmm.update_remote_log_segment_metadata(&to(&recopy, DeleteSegmentStarted))
+        .unwrap();
+    assert_eq!(rlmm.segment_for_offset_ready(&p, 50).unwrap(), None);
+}
+
+#[test]
+fn in_memory_tells_not_ready_from_nothing_there() {
+    not_ready_is_distinct_from_nothing_there(&InMemoryRemoteLogMetadataManager::new());
+}
+
+#[test]
+fn the_trait_default_tells_not_ready_from_nothing_there() {
+    not_ready_is_distinct_from_nothing_there(&DefaultOnly(InMemoryRemoteLogMetadataManager::new()));
+}

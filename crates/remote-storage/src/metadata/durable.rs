@@ -210,6 +210,14 @@ impl RemoteLogMetadataManager for DurableRemoteLogMetadataManager {
         Ok(self.state.read().find(tp, offset))
     }
 
+    fn segment_for_offset_ready(
+        &self,
+        tp: &TopicIdPartition,
+        offset: u64,
+    ) -> Result<Option<RemoteLogSegmentMetadata>, RemoteStorageError> {
+        self.state.read().find_ready(tp, offset)
+    }
+
     fn list_remote_log_segments(
         &self,
         tp: &TopicIdPartition,

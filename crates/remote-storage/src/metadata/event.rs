@@ -159,10 +159,10 @@ impl MetadataEvent {
         if bytes.len() < MIN_LEN {
             return Err(EventDecodeError::TooShort { len: bytes.len() });
         }
-        let (content, crc_bytes) = bytes.split_at(bytes.len() - 4);
-        let mut crc = [0u8; 4];
-        crc.copy_from_slice(crc_bytes);
-        let stored = u32::from_le_bytes(crc);
+        let (content, crc_bytes) = bytes
+            .split_last_chunk::<4>()
+            .ok_or(EventDecodeError::TooShort { len: bytes.len() })?;
+        let stored = u32::from_le_bytes(*crc_bytes);
         let computed = crc32fast::hash(content);
         if stored != computed {
             return Err(EventDecodeError::Checksum { stored, computed });
@@ -218,7 +218,7 @@ impl MetadataEvent {
             }
             other => return Err(EventDecodeError::Kind(other)),
         };
-        let left = content.len() - r.pos;
+        let left = content.len().saturating_sub(r.pos);
         if left != 0 {
             return Err(EventDecodeError::Trailing(left));
         }
@@ -261,28 +261,33 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn take(&mut self, field: &'static str, n: usize) -> Result<&'a [u8], EventDecodeError> {
-        let available = self.buf.len() - self.pos;
-        if n > available {
+        let rest = self.buf.get(self.pos..).unwrap_or_default();
+        let Some(out) = rest.get(..n) else {
             return Err(EventDecodeError::Truncated {
                 field,
                 needed: n,
                 at: self.pos,
-                available,
+                available: rest.len(),
             });
-        }
-        let out = &self.buf[self.pos..self.pos + n];
+        };
         self.pos += n;
         Ok(out)
     }
 
     fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], EventDecodeError> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(field, N)?);
-        Ok(a)
+        let bytes = self.take(field, N)?;
+        // `take` returned exactly N bytes; the conversion cannot fail, but stays checked.
+        bytes.try_into().map_err(|_| EventDecodeError::Truncated {
+            field,
+            needed: N,
+            at: self.pos,
+            available: bytes.len(),
+        })
     }
 
     fn u8(&mut self, field: &'static str) -> Result<u8, EventDecodeError> {
-        Ok(self.array::<1>(field)?[0])
+        let [b] = self.array::<1>(field)?;
+        Ok(b)
     }
 
     fn u32(&mut self, field: &'static str) -> Result<u32, EventDecodeError> {

@@ -70,13 +70,64 @@ pub trait RemoteLogMetadataManager: Send + Sync {
     /// re-copy after a leader change), the one with the highest start offset, then the latest
     /// event, wins.
     ///
+    /// `Ok(None)` covers both "nothing there" and "a copy of it is in flight"; callers that must
+    /// tell them apart use [`segment_for_offset_ready`](Self::segment_for_offset_ready).
+    ///
     /// # Errors
-    /// Implementation specific (the provided ones do not fail).
+    /// Implementation specific (the provided ones do not fail, and never return
+    /// [`RemoteStorageError::MetadataNotReady`] here).
     fn remote_log_segment_metadata(
         &self,
         tp: &TopicIdPartition,
         offset: u64,
     ) -> Result<Option<RemoteLogSegmentMetadata>, RemoteStorageError>;
+
+    /// Like [`remote_log_segment_metadata`](Self::remote_log_segment_metadata), but tells "not
+    /// ready" from "nothing there":
+    /// - `Ok(Some(m))`: the `CopySegmentFinished` segment containing `offset` (same choice);
+    /// - `Err(MetadataNotReady)`: no finished segment contains `offset`, but one still in
+    ///   `CopySegmentStarted` does — a copy is in flight; ask again later
+    ///   ([`RemoteStorageError::is_retriable`] is true);
+    /// - `Ok(None)`: no segment contains it, or only ones being deleted (`DeleteSegmentStarted`).
+    ///
+    /// The provided default derives the answer from
+    /// [`remote_log_segment_metadata`](Self::remote_log_segment_metadata) and
+    /// [`list_remote_log_segments`](Self::list_remote_log_segments); both managers of this crate
+    /// answer it directly.
+    ///
+    /// ```
+    /// use krabka_remote_storage::*;
+    /// use krabka_remote_storage::metadata::*;
+    ///
+    /// let rlmm = InMemoryRemoteLogMetadataManager::new();
+    /// let tp = TopicIdPartition::new(Uuid::new_v4(), "orders", 0);
+    /// let m = RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp.clone()), 0, 99).build()?;
+    /// rlmm.add_remote_log_segment_metadata(&m)?;
+    /// let err = rlmm.segment_for_offset_ready(&tp, 50).unwrap_err();
+    /// assert!(matches!(err, RemoteStorageError::MetadataNotReady { .. }));
+    /// assert_eq!(rlmm.segment_for_offset_ready(&tp, 100)?, None); // nothing there
+    /// # Ok::<(), RemoteStorageError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`RemoteStorageError::MetadataNotReady`] as above; otherwise as
+    /// [`remote_log_segment_metadata`](Self::remote_log_segment_metadata).
+    fn segment_for_offset_ready(
+        &self,
+        tp: &TopicIdPartition,
+        offset: u64,
+    ) -> Result<Option<RemoteLogSegmentMetadata>, RemoteStorageError> {
+        if let Some(found) = self.remote_log_segment_metadata(tp, offset)? {
+            return Ok(Some(found));
+        }
+        let segments = self.list_remote_log_segments(tp)?;
+        match segments.iter().find(|m| {
+            m.state() == crate::RemoteLogSegmentState::CopySegmentStarted && m.contains(offset)
+        }) {
+            Some(m) => Err(state::not_ready(tp, offset, m)),
+            None => Ok(None),
+        }
+    }
 
     /// All of a partition's segments not yet `DeleteSegmentFinished`, ordered by start offset,
     /// then event time (then segment id, so the order is total).

@@ -162,6 +162,33 @@ impl MetadataState {
             .cloned()
     }
 
+    /// Like [`find`](Self::find), but tells "not ready" from "nothing there": when no finished
+    /// segment contains `offset` but a segment still in `CopySegmentStarted` does, the answer is
+    /// [`RemoteStorageError::MetadataNotReady`] naming that segment.
+    ///
+    /// # Errors
+    /// [`RemoteStorageError::MetadataNotReady`] as above.
+    pub fn find_ready(
+        &self,
+        tp: &TopicIdPartition,
+        offset: u64,
+    ) -> Result<Option<RemoteLogSegmentMetadata>, RemoteStorageError> {
+        if let Some(found) = self.find(tp, offset) {
+            return Ok(Some(found));
+        }
+        let in_flight = self.partitions.get(tp).and_then(|s| {
+            s.values()
+                .filter(|m| {
+                    m.state() == RemoteLogSegmentState::CopySegmentStarted && m.contains(offset)
+                })
+                .min_by_key(|m| m.remote_log_segment_id().id())
+        });
+        match in_flight {
+            Some(m) => Err(not_ready(tp, offset, m)),
+            None => Ok(None),
+        }
+    }
+
     /// Highest end offset among finished segments.
     pub fn highest_offset(&self, tp: &TopicIdPartition) -> Option<u64> {
         self.finished(tp).map(|m| m.end_offset()).max()
@@ -182,5 +209,23 @@ impl MetadataState {
     /// Whether there are no live segments.
     pub fn is_empty(&self) -> bool {
         self.partitions.is_empty()
+    }
+}
+
+/// The [`RemoteStorageError::MetadataNotReady`] for `offset` of `tp`, covered only by `m`, a
+/// segment whose copy has started but not finished.
+pub(crate) fn not_ready(
+    tp: &TopicIdPartition,
+    offset: u64,
+    m: &RemoteLogSegmentMetadata,
+) -> RemoteStorageError {
+    RemoteStorageError::MetadataNotReady {
+        what: format!("offset {offset} of {tp}"),
+        message: format!(
+            "it is covered only by segment {} (offsets {}..={}), whose copy has not finished",
+            m.remote_log_segment_id(),
+            m.start_offset(),
+            m.end_offset()
+        ),
     }
 }

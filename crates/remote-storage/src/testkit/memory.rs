@@ -87,7 +87,8 @@ impl RemoteStorageManager for InMemoryRemoteStorage {
         end_position: Option<u32>,
     ) -> Result<Vec<u8>, RemoteStorageError> {
         let data = self.get(metadata, layout::log_key(metadata)?, "log")?;
-        let range = checked_range(data.len() as u64, start_position, end_position)?;
+        let range = checked_range(data.len() as u64, start_position, end_position)
+            .map_err(|e| e.for_segment(metadata.remote_log_segment_id()))?;
         // Both ends are within `data.len()`, a usize, after the check above.
         let (start, end) = (range.start as usize, range.end as usize);
         Ok(data.slice(start..end).to_vec())
