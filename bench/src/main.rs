@@ -10,7 +10,6 @@
 //! system temp dir). See `docs/benchmarks.md`.
 
 mod report;
-mod s3server;
 mod storage;
 mod tiering;
 

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use krabka_remote_s3::test_server::{BUCKET, TestServer};
 use krabka_remote_storage::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_remote_storage::{RemoteStorageManager, TopicIdPartition, Uuid};
 use krabka_storage::{Log, Options, SyncPolicy};
@@ -16,7 +17,6 @@ use krabka_tiering::{TieredLog, TieringConfig};
 
 use crate::Result;
 use crate::report::{Histogram, fmt_ns, ratio};
-use crate::s3server::{BUCKET, S3sServer};
 use crate::storage::{BATCH, Rng, value};
 
 const FS_COPY_SYNC: &str = "baseline: std::fs::copy + fsync of each file, MB/s";
@@ -433,7 +433,7 @@ pub fn run(quick: bool, bytes: Option<u64>) -> Result<()> {
     reads("remote-fs", t, &s, &local_ref, &mut lines)?;
     annotate_upload(&mut lines, "remote-fs", FS_COPY_SYNC, upload);
 
-    let server = S3sServer::start(&root.join("s3"))?;
+    let server = TestServer::start_in(root.join("s3"))?;
     let s3 = Arc::new(S3RemoteStorage::new(server.config())?);
     let client = s3.client().clone();
     let s3_rsm: Arc<dyn RemoteStorageManager> = s3;

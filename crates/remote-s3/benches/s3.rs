@@ -108,7 +108,7 @@ async fn futures_join<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
 }
 
 fn bench(c: &mut Criterion) {
-    let server = support::S3sServer::start();
+    let server = support::start_server();
     let config = server
         .config()
         .with_multipart(16 << 20, PART as u64)

@@ -226,13 +226,40 @@ impl S3Config {
         Self::from_lookup(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
     }
 
+    /// Like [`from_env`](Self::from_env) for a bucket and prefix the caller names (e.g. from
+    /// an `s3://BUCKET/PREFIX` URL): everything else (region, endpoint, credentials, attempts)
+    /// comes from the same `AWS_*` variables; `KRABKA_S3_BUCKET` and `KRABKA_S3_PREFIX` are not
+    /// read.
+    ///
+    /// # Errors
+    /// [`RemoteStorageError::InvalidArgument`] when `bucket` is empty or a value does not parse.
+    pub fn from_env_for(
+        bucket: impl Into<String>,
+        prefix: impl Into<String>,
+    ) -> Result<Self, RemoteStorageError> {
+        Self::from_lookup_for(bucket.into(), prefix.into(), |name| {
+            std::env::var(name).ok().filter(|v| !v.is_empty())
+        })
+    }
+
     fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, RemoteStorageError> {
         let bucket = get("KRABKA_S3_BUCKET")
             .ok_or_else(|| RemoteStorageError::invalid_argument("KRABKA_S3_BUCKET is not set"))?;
-        let mut config = Self::new(bucket);
-        if let Some(prefix) = get("KRABKA_S3_PREFIX") {
-            config = config.with_prefix(prefix);
+        let prefix = get("KRABKA_S3_PREFIX").unwrap_or_default();
+        Self::from_lookup_for(bucket, prefix, get)
+    }
+
+    fn from_lookup_for(
+        bucket: String,
+        prefix: String,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, RemoteStorageError> {
+        if bucket.is_empty() {
+            return Err(RemoteStorageError::invalid_argument(
+                "S3 bucket name is empty",
+            ));
         }
+        let mut config = Self::new(bucket).with_prefix(prefix);
         if let Some(region) = get("AWS_REGION").or_else(|| get("AWS_DEFAULT_REGION")) {
             config.region = region;
         }
@@ -375,6 +402,43 @@ mod tests {
             _ => None,
         };
         assert!(S3Config::from_lookup(bad).is_err());
+    }
+
+    #[test]
+    fn from_env_for_takes_bucket_and_prefix_from_the_caller() {
+        let vars: HashMap<&str, &str> = [
+            ("KRABKA_S3_BUCKET", "ignored-bucket"),
+            ("KRABKA_S3_PREFIX", "ignored-prefix"),
+            ("AWS_REGION", "eu-central-1"),
+            ("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:7480"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"),
+            ("AWS_ACCESS_KEY_ID", "ak"),
+            ("AWS_SECRET_ACCESS_KEY", "sk"),
+            ("AWS_SESSION_TOKEN", "tok"),
+        ]
+        .into_iter()
+        .collect();
+        let get = |k: &str| vars.get(k).map(|v| (*v).to_owned());
+        let c = S3Config::from_lookup_for("tier".into(), "/a/b/".into(), get).unwrap();
+        assert_eq!(c.bucket, "tier");
+        assert_eq!(c.prefix, "a/b");
+        assert_eq!(c.region, "eu-central-1");
+        assert_eq!(c.endpoint_url.as_deref(), Some("http://127.0.0.1:7480"));
+        assert!(c.force_path_style);
+        assert_eq!(
+            c.credentials,
+            S3Credentials::Static {
+                access_key_id: "ak".into(),
+                secret_access_key: "sk".into(),
+                session_token: Some("tok".into()),
+            }
+        );
+        // Nothing set: defaults, the default chain, an empty prefix.
+        let bare = S3Config::from_lookup_for("tier".into(), String::new(), |_| None).unwrap();
+        assert_eq!(bare, S3Config::new("tier"));
+        assert!(S3Config::from_lookup_for(String::new(), String::new(), |_| None).is_err());
+        // The public entry point takes anything string-like.
+        assert!(S3Config::from_env_for("", "p").is_err());
     }
 
     #[test]

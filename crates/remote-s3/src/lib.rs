@@ -12,6 +12,9 @@
 //!   verified (size, and MD5-derived ETag where the store reports one) before the copy succeeds.
 //!   Fetches are one ranged GET.
 //!
+//! - `test_server` (feature `test-server`) — an S3 server in-process on 127.0.0.1 for tests
+//!   and benchmarks.
+//!
 //! # Threads
 //! The SPI is blocking, the SDK async. The backend owns a small runtime ([`S3RemoteStorage::new`])
 //! or uses the caller's multi-thread runtime ([`S3RemoteStorage::with_handle`]). Calls work from
@@ -35,6 +38,8 @@ mod bridge;
 mod config;
 mod errors;
 mod storage;
+#[cfg(feature = "test-server")]
+pub mod test_server;
 
 pub use config::{MAX_PART_SIZE, MAX_PARTS, MIN_PART_SIZE, S3Config, S3Credentials};
 pub use storage::S3RemoteStorage;

@@ -27,6 +27,9 @@ use crate::errors::{Context, Kind, from_kind, map_sdk};
 /// A part that went up: its number, the ETag the store gave it, and its MD5.
 type UploadedPart = (i32, String, [u8; 16]);
 
+/// Pages of ListMultipartUploads (up to 1000 uploads each) read by one cleanup.
+const MAX_UPLOAD_LIST_PAGES: usize = 20;
+
 /// Tag of the custom metadata a copy returns: `b"s3v1"` then the `.log` size as `u64` LE.
 const CUSTOM_TAG: &[u8; 4] = b"s3v1";
 
@@ -113,6 +116,18 @@ impl S3RemoteStorage {
         Ok(self.config.key(&relative))
     }
 
+    /// The key prefix every object (and multipart upload) of one segment starts with:
+    /// `<prefix>/<partition dir>/<offset>-<uuid>`.
+    fn segment_prefix(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+    ) -> Result<String, RemoteStorageError> {
+        let dir = layout::partition_dir(metadata.topic_id_partition())?;
+        Ok(self
+            .config
+            .key(&format!("{dir}/{}", layout::segment_stem(metadata))))
+    }
+
     fn cx<'a>(
         &'a self,
         operation: &'static str,
@@ -197,8 +212,9 @@ impl S3RemoteStorage {
         self.verify(key, len, &hex(digest.as_slice())).await
     }
 
-    /// Checks the stored object's size, and its ETag when the store reports the standard MD5
-    /// form for it.
+    /// Checks the stored object's size, and its ETag when [`etag_check`] says it is derived
+    /// from MD5 (not under SSE-KMS or SSE-C). The bytes themselves were already checked by the
+    /// store against the Content-MD5 of each request.
     async fn verify(
         &self,
         key: &str,
@@ -220,35 +236,69 @@ impl S3RemoteStorage {
                 reason: format!("stored {stored} bytes, uploaded {len}"),
             });
         }
-        if let Some(etag) = head.e_tag() {
-            let etag = etag.trim_matches('"');
-            if looks_like_md5_etag(etag) && !etag.eq_ignore_ascii_case(expected_etag) {
-                return Err(RemoteStorageError::Corrupt {
+        let check = etag_check(
+            head.e_tag(),
+            head.server_side_encryption().map(|s| s.as_str()),
+            head.sse_customer_algorithm(),
+        );
+        match check {
+            EtagCheck::Compare(etag) if !etag.eq_ignore_ascii_case(expected_etag) => {
+                Err(RemoteStorageError::Corrupt {
                     location: format!("s3://{}/{key}", self.config.bucket),
                     reason: format!("stored ETag {etag}, expected {expected_etag}"),
-                });
+                })
+            }
+            EtagCheck::Compare(_) => Ok(()),
+            EtagCheck::Skip(why) => {
+                tracing::trace!(key, why, "stored ETag not compared");
+                Ok(())
             }
         }
-        Ok(())
     }
 
-    /// Aborts uploads a crashed earlier attempt left under `key`. Stores without
-    /// ListMultipartUploads are skipped: the abort on error already covers them.
-    async fn abort_stale_uploads(&self, key: &str) {
-        let Ok(list) = self
-            .client
-            .list_multipart_uploads()
-            .bucket(&self.config.bucket)
-            .prefix(key)
-            .send()
-            .await
-        else {
-            return;
-        };
-        for upload in list.uploads() {
-            if let (Some(k), Some(id)) = (upload.key(), upload.upload_id())
-                && k == key
-            {
+    /// Aborts the multipart uploads open under `prefix` (every one when `exact` is `None`,
+    /// else only those of that exact key), reading at most [`MAX_UPLOAD_LIST_PAGES`] pages of
+    /// ListMultipartUploads. Returns how many it aborted.
+    ///
+    /// A store without ListMultipartUploads (a permanent error) is skipped: the abort on error
+    /// already covers it. A retriable failure, of the listing or of an abort, is returned so the
+    /// caller (a delete the tiering layer retries) tries again.
+    async fn abort_uploads_under(
+        &self,
+        prefix: &str,
+        exact: Option<&str>,
+    ) -> Result<usize, RemoteStorageError> {
+        let mut aborted = 0;
+        let mut key_marker: Option<String> = None;
+        let mut upload_id_marker: Option<String> = None;
+        for _ in 0..MAX_UPLOAD_LIST_PAGES {
+            let list = self
+                .client
+                .list_multipart_uploads()
+                .bucket(&self.config.bucket)
+                .prefix(prefix)
+                .set_key_marker(key_marker.take())
+                .set_upload_id_marker(upload_id_marker.take())
+                .send()
+                .await;
+            let list = match list {
+                Ok(list) => list,
+                Err(e) => {
+                    let err = map_sdk(e, &self.cx("ListMultipartUploads", prefix, None));
+                    if err.is_retriable() {
+                        return Err(err);
+                    }
+                    tracing::debug!(prefix, error = %err, "ListMultipartUploads unsupported; skipped");
+                    return Ok(aborted);
+                }
+            };
+            for upload in list.uploads() {
+                let (Some(key), Some(id)) = (upload.key(), upload.upload_id()) else {
+                    continue;
+                };
+                if exact.is_some_and(|e| e != key) || !key.starts_with(prefix) {
+                    continue;
+                }
                 let res = self
                     .client
                     .abort_multipart_upload()
@@ -257,10 +307,41 @@ impl S3RemoteStorage {
                     .upload_id(id)
                     .send()
                     .await;
-                if let Err(e) = res {
-                    tracing::warn!(key, upload_id = id, error = %aws_sdk_s3::error::DisplayErrorContext(&e), "could not abort a stale multipart upload");
+                match res {
+                    Ok(_) => aborted += 1,
+                    Err(e) => {
+                        let err = map_sdk(e, &self.cx("AbortMultipartUpload", key, None));
+                        if err.is_retriable() {
+                            return Err(err);
+                        }
+                        // NoSuchUpload: it completed or was aborted meanwhile.
+                        tracing::warn!(key, upload_id = id, error = %err, "could not abort a stale multipart upload");
+                    }
                 }
             }
+            if list.is_truncated() != Some(true) {
+                return Ok(aborted);
+            }
+            key_marker = list.next_key_marker().map(str::to_owned);
+            upload_id_marker = list.next_upload_id_marker().map(str::to_owned);
+            if key_marker.is_none() && upload_id_marker.is_none() {
+                // Truncated without a marker: a next page would repeat this one.
+                return Ok(aborted);
+            }
+        }
+        tracing::warn!(
+            prefix,
+            pages = MAX_UPLOAD_LIST_PAGES,
+            "stopped listing multipart uploads after the page limit"
+        );
+        Ok(aborted)
+    }
+
+    /// Aborts uploads a failed earlier attempt left under exactly `key`, best effort: a copy
+    /// goes ahead even when this fails (a later delete of the segment retries the cleanup).
+    async fn abort_stale_uploads(&self, key: &str) {
+        if let Err(e) = self.abort_uploads_under(key, Some(key)).await {
+            tracing::warn!(key, error = %e, "could not clean up stale multipart uploads");
         }
     }
 
@@ -562,6 +643,44 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Whether a stored object's ETag can be compared with the MD5-derived one a copy expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EtagCheck<'a> {
+    /// Compare: the ETag (quotes trimmed) is MD5-derived.
+    Compare(&'a str),
+    /// Do not compare, for this reason.
+    Skip(&'static str),
+}
+
+/// Decides from a HeadObject response whether its ETag is MD5-derived.
+///
+/// Under SSE-KMS (`aws:kms`, `aws:kms:dsse`) and SSE-C (a customer algorithm is reported) S3's
+/// ETags, single-part and multipart alike, are not the MD5 of the data, so they are skipped; so
+/// is an ETag of neither MD5 form (other stores). Plain and SSE-S3 (`AES256`) objects are
+/// compared. Skipping loses nothing the store did not already check: every PutObject and
+/// UploadPart carries a Content-MD5 the store verifies, and the size is always checked.
+fn etag_check<'a>(
+    etag: Option<&'a str>,
+    server_side_encryption: Option<&str>,
+    sse_customer_algorithm: Option<&str>,
+) -> EtagCheck<'a> {
+    if sse_customer_algorithm.is_some_and(|a| !a.is_empty()) {
+        return EtagCheck::Skip("SSE-C: the ETag is not the MD5 of the data");
+    }
+    if server_side_encryption.is_some_and(|s| s.starts_with("aws:kms")) {
+        return EtagCheck::Skip("SSE-KMS: the ETag is not the MD5 of the data");
+    }
+    let Some(etag) = etag else {
+        return EtagCheck::Skip("no ETag reported");
+    };
+    let etag = etag.trim_matches('"');
+    if looks_like_md5_etag(etag) {
+        EtagCheck::Compare(etag)
+    } else {
+        EtagCheck::Skip("the ETag is not of an MD5 form")
+    }
+}
+
 /// `<32 hex>` (PutObject) or `<32 hex>-<parts>` (multipart): the forms S3 derives from MD5.
 fn looks_like_md5_etag(etag: &str) -> bool {
     let (digest, parts) = match etag.split_once('-') {
@@ -689,7 +808,15 @@ impl RemoteStorageManager for S3RemoteStorage {
             .iter()
             .map(|k| self.config.key(k))
             .collect();
-        self.bridge.block_on("delete", self.delete_keys(keys))?
+        let prefix = self.segment_prefix(metadata)?;
+        self.bridge.block_on("delete", async {
+            self.delete_keys(keys).await?;
+            // Multipart uploads of a copy whose abort failed (the store was down): the
+            // tiering layer retries a copy under a fresh segment id, so only this delete
+            // of the failed attempt's metadata ever looks under its keys again.
+            self.abort_uploads_under(&prefix, None).await?;
+            Ok(())
+        })?
     }
 }
 
@@ -704,5 +831,50 @@ mod tests {
         assert!(!looks_like_md5_etag("9e107d9d372bb6826bd81d3542a419d6-"));
         assert!(!looks_like_md5_etag("opaque-etag"));
         assert_eq!(hex(&[0, 15, 255]), "000fff");
+    }
+
+    #[test]
+    fn etag_is_compared_only_when_md5_derived() {
+        let md5 = "\"9e107d9d372bb6826bd81d3542a419d6\"";
+        let multi = "\"9e107d9d372bb6826bd81d3542a419d6-3\"";
+        // Plain and SSE-S3: compared, quotes trimmed, both forms.
+        for sse in [None, Some("AES256")] {
+            assert_eq!(
+                etag_check(Some(md5), sse, None),
+                EtagCheck::Compare("9e107d9d372bb6826bd81d3542a419d6")
+            );
+            assert_eq!(
+                etag_check(Some(multi), sse, None),
+                EtagCheck::Compare("9e107d9d372bb6826bd81d3542a419d6-3")
+            );
+        }
+        // SSE-KMS (and dual-layer KMS) and SSE-C: never compared, whatever the ETag looks like.
+        for etag in [md5, multi] {
+            for sse in ["aws:kms", "aws:kms:dsse"] {
+                assert!(matches!(
+                    etag_check(Some(etag), Some(sse), None),
+                    EtagCheck::Skip(_)
+                ));
+            }
+            assert!(matches!(
+                etag_check(Some(etag), None, Some("AES256")),
+                EtagCheck::Skip(_)
+            ));
+            assert!(matches!(
+                etag_check(Some(etag), Some("AES256"), Some("AES256")),
+                EtagCheck::Skip(_)
+            ));
+        }
+        // Opaque or missing ETags: skipped.
+        assert!(matches!(
+            etag_check(Some("\"opaque\""), None, None),
+            EtagCheck::Skip(_)
+        ));
+        assert!(matches!(etag_check(None, None, None), EtagCheck::Skip(_)));
+        // An empty customer algorithm is no SSE-C.
+        assert!(matches!(
+            etag_check(Some(md5), None, Some("")),
+            EtagCheck::Compare(_)
+        ));
     }
 }

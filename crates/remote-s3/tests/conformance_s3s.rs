@@ -11,7 +11,7 @@ use krabka_remote_storage::RemoteStorageManager;
 fn store() -> Option<&'static dyn RemoteStorageManager> {
     static STORE: OnceLock<S3RemoteStorage> = OnceLock::new();
     Some(STORE.get_or_init(|| {
-        let server = support::S3sServer::start();
+        let server = support::start_server();
         let storage = S3RemoteStorage::new(server.config().with_prefix("kit")).unwrap();
         // The server lives as long as the test process.
         std::mem::forget(server);

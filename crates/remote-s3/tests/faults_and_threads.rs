@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use krabka_remote_s3::{S3Config, S3Credentials, S3RemoteStorage};
 use krabka_remote_storage::{
     IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageError,
-    RemoteStorageManager, TopicIdPartition,
+    RemoteStorageManager, TopicIdPartition, layout,
 };
-use support::{BUCKET, S3sServer};
+use support::{BUCKET, TestServer, start_server};
 
 const MIB: usize = 1 << 20;
 
@@ -45,16 +45,90 @@ fn seg(len: usize) -> Seg {
     }
 }
 
-fn open_uploads(storage: &S3RemoteStorage) -> usize {
+/// What the store's ListMultipartUploads reports under `prefix`, asked through the backend's
+/// own client.
+fn open_uploads(storage: &S3RemoteStorage, prefix: &str) -> usize {
     let client = storage.client().clone();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let out = rt
-        .block_on(client.list_multipart_uploads().bucket(BUCKET).send())
+        .block_on(
+            client
+                .list_multipart_uploads()
+                .bucket(BUCKET)
+                .prefix(prefix)
+                .send(),
+        )
         .unwrap();
     out.uploads().len()
+}
+
+/// The key prefix of a segment's partition (no storage prefix is configured here).
+fn partition_prefix(m: &RemoteLogSegmentMetadata) -> String {
+    format!(
+        "{}/",
+        layout::partition_dir(m.topic_id_partition()).unwrap()
+    )
+}
+
+/// The same segment files under a fresh segment id of the same partition: what the tiering
+/// layer does when it retries a failed copy.
+fn fresh_attempt(m: &RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata {
+    let id = RemoteLogSegmentId::generate(m.topic_id_partition().clone());
+    RemoteLogSegmentMetadata::builder(id, m.start_offset(), m.end_offset())
+        .segment_size_in_bytes(m.segment_size_in_bytes())
+        .build()
+        .unwrap()
+}
+
+/// A backend whose multipart uploads send one 5 MiB part at a time, failing fast.
+fn fault_storage(server: &TestServer) -> S3RemoteStorage {
+    let config = server
+        .config()
+        .with_multipart(5 * MIB as u64, 5 * MIB as u64)
+        .with_upload_concurrency(1)
+        .with_max_attempts(2)
+        .with_timeouts(
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+            Duration::from_secs(10),
+        );
+    S3RemoteStorage::new(config).unwrap()
+}
+
+/// Copies `s` on a thread and stops the server once two parts arrived: the copy must fail as
+/// retriable. Then restarts the server and returns a backend connected to it (anew when the
+/// restart had to take another port).
+fn copy_across_a_server_stop(server: &mut TestServer, s: &Seg) -> S3RemoteStorage {
+    let storage = fault_storage(server);
+    let parts = server.parts_received_counter();
+    let before = parts.load(Ordering::SeqCst);
+    let copy = std::thread::scope(|scope| {
+        let copying = scope.spawn(|| storage.copy_log_segment_data(&s.metadata, &s.data));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while parts.load(Ordering::SeqCst) < before + 2 {
+            assert!(Instant::now() < deadline, "no part arrived in 60 s");
+            assert!(
+                !copying.is_finished(),
+                "copy finished before the server stopped"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        server.stop();
+        copying.join().unwrap()
+    });
+    let err = copy.expect_err("copy while the server is down must fail");
+    assert!(
+        err.is_retriable(),
+        "a stopped server is a retriable failure: {err}"
+    );
+    if server.restart().unwrap() {
+        storage
+    } else {
+        fault_storage(server)
+    }
 }
 
 fn round_trip(storage: &S3RemoteStorage, s: &Seg) {
@@ -74,56 +148,57 @@ fn round_trip(storage: &S3RemoteStorage, s: &Seg) {
 
 #[test]
 fn server_stopped_mid_multipart_fails_the_copy_and_a_retry_after_restart_leaves_no_upload() {
-    let mut server = S3sServer::start();
-    let config = server
-        .config()
-        .with_multipart(5 * MIB as u64, 5 * MIB as u64)
-        .with_upload_concurrency(1)
-        .with_max_attempts(2)
-        .with_timeouts(
-            Duration::from_secs(1),
-            Duration::from_secs(5),
-            Duration::from_secs(10),
-        );
-    let storage = S3RemoteStorage::new(config).unwrap();
+    let mut server = start_server();
     let s = seg(40 * MIB + 11);
-
-    let parts = std::sync::Arc::clone(&server.parts_received);
-    let copy = std::thread::scope(|scope| {
-        let copying = scope.spawn(|| storage.copy_log_segment_data(&s.metadata, &s.data));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while parts.load(Ordering::SeqCst) < 2 {
-            assert!(Instant::now() < deadline, "no part arrived in 60 s");
-            assert!(
-                !copying.is_finished(),
-                "copy finished before the server stopped"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        server.stop();
-        copying.join().unwrap()
-    });
-    let err = copy.expect_err("copy while the server is down must fail");
-    assert!(
-        err.is_retriable(),
-        "a stopped server is a retriable failure: {err}"
-    );
-
-    server.restart();
+    let storage = copy_across_a_server_stop(&mut server, &s);
+    let partition = partition_prefix(&s.metadata);
     // The abort could not reach the stopped server: the upload is still open...
-    assert_eq!(open_uploads(&storage), 1);
-    // ...and the retry cleans it up before uploading again.
+    assert_eq!(open_uploads(&storage, &partition), 1);
+    // ...and a retry under the same id cleans it up before uploading again.
     round_trip(&storage, &s);
     assert_eq!(
-        open_uploads(&storage),
+        open_uploads(&storage, &partition),
         0,
         "an incomplete multipart upload was left behind"
     );
 }
 
 #[test]
+fn upload_orphaned_by_a_failed_attempt_is_aborted_by_deleting_that_attempt() {
+    let mut server = start_server();
+    let s = seg(40 * MIB + 11);
+    let storage = copy_across_a_server_stop(&mut server, &s);
+    let partition = partition_prefix(&s.metadata);
+    assert_eq!(open_uploads(&storage, &partition), 1);
+
+    // The tiering layer retries under a fresh segment id: that copy succeeds, but its own
+    // cleanup looks only under its own key, so the failed attempt's upload stays open.
+    let retry = Seg {
+        metadata: fresh_attempt(&s.metadata),
+        data: s.data.clone(),
+        log: s.log.clone(),
+        _dir: tempfile::tempdir().unwrap(),
+    };
+    round_trip(&storage, &retry);
+    assert_eq!(open_uploads(&storage, &partition), 1);
+
+    // Deleting the failed attempt's metadata aborts it.
+    storage.delete_log_segment_data(&s.metadata).unwrap();
+    assert_eq!(
+        open_uploads(&storage, &partition),
+        0,
+        "the failed attempt's multipart upload was left behind"
+    );
+    assert!(server.open_uploads("").is_empty());
+    // The successful copy is untouched; deleting again is still fine.
+    let m = retry.metadata.clone();
+    assert_eq!(storage.fetch_log_segment(&m, 0, None).unwrap(), retry.log);
+    storage.delete_log_segment_data(&s.metadata).unwrap();
+}
+
+#[test]
 fn wrong_secret_is_access_denied_naming_bucket_and_endpoint() {
-    let server = S3sServer::start();
+    let server = start_server();
     let config = server.config().with_credentials(S3Credentials::static_keys(
         support::ACCESS_KEY,
         "not-the-secret",
@@ -141,7 +216,7 @@ fn wrong_secret_is_access_denied_naming_bucket_and_endpoint() {
 
 #[test]
 fn missing_bucket_fails_construction_as_store_unavailable() {
-    let server = S3sServer::start();
+    let server = start_server();
     let mut config = server.config();
     config.bucket = "no-such-bucket".into();
     match S3RemoteStorage::new(config) {
@@ -154,7 +229,7 @@ fn missing_bucket_fails_construction_as_store_unavailable() {
 
 #[test]
 fn unreachable_endpoint_fails_construction_as_store_unavailable() {
-    let mut server = S3sServer::start();
+    let mut server = start_server();
     let config = server.config().with_max_attempts(1).with_timeouts(
         Duration::from_millis(500),
         Duration::from_secs(2),
@@ -178,7 +253,7 @@ fn config_below_minimums_is_rejected_before_any_request() {
 
 #[test]
 fn calls_from_a_plain_thread_work() {
-    let server = S3sServer::start();
+    let server = start_server();
     let storage = S3RemoteStorage::new(server.config()).unwrap();
     std::thread::spawn(move || round_trip(&storage, &seg(1000)))
         .join()
@@ -187,7 +262,7 @@ fn calls_from_a_plain_thread_work() {
 
 #[test]
 fn calls_from_spawn_blocking_on_a_multi_thread_runtime_work() {
-    let server = S3sServer::start();
+    let server = start_server();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -209,7 +284,7 @@ fn calls_from_spawn_blocking_on_a_multi_thread_runtime_work() {
 
 #[test]
 fn calls_from_an_async_task_on_a_multi_thread_runtime_work() {
-    let server = S3sServer::start();
+    let server = start_server();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -230,7 +305,7 @@ fn calls_from_an_async_task_on_a_multi_thread_runtime_work() {
 
 #[test]
 fn calls_from_a_current_thread_runtime_return_an_error_instead_of_panicking() {
-    let server = S3sServer::start();
+    let server = start_server();
     let storage = S3RemoteStorage::new(server.config()).unwrap();
     let s = seg(100);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -253,7 +328,7 @@ fn calls_from_a_current_thread_runtime_return_an_error_instead_of_panicking() {
 
 #[test]
 fn missing_segment_is_segment_not_found() {
-    let server = S3sServer::start();
+    let server = start_server();
     let storage = S3RemoteStorage::new(server.config().with_prefix("p")).unwrap();
     let s = seg(10);
     assert!(
