@@ -49,6 +49,88 @@ fn assert_poisoned<T: std::fmt::Debug>(r: Result<T, Error>) {
 }
 
 #[test]
+fn poisoned_error_names_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 1 << 20, SyncPolicy::EveryAppend);
+    log.faults().fail_nth_fsync(1);
+    assert!(log.append(&msg(1)).is_err());
+    match log.append(&msg(2)) {
+        Err(e @ Error::Poisoned { .. }) => {
+            let Error::Poisoned { dir: d } = &e else {
+                unreachable!()
+            };
+            assert_eq!(d, dir.path());
+            assert!(e.to_string().contains(&dir.path().display().to_string()));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The path of the file whose fsync fails when the `n`th fsync of `sync()` is made to fail, on
+/// a `Never` log with one rolled segment (1..=3) and an active one (4).
+fn nth_fsync_of_sync_under_never(n: u64) -> std::path::PathBuf {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 1 << 20, SyncPolicy::Never);
+    for s in 1..=3 {
+        log.append(&msg(s)).unwrap();
+    }
+    log.roll().unwrap();
+    log.append(&msg(4)).unwrap();
+    log.faults().fail_nth_fsync(n);
+    match log.sync() {
+        Err(Error::Io { path, .. }) => path.strip_prefix(dir.path()).unwrap().to_path_buf(),
+        other => panic!("fsync {n}: {other:?}"),
+    }
+}
+
+#[test]
+fn sync_under_never_fsyncs_rolled_segments_and_their_indexes_then_the_active_one() {
+    let names: Vec<String> = (1..=4)
+        .map(|n| nth_fsync_of_sync_under_never(n).display().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "00000000000000000001.log",
+            "00000000000000000001.index",
+            "00000000000000000001.timeindex",
+            "00000000000000000004.log",
+        ]
+    );
+}
+
+#[test]
+fn sync_under_never_does_not_fsync_again_what_it_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 1 << 20, SyncPolicy::Never);
+    log.append(&msg(1)).unwrap();
+    log.roll().unwrap();
+    log.append(&msg(2)).unwrap();
+    log.roll().unwrap();
+    log.sync().unwrap();
+    // Nothing appended or rolled since: no fsync at all.
+    log.faults().fail_nth_fsync(1);
+    log.sync().unwrap();
+    log.faults().clear();
+    log.append(&msg(3)).unwrap();
+    log.close().unwrap();
+}
+
+#[test]
+fn close_syncs_under_never() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 1 << 20, SyncPolicy::Never);
+    log.append(&msg(1)).unwrap();
+    log.roll().unwrap();
+    log.append(&msg(2)).unwrap();
+    log.faults().fail_nth_fsync(1);
+    assert!(matches!(log.close(), Err(Error::Io { .. })));
+    // A failed close still releases the directory.
+    let log = open(dir.path(), 1 << 20, SyncPolicy::Never);
+    check_acked(&log, &[1, 2]);
+}
+
+#[test]
 fn failed_fsync_poisons_appends_and_syncs_but_not_reads_and_reopen_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), 1 << 20, SyncPolicy::EveryAppend);

@@ -136,16 +136,28 @@ fn invalid_options_and_file_path_are_errors() {
     };
     assert!(matches!(
         Log::open(dir.path(), o),
-        Err(Error::InvalidOptions { .. })
+        Err(Error::InvalidOptions {
+            field: "index_interval_bytes",
+            ..
+        })
     ));
     let o = Options {
         max_message_bytes: 3,
         ..Options::default()
     };
-    assert!(matches!(
-        Log::open(dir.path(), o),
-        Err(Error::InvalidOptions { .. })
-    ));
+    match Log::open(dir.path(), o) {
+        Err(e @ Error::InvalidOptions { .. }) => {
+            assert!(matches!(
+                e,
+                Error::InvalidOptions {
+                    field: "max_message_bytes",
+                    ..
+                }
+            ));
+            assert!(e.to_string().contains("max_message_bytes"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
     let file = dir.path().join("f");
     fs::write(&file, b"x").unwrap();
     assert!(matches!(
