@@ -1182,6 +1182,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn fd_cache_keeps_at_most_cap_files_and_evicts_the_least_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths: Vec<PathBuf> = (1..=5u64)
+            .map(|b| {
+                let p = dir.path().join(format!("{b}"));
+                fs::write(&p, b"x").unwrap();
+                p
+            })
+            .collect();
+        let cache = FdCache::new(3);
+        for (b, p) in (1..=3u64).zip(&paths) {
+            cache.get(b, p).unwrap();
+        }
+        // 1 is used again, so 2 is the least recently used when 4 comes in.
+        let one = cache.get(1, &paths[0]).unwrap();
+        cache.get(4, &paths[3]).unwrap();
+        assert_eq!(cache.len(), 3);
+        let cached: Vec<u64> = {
+            let mut v: Vec<u64> = cache.inner.lock().files.keys().copied().collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(cached, vec![1, 3, 4]);
+        // A hit returns the same open file.
+        assert!(Arc::ptr_eq(&one, &cache.get(1, &paths[0]).unwrap()));
+        cache.remove(1);
+        assert_eq!(cache.len(), 2);
+        // A missing file is an I/O error, and nothing is cached for it.
+        let missing = dir.path().join("missing");
+        assert!(matches!(cache.get(9, &missing), Err(Error::Io { .. })));
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
     fn log_is_send_and_sync() {
         fn is<T: Send + Sync>() {}
         is::<Log>();

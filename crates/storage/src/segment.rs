@@ -879,6 +879,82 @@ mod tests {
     }
 
     #[test]
+    fn seq_gap_between_complete_frames_is_corrupt_at_the_second_frame() {
+        let mut buf = frames(5..=6);
+        let second_at = buf.len();
+        buf.extend(frames(8..=8));
+        match decode_records(&Bytes::from(buf.clone()), 1, 10) {
+            Err(Error::Corrupt {
+                position, reason, ..
+            }) => {
+                assert_eq!(position, second_at as u64);
+                assert!(reason.contains("expected 7"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A backwards step (a duplicated frame) is rejected the same way.
+        let mut dup = frames(5..=6);
+        dup.extend(frames(6..=6));
+        assert!(matches!(
+            decode_records(&Bytes::from(dup), 1, 10),
+            Err(Error::Corrupt { position, .. }) if position == second_at as u64
+        ));
+    }
+
+    #[test]
+    fn decode_records_at_checks_the_first_seq() {
+        let buf = Bytes::from(frames(5..=7));
+        let d = decode_records_at(&buf, 5, 6, 10).unwrap();
+        assert_eq!(
+            d.records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            vec![6, 7]
+        );
+        assert_eq!(d.next_seq, Some(8));
+        match decode_records_at(&buf, 4, 4, 10) {
+            Err(Error::Corrupt {
+                position, reason, ..
+            }) => {
+                assert_eq!(position, 0);
+                assert!(reason.contains("expected 4"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A skipped (below from_seq) first frame is still checked.
+        assert!(decode_records_at(&buf, 6, 7, 10).is_err());
+        // A buffer without a complete frame has nothing to check.
+        let torn = buf.slice(..10);
+        let d = decode_records_at(&torn, 4, 4, 10).unwrap();
+        assert_eq!((d.consumed, d.next_seq), (0, None));
+    }
+
+    #[test]
+    fn read_chunk_reads_a_whole_frame_longer_than_the_chunk_but_not_past_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000001.log");
+        let mut buf = Vec::new();
+        encode_frame(1, &Message::new(vec![1u8; 500]), &mut buf);
+        let first = buf.len();
+        encode_frame(2, &Message::new("b"), &mut buf);
+        std::fs::write(&path, &buf).unwrap();
+        let file = File::open(&path).unwrap();
+        let end = buf.len() as u64;
+        // Longer frame than the chunk: exactly that frame.
+        let c = read_chunk(&file, &path, 0, end, 32).unwrap();
+        assert_eq!(c.len(), first);
+        // A chunk is capped by `end`.
+        let c = read_chunk(&file, &path, first as u64, end, 1 << 20).unwrap();
+        assert_eq!(c.len(), buf.len() - first);
+        // A frame running past `end` (torn) is not read past it.
+        let c = read_chunk(&file, &path, 0, 100, 32).unwrap();
+        assert_eq!(c.len(), 32);
+        // Past the end of the file is an I/O error.
+        assert!(matches!(
+            read_chunk(&file, &path, 0, end + 10, 1 << 20),
+            Err(Error::Io { .. })
+        ));
+    }
+
+    #[test]
     fn file_names_round_trip_and_strays_are_rejected() {
         let n = segment_file_name(123, TIME_INDEX_SUFFIX);
         assert_eq!(parse_segment_file_name(&n), Some((123, TIME_INDEX_SUFFIX)));
