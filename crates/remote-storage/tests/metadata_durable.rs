@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use RemoteLogSegmentState::*;
 use krabka_protocol::Message;
 use krabka_remote_storage::metadata::event::MetadataEvent;
-use krabka_remote_storage::metadata::{DurableRemoteLogMetadataManager, RemoteLogMetadataManager};
+use krabka_remote_storage::metadata::{
+    DurableOptions, DurableRemoteLogMetadataManager, RemoteLogMetadataManager,
+};
 use krabka_remote_storage::*;
 use krabka_storage::{Log, Options};
 
@@ -93,12 +95,13 @@ fn open_err(dir: &std::path::Path) -> RemoteStorageError {
 #[test]
 fn a_corrupt_event_fails_open_naming_its_seq() {
     let dir = tempfile::tempdir().unwrap();
-    {
+    let log_dir = {
         let rlmm = DurableRemoteLogMetadataManager::open(dir.path()).unwrap();
         rlmm.add_remote_log_segment_metadata(&seg(0)).unwrap();
-    }
+        rlmm.generation_dir()
+    };
     {
-        let log = Log::open(dir.path(), Options::default()).unwrap();
+        let log = Log::open(&log_dir, Options::default()).unwrap();
         let mut bytes = MetadataEvent::Add(seg(10)).encode();
         bytes[20] ^= 0xFF;
         assert_eq!(log.append(&Message::new(bytes)).unwrap(), 2);
@@ -302,4 +305,55 @@ fn not_ready_is_distinct_from_nothing_there_and_survives_reopen() {
         .update_remote_log_segment_metadata(&to(a.remote_log_segment_id(), CopySegmentFinished))
         .unwrap();
     assert_eq!(rlmm.segment_for_offset_ready(&tp(), 9).unwrap(), Some(done));
+}
+
+/// Many segments through their whole lifecycle: the log, the replay and the dropped ids stay
+/// bounded by the live segments instead of growing with every event ever made.
+#[test]
+fn the_log_is_compacted_when_dead_events_dominate() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = DurableOptions::default().compact_min_events(Some(32));
+    let keep = {
+        let rlmm = DurableRemoteLogMetadataManager::open_with(dir.path(), opts.clone()).unwrap();
+        let mut keep = Vec::new();
+        for i in 0..300u64 {
+            let m = seg(i * 10);
+            rlmm.add_remote_log_segment_metadata(&m).unwrap();
+            let id = m.remote_log_segment_id();
+            rlmm.update_remote_log_segment_metadata(&to(id, CopySegmentFinished))
+                .unwrap();
+            if i % 50 == 0 {
+                keep.push(id.clone());
+                continue;
+            }
+            rlmm.update_remote_log_segment_metadata(&to(id, DeleteSegmentStarted))
+                .unwrap();
+            rlmm.update_remote_log_segment_metadata(&to(id, DeleteSegmentFinished))
+                .unwrap();
+            let live = rlmm.list_remote_log_segments(&tp()).unwrap().len() as u64;
+            assert!(
+                rlmm.events_in_generation() <= 2 * live + 32,
+                "{} events for {live} live segments",
+                rlmm.events_in_generation()
+            );
+            assert!(rlmm.dropped_ids_remembered() <= 32);
+        }
+        assert!(rlmm.generation() > 10, "generation {}", rlmm.generation());
+        keep
+    };
+    let entries: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("gen-"))
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let rlmm = DurableRemoteLogMetadataManager::open_with(dir.path(), opts).unwrap();
+    let ids: Vec<_> = rlmm
+        .list_remote_log_segments(&tp())
+        .unwrap()
+        .iter()
+        .map(|m| m.remote_log_segment_id().clone())
+        .collect();
+    assert_eq!(ids, keep);
+    assert!(rlmm.events_in_generation() <= 2 * keep.len() as u64 + 32);
 }

@@ -2,7 +2,7 @@
 //! log record). Specified byte by byte in `docs/format.md`, "Remote layout".
 //!
 //! ```text
-//! version u8 (=1) | kind u8 (1 add, 2 update) | body | crc32 u32 (of everything before it)
+//! version u8 (=1) | kind u8 (1 add, 2 update, 3 snapshot) | body | crc32 u32 (of everything before it)
 //! ```
 //! All integers are little-endian. Decoding never panics: corrupt input is an
 //! [`EventDecodeError`].
@@ -35,6 +35,8 @@ pub const EVENT_VERSION: u8 = 1;
 pub const KIND_ADD: u8 = 1;
 /// Kind byte of [`MetadataEvent::Update`].
 pub const KIND_UPDATE: u8 = 2;
+/// Kind byte of [`MetadataEvent::Snapshot`].
+pub const KIND_SNAPSHOT: u8 = 3;
 /// Version, kind and CRC: the smallest possible event.
 const MIN_LEN: usize = 1 + 1 + 4;
 
@@ -45,6 +47,10 @@ pub enum MetadataEvent {
     Add(RemoteLogSegmentMetadata),
     /// A state change of a known segment.
     Update(RemoteLogSegmentMetadataUpdate),
+    /// A live segment as a compaction found it, in any state but `DeleteSegmentFinished`.
+    /// Only found at the start of a compacted generation, before any add or update; the body
+    /// is the same as [`Add`](Self::Add)'s.
+    Snapshot(RemoteLogSegmentMetadata),
 }
 
 /// Why bytes are not a valid [`MetadataEvent`].
@@ -109,7 +115,7 @@ impl MetadataEvent {
     /// The segment the event is about.
     pub fn segment_id(&self) -> &RemoteLogSegmentId {
         match self {
-            Self::Add(m) => m.remote_log_segment_id(),
+            Self::Add(m) | Self::Snapshot(m) => m.remote_log_segment_id(),
             Self::Update(u) => u.remote_log_segment_id(),
         }
     }
@@ -119,8 +125,12 @@ impl MetadataEvent {
         let mut out = Vec::with_capacity(128);
         out.push(EVENT_VERSION);
         match self {
-            Self::Add(m) => {
-                out.push(KIND_ADD);
+            Self::Add(m) | Self::Snapshot(m) => {
+                out.push(if matches!(self, Self::Add(_)) {
+                    KIND_ADD
+                } else {
+                    KIND_SNAPSHOT
+                });
                 put_segment_id(&mut out, m.remote_log_segment_id());
                 out.extend_from_slice(&m.start_offset().to_le_bytes());
                 out.extend_from_slice(&m.end_offset().to_le_bytes());
@@ -177,7 +187,7 @@ impl MetadataEvent {
         }
         let kind = r.u8("kind")?;
         let event = match kind {
-            KIND_ADD => {
+            KIND_ADD | KIND_SNAPSHOT => {
                 let id = r.segment_id()?;
                 let start = r.u64("start offset")?;
                 let end = r.u64("end offset")?;
@@ -204,7 +214,11 @@ impl MetadataEvent {
                     .custom_metadata(custom)
                     .build_strict()
                     .map_err(|e| EventDecodeError::Metadata(e.to_string()))?;
-                Self::Add(m)
+                if kind == KIND_ADD {
+                    Self::Add(m)
+                } else {
+                    Self::Snapshot(m)
+                }
             }
             KIND_UPDATE => {
                 let id = r.segment_id()?;
@@ -378,6 +392,20 @@ mod tests {
             -1,
         ));
         assert_eq!(MetadataEvent::decode(&update.encode()).unwrap(), update);
+        let MetadataEvent::Add(m) = add else {
+            unreachable!()
+        };
+        let snap = MetadataEvent::Snapshot(
+            m.apply(&RemoteLogSegmentMetadataUpdate::to_state(
+                m.remote_log_segment_id().clone(),
+                RemoteLogSegmentState::CopySegmentFinished,
+                5,
+            ))
+            .unwrap(),
+        );
+        let bytes = snap.encode();
+        assert_eq!(bytes.get(1), Some(&KIND_SNAPSHOT));
+        assert_eq!(MetadataEvent::decode(&bytes).unwrap(), snap);
     }
 
     #[test]

@@ -8,8 +8,15 @@ use crate::model::{
     RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, TopicIdPartition,
 };
 
+/// Dropped ids an [`InMemoryRemoteLogMetadataManager`] remembers beyond twice its live segments.
+pub const DROPPED_IDS_SLACK: usize = 1024;
+
 /// A [`RemoteLogMetadataManager`] that keeps everything in memory (lost on exit). For tests
 /// and for setups where the remote metadata is rebuilt some other way.
+///
+/// Memory is bounded by the live segments: the ids of dropped (`DeleteSegmentFinished`)
+/// segments, remembered to reject their re-adding, are forgotten once they outnumber twice the
+/// live segments plus [`DROPPED_IDS_SLACK`] (as the durable manager's compaction does).
 #[derive(Debug, Default)]
 pub struct InMemoryRemoteLogMetadataManager {
     state: RwLock<MetadataState>,
@@ -34,7 +41,17 @@ impl RemoteLogMetadataManager for InMemoryRemoteLogMetadataManager {
         &self,
         update: &RemoteLogSegmentMetadataUpdate,
     ) -> Result<RemoteLogSegmentMetadata, RemoteStorageError> {
-        self.state.write().update(update)
+        let mut state = self.state.write();
+        let next = state.update(update)?;
+        if state.dropped_len()
+            > state
+                .len()
+                .saturating_mul(2)
+                .saturating_add(DROPPED_IDS_SLACK)
+        {
+            state.forget_dropped();
+        }
+        Ok(next)
     }
 
     fn remote_log_segment_metadata(

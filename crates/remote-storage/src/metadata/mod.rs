@@ -11,8 +11,8 @@ pub mod event;
 mod memory;
 mod state;
 
-pub use durable::DurableRemoteLogMetadataManager;
-pub use memory::InMemoryRemoteLogMetadataManager;
+pub use durable::{DurableOptions, DurableRemoteLogMetadataManager};
+pub use memory::{DROPPED_IDS_SLACK, InMemoryRemoteLogMetadataManager};
 pub use state::MetadataState;
 
 use crate::error::RemoteStorageError;

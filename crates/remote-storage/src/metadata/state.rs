@@ -18,7 +18,8 @@ use crate::model::{
 #[derive(Debug, Default)]
 pub struct MetadataState {
     partitions: HashMap<TopicIdPartition, HashMap<Uuid, RemoteLogSegmentMetadata>>,
-    /// Ids that reached `DeleteSegmentFinished`: an add may not reuse them.
+    /// Ids that reached `DeleteSegmentFinished` since the last [`forget_dropped`](Self::forget_dropped):
+    /// an add may not reuse them.
     dropped: HashSet<RemoteLogSegmentId>,
 }
 
@@ -91,6 +92,51 @@ impl MetadataState {
                 .or_default()
                 .insert(id.id(), metadata);
         }
+    }
+
+    /// Restores a live segment from a compaction snapshot, in whatever state it had.
+    ///
+    /// # Errors
+    /// [`RemoteStorageError::InvalidArgument`] naming the segment when it is already known or
+    /// its state is `DeleteSegmentFinished` (a snapshot holds live segments only).
+    pub fn restore(
+        &mut self,
+        metadata: &RemoteLogSegmentMetadata,
+    ) -> Result<(), RemoteStorageError> {
+        let id = metadata.remote_log_segment_id();
+        if metadata.state() == RemoteLogSegmentState::DeleteSegmentFinished {
+            return Err(RemoteStorageError::invalid_argument(format!(
+                "snapshot of remote segment {id} is DeleteSegmentFinished; snapshots hold live segments only"
+            )));
+        }
+        if self.get(id).is_some() {
+            return Err(RemoteStorageError::invalid_argument(format!(
+                "remote segment {id} appears twice in a snapshot"
+            )));
+        }
+        self.commit(metadata.clone());
+        Ok(())
+    }
+
+    /// Every live segment, ordered by partition (topic id, partition), then as
+    /// [`list`](Self::list) orders them: what a compaction writes.
+    pub fn snapshot(&self) -> Vec<RemoteLogSegmentMetadata> {
+        let mut tps: Vec<&TopicIdPartition> = self.partitions.keys().collect();
+        tps.sort_by_key(|tp| (tp.topic_id(), tp.partition()));
+        tps.into_iter().flat_map(|tp| self.list(tp)).collect()
+    }
+
+    /// How many dropped (`DeleteSegmentFinished`) ids are remembered to reject their re-adding.
+    pub fn dropped_len(&self) -> usize {
+        self.dropped.len()
+    }
+
+    /// Forgets the dropped ids (a compaction does, to keep the memory bounded): an add may then
+    /// reuse one of them. Ids are fresh random UUIDs per copy attempt
+    /// ([`RemoteLogSegmentId::generate`]), so a reuse means a caller bug that then goes
+    /// undetected rather than a lost segment.
+    pub fn forget_dropped(&mut self) {
+        self.dropped = HashSet::new();
     }
 
     /// Validates and applies an addition.
