@@ -546,10 +546,12 @@ impl DurableRemoteLogMetadataManager {
         };
         let live = u64::try_from(self.state.read().len()).unwrap_or(u64::MAX);
         let threshold = live.saturating_mul(2).saturating_add(min);
-        if w.events > threshold && w.events >= w.retry_at && !self.is_poisoned() {
-            if self.compact_locked(w, None).is_err() {
-                w.retry_at = w.events.saturating_add(min.max(1));
-            }
+        if w.events > threshold
+            && w.events >= w.retry_at
+            && !self.is_poisoned()
+            && self.compact_locked(w, None).is_err()
+        {
+            w.retry_at = w.events.saturating_add(min.max(1));
         }
     }
 
