@@ -11,6 +11,9 @@
 //! - A copy writes each file under a temporary name in its final directory, fsyncs it, renames
 //!   it into place and fsyncs the directory: a crash never leaves a partial file under a final
 //!   name (a stray temporary file at worst, removed by the segment's delete).
+//! - The root is fsynced before the first copy into a partition directory by each instance,
+//!   whether or not that directory already existed: one left by a crash between its creation
+//!   and the root's fsync, or being created by a racing thread, is not yet durable.
 //! - A fetch reads only the requested range, with a positioned read.
 //! - A delete is idempotent and removes every file of the segment.
 //! - Topic names are checked with Kafka's rules, so no name can escape the root.
