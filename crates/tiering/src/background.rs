@@ -95,6 +95,7 @@ impl TieredLog {
     /// As [`run_once`](Self::run_once).
     pub async fn run_round(self: &Arc<Self>) -> Result<TieringReport, Error> {
         let _guard = self.begin_round()?;
+        self.prune_abandoned();
         let this = self.clone();
         let (mut report, plan) = blocking(move || {
             let mut report = TieringReport::default();
@@ -204,7 +205,14 @@ impl TieredLog {
             .await;
             this.abandoned.lock().remove(&uuid);
         });
-        self.abandoned_tasks.lock().push(task);
+        let mut tasks = self.abandoned_tasks.lock();
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
+    }
+
+    /// Forgets abandoned copies whose cleanup has finished.
+    fn prune_abandoned(&self) {
+        self.abandoned_tasks.lock().retain(|t| !t.is_finished());
     }
 
     async fn wait_for_abandoned(&self) {

@@ -3,6 +3,8 @@
 use std::time::Duration;
 
 use krabka_remote_storage::DEFAULT_CUSTOM_METADATA_MAX_BYTES;
+use krabka_storage::Options;
+use krabka_storage::segment::FRAME_HEADER_LEN;
 
 use crate::error::Error;
 
@@ -20,6 +22,44 @@ pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
 pub const DEFAULT_CHUNK_BYTES: u32 = 1 << 20;
 /// Smallest accepted [`TieringConfig::chunk_bytes`].
 pub const MIN_CHUNK_BYTES: u32 = 64;
+
+/// Largest segment (bytes of its `.log` file) a [`TieredLog`](crate::TieredLog) can tier: the
+/// remote storage interface addresses bytes of a segment with `u32` positions, so a larger
+/// segment could never be read back (or, past the first 4 GiB, even fetched).
+pub const MAX_SEGMENT_BYTES: u64 = u32::MAX as u64;
+
+/// Checks that the local log's `options` keep every segment within [`MAX_SEGMENT_BYTES`].
+///
+/// A segment grows to at most `max_bytes` (0 means the storage default), except that a record
+/// larger than that gets a segment of its own: `16 + max_message_bytes` bytes. Both bounds
+/// must fit.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] naming the option that allows larger segments.
+pub fn validate_log_options(options: &Options) -> Result<(), Error> {
+    let max_bytes = match options.max_bytes {
+        0 => krabka_storage::DEFAULT_MAX_BYTES,
+        n => n,
+    };
+    if max_bytes > MAX_SEGMENT_BYTES {
+        return Err(Error::InvalidConfig(format!(
+            "the local log's max_bytes ({max_bytes}) exceeds {MAX_SEGMENT_BYTES}, the largest \
+             segment the remote tier can address"
+        )));
+    }
+    let largest_frame = options
+        .max_message_bytes
+        .saturating_add(FRAME_HEADER_LEN as u64);
+    if largest_frame > MAX_SEGMENT_BYTES {
+        return Err(Error::InvalidConfig(format!(
+            "the local log's max_message_bytes ({}) allows a {largest_frame}-byte segment, over \
+             {MAX_SEGMENT_BYTES}, the largest the remote tier can address; use at most {}",
+            options.max_message_bytes,
+            MAX_SEGMENT_BYTES - FRAME_HEADER_LEN as u64
+        )));
+    }
+    Ok(())
+}
 
 /// Configuration of a [`TieredLog`](crate::TieredLog). Build it with struct update syntax:
 /// `TieringConfig { local_retention_bytes: Some(1 << 20), ..TieringConfig::default() }`.
@@ -145,6 +185,35 @@ mod tests {
             },
         ] {
             assert!(matches!(cfg.validate(), Err(Error::InvalidConfig(_))));
+        }
+    }
+
+    #[test]
+    fn log_options_allowing_segments_over_u32_max_are_rejected() {
+        assert!(validate_log_options(&Options::default()).is_ok());
+        let at_limit = Options {
+            max_bytes: MAX_SEGMENT_BYTES,
+            ..Options::default()
+        };
+        assert!(validate_log_options(&at_limit).is_ok());
+        for bad in [
+            Options {
+                max_bytes: MAX_SEGMENT_BYTES + 1,
+                ..Options::default()
+            },
+            Options {
+                max_bytes: 8 << 30,
+                ..Options::default()
+            },
+            Options {
+                max_message_bytes: u64::from(u32::MAX) - 8,
+                ..Options::default()
+            },
+        ] {
+            assert!(
+                matches!(validate_log_options(&bad), Err(Error::InvalidConfig(_))),
+                "{bad:?}"
+            );
         }
     }
 }

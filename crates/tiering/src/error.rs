@@ -1,5 +1,6 @@
 //! The one error type of the tiering layer.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use krabka_remote_storage::{RemoteLogSegmentId, RemoteStorageError};
@@ -77,9 +78,21 @@ pub enum Error {
         /// The deadline.
         deadline: Duration,
     },
-    /// A [`TieringConfig`](crate::TieringConfig) field is out of range.
+    /// A [`TieringConfig`](crate::TieringConfig) field is out of range, or the local log's
+    /// options allow segments the remote tier cannot address (over `u32::MAX` bytes).
     #[error("invalid tiering config: {0}")]
     InvalidConfig(String),
+    /// An argument of a call is invalid (e.g. a leader epoch lower than the current one).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The checkpoint file of the whole-log retention point could not be read or written.
+    #[error("retention checkpoint {}: {reason}", path.display())]
+    Checkpoint {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
     /// Another tiering round (the background task or a concurrent `run_once`) is running.
     #[error("a tiering round is already running on this log")]
     RoundInProgress,
@@ -129,6 +142,12 @@ impl Error {
             seq,
             source: Box::new(source),
         }
+    }
+
+    /// Whether this is a remote call that found no object: the segment is gone from the
+    /// remote store (for example deleted by retention after its metadata was looked up).
+    pub fn is_remote_not_found(&self) -> bool {
+        matches!(self, Error::Remote { source, .. } if source.is_not_found())
     }
 
     /// Whether retrying the same operation later may succeed (a retriable remote failure, a

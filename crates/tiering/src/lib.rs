@@ -56,6 +56,7 @@
 
 mod background;
 mod cache;
+mod checkpoint;
 mod config;
 mod error;
 pub mod policy;
@@ -64,9 +65,11 @@ mod stats;
 mod tiered;
 
 pub use background::TieringHandle;
+pub use checkpoint::LOG_START_FILE;
 pub use config::{
     DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_BYTES, DEFAULT_COPY_CONCURRENCY, DEFAULT_COPY_DEADLINE,
-    DEFAULT_LOCAL_RETENTION_BYTES, DEFAULT_RETENTION_MS, MIN_CHUNK_BYTES, TieringConfig,
+    DEFAULT_LOCAL_RETENTION_BYTES, DEFAULT_RETENTION_MS, MAX_SEGMENT_BYTES, MIN_CHUNK_BYTES,
+    TieringConfig, validate_log_options,
 };
 pub use error::Error;
 pub use stats::{RemoteRequests, TieringReport, TieringStats};

@@ -167,12 +167,15 @@ pub struct RetentionLimits {
 ///
 /// The log's size is the finished remote segments plus the local segments that have no
 /// finished copy (`local_only_bytes`); copies in flight never count. The walk goes over
-/// finished segments by start offset and stops at the first one within both limits.
+/// finished segments by start offset and stops at the first one within both limits. Finished
+/// segments wholly below `log_start` are past retention already (an earlier deletion that did
+/// not complete) and are always deleted.
 pub fn remote_to_delete<Id>(
     remote: &[RemoteSegment<Id>],
     local_only_bytes: u64,
     limits: RetentionLimits,
     now_ms: i64,
+    log_start: u64,
 ) -> Vec<usize> {
     let mut finished: Vec<usize> = remote
         .iter()
@@ -194,7 +197,7 @@ pub fn remote_to_delete<Id>(
         let too_old = limits
             .ms
             .is_some_and(|ms| age_exceeds(r.max_timestamp, ms, now_ms));
-        if !(over_size || too_old) {
+        if !(over_size || too_old || r.end < log_start) {
             break;
         }
         total = total.saturating_sub(r.size);
@@ -241,6 +244,71 @@ pub fn first_readable_seq<Id>(
         (a, b) => a.or(b),
     }?;
     Some(first.max(log_start))
+}
+
+/// Adds `(epoch, start_seq)` to a leader epoch history (pairs oldest first).
+///
+/// Setting the latest epoch again is a no-op; a higher epoch starting where the latest one
+/// starts replaces it (it covered no records).
+///
+/// # Errors
+/// A message when the epoch is negative or lower than the latest one, or `start_seq` is
+/// before the latest epoch's start.
+pub fn push_leader_epoch(
+    history: &mut Vec<(i32, u64)>,
+    epoch: i32,
+    start_seq: u64,
+) -> Result<(), String> {
+    if epoch < 0 {
+        return Err(format!("leader epoch {epoch} is negative"));
+    }
+    let Some(&(latest, latest_start)) = history.last() else {
+        history.push((epoch, start_seq));
+        return Ok(());
+    };
+    if epoch == latest {
+        return Ok(());
+    }
+    if epoch < latest {
+        return Err(format!(
+            "leader epoch {epoch} is lower than the current epoch {latest}"
+        ));
+    }
+    if start_seq < latest_start {
+        return Err(format!(
+            "leader epoch {epoch} would start at seq {start_seq}, before epoch {latest} \
+             (which starts at {latest_start})"
+        ));
+    }
+    if start_seq == latest_start {
+        history.pop();
+    }
+    history.push((epoch, start_seq));
+    Ok(())
+}
+
+/// The leader epochs of a segment holding seqs `base..=last`, from a history of
+/// `(epoch, start seq)` pairs (oldest first): the epoch in force at `base` (mapped to `base`)
+/// and every later epoch starting within the segment (mapped to its start). A history with no
+/// entry at or below `base` maps its first epoch to `base`; an empty history gives epoch 0.
+pub fn segment_leader_epochs(
+    history: &[(i32, u64)],
+    base: u64,
+    last: u64,
+) -> std::collections::BTreeMap<i32, u64> {
+    let at_base = history
+        .iter()
+        .rev()
+        .find(|(_, start)| *start <= base)
+        .or(history.first())
+        .map_or(0, |&(epoch, _)| epoch);
+    let mut out = std::collections::BTreeMap::from([(at_base, base)]);
+    for &(epoch, start) in history {
+        if start > base && start <= last {
+            out.insert(epoch, start);
+        }
+    }
+    out
 }
 
 fn age_exceeds(max_timestamp: i64, limit_ms: u64, now_ms: i64) -> bool {
@@ -379,12 +447,57 @@ mod tests {
         };
         // Finished: 300 bytes (the started copy does not count), plus 50 local-only = 350 > 200:
         // drop 0 (250 left), drop 10 (150 left), stop.
-        assert_eq!(remote_to_delete(&r, 50, limits, 0), vec![0, 1]);
+        assert_eq!(remote_to_delete(&r, 50, limits, 0, 0), vec![0, 1]);
         let by_age = RetentionLimits {
             bytes: None,
             ms: Some(15),
         };
-        assert_eq!(remote_to_delete(&r, 0, by_age, 20), vec![0]);
+        assert_eq!(remote_to_delete(&r, 0, by_age, 20, 0), vec![0]);
+        // Below the retention point: deleted whatever the limits say.
+        let none = RetentionLimits::default();
+        assert_eq!(remote_to_delete(&r, 0, none, 0, 20), vec![0, 1]);
+        assert_eq!(remote_to_delete(&r, 0, none, 0, 0), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn leader_epoch_history_only_moves_forward() {
+        let mut h = vec![(0, 0)];
+        push_leader_epoch(&mut h, 0, 50).unwrap();
+        assert_eq!(h, [(0, 0)], "the current epoch again is a no-op");
+        push_leader_epoch(&mut h, 3, 30).unwrap();
+        push_leader_epoch(&mut h, 5, 80).unwrap();
+        assert!(push_leader_epoch(&mut h, 4, 90).is_err());
+        assert!(push_leader_epoch(&mut h, 6, 79).is_err());
+        assert!(push_leader_epoch(&mut h, -1, 100).is_err());
+        push_leader_epoch(&mut h, 6, 80).unwrap();
+        assert_eq!(h, [(0, 0), (3, 30), (6, 80)]);
+    }
+
+    #[test]
+    fn a_segment_gets_every_epoch_overlapping_it() {
+        let h = [(0, 0), (3, 30), (6, 80)];
+        let e = |b, l| {
+            segment_leader_epochs(&h, b, l)
+                .into_iter()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(e(1, 20), [(0, 1)]);
+        assert_eq!(e(21, 40), [(0, 21), (3, 30)]);
+        assert_eq!(e(30, 40), [(3, 30)]);
+        assert_eq!(e(25, 100), [(0, 25), (3, 30), (6, 80)]);
+        assert_eq!(e(81, 90), [(6, 81)]);
+        assert_eq!(
+            segment_leader_epochs(&[(2, 50)], 1, 10)
+                .into_iter()
+                .collect::<Vec<_>>(),
+            [(2, 1)]
+        );
+        assert_eq!(
+            segment_leader_epochs(&[], 5, 9)
+                .into_iter()
+                .collect::<Vec<_>>(),
+            [(0, 5)]
+        );
     }
 
     #[test]
@@ -495,7 +608,7 @@ mod tests {
         ) {
             let (_, remote) = build(&spec);
             let limits = RetentionLimits { bytes, ms };
-            let del = remote_to_delete(&remote, 0, limits, now);
+            let del = remote_to_delete(&remote, 0, limits, now, 0);
             // A prefix of the finished segments ordered by start.
             prop_assert!(del.iter().enumerate().all(|(k, &i)| i == k));
             let kept: u64 = remote.iter().skip(del.len()).map(|r| r.size).sum();

@@ -19,7 +19,8 @@ use parking_lot::Mutex;
 use uuid::Uuid;
 
 use crate::cache::ByteLru;
-use crate::config::TieringConfig;
+use crate::checkpoint;
+use crate::config::{TieringConfig, validate_log_options};
 use crate::error::Error;
 use crate::policy::{self, LocalLimits, LocalSegment, RemoteSegment, RetentionLimits};
 use crate::stats::{Counters, TieringReport, TieringStats, bump};
@@ -41,7 +42,12 @@ pub struct TieredLog {
     pub(crate) config: TieringConfig,
     commit_seq: AtomicU64,
     /// Whole-log retention watermark: records below it are gone (or going) from both tiers.
+    /// Mirrors the checkpoint file (see [`checkpoint`]); raised only after the file is.
     log_start: AtomicU64,
+    /// Serializes checkpoint writes.
+    log_start_write: Mutex<()>,
+    /// Leader epoch history: `(epoch, start seq)`, epochs and start seqs increasing.
+    epochs: Mutex<Vec<(i32, u64)>>,
     pub(crate) cache: ByteLru,
     pub(crate) counters: Counters,
     round_running: AtomicBool,
@@ -72,9 +78,15 @@ impl Drop for RoundGuard<'_> {
 impl TieredLog {
     /// Joins an open local log with a remote tier.
     ///
+    /// The whole-log retention point is read from the checkpoint file in the log's directory
+    /// ([`LOG_START_FILE`](crate::LOG_START_FILE)), so `first_seq()` never moves backwards
+    /// across restarts.
+    ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a config below a minimum or a topic name that could not
-    /// name remote objects.
+    /// [`Error::InvalidConfig`] for a config below a minimum, a topic name that could not
+    /// name remote objects, or log options allowing segments over
+    /// [`MAX_SEGMENT_BYTES`](crate::MAX_SEGMENT_BYTES); [`Error::Checkpoint`] when the
+    /// retention checkpoint cannot be read.
     pub fn new(
         log: Log,
         rsm: Arc<dyn RemoteStorageManager>,
@@ -83,10 +95,13 @@ impl TieredLog {
         config: TieringConfig,
     ) -> Result<Self, Error> {
         config.validate()?;
+        validate_log_options(log.options())?;
         topic_id_partition
             .validate()
             .map_err(|e| Error::InvalidConfig(e.to_string()))?;
+        let log_start = checkpoint::read(log.dir())?;
         Ok(Self {
+            epochs: Mutex::new(vec![(config.leader_epoch, 0)]),
             cache: ByteLru::new(config.cache_bytes),
             log,
             rsm,
@@ -94,7 +109,8 @@ impl TieredLog {
             tp: topic_id_partition,
             config,
             commit_seq: AtomicU64::new(NO_COMMIT_BOUND),
-            log_start: AtomicU64::new(0),
+            log_start: AtomicU64::new(log_start),
+            log_start_write: Mutex::new(()),
             counters: Counters::default(),
             round_running: AtomicBool::new(false),
             abandoned: Mutex::new(HashSet::new()),
@@ -103,6 +119,8 @@ impl TieredLog {
     }
 
     /// Opens (or creates) the local log in `dir` with `options` and joins it with a remote tier.
+    ///
+    /// The options are checked (as in [`new`](Self::new)) before anything is created.
     ///
     /// # Errors
     /// [`Error::Storage`] when the log cannot be opened; as [`new`](Self::new).
@@ -115,6 +133,7 @@ impl TieredLog {
         config: TieringConfig,
     ) -> Result<Self, Error> {
         let dir = dir.as_ref();
+        validate_log_options(&options)?;
         let log = Log::open(dir, options)
             .map_err(|e| Error::storage(format!("opening {}", dir.display()), e))?;
         Self::new(log, rsm, rlmm, topic_id_partition, config)
@@ -196,6 +215,29 @@ impl TieredLog {
         self.commit_seq.store(seq, Ordering::Release);
     }
 
+    /// Records that leader epoch `epoch` starts at `start_seq` (Kafka's leader-epoch cache):
+    /// each copied segment's metadata then carries every epoch overlapping its seqs
+    /// (`{epoch: first seq of the segment in that epoch}`), and its uploaded leader-epoch
+    /// checkpoint lists the same. Without a call, every segment gets
+    /// `{leader_epoch: base seq}` ([`TieringConfig::leader_epoch`]).
+    ///
+    /// The history lives in memory: after reopening, supply it again before the next round
+    /// copies newer segments. Setting the current epoch again is a no-op.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a negative epoch, an epoch lower than the latest one, or
+    /// a start seq before the latest epoch's start.
+    pub fn set_leader_epoch(&self, epoch: i32, start_seq: u64) -> Result<(), Error> {
+        let mut epochs = self.epochs.lock();
+        policy::push_leader_epoch(&mut epochs, epoch, start_seq).map_err(Error::InvalidArgument)
+    }
+
+    /// The leader epoch history: `(epoch, start seq)` pairs, oldest first (the first entry is
+    /// [`TieringConfig::leader_epoch`] from seq 0 unless replaced).
+    pub fn leader_epochs(&self) -> Vec<(i32, u64)> {
+        self.epochs.lock().clone()
+    }
+
     /// The current commit bound (`None`: everything appended).
     pub fn commit_seq(&self) -> Option<u64> {
         match self.commit_seq.load(Ordering::Acquire) {
@@ -254,13 +296,10 @@ impl TieredLog {
     /// [`Error::CorruptRemote`] / [`Error::Storage`] for bad bytes.
     pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
         let last = self.log.last_seq();
-        let first = self.first_seq()?;
-        if from_seq < first || from_seq > last.saturating_add(1) {
-            return Err(Error::OutOfRange {
-                seq: from_seq,
-                first,
-                last,
-            });
+        // Only failures list the remote segments (for the error's first seq): a read never
+        // clones every segment's metadata.
+        if from_seq > last.saturating_add(1) || from_seq < self.log_start.load(Ordering::Acquire) {
+            return Err(self.out_of_range(from_seq, last));
         }
         let mut out: Vec<Record> = Vec::new();
         let mut seq = from_seq;
@@ -287,29 +326,48 @@ impl TieredLog {
                 .rlmm
                 .remote_log_segment_metadata(&self.tp, seq)
                 .map_err(|e| Error::metadata("lookup", None, e))?;
-            let records = match found {
-                Some(meta) => self.read_remote(&meta, seq, want)?,
-                None => Vec::new(),
+            // `None`: not remote (any more). A fetch finding no object: retention deleted the
+            // segment between the lookup and the fetch. Either way, re-check the start.
+            let gone = match found {
+                Some(meta) => match self.read_remote(&meta, seq, want) {
+                    Ok(records) => {
+                        let Some(next) = records.last().map(|r| r.seq + 1) else {
+                            break;
+                        };
+                        out.extend(records);
+                        seq = next;
+                        continue;
+                    }
+                    Err(e) if e.is_remote_not_found() => Some(e),
+                    Err(e) => return Err(e),
+                },
+                None => None,
             };
-            let Some(next) = records.last().map(|r| r.seq + 1) else {
-                // Not remote (any more): retention moved past it, or local retention raced us.
-                misses += 1;
-                let first = self.first_seq()?;
-                if seq < first && out.is_empty() {
+            misses += 1;
+            let first = self.first_seq()?;
+            if seq < first {
+                if out.is_empty() {
                     return Err(Error::OutOfRange { seq, first, last });
                 }
-                if seq < first || misses > 3 {
-                    if out.is_empty() {
-                        return Err(Error::OutOfRange { seq, first, last });
-                    }
+                break;
+            }
+            if misses > 3 {
+                if !out.is_empty() {
                     break;
                 }
-                continue;
-            };
-            out.extend(records);
-            seq = next;
+                // Still within the log, yet the remote object is missing: not retention.
+                return Err(gone.unwrap_or(Error::OutOfRange { seq, first, last }));
+            }
         }
         Ok(out)
+    }
+
+    /// The [`Error::OutOfRange`] for a read of `seq` (lists the remote segments).
+    fn out_of_range(&self, seq: u64, last: u64) -> Error {
+        match self.first_seq() {
+            Ok(first) => Error::OutOfRange { seq, first, last },
+            Err(e) => e,
+        }
     }
 
     /// One deterministic round: clean stale attempts, copy eligible segments one at a time
@@ -430,10 +488,11 @@ impl TieredLog {
     /// Records a new attempt (CopySegmentStarted) for `seg` under a fresh id.
     pub(crate) fn begin_copy(&self, seg: &SegmentInfo) -> Result<RemoteLogSegmentMetadata, Error> {
         let id = RemoteLogSegmentId::generate(self.tp.clone());
+        let epochs = policy::segment_leader_epochs(&self.epochs.lock(), seg.base_seq, seg.last_seq);
         let meta = RemoteLogSegmentMetadata::builder(id.clone(), seg.base_seq, seg.last_seq)
             .max_timestamp_ms(seg.max_timestamp)
             .broker_id(self.config.broker_id)
-            .segment_leader_epochs([(self.config.leader_epoch, seg.base_seq)].into())
+            .segment_leader_epochs(epochs)
             .segment_size_in_bytes(seg.size)
             .build()
             .map_err(|e| Error::metadata("add", Some(&id), e))?;
@@ -451,11 +510,13 @@ impl TieredLog {
     ) -> Result<Option<CustomMetadata>, Error> {
         let id = meta.remote_log_segment_id();
         let mut data = LogSegmentData::new(&seg.log_path, &seg.index_path, &seg.time_index_path);
-        // Kafka's leader-epoch checkpoint text: version, entry count, then "epoch start".
-        data.leader_epoch_index = Bytes::from(format!(
-            "0\n1\n{} {}\n",
-            self.config.leader_epoch, seg.base_seq
-        ));
+        // Kafka's leader-epoch checkpoint text: version, entry count, then "epoch start" lines.
+        let epochs = meta.segment_leader_epochs();
+        let mut text = format!("0\n{}\n", epochs.len());
+        for (epoch, start) in epochs {
+            text.push_str(&format!("{epoch} {start}\n"));
+        }
+        data.leader_epoch_index = Bytes::from(text);
         bump(&self.counters.copy, 1);
         let custom = self
             .rsm
@@ -534,30 +595,28 @@ impl TieredLog {
             bytes: self.config.retention_bytes,
             ms: self.config.retention_ms,
         };
-        for i in policy::remote_to_delete(&view, local_only, limits, now) {
-            let Some(meta) = list.get(i) else { break };
-            let id = meta.remote_log_segment_id();
-            // Unreadable first, so first_seq() moves before any data goes.
-            if let Err(e) = self.update_state(id, RemoteLogSegmentState::DeleteSegmentStarted, None)
-            {
-                report.failures.push(e);
-                break;
-            }
-            self.log_start
-                .fetch_max(meta.end_offset().saturating_add(1), Ordering::AcqRel);
-            let started = meta.apply(&RemoteLogSegmentMetadataUpdate::to_state(
-                id.clone(),
-                RemoteLogSegmentState::DeleteSegmentStarted,
-                self.config.broker_id,
-            ));
-            let started = started.unwrap_or_else(|_| meta.clone());
-            match self.discard_attempt(&started) {
-                Ok(()) => report.remote_segments_deleted += 1,
-                Err(e) => {
-                    report.failures.push(e);
-                    break;
-                }
-            }
+        let doomed = policy::remote_to_delete(
+            &view,
+            local_only,
+            limits,
+            now,
+            self.log_start.load(Ordering::Acquire),
+        );
+        // The new start is durable before any segment becomes unreadable or any data goes, so
+        // first_seq() never moves backwards, even across a crash.
+        let new_start = doomed
+            .iter()
+            .filter_map(|&i| list.get(i))
+            .map(|m| m.end_offset().saturating_add(1))
+            .max();
+        let persisted = match new_start {
+            Some(start) => self.raise_log_start(start),
+            None => Ok(()),
+        };
+        if let Err(e) = persisted {
+            report.failures.push(e);
+        } else {
+            self.delete_remote(&list, &doomed, report);
         }
 
         let list = self.remote_list()?;
@@ -576,6 +635,51 @@ impl TieredLog {
             report.local_segments_deleted += before.saturating_sub(after) as u64;
         }
         Ok(())
+    }
+
+    /// Raises the whole-log retention point to `start`: the checkpoint file first, then the
+    /// in-memory value.
+    fn raise_log_start(&self, start: u64) -> Result<(), Error> {
+        let _write = self.log_start_write.lock();
+        if start <= self.log_start.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        checkpoint::write(self.log.dir(), start)?;
+        self.log_start.store(start, Ordering::Release);
+        Ok(())
+    }
+
+    /// Deletes the remote segments `doomed` (indexes into `list`), oldest first, stopping at
+    /// the first failure.
+    fn delete_remote(
+        &self,
+        list: &[RemoteLogSegmentMetadata],
+        doomed: &[usize],
+        report: &mut TieringReport,
+    ) {
+        for &i in doomed {
+            let Some(meta) = list.get(i) else { break };
+            let id = meta.remote_log_segment_id();
+            // Unreadable first (for readers without the new start), then the data goes.
+            if let Err(e) = self.update_state(id, RemoteLogSegmentState::DeleteSegmentStarted, None)
+            {
+                report.failures.push(e);
+                break;
+            }
+            let started = meta.apply(&RemoteLogSegmentMetadataUpdate::to_state(
+                id.clone(),
+                RemoteLogSegmentState::DeleteSegmentStarted,
+                self.config.broker_id,
+            ));
+            let started = started.unwrap_or_else(|_| meta.clone());
+            match self.discard_attempt(&started) {
+                Ok(()) => report.remote_segments_deleted += 1,
+                Err(e) => {
+                    report.failures.push(e);
+                    break;
+                }
+            }
+        }
     }
 }
 
