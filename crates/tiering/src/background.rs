@@ -226,3 +226,67 @@ impl TieredLog {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::time::Instant;
+
+    use krabka_protocol::Message;
+    use krabka_remote_storage::metadata::InMemoryRemoteLogMetadataManager;
+    use krabka_remote_storage::testkit::{FaultInjecting, Faults, InMemoryRemoteStorage, Method};
+    use krabka_remote_storage::{TopicIdPartition, Uuid};
+    use krabka_storage::{Options, SyncPolicy};
+
+    use super::*;
+    use crate::TieringConfig;
+
+    #[test]
+    fn finished_abandoned_copies_are_forgotten() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let stall = Faults::stall(Duration::from_millis(300)).on(&[Method::CopyLogSegmentData]);
+        let rsm = Arc::new(FaultInjecting::new(InMemoryRemoteStorage::new(), stall));
+        let log = TieredLog::open(
+            dir.path(),
+            Options {
+                max_bytes: 512,
+                sync: SyncPolicy::Never,
+                ..Options::default()
+            },
+            rsm.clone(),
+            Arc::new(InMemoryRemoteLogMetadataManager::new()),
+            TopicIdPartition::new(Uuid::from_u128(7), "t", 0),
+            TieringConfig {
+                copy_deadline: Duration::from_millis(20),
+                ..TieringConfig::default()
+            },
+        )
+        .unwrap();
+        let msgs: Vec<Message> = (0..100).map(|i| Message::new(format!("m{i}"))).collect();
+        log.append_batch(&msgs).unwrap();
+        let log = Arc::new(log);
+        rt.block_on(async {
+            log.run_round().await.unwrap();
+            assert!(!log.abandoned_tasks.lock().is_empty());
+            rsm.set_faults(Faults::none());
+            let until = Instant::now() + Duration::from_secs(30);
+            while !log.abandoned.lock().is_empty() && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            // A round that copies nothing (so abandons nothing new) prunes the finished tasks.
+            log.set_commit_seq(0);
+            log.run_round().await.unwrap();
+        });
+        assert_eq!(
+            log.abandoned_tasks.lock().len(),
+            0,
+            "finished tasks are kept"
+        );
+    }
+}

@@ -80,7 +80,7 @@ fn sigkill_at_random_points_keeps_acknowledged_records() {
     let exe = std::env::current_exe().unwrap();
     let acked = Arc::new(AtomicU64::new(0));
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
-    for _round in 0..12 {
+    for round in 0..12 {
         let mut child = Command::new(&exe)
             .args([
                 "--ignored",
@@ -109,21 +109,41 @@ fn sigkill_at_random_points_keeps_acknowledged_records() {
         let status = child.wait().unwrap();
         assert!(!status.success(), "the child ended on its own: {status}");
         reader.join().unwrap();
+        // After every kill: reopen, one clean round, and check everything acknowledged.
+        check_after_crash(dir.path(), acked.load(Ordering::Acquire), round);
     }
     let acked = acked.load(Ordering::Acquire);
     assert!(
         acked > 100,
         "the children acknowledged only {acked} records"
     );
-
-    let (fs, rlmm, log) = open(dir.path());
-    assert!(log.last_seq() >= acked);
-    let report = log.run_once().unwrap();
-    assert!(report.failures.is_empty(), "{:?}", report.failures);
-    let (stray, unfinished) = orphans(&fs, rlmm.as_ref());
-    assert_eq!(unfinished, 0, "attempts stuck after one clean round");
-    assert!(stray.is_empty(), "orphaned remote files: {stray:?}");
-    assert_eq!(log.first_seq().unwrap(), 1);
+    let (_fs, _rlmm, log) = open(dir.path());
     assert!(log.local_first_seq() > 1, "nothing was tiered");
-    assert_eq!(read_all_and_check(&log, 1), log.last_seq());
+}
+
+fn check_after_crash(dir: &Path, acked: u64, round: u32) {
+    let (fs, rlmm, log) = open(dir);
+    assert!(
+        log.last_seq() >= acked,
+        "round {round}: acknowledged {acked}, found {}",
+        log.last_seq()
+    );
+    let report = log.run_once().unwrap();
+    assert!(
+        report.failures.is_empty(),
+        "round {round}: {:?}",
+        report.failures
+    );
+    let (stray, unfinished) = orphans(&fs, rlmm.as_ref());
+    assert_eq!(
+        unfinished, 0,
+        "round {round}: attempts stuck after one clean round"
+    );
+    assert!(
+        stray.is_empty(),
+        "round {round}: orphaned remote files: {stray:?}"
+    );
+    assert_eq!(log.first_seq().unwrap(), 1);
+    assert_eq!(read_all_and_check(&log, 1), log.last_seq(), "round {round}");
+    log.close().unwrap();
 }
