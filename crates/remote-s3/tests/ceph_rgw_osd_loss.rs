@@ -213,7 +213,7 @@ fn killing_one_osd_during_a_multipart_copy_keeps_reads_and_writes_working() {
             Instant::now() < deadline,
             "writes after the OSD loss took too long"
         );
-        let (m, data, log) = segment(tmp.path(), &tp, n, (n as usize) * MIB | 3);
+        let (m, data, log) = segment(tmp.path(), &tp, n, (n as usize) * MIB + 3);
         let m = m.with_custom_metadata(storage.copy_log_segment_data(&m, &data).unwrap());
         assert_eq!(storage.fetch_log_segment(&m, 0, None).unwrap(), log);
         assert_eq!(
