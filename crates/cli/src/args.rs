@@ -84,7 +84,7 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub records: u64,
     /// Segment size: the log rolls to a new segment at this size. Small, so that there are many
-    /// segments to tier. Minimum 1 KiB.
+    /// segments to tier. Minimum 1 KiB, maximum 4 GiB - 1 (what the remote tier can address).
     #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = parse_segment_bytes)]
     pub segment_bytes: u64,
     /// Seed of the deterministic record generator.
@@ -113,7 +113,8 @@ pub struct ProduceArgs {
     /// parse.key); lines without it get no key.
     #[arg(long, value_name = "SEP")]
     pub key_separator: Option<String>,
-    /// Segment size for new segments. Minimum 1 KiB.
+    /// Segment size for new segments. Minimum 1 KiB, maximum 4 GiB - 1 (what the remote tier
+    /// can address).
     #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_segment_bytes)]
     pub segment_bytes: u64,
 }
@@ -216,11 +217,19 @@ pub struct BenchArgs {
 /// Smallest segment size the commands accept.
 pub const MIN_SEGMENT_BYTES: u64 = 1024;
 
+/// Largest segment size the commands accept: the remote tier addresses a segment's bytes with
+/// `u32` positions, so a larger segment could never be tiered.
+pub const MAX_SEGMENT_BYTES: u64 = krabka_tiering::MAX_SEGMENT_BYTES;
+
 fn parse_segment_bytes(s: &str) -> Result<u64, String> {
     let n = human::parse_bytes(s)?;
     if n < MIN_SEGMENT_BYTES {
         Err(format!(
             "a segment must be at least {MIN_SEGMENT_BYTES} bytes, got {n}"
+        ))
+    } else if n > MAX_SEGMENT_BYTES {
+        Err(format!(
+            "a segment must be at most {MAX_SEGMENT_BYTES} bytes (4 GiB - 1, what the remote tier can address), got {n}"
         ))
     } else {
         Ok(n)
@@ -257,6 +266,17 @@ mod tests {
         );
         assert!(Cli::try_parse_from(["krabka", "demo", "--records", "0"]).is_err());
         assert!(Cli::try_parse_from(["krabka", "demo", "--segment-bytes", "10"]).is_err());
+        for too_big in ["4GiB", "5GiB", "4294967296"] {
+            assert!(
+                Cli::try_parse_from(["krabka", "produce", "d", "--segment-bytes", too_big])
+                    .is_err(),
+                "{too_big}"
+            );
+        }
+        assert!(
+            Cli::try_parse_from(["krabka", "produce", "d", "--segment-bytes", "4294967295"])
+                .is_ok()
+        );
         let cli =
             Cli::try_parse_from(["krabka", "read", "d", "--follow", "--timeout", "2s"]).unwrap();
         let Command::Read(r) = cli.command else {

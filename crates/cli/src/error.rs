@@ -48,9 +48,25 @@ impl std::error::Error for CliError {}
 /// Result of a command.
 pub type Result<T, E = CliError> = std::result::Result<T, E>;
 
+/// The error for a log directory another process holds open (its lock file is taken).
+pub fn in_use(dir: &Path) -> CliError {
+    CliError::new(format!(
+        "{} is in use by another krabka process (it holds the log's lock file {})",
+        dir.display(),
+        krabka_storage::LOCK_FILE_NAME
+    ))
+    .hint(
+        "stop that process (e.g. `krabka produce` or `krabka tier --watch`) and retry; \
+         `krabka read` without --remote can read a log while it is in use",
+    )
+}
+
 /// Maps a storage error on the log at `dir` to a one-line error with advice.
 pub fn storage(action: &str, dir: &Path, e: krabka_storage::Error) -> CliError {
     use krabka_storage::Error as E;
+    if let E::Locked { dir: locked } = &e {
+        return in_use(locked);
+    }
     let hint = match &e {
         E::Corrupt { .. } => "run `krabka verify` on the directory for a full report",
         E::Io { .. } => "check that the path exists and that you may read and write it",
@@ -65,6 +81,22 @@ pub fn storage(action: &str, dir: &Path, e: krabka_storage::Error) -> CliError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_locked_log_says_it_is_in_use() {
+        let e = storage(
+            "cannot open log",
+            Path::new("/x"),
+            krabka_storage::Error::Locked {
+                dir: Path::new("/x/log").to_path_buf(),
+            },
+        );
+        let line = e.to_string();
+        assert!(
+            line.starts_with("/x/log is in use by another krabka process"),
+            "{line}"
+        );
+    }
 
     #[test]
     fn an_error_is_one_line_with_path_and_advice() {

@@ -57,6 +57,13 @@ pub use error::CliError;
 
 use args::{Cli, Command};
 
+/// What `krabka verify` advises on corruption. Deleting segments would lose their records (and
+/// every later one), so it never suggests that.
+pub const VERIFY_HINT: &str = "copy the directory aside before changing anything, and restore the named file from a copy \
+     if you have one; reopening the log truncates only a torn tail of the active segment, while a \
+     corrupt closed segment is left as it is and reads that reach it fail naming the position \
+     (records before it stay readable)";
+
 /// Runs one parsed command line.
 ///
 /// # Errors
@@ -98,7 +105,7 @@ pub fn run(cli: Cli) -> error::Result<()> {
                     report.problems.len(),
                     a.dir.display()
                 ))
-                .hint("restore the named file from a copy, or delete that segment and the ones after it (recovery rebuilds a missing index)")),
+                .hint(VERIFY_HINT)),
             }
         }
         Command::Tier(a) => tier::run(&a),

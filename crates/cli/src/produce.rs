@@ -16,7 +16,8 @@ use crate::{human, interrupt, progress};
 const BATCH: usize = 1000;
 
 /// Opens (creating) the log at `dir` for appending with `segment_bytes` segments. Appends are
-/// written without fsync and synced once at [`Log::close`], which is what a bulk load wants.
+/// written without fsync; [`run`] syncs once at the end ([`Log::sync`], then [`Log::close`]),
+/// which is what a bulk load wants.
 pub fn open_log(dir: &Path, segment_bytes: u64) -> Result<Log> {
     let opts = Options {
         max_bytes: segment_bytes,
@@ -93,12 +94,15 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
         }
         flush(&mut batch)?;
     }
+    // Only now is everything appended on stable storage: say so only after it is.
+    log.sync()
+        .map_err(|e| storage("cannot sync log", &args.dir, e))?;
     log.close()
-        .map_err(|e| storage("cannot sync and close log", &args.dir, e))?;
+        .map_err(|e| storage("cannot close log", &args.dir, e))?;
     let elapsed = started.elapsed();
     match first {
         Some(first) => println!(
-            "appended {} records (seq {first}..={last}), {} in {} ({}, {:.0} records/s) to {}",
+            "appended {} records (seq {first}..={last}), {} in {} ({}, {:.0} records/s) to {}, synced to disk",
             human::count(appended),
             human::bytes(bytes),
             human::duration(elapsed),
@@ -106,7 +110,10 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
             human::per_second(appended, elapsed),
             args.dir.display()
         ),
-        None => println!("appended no records to {}", args.dir.display()),
+        None => println!(
+            "appended no records to {} (synced to disk)",
+            args.dir.display()
+        ),
     }
     Ok(())
 }

@@ -4,10 +4,8 @@
 //! tail a log another process is writing, the way `tail -f` does with a file.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use bytes::Bytes;
 use krabka_storage::Record;
 use krabka_storage::segment::{self, INDEX_SUFFIX, LOG_SUFFIX};
 
@@ -115,7 +113,8 @@ impl LocalReader {
                 .metadata()
                 .map_err(|e| CliError::at("cannot stat segment", &path, e))?
                 .len();
-            let buf = read_frames(&file, &path, cursor.position, len)?;
+            let buf = segment::read_chunk(&file, &path, cursor.position, len, CHUNK)
+                .map_err(|e| CliError::at("cannot read segment", &path, e))?;
             let decoded = segment::decode_records(&buf, self.next_seq, max).map_err(|e| {
                 let at = match &e {
                     krabka_storage::Error::Corrupt {
@@ -158,25 +157,4 @@ impl LocalReader {
             }
         }
     }
-}
-
-/// Reads from `position` up to [`CHUNK`] bytes, or the whole next frame when it is larger.
-fn read_frames(file: &File, path: &Path, position: u64, len: u64) -> Result<Bytes> {
-    let left = len.saturating_sub(position);
-    let mut want = usize::try_from(left).unwrap_or(usize::MAX).min(CHUNK);
-    let read = |want: usize| -> Result<Vec<u8>> {
-        let mut buf = vec![0u8; want];
-        file.read_exact_at(&mut buf, position)
-            .map_err(|e| CliError::at("cannot read segment", path, e))?;
-        Ok(buf)
-    };
-    let mut buf = read(want)?;
-    if let Some(n) = segment::frame_len(&buf)
-        && n > buf.len()
-        && n as u64 <= left
-    {
-        want = n;
-        buf = read(want)?;
-    }
-    Ok(Bytes::from(buf))
 }

@@ -115,33 +115,15 @@ fn open_s3(
     prefix: &str,
     endpoint: Option<&str>,
 ) -> Result<Arc<dyn RemoteStorageManager>> {
-    use krabka_tiering::s3::{S3Config, S3Credentials, S3RemoteStorage};
-    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    let mut config = S3Config::new(bucket).with_prefix(prefix);
-    if let Some(region) = env("AWS_REGION").or_else(|| env("AWS_DEFAULT_REGION")) {
-        config = config.with_region(region);
-    }
-    let endpoint = endpoint
-        .map(str::to_owned)
-        .or_else(|| env("AWS_ENDPOINT_URL_S3"))
-        .or_else(|| env("AWS_ENDPOINT_URL"));
+    use krabka_tiering::s3::{S3Config, S3RemoteStorage};
+    // Region, endpoint, credentials and attempts from the standard AWS environment.
+    let mut config = S3Config::from_env_for(bucket, prefix).map_err(|e| {
+        CliError::new(format!("cannot configure s3://{bucket}/{prefix}: {e}")).hint(
+            "check the AWS_* environment variables (AWS_MAX_ATTEMPTS must be a positive integer)",
+        )
+    })?;
     if let Some(endpoint) = endpoint {
         config = config.with_endpoint(endpoint);
-    }
-    if let (Some(id), Some(secret)) = (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
-        config = config.with_credentials(S3Credentials::Static {
-            access_key_id: id,
-            secret_access_key: secret,
-            session_token: env("AWS_SESSION_TOKEN"),
-        });
-    }
-    if let Some(attempts) = env("AWS_MAX_ATTEMPTS") {
-        let n = attempts.parse().map_err(|_| {
-            CliError::new(format!(
-                "AWS_MAX_ATTEMPTS `{attempts}` is not a positive integer"
-            ))
-        })?;
-        config = config.with_max_attempts(n);
     }
     let store = S3RemoteStorage::new(config).map_err(|e| {
         CliError::new(format!("cannot use s3://{bucket}/{prefix}: {e}")).hint(

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use krabka_remote_storage::metadata::RemoteLogMetadataManager;
 use krabka_remote_storage::{RemoteLogSegmentState, TopicIdPartition};
-use krabka_storage::{Options, Record, SyncPolicy};
+use krabka_storage::{Log, Options, Record, SyncPolicy};
 use krabka_tiering::{TieredLog, TieringConfig, TieringReport};
 
 use crate::args::{RemoteArgs, RetentionArgs, TierArgs};
@@ -28,8 +28,13 @@ pub struct Tiered {
     pub remote: RemoteSpec,
 }
 
-/// A tiering error on `dir` as one line.
+/// A tiering error on `dir` as one line (a log another process holds open says so).
 pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliError {
+    if let krabka_tiering::Error::Storage { source, .. } = &e
+        && let krabka_storage::Error::Locked { dir } = source.as_ref()
+    {
+        return crate::error::in_use(dir);
+    }
     CliError::at(action, dir, e).hint("check the log directory and that the remote is reachable")
 }
 
@@ -50,6 +55,10 @@ pub fn config(retention: &RetentionArgs) -> TieringConfig {
 
 /// Opens the tiered log at `log_dir`.
 ///
+/// The local log is opened first: it takes the directory's lock, so while another process
+/// (`krabka produce`, `krabka tier --watch`, ...) has the log open this fails with one clear
+/// line saying the directory is in use, before the remote or the metadata are touched.
+///
 /// # Errors
 /// When the log, the remote or the metadata cannot be opened.
 pub fn open(
@@ -59,18 +68,15 @@ pub fn open(
     options: Options,
     config: TieringConfig,
 ) -> Result<Tiered> {
+    krabka_tiering::validate_log_options(&options)
+        .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
+    let local = Log::open(log_dir, options)
+        .map_err(|e| crate::error::storage("cannot open log", log_dir, e))?;
     let rsm = remote::open(&spec, endpoint)?;
     let metadata = remote::open_metadata(log_dir)?;
     let topic = remote::topic_for(log_dir);
-    let log = TieredLog::open(
-        log_dir,
-        options,
-        rsm,
-        metadata.clone(),
-        topic.clone(),
-        config,
-    )
-    .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
+    let log = TieredLog::new(local, rsm, metadata.clone(), topic.clone(), config)
+        .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
     Ok(Tiered {
         log,
         metadata,

@@ -121,6 +121,53 @@ fn verify_names_the_corrupt_file_and_byte_position() {
     let last = text(&out.stderr);
     assert_eq!(last.lines().count(), 1, "one error line: {last}");
     assert!(last.starts_with("error: 1 problem(s)"), "{last}");
+    // The advice never says to delete segments (that loses their records and later ones).
+    assert!(!last.contains("delete"), "{last}");
+    assert!(last.contains("copy the directory aside"), "{last}");
+}
+
+#[test]
+fn produce_syncs_before_it_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let out = krabka(&["produce", log.to_str().unwrap(), "--generate", "100"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("appended 100 records"), "{stdout}");
+    assert!(stdout.contains("synced to disk"), "{stdout}");
+}
+
+#[test]
+fn a_log_in_use_is_refused_by_tier_and_read_remote_but_readable_locally() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    produce(&log, 500, "64KiB");
+    let log_s = log.to_str().unwrap();
+    // Another process (here: this one) holds the log open.
+    let held = krabka_storage::Log::open(&log, krabka_storage::Options::default()).unwrap();
+    for args in [
+        &["tier", log_s, "--remote", &remote][..],
+        &["tier", log_s, "--remote", &remote, "--watch"],
+        &["read", log_s, "--remote", &remote, "--max", "1"],
+        &["produce", log_s, "--generate", "1"],
+    ] {
+        let out = krabka(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let stderr = text(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(&format!("{log_s} is in use by another krabka process")),
+            "{args:?}: {stderr}"
+        );
+    }
+    // Without --remote, read takes no lock.
+    let out = krabka(&["read", log_s, "--from", "1", "--max", "3"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).lines().count(), 3);
+    drop(held);
+    let out = krabka(&["tier", log_s, "--remote", &remote]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 #[test]
