@@ -100,8 +100,9 @@ pub struct TieringConfig {
     pub prefetch: bool,
     /// Broker (process) id recorded on remote metadata. Default: 0.
     pub broker_id: i32,
-    /// Leader epoch recorded for every copied segment (`{epoch: start seq}`); there is no leader
-    /// election in this library. Default: 0. Minimum: 0.
+    /// Leader epoch recorded for copied segments (`{epoch: start seq}`) until the caller records
+    /// newer epochs with [`TieredLog::set_leader_epoch`](crate::TieredLog::set_leader_epoch);
+    /// there is no leader election in this library. Default: 0. Minimum: 0.
     pub leader_epoch: i32,
     /// Largest custom metadata a backend may return from a copy; a larger one fails the copy.
     /// Default: 128 bytes. Minimum: 0.

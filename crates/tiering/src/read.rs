@@ -4,7 +4,7 @@
 use bytes::{Bytes, BytesMut};
 use krabka_remote_storage::{IndexType, RemoteLogSegmentMetadata};
 use krabka_storage::Record;
-use krabka_storage::segment::{FRAME_HEADER_LEN, decode_records, verify_index};
+use krabka_storage::segment::{decode_records_at, verify_index};
 
 use crate::cache::Part;
 use crate::error::Error;
@@ -41,14 +41,6 @@ pub(crate) fn floor_entry(entries: &[u8], seq: u64) -> Option<(u64, u64)> {
         }
     }
     lo.checked_sub(1).and_then(entry)
-}
-
-/// The seq stored in the header of the frame at the start of `buf`, if the header is there.
-fn frame_seq(buf: &[u8]) -> Option<u64> {
-    if buf.len() < FRAME_HEADER_LEN {
-        return None;
-    }
-    u64_at(buf, 8)
 }
 
 impl TieredLog {
@@ -103,18 +95,14 @@ impl TieredLog {
                 joined.extend_from_slice(fresh);
                 joined.freeze()
             };
-            // The bytes start at the frame holding `expect` (the index entry's seq, then the
-            // seq after the last decoded frame).
-            if let Some(found) = frame_seq(&buf)
-                && found != expect
-            {
-                return Err(corrupt(format!(
-                    "the frame at byte {buf_start} holds seq {found}, expected {expect}"
-                )));
-            }
             pos = (n + 1) * chunk;
-            let decoded = decode_records(&buf, seq, max - out.len())
-                .map_err(|e| corrupt(format!("bytes from position {buf_start}: {e}")))?;
+            // The bytes start at the frame holding `expect` (the index entry's seq, then the
+            // seq after the last decoded frame), and seqs are contiguous from there.
+            let decoded = decode_records_at(&buf, expect, seq, max - out.len()).map_err(|e| {
+                corrupt(format!(
+                    "bytes from position {buf_start} (expected seq {expect} there): {e}"
+                ))
+            })?;
             if let Some(next) = decoded.next_seq {
                 expect = next;
             }
