@@ -434,14 +434,18 @@ impl S3RemoteStorage {
                 let endpoint = self.endpoint.clone();
                 tasks.spawn_on(
                     async move {
-                        let buf = tokio::task::spawn_blocking(move || {
+                        // Read and hash on the blocking pool: the MD5 of a part costs about
+                        // as much as sending it, and would otherwise hold a runtime worker that
+                        // other parts' requests need.
+                        let (buf, digest) = tokio::task::spawn_blocking(move || {
                             let mut buf = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)];
-                            file.read_exact_at(&mut buf, offset).map(|()| buf)
+                            file.read_exact_at(&mut buf, offset)?;
+                            let digest: [u8; 16] = Md5::digest(&buf).into();
+                            Ok::<_, std::io::Error>((buf, digest))
                         })
                         .await
                         .map_err(|e| RemoteStorageError::io(&key, std::io::Error::other(e)))?
                         .map_err(|e| RemoteStorageError::io(&key, e))?;
-                        let digest: [u8; 16] = Md5::digest(&buf).into();
                         let out = client
                             .upload_part()
                             .bucket(&bucket)
