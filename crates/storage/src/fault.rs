@@ -39,6 +39,8 @@ mod enabled {
         write: AtomicU64,
         fsync: AtomicU64,
         create: AtomicU64,
+        /// Fsyncs that went through the seam (including failed ones).
+        fsyncs: AtomicU64,
     }
 
     impl FaultInjector {
@@ -64,10 +66,19 @@ mod enabled {
             }
         }
 
+        /// How many fsyncs (of segment files, index files or the directory) the log has
+        /// attempted since it was opened, failed ones included. Not reset by [`clear`](Self::clear).
+        pub fn fsync_count(&self) -> u64 {
+            self.fsyncs.load(Ordering::SeqCst)
+        }
+
         pub(crate) fn fires(&self, op: Op) -> bool {
             let counter = match op {
                 Op::Write => &self.write,
-                Op::Fsync => &self.fsync,
+                Op::Fsync => {
+                    self.fsyncs.fetch_add(1, Ordering::SeqCst);
+                    &self.fsync
+                }
                 Op::Create => &self.create,
             };
             counter

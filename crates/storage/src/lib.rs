@@ -86,10 +86,30 @@ pub enum SyncPolicy {
     /// [`SyncPolicy::EveryAppend`]). Process crash: nothing acknowledged is lost. Power loss:
     /// up to the last `n - 1` acknowledged records may be lost.
     EveryN(u64),
-    /// Fsync on an append that comes at least this long after the previous fsync (there is no
-    /// background thread: an idle log's tail stays unsynced until the next append, [`Log::sync`]
-    /// or [`Log::close`]). Process crash: nothing acknowledged is lost. Power loss: records
-    /// acknowledged since the last fsync (about one interval's worth) may be lost.
+    /// Time-based flush: every appended record is fsynced within about `d` of its append,
+    /// whether or not more appends follow.
+    ///
+    /// Two mechanisms: an append that comes at least `d` after the previous fsync syncs before
+    /// it returns (sharing the fsync with concurrent appenders), and a background thread owned
+    /// by the `Log` (started by [`Log::open`] for this policy only) wakes when the oldest
+    /// unsynced append is `d` old and syncs everything written so far, so an idle log's tail
+    /// does not stay unsynced. The thread never holds the append lock while it fsyncs (appends
+    /// and reads go on meanwhile); it is stopped and joined by [`Log::close`] and when the `Log`
+    /// is dropped.
+    ///
+    /// - Process crash: nothing acknowledged is lost (records are in the OS page cache as soon
+    ///   as `append` returns).
+    /// - Power loss or OS crash: records acknowledged in roughly the last `d` (plus the time an
+    ///   fsync takes, and any delay in scheduling the thread) may be lost; every record appended
+    ///   earlier than that survives. Recovery cuts a lost or torn tail cleanly, so what remains
+    ///   is a prefix of the acknowledged records.
+    /// - A failed background fsync poisons the log like any other failed sync: later appends
+    ///   and syncs return [`Error::Poisoned`], and records after the last successful sync are
+    ///   not guaranteed to survive a power loss.
+    /// - Dropping the `Log` without [`Log::close`] stops the thread without a final sync: the
+    ///   unsynced tail is then written back whenever the OS chooses.
+    ///
+    /// An interval of zero syncs on every append, like [`SyncPolicy::EveryAppend`].
     Interval(Duration),
 }
 

@@ -8,7 +8,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use krabka_protocol::Message;
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -96,10 +97,30 @@ struct Appender {
 
 #[derive(Debug)]
 struct SyncState {
+    /// Every record up to this seq is on stable storage.
     synced_seq: u64,
+    /// A leader is running an fsync; the others wait on `sync_done`.
     in_progress: bool,
+    /// Records appended since the last sync (for [`SyncPolicy::EveryN`]).
     unsynced: u64,
     last_sync: Instant,
+    /// Under [`SyncPolicy::Interval`]: the highest seq whose append reported it here.
+    written_seq: u64,
+    /// Under [`SyncPolicy::Interval`]: when the oldest append not yet covered by a sync was
+    /// reported; `None` when everything reported is synced.
+    dirty_since: Option<Instant>,
+    /// Tells the flusher thread to exit.
+    stop_flusher: bool,
+}
+
+impl SyncState {
+    /// Records that every seq up to `upto` is durable.
+    fn mark_synced(&mut self, upto: u64) {
+        self.synced_seq = self.synced_seq.max(upto);
+        if self.written_seq <= self.synced_seq {
+            self.dirty_since = None;
+        }
+    }
 }
 
 /// Read-only file descriptors of closed segments, at most `cap` of them, least recently used
@@ -184,6 +205,15 @@ impl FdCache {
 /// opened when read and kept in a cache of at most [`Options::max_open_segments`].
 #[derive(Debug)]
 pub struct Log {
+    inner: Arc<Inner>,
+    /// The background flusher of [`SyncPolicy::Interval`]; `None` under other policies and
+    /// once stopped.
+    flusher: Option<Flusher>,
+}
+
+/// Everything of a [`Log`] but its flusher thread, shared with that thread.
+#[derive(Debug)]
+struct Inner {
     dir: PathBuf,
     opts: Options,
     /// The locked lock file; the lock is released when it is closed (with the `Log`).
@@ -197,6 +227,8 @@ pub struct Log {
     appender: Mutex<Appender>,
     sync_state: Mutex<SyncState>,
     sync_done: Condvar,
+    /// Wakes the flusher thread (on the first unsynced append after a sync, and to stop it).
+    flush_wake: Condvar,
     poisoned: AtomicBool,
     report: RecoveryReport,
     /// Read buffers reused once the records sharing them are dropped.
@@ -300,24 +332,8 @@ fn load_indexes(
     consistent.then_some((idx, tidx, index_bytes))
 }
 
-impl Log {
-    /// Opens the log in `dir`, creating the directory and an empty log if needed.
-    ///
-    /// Recovery: closed segments are loaded from their index files (a segment whose index is
-    /// missing or inconsistent is scanned and its index rebuilt); the active segment is scanned,
-    /// and the first frame with a bad length, CRC or seq and everything after it is truncated
-    /// and synced. What was repaired is in [`Log::recovery_report`] and logged with
-    /// `tracing::warn!`.
-    ///
-    /// Open first takes an exclusive lock on `dir/.lock` (creating the file), held until the
-    /// `Log` is closed or dropped; the lock file is not a segment file and is not reported as a
-    /// stray file.
-    ///
-    /// # Errors
-    /// [`Error::InvalidOptions`], [`Error::NotADirectory`] when `dir` is a file,
-    /// [`Error::Locked`] when another `Log` (in this or another process) has `dir` open,
-    /// [`Error::Io`], and [`Error::Corrupt`] when the segments' seqs have a gap.
-    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Log, Error> {
+impl Inner {
+    fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Inner, Error> {
         let opts = opts.resolve()?;
         let dir = dir.as_ref().to_path_buf();
         match fs::metadata(&dir) {
@@ -512,7 +528,7 @@ impl Log {
                 active.last_seq,
             )
         };
-        Ok(Log {
+        Ok(Inner {
             fds: FdCache::new(opts.max_open_segments),
             dir,
             opts,
@@ -525,8 +541,12 @@ impl Log {
                 in_progress: false,
                 unsynced: 0,
                 last_sync: Instant::now(),
+                written_seq: last,
+                dirty_since: None,
+                stop_flusher: false,
             }),
             sync_done: Condvar::new(),
+            flush_wake: Condvar::new(),
             poisoned: AtomicBool::new(false),
             report,
             bufs: ReadBufs::default(),
@@ -534,41 +554,24 @@ impl Log {
         })
     }
 
-    /// What [`Log::open`] found and repaired.
-    pub fn recovery_report(&self) -> &RecoveryReport {
+    fn recovery_report(&self) -> &RecoveryReport {
         &self.report
     }
 
-    /// The directory holding the log.
-    pub fn dir(&self) -> &Path {
+    fn dir(&self) -> &Path {
         &self.dir
     }
 
-    /// The options in effect (with defaults resolved).
-    pub fn options(&self) -> &Options {
+    fn options(&self) -> &Options {
         &self.opts
     }
 
-    /// Appends one message and returns its seq.
-    ///
-    /// # Errors
-    /// [`Error::MessageTooLarge`], [`Error::Poisoned`], [`Error::Io`].
-    pub fn append(&self, msg: &Message) -> Result<u64, Error> {
+    fn append(&self, msg: &Message) -> Result<u64, Error> {
         self.append_batch(std::slice::from_ref(msg))
             .map(|r| *r.start())
     }
 
-    /// Appends messages with contiguous seqs, writing the batch with one write call per segment
-    /// it lands in, and returns their seqs. An empty batch returns an empty range
-    /// (`next..=next - 1`). The whole batch is checked against `max_message_bytes` first, so a
-    /// too-large message rejects the batch without writing any of it.
-    ///
-    /// # Errors
-    /// [`Error::MessageTooLarge`], [`Error::Poisoned`], [`Error::Io`]. A failed write or fsync
-    /// poisons the log. A failed roll (creating the next segment) does not: the log stays as
-    /// it was and the next append retries. When a batch spans a roll and the roll fails, the
-    /// part written before it stays in the log (readable, but not acknowledged).
-    pub fn append_batch(&self, msgs: &[Message]) -> Result<RangeInclusive<u64>, Error> {
+    fn append_batch(&self, msgs: &[Message]) -> Result<RangeInclusive<u64>, Error> {
         let mut guard = self.appender.lock();
         self.check_poisoned()?;
         let ap = &mut *guard;
@@ -644,7 +647,16 @@ impl Log {
                 s.unsynced += count;
                 s.unsynced >= n
             }
-            SyncPolicy::Interval(d) => self.sync_state.lock().last_sync.elapsed() >= d,
+            SyncPolicy::Interval(d) => {
+                let mut s = self.sync_state.lock();
+                s.written_seq = s.written_seq.max(last);
+                if s.synced_seq < last && s.dirty_since.is_none() {
+                    // The flusher syncs this no later than `d` from now.
+                    s.dirty_since = Some(Instant::now());
+                    self.flush_wake.notify_one();
+                }
+                s.last_sync.elapsed() >= d
+            }
         };
         if due { self.sync_through(last) } else { Ok(()) }
     }
@@ -671,13 +683,6 @@ impl Log {
             .check(Op::Fsync)
             .map_err(|e| Error::io(&self.dir, e))?;
         fsync_dir(&self.dir)
-    }
-
-    /// The fault injector of this log (tests of failure handling only).
-    #[cfg(feature = "fault-injection")]
-    #[doc(hidden)]
-    pub fn faults(&self) -> &crate::fault::FaultInjector {
-        &self.faults
     }
 
     fn check_poisoned(&self) -> Result<(), Error> {
@@ -740,7 +745,7 @@ impl Log {
                     return Err(e);
                 }
             };
-            s.synced_seq = s.synced_seq.max(upto);
+            s.mark_synced(upto);
             s.unsynced = 0;
             s.last_sync = Instant::now();
             self.sync_done.notify_all();
@@ -825,8 +830,7 @@ impl Log {
             });
         }
         if sync {
-            let mut s = self.sync_state.lock();
-            s.synced_seq = s.synced_seq.max(base - 1);
+            self.sync_state.lock().mark_synced(base - 1);
         }
         ap.active = sf;
         ap.file = file;
@@ -835,25 +839,13 @@ impl Log {
         Ok(())
     }
 
-    /// Closes the active segment now (writing its `.index` and `.timeindex`) so it can be
-    /// tiered; the next append goes to a new segment. A no-op when the active segment is empty.
-    ///
-    /// # Errors
-    /// [`Error::Poisoned`], [`Error::Io`].
-    pub fn roll(&self) -> Result<(), Error> {
+    fn roll(&self) -> Result<(), Error> {
         let mut ap = self.appender.lock();
         self.check_poisoned()?;
         self.roll_locked(&mut ap)
     }
 
-    /// Up to `max` records starting at `from_seq`.
-    ///
-    /// `from_seq == last_seq() + 1` returns an empty `Vec` (a caught-up reader).
-    ///
-    /// # Errors
-    /// [`Error::OutOfRange`] when `from_seq < first_seq()` or `from_seq > last_seq() + 1`;
-    /// [`Error::Corrupt`] when stored bytes are invalid; [`Error::Io`].
-    pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
+    fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
         let mut out = Vec::new();
         let mut seq = from_seq;
         {
@@ -985,24 +977,19 @@ impl Log {
         Ok(expect)
     }
 
-    /// Seq of the first record (0 for a log that never held a record). After retention it is
-    /// the base seq of the oldest kept segment.
-    pub fn first_seq(&self) -> u64 {
+    fn first_seq(&self) -> u64 {
         self.state.read().first_seq()
     }
 
-    /// Seq of the last record (0 for a log that never held a record).
-    pub fn last_seq(&self) -> u64 {
+    fn last_seq(&self) -> u64 {
         self.state.read().last_seq()
     }
 
-    /// Total on-disk size of the log's files (`.log`, `.index` and `.timeindex`), in bytes.
-    pub fn bytes(&self) -> u64 {
+    fn bytes(&self) -> u64 {
         self.state.read().bytes()
     }
 
-    /// The segments, ordered by base seq; the last one is the active segment.
-    pub fn segments(&self) -> Vec<SegmentInfo> {
+    fn segments(&self) -> Vec<SegmentInfo> {
         let st = self.state.read();
         let n = st.segs.len();
         st.segs
@@ -1021,54 +1008,21 @@ impl Log {
             .collect()
     }
 
-    /// Forces every appended record to stable storage (whatever the [`SyncPolicy`]): the active
-    /// segment, and under [`SyncPolicy::Never`] also the closed segments (and their index files)
-    /// rolled since the last sync. When it returns `Ok`, every record appended before the call
-    /// survives a power loss.
-    ///
-    /// # Errors
-    /// [`Error::Poisoned`]; [`Error::Io`] when the fsync fails (the log is then poisoned).
-    pub fn sync(&self) -> Result<(), Error> {
+    fn sync(&self) -> Result<(), Error> {
         self.check_poisoned()?;
         let last = self.last_seq();
         self.sync_through(last)
     }
 
-    /// Syncs every appended record to stable storage, whatever the [`SyncPolicy`] (also
-    /// [`SyncPolicy::Never`]: closed segments not yet synced are synced too), then closes the
-    /// log and releases its directory lock. Dropping a `Log` instead releases the lock without
-    /// syncing.
-    ///
-    /// # Errors
-    /// As [`Log::sync`]; the log is closed either way.
-    pub fn close(self) -> Result<(), Error> {
-        self.sync()
-    }
-
-    /// Drops whole segments whose records are all below `keep_from`. A segment partly below
-    /// `keep_from` stays, and the active segment is never dropped. Returns the bytes freed.
-    ///
-    /// # Errors
-    /// [`Error::Io`] when a file cannot be removed.
-    pub fn delete_before(&self, keep_from: u64) -> Result<u64, Error> {
+    fn delete_before(&self, keep_from: u64) -> Result<u64, Error> {
         self.drop_oldest(|seg, _| seg.last_seq < keep_from)
     }
 
-    /// Drops the oldest whole segments until [`Log::bytes`] `<= target`, never the active one;
-    /// returns the bytes freed (the log may stay above `target`).
-    ///
-    /// # Errors
-    /// [`Error::Io`] when a file cannot be removed.
-    pub fn trim_over_bytes(&self, target: u64) -> Result<u64, Error> {
+    fn trim_over_bytes(&self, target: u64) -> Result<u64, Error> {
         self.drop_oldest(|_, total| total > target)
     }
 
-    /// Drops the oldest whole closed segments whose max timestamp is `< ts` (stopping at the
-    /// first that is not); returns the bytes freed.
-    ///
-    /// # Errors
-    /// [`Error::Io`] when a file cannot be removed.
-    pub fn delete_older_than(&self, ts: i64) -> Result<u64, Error> {
+    fn delete_older_than(&self, ts: i64) -> Result<u64, Error> {
         self.drop_oldest(|seg, _| seg.max_timestamp < ts)
     }
 
@@ -1107,12 +1061,7 @@ impl Log {
         Ok(freed)
     }
 
-    /// The seq of the first record whose timestamp is `>= ts`, found through the time indexes;
-    /// `None` when no record has such a timestamp.
-    ///
-    /// # Errors
-    /// [`Error::Corrupt`], [`Error::Io`] from reading the segment.
-    pub fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
+    fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
         let candidates: Vec<(u64, u64)> = {
             let st = self.state.read();
             st.segs
@@ -1141,6 +1090,257 @@ impl Log {
             }
         }
         Ok(None)
+    }
+}
+
+impl Log {
+    /// Opens the log in `dir`, creating the directory and an empty log if needed.
+    ///
+    /// Recovery: closed segments are loaded from their index files (a segment whose index is
+    /// missing or inconsistent is scanned and its index rebuilt); the active segment is scanned,
+    /// and the first frame with a bad length, CRC or seq and everything after it is truncated
+    /// and synced. What was repaired is in [`Log::recovery_report`] and logged with
+    /// `tracing::warn!`.
+    ///
+    /// Open first takes an exclusive lock on `dir/.lock` (creating the file), held until the
+    /// `Log` is closed or dropped; the lock file is not a segment file and is not reported as a
+    /// stray file.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`], [`Error::NotADirectory`] when `dir` is a file,
+    /// [`Error::Locked`] when another `Log` (in this or another process) has `dir` open,
+    /// [`Error::Io`], and [`Error::Corrupt`] when the segments' seqs have a gap.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Log, Error> {
+        let inner = Arc::new(Inner::open(dir, opts)?);
+        let flusher = match inner.opts.sync {
+            SyncPolicy::Interval(d) => Some(Flusher::start(&inner, d)?),
+            _ => None,
+        };
+        Ok(Log { inner, flusher })
+    }
+
+    /// What [`Log::open`] found and repaired.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        self.inner.recovery_report()
+    }
+
+    /// The directory holding the log.
+    pub fn dir(&self) -> &Path {
+        self.inner.dir()
+    }
+
+    /// The options in effect (with defaults resolved).
+    pub fn options(&self) -> &Options {
+        self.inner.options()
+    }
+
+    /// Appends one message and returns its seq.
+    ///
+    /// # Errors
+    /// [`Error::MessageTooLarge`], [`Error::Poisoned`], [`Error::Io`].
+    pub fn append(&self, msg: &Message) -> Result<u64, Error> {
+        self.inner.append(msg)
+    }
+
+    /// Appends messages with contiguous seqs, writing the batch with one write call per segment
+    /// it lands in, and returns their seqs. An empty batch returns an empty range
+    /// (`next..=next - 1`). The whole batch is checked against `max_message_bytes` first, so a
+    /// too-large message rejects the batch without writing any of it.
+    ///
+    /// # Errors
+    /// [`Error::MessageTooLarge`], [`Error::Poisoned`], [`Error::Io`]. A failed write or fsync
+    /// poisons the log. A failed roll (creating the next segment) does not: the log stays as
+    /// it was and the next append retries. When a batch spans a roll and the roll fails, the
+    /// part written before it stays in the log (readable, but not acknowledged).
+    pub fn append_batch(&self, msgs: &[Message]) -> Result<RangeInclusive<u64>, Error> {
+        self.inner.append_batch(msgs)
+    }
+
+    /// The fault injector of this log (tests of failure handling only).
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn faults(&self) -> &crate::fault::FaultInjector {
+        &self.inner.faults
+    }
+
+    /// The highest seq known to be on stable storage (tests of the sync policies only).
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn synced_seq(&self) -> u64 {
+        self.inner.sync_state.lock().synced_seq
+    }
+
+    /// Stops the flusher thread, if any, and waits for it to exit.
+    fn stop_flusher(&mut self) {
+        if let Some(f) = self.flusher.take() {
+            {
+                let mut s = self.inner.sync_state.lock();
+                s.stop_flusher = true;
+                self.inner.flush_wake.notify_all();
+            }
+            // The thread only ends by returning (it never panics on purpose); a panic has
+            // nothing left to clean up.
+            let _ = f.handle.join();
+        }
+    }
+
+    /// Closes the active segment now (writing its `.index` and `.timeindex`) so it can be
+    /// tiered; the next append goes to a new segment. A no-op when the active segment is empty.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`], [`Error::Io`].
+    pub fn roll(&self) -> Result<(), Error> {
+        self.inner.roll()
+    }
+
+    /// Up to `max` records starting at `from_seq`.
+    ///
+    /// `from_seq == last_seq() + 1` returns an empty `Vec` (a caught-up reader).
+    ///
+    /// # Errors
+    /// [`Error::OutOfRange`] when `from_seq < first_seq()` or `from_seq > last_seq() + 1`;
+    /// [`Error::Corrupt`] when stored bytes are invalid; [`Error::Io`].
+    pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
+        self.inner.read(from_seq, max)
+    }
+
+    /// Seq of the first record (0 for a log that never held a record). After retention it is
+    /// the base seq of the oldest kept segment.
+    pub fn first_seq(&self) -> u64 {
+        self.inner.first_seq()
+    }
+
+    /// Seq of the last record (0 for a log that never held a record).
+    pub fn last_seq(&self) -> u64 {
+        self.inner.last_seq()
+    }
+
+    /// Total on-disk size of the log's files (`.log`, `.index` and `.timeindex`), in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.inner.bytes()
+    }
+
+    /// The segments, ordered by base seq; the last one is the active segment.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        self.inner.segments()
+    }
+
+    /// Forces every appended record to stable storage (whatever the [`SyncPolicy`]): the active
+    /// segment, and under [`SyncPolicy::Never`] also the closed segments (and their index files)
+    /// rolled since the last sync. When it returns `Ok`, every record appended before the call
+    /// survives a power loss.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`]; [`Error::Io`] when the fsync fails (the log is then poisoned).
+    pub fn sync(&self) -> Result<(), Error> {
+        self.inner.sync()
+    }
+
+    /// Syncs every appended record to stable storage, whatever the [`SyncPolicy`] (also
+    /// [`SyncPolicy::Never`]: closed segments not yet synced are synced too), then closes the
+    /// log and releases its directory lock. Dropping a `Log` instead releases the lock without
+    /// syncing.
+    ///
+    /// # Errors
+    /// As [`Log::sync`]; the log is closed either way.
+    pub fn close(mut self) -> Result<(), Error> {
+        self.stop_flusher();
+        self.inner.sync()
+    }
+
+    /// Drops whole segments whose records are all below `keep_from`. A segment partly below
+    /// `keep_from` stays, and the active segment is never dropped. Returns the bytes freed.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a file cannot be removed.
+    pub fn delete_before(&self, keep_from: u64) -> Result<u64, Error> {
+        self.inner.delete_before(keep_from)
+    }
+
+    /// Drops the oldest whole segments until [`Log::bytes`] `<= target`, never the active one;
+    /// returns the bytes freed (the log may stay above `target`).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a file cannot be removed.
+    pub fn trim_over_bytes(&self, target: u64) -> Result<u64, Error> {
+        self.inner.trim_over_bytes(target)
+    }
+
+    /// Drops the oldest whole closed segments whose max timestamp is `< ts` (stopping at the
+    /// first that is not); returns the bytes freed.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a file cannot be removed.
+    pub fn delete_older_than(&self, ts: i64) -> Result<u64, Error> {
+        self.inner.delete_older_than(ts)
+    }
+
+    /// The seq of the first record whose timestamp is `>= ts`, found through the time indexes;
+    /// `None` when no record has such a timestamp.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`], [`Error::Io`] from reading the segment.
+    pub fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
+        self.inner.seq_for_timestamp(ts)
+    }
+}
+
+impl Drop for Log {
+    /// Stops and joins the flusher thread; unlike [`Log::close`], does not sync.
+    fn drop(&mut self) {
+        self.stop_flusher();
+    }
+}
+
+/// The background thread of [`SyncPolicy::Interval`]: syncs the log once its oldest unsynced
+/// append is `d` old, so an idle log's tail does not stay unsynced.
+#[derive(Debug)]
+struct Flusher {
+    handle: JoinHandle<()>,
+}
+
+impl Flusher {
+    fn start(inner: &Arc<Inner>, d: Duration) -> Result<Flusher, Error> {
+        let inner = Arc::clone(inner);
+        let dir = inner.dir.clone();
+        let handle = std::thread::Builder::new()
+            .name("krabka-flusher".into())
+            .spawn(move || run_flusher(&inner, d))
+            .map_err(|e| Error::io(&dir, e))?;
+        Ok(Flusher { handle })
+    }
+}
+
+/// The flusher's loop: sleeps on `flush_wake` until the oldest unsynced append is `d` old (or
+/// an append makes the log dirty, or it is told to stop), then syncs through the group commit
+/// path, so it shares fsyncs with appenders and never holds the append lock. Exits when told
+/// to stop. After a failed sync (which poisons the log) it only waits to be stopped.
+fn run_flusher(inner: &Inner, d: Duration) {
+    let mut s = inner.sync_state.lock();
+    loop {
+        if s.stop_flusher {
+            return;
+        }
+        let due = match s.dirty_since {
+            _ if inner.poisoned.load(Ordering::Acquire) => None,
+            // A deadline beyond what `Instant` can hold is never reached.
+            Some(since) => since.checked_add(d),
+            None => None,
+        };
+        let Some(due) = due else {
+            inner.flush_wake.wait(&mut s);
+            continue;
+        };
+        if Instant::now() < due {
+            inner.flush_wake.wait_until(&mut s, due);
+            continue;
+        }
+        drop(s);
+        let target = inner.last_seq();
+        if let Err(e) = inner.sync_through(target) {
+            tracing::warn!(dir = %inner.dir.display(), error = %e, "background sync failed");
+        }
+        s = inner.sync_state.lock();
     }
 }
 
