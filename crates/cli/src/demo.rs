@@ -263,10 +263,12 @@ fn run_on(tiered: &Tiered, args: &DemoArgs, dir: String) -> Result<Summary> {
             .run_once()
             .map_err(|e| tiering_error("tiering round failed on", &log_dir, e))?;
         if let Some(first) = report.failures.first() {
-            return Err(
-                CliError::new(format!("tiering {} failed: {first}", log_dir.display()))
-                    .hint("check that the remote is reachable and writable"),
-            );
+            return Err(CliError::new(format!(
+                "tiering {} failed: {}",
+                log_dir.display(),
+                remote::brief(&first.to_string())
+            ))
+            .hint("check that the remote is reachable and writable"));
         }
         bar.inc(report.bytes_copied);
         if report.segments_copied == 0 && report.local_segments_deleted == 0 {

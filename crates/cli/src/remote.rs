@@ -125,12 +125,86 @@ fn open_s3(
     if let Some(endpoint) = endpoint {
         config = config.with_endpoint(endpoint);
     }
-    let store = S3RemoteStorage::new(config).map_err(|e| {
-        CliError::new(format!("cannot use s3://{bucket}/{prefix}: {e}")).hint(
-            "check the bucket exists, AWS_REGION / --endpoint, and AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
-        )
-    })?;
+    let store = S3RemoteStorage::new(config).map_err(|e| s3_open_error(bucket, prefix, e))?;
     Ok(Arc::new(store))
+}
+
+/// The one line for a bucket that cannot be used: denied credentials, a missing bucket and an
+/// endpoint that does not answer each get their own words and advice.
+#[cfg(feature = "s3")]
+fn s3_open_error(
+    bucket: &str,
+    prefix: &str,
+    e: krabka_remote_storage::RemoteStorageError,
+) -> CliError {
+    use krabka_remote_storage::RemoteStorageError as E;
+    let url = RemoteSpec::S3 {
+        bucket: bucket.to_owned(),
+        prefix: prefix.to_owned(),
+    }
+    .describe();
+    match e {
+        E::AccessDenied {
+            endpoint, message, ..
+        } => CliError::new(format!(
+            "access denied to {url} by {endpoint}: the credentials were refused ({})",
+            // The request (`HeadBucket of ...`); the SDK's words after it add nothing.
+            brief(&message).split(": ").next().unwrap_or_default()
+        ))
+        .hint(format!(
+            "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) and that \
+             they may read and write bucket `{bucket}`"
+        )),
+        E::StoreUnavailable {
+            endpoint, message, ..
+        } => {
+            let message = brief(&message);
+            let unreachable = ["dispatch failure", "timeout", "timed out", "connect"]
+                .iter()
+                .any(|w| message.contains(w));
+            let missing = ["NotFound", "NoSuchBucket", "does not exist"]
+                .iter()
+                .any(|w| message.contains(w));
+            if unreachable {
+                CliError::new(format!(
+                    "cannot reach {endpoint} for {url} ({message})"
+                ))
+                .hint("check --endpoint / AWS_ENDPOINT_URL / AWS_REGION and that the store is running")
+            } else if missing {
+                CliError::new(format!(
+                    "bucket `{bucket}` does not exist at {endpoint} ({url})"
+                ))
+                .hint("create it, or check the bucket name, AWS_REGION and --endpoint / AWS_ENDPOINT_URL")
+            } else {
+                CliError::new(format!("{url} at {endpoint} is not usable: {message}"))
+                    .hint("check the bucket, AWS_REGION and --endpoint / AWS_ENDPOINT_URL")
+            }
+        }
+        other => CliError::new(format!("cannot use {url}: {}", brief(&other.to_string()))).hint(
+            "check the bucket exists, AWS_REGION / --endpoint, and AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
+        ),
+    }
+}
+
+/// `message` without the debug dump the AWS SDK appends to its errors (` (ServiceError(...`,
+/// ` (DispatchFailure(...`): what it says in words, which is what a user can act on.
+pub fn brief(message: &str) -> &str {
+    let mut from = 0;
+    while let Some(i) = message[from..].find(" (") {
+        let at = from + i;
+        let rest = &message[at + 2..];
+        let ident = rest
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(rest.len());
+        if ident > 0
+            && rest.starts_with(|c: char| c.is_ascii_uppercase())
+            && rest[ident..].starts_with(['(', '{'])
+        {
+            return message[..at].trim_end();
+        }
+        from = at + 2;
+    }
+    message
 }
 
 #[cfg(not(feature = "s3"))]
@@ -225,6 +299,24 @@ mod tests {
         for bad in ["s3://", "s3:///x", "fs://", "gs://b", ""] {
             assert!(RemoteSpec::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn brief_drops_the_sdk_debug_dump_only() {
+        assert_eq!(
+            brief(
+                "HeadBucket failed: service error: NotFound: NotFound (ServiceError(ServiceError { source: x }))"
+            ),
+            "HeadBucket failed: service error: NotFound: NotFound"
+        );
+        assert_eq!(
+            brief(
+                "dispatch failure: io error: client error (Connect): tcp connect error: Connection refused (os error 111) (DispatchFailure(DispatchFailure { a }))"
+            ),
+            "dispatch failure: io error: client error (Connect): tcp connect error: Connection refused (os error 111)"
+        );
+        assert_eq!(brief("plain (words) here"), "plain (words) here");
+        assert_eq!(brief(""), "");
     }
 
     #[test]

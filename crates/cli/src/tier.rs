@@ -35,7 +35,8 @@ pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliE
     {
         return crate::error::in_use(dir);
     }
-    CliError::at(action, dir, e).hint("check the log directory and that the remote is reachable")
+    CliError::at(action, dir, remote::brief(&e.to_string()))
+        .hint("check the log directory and that the remote is reachable")
 }
 
 /// The CLI's tiering configuration: the library defaults, except that the CLI never deletes
@@ -231,7 +232,7 @@ pub fn describe_round(r: &TieringReport) -> String {
             r.failures.len(),
             r.failures
                 .first()
-                .map(ToString::to_string)
+                .map(|f| remote::brief(&f.to_string()).to_owned())
                 .unwrap_or_default()
         ));
     }
@@ -288,9 +289,10 @@ pub fn run(args: &TierArgs) -> Result<()> {
         if !args.watch {
             if let Some(first) = report.failures.first() {
                 return Err(CliError::new(format!(
-                    "{} failure(s) tiering {}; first: {first}",
+                    "{} failure(s) tiering {}; first: {}",
                     report.failures.len(),
-                    args.dir.display()
+                    args.dir.display(),
+                    remote::brief(&first.to_string())
                 ))
                 .hint("fix the cause and run `krabka tier` again; failed copies are retried"));
             }

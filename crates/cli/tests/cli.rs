@@ -282,3 +282,40 @@ fn tier_moves_old_segments_remote_and_read_spans_both_tiers() {
         .collect();
     assert_eq!(seqs, (1..=3000).collect::<Vec<_>>());
 }
+
+#[cfg(not(feature = "s3"))]
+#[test]
+fn an_s3_remote_without_the_s3_feature_says_to_rebuild_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 100, "64MiB");
+    let log_s = log.to_str().unwrap();
+    let run = dir.path().join("run");
+    for args in [
+        &[
+            "demo",
+            "--records",
+            "10",
+            "--remote",
+            "s3://bucket/p",
+            "--dir",
+            run.to_str().unwrap(),
+        ][..],
+        &["tier", log_s, "--remote", "s3://bucket/p"],
+        &[
+            "read",
+            log_s,
+            "--remote",
+            "s3://bucket/p",
+            "--endpoint",
+            "http://127.0.0.1:9",
+        ],
+    ] {
+        let out = krabka(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let stderr = text(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("s3://bucket/p"), "{args:?}: {stderr}");
+        assert!(stderr.contains("--features s3"), "{args:?}: {stderr}");
+    }
+}
