@@ -187,13 +187,9 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             .local_retention_bytes
             .unwrap_or(args.segment_bytes.saturating_mul(4)),
     );
-    let tiered = tier::open(
-        &log_dir,
-        spec,
-        args.remote.endpoint.as_deref(),
-        options,
-        config,
-    )?;
+    // The remote first: when it cannot be used, nothing has been written to the directory yet.
+    let rsm = remote::open(&spec, args.remote.endpoint.as_deref())?;
+    let tiered = tier::open_with_remote(&log_dir, spec, rsm, options, config)?;
     let summary = run_on(&tiered, args, work.path().display().to_string())?;
     summary.print();
     tiered

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use krabka_remote_storage::metadata::RemoteLogMetadataManager;
-use krabka_remote_storage::{RemoteLogSegmentState, TopicIdPartition};
+use krabka_remote_storage::{RemoteLogSegmentState, RemoteStorageManager, TopicIdPartition};
 use krabka_storage::{Log, Options, Record, SyncPolicy};
 use krabka_tiering::{TieredLog, TieringConfig, TieringReport};
 
@@ -74,6 +74,36 @@ pub fn open(
     let local = Log::open(log_dir, options)
         .map_err(|e| crate::error::storage("cannot open log", log_dir, e))?;
     let rsm = remote::open(&spec, endpoint)?;
+    with_remote(log_dir, local, spec, rsm, config)
+}
+
+/// Like [`open`] with the remote connected already: `demo` checks the remote before it creates
+/// anything in its directory, so a refused key or a missing bucket leaves the directory as it
+/// was and the same command can simply be run again.
+///
+/// # Errors
+/// When the log or the metadata cannot be opened.
+pub fn open_with_remote(
+    log_dir: &Path,
+    spec: RemoteSpec,
+    rsm: Arc<dyn RemoteStorageManager>,
+    options: Options,
+    config: TieringConfig,
+) -> Result<Tiered> {
+    krabka_tiering::validate_log_options(&options)
+        .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
+    let local = Log::open(log_dir, options)
+        .map_err(|e| crate::error::storage("cannot open log", log_dir, e))?;
+    with_remote(log_dir, local, spec, rsm, config)
+}
+
+fn with_remote(
+    log_dir: &Path,
+    local: Log,
+    spec: RemoteSpec,
+    rsm: Arc<dyn RemoteStorageManager>,
+    config: TieringConfig,
+) -> Result<Tiered> {
     let metadata = remote::open_metadata(log_dir)?;
     let topic = remote::topic_for(log_dir);
     let log = TieredLog::new(local, rsm, metadata.clone(), topic.clone(), config)
