@@ -7,7 +7,7 @@ use std::ops::RangeInclusive;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -77,6 +77,25 @@ impl State {
 
     fn bytes(&self) -> u64 {
         self.segs.iter().map(|s| s.size + s.index_bytes).sum()
+    }
+}
+
+/// At most this many extra yields of a sync leader waiting for writing appenders.
+const GATHER_YIELDS: usize = 16;
+
+/// Counts an appender in [`Inner::writers`] while it lives.
+struct Writing<'a>(&'a AtomicUsize);
+
+impl<'a> Writing<'a> {
+    fn enter(writers: &'a AtomicUsize) -> Self {
+        writers.fetch_add(1, Ordering::AcqRel);
+        Writing(writers)
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -230,6 +249,9 @@ struct Inner {
     /// Wakes the flusher thread (on the first unsynced append after a sync, and to stop it).
     flush_wake: Condvar,
     poisoned: AtomicBool,
+    /// Appenders between entering `append_batch` and publishing their records: a sync leader
+    /// gives them a moment to finish so that its fsync covers their records too.
+    writers: AtomicUsize,
     report: RecoveryReport,
     /// Read buffers reused once the records sharing them are dropped.
     bufs: ReadBufs,
@@ -548,6 +570,7 @@ impl Inner {
             sync_done: Condvar::new(),
             flush_wake: Condvar::new(),
             poisoned: AtomicBool::new(false),
+            writers: AtomicUsize::new(0),
             report,
             bufs: ReadBufs::default(),
             faults: FaultInjector::default(),
@@ -572,6 +595,7 @@ impl Inner {
     }
 
     fn append_batch(&self, msgs: &[Message]) -> Result<RangeInclusive<u64>, Error> {
+        let writing = Writing::enter(&self.writers);
         let mut guard = self.appender.lock();
         self.check_poisoned()?;
         let ap = &mut *guard;
@@ -630,6 +654,7 @@ impl Inner {
         }
         let last = ap.next_seq - 1;
         drop(guard);
+        drop(writing);
         if msgs.is_empty() {
             return Ok(first..=last);
         }
@@ -714,6 +739,7 @@ impl Inner {
             }
             s.in_progress = true;
             drop(s);
+            self.gather_writers();
             // Segments before the active one were synced when they were rolled, except under
             // `SyncPolicy::Never`, where they are listed in `unsynced_closed`. The active
             // segment is read first: a roll adds the segment it closes to that list before
@@ -749,6 +775,24 @@ impl Inner {
             s.unsynced = 0;
             s.last_sync = Instant::now();
             self.sync_done.notify_all();
+        }
+    }
+
+    /// Before a leader's fsync: lets appenders that are writing (or were just released by the
+    /// previous fsync and are about to append again) publish their records, so that one fsync
+    /// covers them all instead of concurrent appenders splitting into two groups that take
+    /// turns, each fsync covering only the records written during the previous one. Bounded:
+    /// a few yields of the CPU, nothing when no other appender is active.
+    fn gather_writers(&self) {
+        if std::env::var_os("NOGATHER").is_some() {
+            return;
+        }
+        std::thread::yield_now();
+        for _ in 0..GATHER_YIELDS {
+            if self.writers.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            std::thread::yield_now();
         }
     }
 
