@@ -315,6 +315,30 @@ fn no_active_segment(dir: &Path) -> Error {
     Error::io(dir, io::Error::other("the log has no active segment"))
 }
 
+/// How long [`try_lock_exclusive`] retries a lock that is held.
+pub const LOCK_RETRY_FOR: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Takes an exclusive, non-blocking lock on `file`, retrying for up to [`LOCK_RETRY_FOR`]
+/// while it is held.
+///
+/// The retry exists because a lock released a moment ago can still be held by a child process
+/// that this process is spawning: the child shares the open lock file until it execs. A lock
+/// still held after the retry is held by a live owner.
+///
+/// # Errors
+/// [`TryLockError::WouldBlock`] when another owner holds the lock, or the I/O error.
+pub fn try_lock_exclusive(file: &File) -> Result<(), TryLockError> {
+    let deadline = std::time::Instant::now() + LOCK_RETRY_FOR;
+    loop {
+        match file.try_lock() {
+            Err(TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Creates the lock file in `dir` and takes an exclusive, non-blocking lock on it.
 fn lock_dir(dir: &Path) -> Result<File, Error> {
     let path = dir.join(LOCK_FILE_NAME);
@@ -325,7 +349,7 @@ fn lock_dir(dir: &Path) -> Result<File, Error> {
         .truncate(false)
         .open(&path)
         .map_err(|e| Error::io(&path, e))?;
-    match file.try_lock() {
+    match try_lock_exclusive(&file) {
         Ok(()) => Ok(file),
         Err(TryLockError::WouldBlock) => Err(Error::Locked {
             dir: dir.to_path_buf(),

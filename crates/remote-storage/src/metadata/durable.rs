@@ -268,9 +268,6 @@ fn remove_leftovers(dir: &Path, current: Option<u64>) -> Result<(), RemoteStorag
     Ok(())
 }
 
-/// How long [`lock_manager`] retries a held lock before reporting it.
-const LOCK_RETRY_FOR: std::time::Duration = std::time::Duration::from_millis(500);
-
 fn lock_manager(dir: &Path) -> Result<File, RemoteStorageError> {
     let path = dir.join(MANAGER_LOCK);
     let file = OpenOptions::new()
@@ -280,18 +277,7 @@ fn lock_manager(dir: &Path) -> Result<File, RemoteStorageError> {
         .truncate(false)
         .open(&path)
         .map_err(io_err(&path))?;
-    // A lock just released can stay held for a moment by a child process this process is
-    // spawning (the child shares the open file until it execs), so a held lock is retried
-    // briefly before it is reported.
-    let deadline = std::time::Instant::now() + LOCK_RETRY_FOR;
-    let mut result = file.try_lock();
-    while matches!(result, Err(std::fs::TryLockError::WouldBlock))
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-        result = file.try_lock();
-    }
-    match result {
+    match krabka_storage::try_lock_exclusive(&file) {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(RemoteStorageError::Backend {
             operation: "metadata open".to_owned(),
