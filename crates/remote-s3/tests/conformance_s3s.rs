@@ -19,18 +19,11 @@ fn store() -> Option<&'static dyn RemoteStorageManager> {
     }))
 }
 
-conformance_tests!(store;
-    copy_then_fetch_whole_segment_and_ranges,
-    range_past_the_end_is_invalid_argument,
-    each_index_type_round_trips,
-    missing_optional_index_is_segment_not_found,
-    fetch_of_unknown_segment_is_segment_not_found,
-    delete_then_fetch_is_segment_not_found,
-    delete_twice_is_ok,
-    recopy_under_the_same_id_replaces_cleanly,
-    partitions_and_topics_never_collide,
-    zero_byte_segment,
-    large_segment_100_mib,
-    eight_threads_copy_and_fetch_at_once,
-    custom_metadata_is_passed_back,
-);
+/// Runs one check against the shared in-process server.
+fn run(_name: &'static str, check: krabka_remote_storage::testkit::Check) {
+    if let Some(store) = store() {
+        check(store);
+    }
+}
+
+krabka_remote_storage::conformance_tests!(run);

@@ -42,32 +42,3 @@ pub fn ceph_config() -> Option<S3Config> {
             .with_prefix(format!("t-{}", uuid::Uuid::new_v4())),
     )
 }
-
-/// Defines one `#[test]` per conformance check, each running that check against the store
-/// `$store` returns (`Option<&'static dyn RemoteStorageManager>`; `None` skips), plus a test
-/// that the list here covers every entry of `testkit::CHECKS`.
-#[macro_export]
-macro_rules! conformance_tests {
-    ($store:path; $($name:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $name() {
-                let Some(store) = $store() else { return };
-                let check = krabka_remote_storage::testkit::CHECKS
-                    .iter()
-                    .find(|(n, _)| *n == stringify!($name))
-                    .map(|(_, c)| *c)
-                    .expect("check listed in testkit::CHECKS");
-                check(store);
-            }
-        )*
-
-        #[test]
-        fn every_conformance_check_has_a_test() {
-            let here = [$(stringify!($name)),*];
-            for (name, _) in krabka_remote_storage::testkit::CHECKS {
-                assert!(here.contains(name), "conformance check `{name}` has no test here");
-            }
-        }
-    };
-}

@@ -88,6 +88,59 @@ pub const CHECKS: &[(&str, Check)] = &[
     ),
 ];
 
+/// Defines one `#[test]` per conformance check in the calling test file, each calling
+/// `$run(name, check)`, plus `every_conformance_check_has_a_test`, which fails when [`CHECKS`]
+/// gains a check this list lacks. `$run` is a `fn(&'static str, Check)` that builds (or shares)
+/// the backend under test and runs `check` on it, so each backend states only how to make its
+/// store:
+///
+/// ```ignore
+/// use krabka_remote_storage::testkit::Check;
+///
+/// fn run(_name: &'static str, check: Check) {
+///     let root = tempfile::tempdir().unwrap();
+///     check(&krabka_remote_fs::FsRemoteStorage::new(root.path()).unwrap());
+/// }
+///
+/// krabka_remote_storage::conformance_tests!(run);
+/// ```
+#[macro_export]
+macro_rules! conformance_tests {
+    ($run:path) => {
+        $crate::conformance_tests!(@each $run;
+            copy_then_fetch_whole_segment_and_ranges,
+            range_past_the_end_is_invalid_argument,
+            each_index_type_round_trips,
+            missing_optional_index_is_segment_not_found,
+            fetch_of_unknown_segment_is_segment_not_found,
+            delete_then_fetch_is_segment_not_found,
+            delete_twice_is_ok,
+            recopy_under_the_same_id_replaces_cleanly,
+            partitions_and_topics_never_collide,
+            zero_byte_segment,
+            large_segment_100_mib,
+            eight_threads_copy_and_fetch_at_once,
+            custom_metadata_is_passed_back,
+        );
+    };
+    (@each $run:path; $($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                $run(stringify!($name), $crate::testkit::$name);
+            }
+        )*
+
+        #[test]
+        fn every_conformance_check_has_a_test() {
+            let here = [$(stringify!($name)),*];
+            for (name, _) in $crate::testkit::CHECKS {
+                assert!(here.contains(name), "conformance check `{name}` has no test here");
+            }
+        }
+    };
+}
+
 /// Runs every check in [`CHECKS`], in order.
 ///
 /// # Panics
