@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use krabka_protocol::Message;
 
-pub use crate::log::{LOCK_RETRY_FOR, Log, try_lock_exclusive};
+pub use crate::log::{LOCK_RETRY_FOR, Log, create_and_lock, try_lock_exclusive};
 
 /// Default [`Options::max_bytes`]: 64 MiB per segment.
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;

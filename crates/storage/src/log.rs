@@ -339,18 +339,29 @@ pub fn try_lock_exclusive(file: &File) -> Result<(), TryLockError> {
     }
 }
 
-/// Creates the lock file in `dir` and takes an exclusive, non-blocking lock on it.
-fn lock_dir(dir: &Path) -> Result<File, Error> {
-    let path = dir.join(LOCK_FILE_NAME);
+/// Opens (creating it if absent) the lock file at `path` and takes an exclusive, non-blocking
+/// lock on it with [`try_lock_exclusive`]. The lock lasts as long as the returned `File`.
+///
+/// # Errors
+/// [`TryLockError::WouldBlock`] when another owner holds the lock, or the I/O error of opening
+/// or locking the file.
+pub fn create_and_lock(path: &Path) -> Result<File, TryLockError> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)
-        .map_err(|e| Error::io(&path, e))?;
-    match try_lock_exclusive(&file) {
-        Ok(()) => Ok(file),
+        .open(path)
+        .map_err(TryLockError::Error)?;
+    try_lock_exclusive(&file)?;
+    Ok(file)
+}
+
+/// Creates the lock file in `dir` and takes an exclusive, non-blocking lock on it.
+fn lock_dir(dir: &Path) -> Result<File, Error> {
+    let path = dir.join(LOCK_FILE_NAME);
+    match create_and_lock(&path) {
+        Ok(file) => Ok(file),
         Err(TryLockError::WouldBlock) => Err(Error::Locked {
             dir: dir.to_path_buf(),
         }),

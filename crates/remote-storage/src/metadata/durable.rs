@@ -270,15 +270,8 @@ fn remove_leftovers(dir: &Path, current: Option<u64>) -> Result<(), RemoteStorag
 
 fn lock_manager(dir: &Path) -> Result<File, RemoteStorageError> {
     let path = dir.join(MANAGER_LOCK);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(io_err(&path))?;
-    match krabka_storage::try_lock_exclusive(&file) {
-        Ok(()) => Ok(file),
+    match krabka_storage::create_and_lock(&path) {
+        Ok(file) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(RemoteStorageError::Backend {
             operation: "metadata open".to_owned(),
             location: dir.display().to_string(),
