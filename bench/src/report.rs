@@ -85,6 +85,15 @@ impl Histogram {
         }
         bucket_high(self.counts.len() - 1)
     }
+
+    /// The median and the 99th percentile, formatted `"<p50> / <p99>"` with [`fmt_ns`].
+    pub fn fmt_p50_p99(&self) -> String {
+        format!(
+            "{} / {}",
+            fmt_ns(self.quantile_ns(0.5)),
+            fmt_ns(self.quantile_ns(0.99))
+        )
+    }
 }
 
 /// One case's result, as a child process reports it on one line.

@@ -16,7 +16,7 @@ use krabka_tiering::s3::S3RemoteStorage;
 use krabka_tiering::{TieredLog, TieringConfig};
 
 use crate::Result;
-use crate::report::{Histogram, fmt_ns, ratio};
+use crate::report::{Histogram, ratio};
 use crate::storage::{BATCH, Rng, value};
 
 const FS_COPY_SYNC: &str = "baseline: std::fs::copy + fsync of each file, MB/s";
@@ -238,11 +238,7 @@ fn reads(name: &str, t: Tiered, s: &Sizes, local_ref: &Log, lines: &mut Vec<Line
     let (h, per) = point_reads(&cold, s.point_reads, false)?;
     lines.push(Line {
         measure: format!("cold point read from {name} (cache off), p50 / p99"),
-        krabka: format!(
-            "{} / {}",
-            fmt_ns(h.quantile_ns(0.5)),
-            fmt_ns(h.quantile_ns(0.99))
-        ),
+        krabka: h.fmt_p50_p99(),
         baseline: format!("{per:.1} remote requests per read"),
         ratio: String::new(),
     });
@@ -252,11 +248,7 @@ fn reads(name: &str, t: Tiered, s: &Sizes, local_ref: &Log, lines: &mut Vec<Line
     let (h, per) = point_reads(&warm, s.point_reads, true)?;
     lines.push(Line {
         measure: format!("cached re-read from {name}, p50 / p99"),
-        krabka: format!(
-            "{} / {}",
-            fmt_ns(h.quantile_ns(0.5)),
-            fmt_ns(h.quantile_ns(0.99))
-        ),
+        krabka: h.fmt_p50_p99(),
         baseline: format!("{per:.1} remote requests per read"),
         ratio: String::new(),
     });
@@ -531,11 +523,7 @@ fn sdk_get_baseline(client: &aws_sdk_s3::Client, s: &Sizes) -> Result<Vec<Line>>
             Line {
                 measure: "baseline: bare SDK ranged GET of 1 MiB, p50 / p99".into(),
                 krabka: String::new(),
-                baseline: format!(
-                    "{} / {}",
-                    fmt_ns(hist.quantile_ns(0.5)),
-                    fmt_ns(hist.quantile_ns(0.99))
-                ),
+                baseline: hist.fmt_p50_p99(),
                 ratio: String::new(),
             },
             Line {
