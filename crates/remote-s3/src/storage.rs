@@ -9,6 +9,7 @@ use aws_sdk_s3::config::{
     BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
     retry::RetryConfig, timeout::TimeoutConfig,
 };
+use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
 use bytes::Bytes;
@@ -143,6 +144,26 @@ impl S3RemoteStorage {
         }
     }
 
+    /// HeadObject of `key`; `segment` only names the segment in an error.
+    async fn head(
+        &self,
+        key: &str,
+        segment: Option<&RemoteLogSegmentId>,
+    ) -> Result<HeadObjectOutput, RemoteStorageError> {
+        self.client
+            .head_object()
+            .bucket(&self.config.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| map_sdk(e, &self.cx("HeadObject", key, segment)))
+    }
+
+    /// `s3://<bucket>/<key>`: where a [`RemoteStorageError::Corrupt`] object is.
+    fn location(&self, key: &str) -> String {
+        format!("s3://{}/{key}", self.config.bucket)
+    }
+
     fn check_bucket(&self) -> Result<(), RemoteStorageError> {
         let bucket = self.config.bucket.clone();
         let res = self.bridge.block_on(
@@ -221,18 +242,11 @@ impl S3RemoteStorage {
         len: u64,
         expected_etag: &str,
     ) -> Result<(), RemoteStorageError> {
-        let head = self
-            .client
-            .head_object()
-            .bucket(&self.config.bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| map_sdk(e, &self.cx("HeadObject", key, None)))?;
+        let head = self.head(key, None).await?;
         let stored = head.content_length().unwrap_or(-1);
         if u64::try_from(stored).ok() != Some(len) {
             return Err(RemoteStorageError::Corrupt {
-                location: format!("s3://{}/{key}", self.config.bucket),
+                location: self.location(key),
                 reason: format!("stored {stored} bytes, uploaded {len}"),
             });
         }
@@ -244,7 +258,7 @@ impl S3RemoteStorage {
         match check {
             EtagCheck::Compare(etag) if !etag.eq_ignore_ascii_case(expected_etag) => {
                 Err(RemoteStorageError::Corrupt {
-                    location: format!("s3://{}/{key}", self.config.bucket),
+                    location: self.location(key),
                     reason: format!("stored ETag {etag}, expected {expected_etag}"),
                 })
             }
@@ -532,7 +546,7 @@ impl S3RemoteStorage {
             && bytes.len() as u64 != r.end - r.start
         {
             return Err(RemoteStorageError::Corrupt {
-                location: format!("s3://{}/{key}", self.config.bucket),
+                location: self.location(key),
                 reason: format!(
                     "asked for bytes {}..{}, got {} bytes",
                     r.start,
@@ -549,14 +563,7 @@ impl S3RemoteStorage {
         key: &str,
         segment: &RemoteLogSegmentId,
     ) -> Result<u64, RemoteStorageError> {
-        let head = self
-            .client
-            .head_object()
-            .bucket(&self.config.bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| map_sdk(e, &self.cx("HeadObject", key, Some(segment))))?;
+        let head = self.head(key, Some(segment)).await?;
         Ok(u64::try_from(head.content_length().unwrap_or(0)).unwrap_or(0))
     }
 
