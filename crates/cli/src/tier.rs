@@ -69,10 +69,7 @@ pub fn open(
     options: Options,
     config: TieringConfig,
 ) -> Result<Tiered> {
-    krabka_tiering::validate_log_options(&options)
-        .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
-    let local = Log::open(log_dir, options)
-        .map_err(|e| crate::error::storage("cannot open log", log_dir, e))?;
+    let local = open_local(log_dir, options)?;
     let rsm = remote::open(&spec, endpoint)?;
     with_remote(log_dir, local, spec, rsm, config)
 }
@@ -90,11 +87,15 @@ pub fn open_with_remote(
     options: Options,
     config: TieringConfig,
 ) -> Result<Tiered> {
+    let local = open_local(log_dir, options)?;
+    with_remote(log_dir, local, spec, rsm, config)
+}
+
+/// Checks `options` for tiering and opens (and locks) the local log.
+fn open_local(log_dir: &Path, options: Options) -> Result<Log> {
     krabka_tiering::validate_log_options(&options)
         .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
-    let local = Log::open(log_dir, options)
-        .map_err(|e| crate::error::storage("cannot open log", log_dir, e))?;
-    with_remote(log_dir, local, spec, rsm, config)
+    Log::open(log_dir, options).map_err(|e| crate::error::storage("cannot open log", log_dir, e))
 }
 
 fn with_remote(
