@@ -99,8 +99,14 @@ commands:
     );
 }
 
+/// The workspace root: the parent of xtask's manifest directory. `cargo run` sets
+/// `CARGO_MANIFEST_DIR` at run time too; it is preferred over the path compiled in, which points
+/// at whichever checkout last built this binary when a target directory is shared.
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
