@@ -63,6 +63,16 @@ impl Header {
     }
 }
 
+/// Milliseconds since the Unix epoch now, by the system's wall clock (negative before 1970;
+/// saturating at the ends of `i64`).
+pub fn now_ms() -> i64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
+    }
+}
+
 /// A message as stored in the log.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Message {
@@ -77,10 +87,20 @@ pub struct Message {
 }
 
 impl Message {
-    /// Creates a message with the given value, timestamp 0, no key and no headers.
+    /// Creates a message with the given value, stamped with the current wall-clock time
+    /// ([`now_ms`]), no key and no headers. [`with_timestamp`](Self::with_timestamp) overrides
+    /// the stamp (for example with an event time).
+    ///
+    /// ```
+    /// use krabka_protocol::{Message, now_ms};
+    /// let before = now_ms();
+    /// let m = Message::new("v");
+    /// assert!(m.timestamp >= before && m.timestamp <= now_ms());
+    /// assert_eq!(Message::new("v").with_timestamp(7).timestamp, 7);
+    /// ```
     pub fn new(value: impl Into<Bytes>) -> Self {
         Self {
-            timestamp: 0,
+            timestamp: now_ms(),
             key: None,
             value: value.into(),
             headers: Vec::new(),

@@ -26,6 +26,8 @@ pub use enabled::FaultInjector;
 
 #[cfg(feature = "fault-injection")]
 mod enabled {
+    use std::collections::HashMap;
+    use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::Op;
@@ -41,6 +43,8 @@ mod enabled {
         create: AtomicU64,
         /// Fsyncs that went through the seam (including failed ones).
         fsyncs: AtomicU64,
+        /// For the power-loss model: each file's length at its last successful fsync.
+        durable: parking_lot::Mutex<HashMap<PathBuf, u64>>,
     }
 
     impl FaultInjector {
@@ -70,6 +74,20 @@ mod enabled {
         /// attempted since it was opened, failed ones included. Not reset by [`clear`](Self::clear).
         pub fn fsync_count(&self) -> u64 {
             self.fsyncs.load(Ordering::SeqCst)
+        }
+
+        /// The power-loss model: every file the log fsynced, with its length when the last
+        /// successful fsync began — what a power loss would leave of it (segment files are
+        /// only appended to, so the bytes past that length are exactly the writes made after
+        /// the fsync). A file missing here was never synced.
+        pub fn durable_lengths(&self) -> HashMap<PathBuf, u64> {
+            self.durable.lock().clone()
+        }
+
+        pub(crate) fn note_synced(&self, path: &Path, len: u64) {
+            let mut d = self.durable.lock();
+            let e = d.entry(path.to_path_buf()).or_insert(0);
+            *e = (*e).max(len);
         }
 
         pub(crate) fn fires(&self, op: Op) -> bool {
@@ -102,6 +120,21 @@ impl FaultInjector {
 }
 
 impl FaultInjector {
+    /// Fsyncs `file` (at `path`) through the seam: fails when a fault fires, and records the
+    /// length it made durable for the power-loss model.
+    pub(crate) fn sync_file(&self, file: &std::fs::File, path: &std::path::Path) -> io::Result<()> {
+        self.check(Op::Fsync)?;
+        // Only the model needs the length (one more syscall per fsync).
+        #[cfg(feature = "fault-injection")]
+        let len = file.metadata()?.len();
+        file.sync_data()?;
+        #[cfg(feature = "fault-injection")]
+        self.note_synced(path, len);
+        #[cfg(not(feature = "fault-injection"))]
+        let _ = path;
+        Ok(())
+    }
+
     /// `Err` when a fault is armed for this operation and fires now.
     #[inline]
     pub(crate) fn check(&self, op: Op) -> io::Result<()> {

@@ -16,9 +16,9 @@ pub const TIME_INDEX_MAGIC: [u8; 4] = *b"KTIX";
 /// Format version of both index files.
 pub const INDEX_VERSION: u8 = 1;
 
-const INDEX_HEADER_LEN: usize = 44;
-const TIME_INDEX_HEADER_LEN: usize = 28;
-const ENTRY_LEN: usize = 16;
+pub(crate) const INDEX_HEADER_LEN: usize = 44;
+pub(crate) const TIME_INDEX_HEADER_LEN: usize = 28;
+pub(crate) const ENTRY_LEN: usize = 16;
 
 /// `(seq, byte position)` entries of the offset index.
 pub(crate) type OffsetEntries = Vec<(u64, u64)>;

@@ -25,8 +25,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Durability is chosen per log with [`SyncPolicy`]; recovery on [`Log::open`] truncates a torn
-//! tail and reports it ([`RecoveryReport`]). The byte formats are in `docs/format.md`; the
+//! Durability is chosen per log with [`SyncPolicy`]; recovery on [`Log::open`] follows
+//! [`Options::recovery`] ([`RecoveryMode`]): it cuts a torn tail (saving the bytes) and refuses
+//! any other damage, naming the file, byte and seqs at stake; what it did is in
+//! [`RecoveryReport`]. The byte formats are in `docs/format.md`; the
 //! [`segment`] module decodes them from plain bytes (for segments fetched from a remote tier).
 
 mod bufs;
@@ -34,6 +36,7 @@ mod bufs;
 pub mod fault;
 mod index;
 mod log;
+mod recovery;
 pub mod segment;
 
 use std::io;
@@ -55,6 +58,12 @@ pub const DEFAULT_MAX_OPEN_SEGMENTS: usize = 128;
 /// Name of the lock file [`Log::open`] creates in the log directory and holds an exclusive
 /// lock on for the `Log`'s lifetime.
 pub const LOCK_FILE_NAME: &str = ".lock";
+
+/// Name of the file in which a log records durably the highest seq it is known to hold
+/// (written by [`Log::close`], by a synced roll and by [`Log::start_at`]; Kafka's recovery-point
+/// checkpoint plays the same part). An open that finds fewer records than it names fails with
+/// [`Error::Damaged`], so a deleted or emptied active segment is never taken for a short log.
+pub const RECOVERY_POINT_FILE_NAME: &str = "recovery-point";
 
 /// One stored message and its sequence number.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,6 +122,33 @@ pub enum SyncPolicy {
     Interval(Duration),
 }
 
+/// What [`Log::open`] does when it finds damaged or missing data, in the manner of
+/// raft-engine's recovery modes. Whatever the mode, recovery never deletes a byte: what it cuts
+/// from a segment is first saved into the log's quarantine directory
+/// ([`segment::QUARANTINE_DIR`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecoveryMode {
+    /// The default. A damaged tail of the active segment is cut (after saving it into the
+    /// quarantine directory) when no valid frame follows the damage: that is what a torn write
+    /// or a power loss leaves, and it holds no record anyone could read. Any other damage — a
+    /// bad frame followed by valid ones, a damaged or missing closed segment, a gap or overlap
+    /// between segment files — fails the open with [`Error::Damaged`], [`Error::SeqGap`] or
+    /// [`Error::SeqOverlap`], naming the file, the byte and the seqs at stake.
+    #[default]
+    TolerateTornTail,
+    /// Any damage fails the open, a torn tail included ([`Error::TornTail`]).
+    Strict,
+    /// Never fails for damage: every damaged suffix is moved aside into the quarantine
+    /// directory, stray and overlapping segment files are moved there whole, and the seqs that
+    /// are now missing become an explicit hole (a marker file named by
+    /// [`segment::hole_file_name`]); reads into a hole fail with [`Error::Quarantined`].
+    /// Appends continue after the highest seq at stake, so no seq is ever reused. What moved
+    /// is in [`RecoveryReport::quarantined`]. Use it as a repair the user asked for
+    /// (`krabka repair DIR`).
+    Repair,
+}
+
 /// Configuration of a [`Log`]. Build it with struct update syntax:
 /// `Options { max_bytes: 1 << 20, ..Options::default() }`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,6 +174,9 @@ pub struct Options {
     /// concurrent reader. Default: 128 ([`DEFAULT_MAX_OPEN_SEGMENTS`]). Minimum: 1 (`0` is
     /// [`Error::InvalidOptions`]).
     pub max_open_segments: usize,
+    /// What open does with damaged or missing data. Default:
+    /// [`RecoveryMode::TolerateTornTail`].
+    pub recovery: RecoveryMode,
 }
 
 impl Default for Options {
@@ -148,6 +187,7 @@ impl Default for Options {
             sync: SyncPolicy::EveryAppend,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_open_segments: DEFAULT_MAX_OPEN_SEGMENTS,
+            recovery: RecoveryMode::TolerateTornTail,
         }
     }
 }
@@ -208,54 +248,109 @@ pub struct SegmentInfo {
     pub active: bool,
 }
 
-/// A torn or corrupt tail cut from the active segment during recovery.
+/// A torn tail cut from the active segment during recovery.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TruncatedTail {
     /// The `.log` file that was truncated.
     pub path: PathBuf,
     /// The byte position it was truncated to (the first bad frame).
     pub position: u64,
-    /// How many bytes were removed.
+    /// How many bytes were removed (saved into the quarantine directory first).
     pub bytes_removed: u64,
     /// Why the frame at `position` was rejected.
     pub reason: String,
 }
 
-/// A closed segment found corrupt during recovery. It is left unaltered; reads that reach the
-/// bad bytes return [`Error::Corrupt`].
+/// Bytes recovery moved aside into the quarantine directory (never deleted).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CorruptSegment {
-    /// The `.log` file.
-    pub path: PathBuf,
-    /// Byte position of the first bad frame.
+pub struct QuarantinedPiece {
+    /// The file the bytes came from.
+    pub from: PathBuf,
+    /// Byte position in `from` where the moved bytes started (0 for a whole file).
     pub position: u64,
-    /// What is wrong.
+    /// How many bytes moved.
+    pub bytes: u64,
+    /// Where they are now (inside [`segment::QUARANTINE_DIR`]).
+    pub to: PathBuf,
+    /// The seqs the log no longer holds because of this move (an explicit hole), if any.
+    pub seqs: Option<(u64, u64)>,
+    /// Why.
     pub reason: String,
 }
 
 /// What [`Log::open`] found and repaired; every item is also logged with `tracing::warn!`.
+/// Its `Display` prints one line per item (nothing when there is nothing to say).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
-    /// The tail cut from the active segment, if any.
+    /// The torn tail cut from the active segment, if any (its bytes are also in
+    /// [`quarantined`](Self::quarantined)).
     pub truncated: Option<TruncatedTail>,
     /// `.log` files of closed segments whose index was missing or invalid and was rebuilt by a
     /// scan.
     pub rebuilt_indexes: Vec<PathBuf>,
-    /// Closed segments found corrupt by such a scan (left as they are).
-    pub corrupt_segments: Vec<CorruptSegment>,
-    /// Files in the directory that are not segment files (ignored). The lock file
-    /// ([`LOCK_FILE_NAME`]) is not listed.
+    /// Everything moved into the quarantine directory: torn tails, and under
+    /// [`RecoveryMode::Repair`] damaged suffixes, stray files and the markers of holes.
+    pub quarantined: Vec<QuarantinedPiece>,
+    /// Explicit holes in the log's seqs (from this or an earlier repair), with their marker
+    /// files.
+    pub holes: Vec<(u64, u64, PathBuf)>,
+    /// Files in the directory that are not segment files (ignored), and index files without a
+    /// `.log`. The lock file ([`LOCK_FILE_NAME`]) and the quarantine directory are not listed.
     pub ignored_files: Vec<PathBuf>,
     /// Bytes of `.log` files read by scans during open.
     pub scanned_bytes: u64,
 }
 
 impl RecoveryReport {
-    /// Whether open found nothing to repair (ignored stray files do not count).
+    /// Whether open found nothing to repair (ignored stray files and holes recorded by an
+    /// earlier repair do not count).
     pub fn is_clean(&self) -> bool {
-        self.truncated.is_none()
-            && self.rebuilt_indexes.is_empty()
-            && self.corrupt_segments.is_empty()
+        self.truncated.is_none() && self.rebuilt_indexes.is_empty() && self.quarantined.is_empty()
+    }
+}
+
+impl std::fmt::Display for RecoveryReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut lines = Vec::new();
+        if let Some(t) = &self.truncated {
+            lines.push(format!(
+                "recovery: cut a torn tail of {} bytes from {} at byte {} ({})",
+                t.bytes_removed,
+                t.path.display(),
+                t.position,
+                t.reason
+            ));
+        }
+        for p in &self.rebuilt_indexes {
+            lines.push(format!("recovery: rebuilt the index of {}", p.display()));
+        }
+        for q in &self.quarantined {
+            let seqs = match q.seqs {
+                Some((a, b)) => format!("; seqs {a}..={b} are now a hole"),
+                None => String::new(),
+            };
+            lines.push(format!(
+                "recovery: moved {} bytes of {} from byte {} to {} ({}){seqs}",
+                q.bytes,
+                q.from.display(),
+                q.position,
+                q.to.display(),
+                q.reason
+            ));
+        }
+        for (a, b, p) in &self.holes {
+            lines.push(format!(
+                "recovery: seqs {a}..={b} are a hole recorded in {}",
+                p.display()
+            ));
+        }
+        for p in &self.ignored_files {
+            lines.push(format!(
+                "recovery: ignored {} (not a segment file)",
+                p.display()
+            ));
+        }
+        write!(f, "{}", lines.join("\n"))
     }
 }
 
@@ -328,6 +423,110 @@ pub enum Error {
     Locked {
         /// The log's directory.
         dir: PathBuf,
+    },
+    /// Open found a bad frame that is not a torn tail: valid records follow it, or it is in a
+    /// closed segment. Nothing was changed. Records `first_seq..=last_seq` are at stake (they
+    /// follow the damage or are missing); open with [`RecoveryMode::Repair`]
+    /// (`krabka repair DIR`) to move the damaged bytes aside and record the hole.
+    #[error(
+        "damaged segment {}: bad frame at byte {position} ({reason}); records {first_seq}..={last_seq} are at stake; nothing was changed (repair moves the damaged bytes aside: krabka repair DIR)",
+        path.display()
+    )]
+    Damaged {
+        /// The damaged `.log` file.
+        path: PathBuf,
+        /// Byte position of the first bad frame.
+        position: u64,
+        /// What is wrong there.
+        reason: String,
+        /// First seq at stake.
+        first_seq: u64,
+        /// Last seq at stake.
+        last_seq: u64,
+    },
+    /// Under [`RecoveryMode::Strict`]: the active segment ends in a damaged tail that no valid
+    /// frame follows (what a torn write leaves). Nothing was changed.
+    #[error(
+        "torn tail in {}: {bytes_after} bytes from byte {position} do not hold a valid frame ({reason}); strict recovery refuses to cut them",
+        path.display()
+    )]
+    TornTail {
+        /// The active segment's `.log` file.
+        path: PathBuf,
+        /// Byte position of the first bad frame.
+        position: u64,
+        /// Bytes from `position` to the end of the file.
+        bytes_after: u64,
+        /// Whether the file ends inside that frame (its length runs past the end of the file):
+        /// a write cut short, as opposed to complete bytes that fail their CRC.
+        incomplete: bool,
+        /// What is wrong there.
+        reason: String,
+    },
+    /// Seqs `expected..found` are missing between two segment files: a segment was deleted or
+    /// truncated, or `path` is a stray file. Nothing was changed.
+    #[error(
+        "seqs {expected}..={} are missing: {} ends at seq {} and {} starts at seq {found} (segment file {expected:020}.log was deleted or truncated, or the later file is stray); nothing was changed (repair records the hole: krabka repair DIR)",
+        found.saturating_sub(1), previous.display(), expected.saturating_sub(1), path.display()
+    )]
+    SeqGap {
+        /// The segment file before the gap.
+        previous: PathBuf,
+        /// The segment file after the gap.
+        path: PathBuf,
+        /// The seq the next segment should start at.
+        expected: u64,
+        /// The seq it starts at.
+        found: u64,
+    },
+    /// A segment file starts at a seq the previous segment already holds (a stray or copied
+    /// file). Nothing was changed.
+    #[error(
+        "{} starts at seq {found} but {} already holds seqs up to {}; nothing was changed (repair moves the overlapping file aside: krabka repair DIR)",
+        path.display(), previous.display(), expected.saturating_sub(1)
+    )]
+    SeqOverlap {
+        /// The segment file before.
+        previous: PathBuf,
+        /// The overlapping segment file.
+        path: PathBuf,
+        /// The seq it should start at.
+        expected: u64,
+        /// The seq it starts at.
+        found: u64,
+    },
+    /// A read reached seqs that a repair moved aside (or found missing): an explicit hole.
+    #[error(
+        "seqs {first_seq}..={last_seq} are not in the log: a repair moved them aside (see {})",
+        path.display()
+    )]
+    Quarantined {
+        /// First seq of the hole.
+        first_seq: u64,
+        /// Last seq of the hole.
+        last_seq: u64,
+        /// The hole's marker file in the quarantine directory.
+        path: PathBuf,
+    },
+    /// [`Log::start_at`] on a log that holds records.
+    #[error(
+        "the log in {} holds records up to seq {last_seq}; only an empty log can start at a new seq",
+        dir.display()
+    )]
+    NotEmpty {
+        /// The log's directory.
+        dir: PathBuf,
+        /// Its last seq.
+        last_seq: u64,
+    },
+    /// [`Log::start_at`] with a seq below the next one the log would assign (seqs never go
+    /// back).
+    #[error("cannot start the log at seq {seq}: its next seq is already {next_seq}")]
+    InvalidStart {
+        /// The requested seq.
+        seq: u64,
+        /// The log's next seq.
+        next_seq: u64,
     },
     /// The log path exists and is not a directory.
     #[error("{} is not a directory", path.display())]

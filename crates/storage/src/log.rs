@@ -18,39 +18,39 @@ use crate::bufs::ReadBufs;
 use crate::fault::{FaultInjector, Op};
 use crate::index::{IndexBuilder, OffsetIndex, TimeIndex, floor_entry, time_floor};
 use crate::segment::{
-    FRAME_HEADER_LEN, LOG_SUFFIX, decode_chunk, encode_frame_sized, parse_segment_file_name,
-    read_frame_chunk, scan_file, segment_paths,
+    FRAME_HEADER_LEN, decode_chunk, encode_frame_sized, read_frame_chunk, segment_paths,
 };
-use crate::{
-    CorruptSegment, Error, LOCK_FILE_NAME, Options, Record, RecoveryReport, SegmentInfo,
-    SyncPolicy, TruncatedTail,
-};
+use crate::{Error, LOCK_FILE_NAME, Options, Record, RecoveryReport, SegmentInfo, SyncPolicy};
 
 /// The paths of a segment's files.
 #[derive(Debug)]
-struct SegFile {
-    log_path: PathBuf,
-    index_path: PathBuf,
-    time_index_path: PathBuf,
+pub(crate) struct SegFile {
+    pub(crate) log_path: PathBuf,
+    pub(crate) index_path: PathBuf,
+    pub(crate) time_index_path: PathBuf,
 }
 
-/// A segment's published state: what readers may see.
+/// A segment's published state: what readers may see. An explicit hole (seqs a repair moved
+/// aside or found missing) is a `Seg` too, with `hole` set and no data, so seqs stay contiguous
+/// across the list.
 #[derive(Debug)]
-struct Seg {
-    base_seq: u64,
-    file: Arc<SegFile>,
+pub(crate) struct Seg {
+    pub(crate) base_seq: u64,
+    pub(crate) file: Arc<SegFile>,
     /// The open `.log` file of the active segment (shared with the appender); `None` for closed
     /// segments, whose files are opened on demand through the [`FdCache`].
-    open: Option<Arc<File>>,
+    pub(crate) open: Option<Arc<File>>,
     /// Seq of the last published record (`base_seq - 1` when empty).
-    last_seq: u64,
+    pub(crate) last_seq: u64,
     /// Bytes of published frames.
-    size: u64,
-    max_timestamp: i64,
-    offsets: Vec<(u64, u64)>,
-    times: Vec<(i64, u64)>,
+    pub(crate) size: u64,
+    pub(crate) max_timestamp: i64,
+    pub(crate) offsets: Vec<(u64, u64)>,
+    pub(crate) times: Vec<(i64, u64)>,
     /// Bytes of its index files on disk (0 for the active segment).
-    index_bytes: u64,
+    pub(crate) index_bytes: u64,
+    /// For an explicit hole: its marker file in the quarantine directory.
+    pub(crate) hole: Option<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -263,13 +263,13 @@ struct Inner {
     faults: FaultInjector,
 }
 
-fn fsync_dir(dir: &Path) -> Result<(), Error> {
+pub(crate) fn fsync_dir(dir: &Path) -> Result<(), Error> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| Error::io(dir, e))
 }
 
-fn open_rw(path: &Path, create: bool) -> Result<File, Error> {
+pub(crate) fn open_rw(path: &Path, create: bool) -> Result<File, Error> {
     OpenOptions::new()
         .read(true)
         .write(true)
@@ -279,7 +279,7 @@ fn open_rw(path: &Path, create: bool) -> Result<File, Error> {
         .map_err(|e| Error::io(path, e))
 }
 
-fn remove_if_exists(path: &Path) -> Result<u64, Error> {
+pub(crate) fn remove_if_exists(path: &Path) -> Result<u64, Error> {
     let len = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     match fs::remove_file(path) {
         Ok(()) => Ok(len),
@@ -292,15 +292,12 @@ fn write_file(path: &Path, bytes: &[u8], sync: bool, faults: &FaultInjector) -> 
     let mut f = File::create(path).map_err(|e| Error::io(path, e))?;
     f.write_all(bytes).map_err(|e| Error::io(path, e))?;
     if sync {
-        faults
-            .check(Op::Fsync)
-            .and_then(|()| f.sync_data())
-            .map_err(|e| Error::io(path, e))?;
+        faults.sync_file(&f, path).map_err(|e| Error::io(path, e))?;
     }
     Ok(())
 }
 
-fn seg_file(dir: &Path, base: u64) -> Arc<SegFile> {
+pub(crate) fn seg_file(dir: &Path, base: u64) -> Arc<SegFile> {
     let (log_path, index_path, time_index_path) = segment_paths(dir, base);
     Arc::new(SegFile {
         log_path,
@@ -369,14 +366,14 @@ fn lock_dir(dir: &Path) -> Result<File, Error> {
     }
 }
 
-/// Loads a closed segment's indexes if they are valid for a `.log` of `log_len` bytes ending
-/// just before `next_base`; also returns the index files' total size. Reads only the two index
-/// files (never the `.log`).
-fn load_indexes(
+/// Loads a closed segment's indexes if they are valid for a `.log` of `log_len` bytes; also
+/// returns the index files' total size. Reads only the two index files (never the `.log`).
+/// Whether the segment continues the one before it and the one after it continues it is
+/// checked by recovery.
+pub(crate) fn load_indexes(
     sf: &SegFile,
     base: u64,
     log_len: u64,
-    next_base: u64,
 ) -> Option<(OffsetIndex, TimeIndex, u64)> {
     let idx_bytes = fs::read(&sf.index_path).ok()?;
     let tidx_bytes = fs::read(&sf.time_index_path).ok()?;
@@ -386,9 +383,13 @@ fn load_indexes(
     let consistent = idx.base_seq == base
         && tidx.base_seq == base
         && idx.log_size == log_len
-        && idx.last_seq.checked_add(1) == Some(next_base)
         && idx.max_timestamp == tidx.max_timestamp
         && idx.entries.len() == tidx.entries.len()
+        && idx
+            .entries
+            .iter()
+            .zip(&tidx.entries)
+            .all(|(&(seq, _), &(_, tseq))| seq == tseq)
         && idx.last_seq >= base;
     consistent.then_some((idx, tidx, index_bytes))
 }
@@ -407,166 +408,11 @@ impl Inner {
         }
         // Before recovery, which may truncate files another writer is using.
         let lock = lock_dir(&dir)?;
-        let mut report = RecoveryReport::default();
-        let mut bases = Vec::new();
-        for entry in fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
-            let entry = entry.map_err(|e| Error::io(&dir, e))?;
-            let name = entry.file_name();
-            if name == LOCK_FILE_NAME {
-                continue;
-            }
-            match name.to_str().and_then(parse_segment_file_name) {
-                Some((base, LOG_SUFFIX)) => bases.push(base),
-                Some(_) => {}
-                None => report.ignored_files.push(entry.path()),
-            }
-        }
-        bases.sort_unstable();
-        report.ignored_files.sort();
-
-        let mut segs: Vec<Seg> = Vec::with_capacity(bases.len().max(1));
-        let mut active_builder = None;
-        let sync_files = opts.sync != SyncPolicy::Never;
-        for (i, &base) in bases.iter().enumerate() {
-            let (log_path, _, _) = segment_paths(&dir, base);
-            let file = open_rw(&log_path, false)?;
-            let file_len = file.metadata().map_err(|e| Error::io(&log_path, e))?.len();
-            let sf = seg_file(&dir, base);
-            if base == 0 {
-                return Err(Error::Corrupt {
-                    path: log_path,
-                    position: 0,
-                    reason: "segment base seq 0 (seqs start at 1)".into(),
-                });
-            }
-            if let Some(prev) = segs.last()
-                && prev.last_seq.checked_add(1) != Some(base)
-            {
-                return Err(Error::Corrupt {
-                    path: log_path,
-                    position: 0,
-                    reason: format!(
-                        "gap in seqs: previous segment ends at {}, this one starts at {base}",
-                        prev.last_seq
-                    ),
-                });
-            }
-            let next_base = bases.get(i + 1).copied();
-            if let Some(next_base) = next_base
-                && let Some((idx, tidx, index_bytes)) = load_indexes(&sf, base, file_len, next_base)
-            {
-                // A closed segment: its file is closed now and reopened when read.
-                drop(file);
-                segs.push(Seg {
-                    base_seq: base,
-                    file: sf,
-                    open: None,
-                    last_seq: idx.last_seq,
-                    size: file_len,
-                    max_timestamp: idx.max_timestamp,
-                    offsets: idx.entries,
-                    times: tidx.entries,
-                    index_bytes,
-                });
-                continue;
-            }
-            // The active segment, or a closed one whose index is missing or inconsistent.
-            let scan = scan_file(
-                &file,
-                &sf.log_path,
-                file_len,
-                Some(base),
-                opts.index_interval_bytes,
-            )?;
-            report.scanned_bytes += scan.valid_len.min(file_len);
-            let mut builder = scan.index;
-            let (offsets, times) = builder.take();
-            let scanned_last = scan.last_seq.unwrap_or(base - 1);
-            let mut seg = Seg {
-                base_seq: base,
-                file: sf,
-                open: None,
-                last_seq: scanned_last,
-                size: scan.valid_len,
-                max_timestamp: scan.max_timestamp,
-                offsets,
-                times,
-                index_bytes: 0,
-            };
-            match next_base {
-                None => {
-                    if let Some(problem) = scan.problem {
-                        tracing::warn!(
-                            path = %seg.file.log_path.display(),
-                            position = problem.position,
-                            bytes_removed = file_len - scan.valid_len,
-                            reason = %problem.reason,
-                            "truncating the active segment's torn or corrupt tail"
-                        );
-                        file.set_len(scan.valid_len)
-                            .and_then(|()| file.sync_all())
-                            .map_err(|e| Error::io(&seg.file.log_path, e))?;
-                        report.truncated = Some(TruncatedTail {
-                            path: seg.file.log_path.clone(),
-                            position: scan.valid_len,
-                            bytes_removed: file_len - scan.valid_len,
-                            reason: problem.reason,
-                        });
-                    }
-                    active_builder = Some(builder);
-                    seg.open = Some(Arc::new(file));
-                    // Index files of the active segment are stale by definition.
-                    remove_if_exists(&seg.file.index_path)?;
-                    remove_if_exists(&seg.file.time_index_path)?;
-                }
-                Some(next_base) => {
-                    let complete = scan.problem.is_none() && scanned_last + 1 == next_base;
-                    if complete {
-                        tracing::warn!(path = %seg.file.log_path.display(), "rebuilt a missing or invalid segment index");
-                        seg.index_bytes =
-                            write_indexes(&seg, sync_files, &FaultInjector::default())?;
-                        report.rebuilt_indexes.push(seg.file.log_path.clone());
-                    } else {
-                        let (position, reason) = match scan.problem {
-                            Some(p) => (p.position, p.reason),
-                            None => (
-                                scan.valid_len,
-                                format!(
-                                    "segment ends at seq {scanned_last}, the next one starts at {next_base}"
-                                ),
-                            ),
-                        };
-                        tracing::warn!(path = %seg.file.log_path.display(), position, reason = %reason, "closed segment is corrupt; leaving it unaltered");
-                        report.corrupt_segments.push(CorruptSegment {
-                            path: seg.file.log_path.clone(),
-                            position,
-                            reason,
-                        });
-                        // Keep the log contiguous: reads into the bad part return `Corrupt`.
-                        seg.last_seq = next_base - 1;
-                        seg.size = file_len;
-                    }
-                }
-            }
-            segs.push(seg);
-        }
-        if segs.is_empty() {
-            let base = 1;
-            let (log_path, _, _) = segment_paths(&dir, base);
-            let file = open_rw(&log_path, true)?;
-            fsync_dir(&dir)?;
-            segs.push(Seg {
-                base_seq: base,
-                file: seg_file(&dir, base),
-                open: Some(Arc::new(file)),
-                last_seq: 0,
-                size: 0,
-                max_timestamp: i64::MIN,
-                offsets: Vec::new(),
-                times: Vec::new(),
-                index_bytes: 0,
-            });
-        }
+        let crate::recovery::Recovered {
+            segs,
+            active_builder,
+            report,
+        } = crate::recovery::recover(&dir, &opts)?;
         let (appender, last) = {
             let Some(active) = segs.last() else {
                 return Err(no_active_segment(&dir));
@@ -736,9 +582,8 @@ impl Inner {
     }
 
     /// `fdatasync` of a segment file (through the fault seam).
-    fn sync_data(&self, f: &File) -> io::Result<()> {
-        self.faults.check(Op::Fsync)?;
-        f.sync_data()
+    fn sync_data(&self, f: &File, path: &Path) -> io::Result<()> {
+        self.faults.sync_file(f, path)
     }
 
     /// Fsyncs the log directory (through the fault seam).
@@ -793,7 +638,7 @@ impl Inner {
                 Some((fd, paths, upto)) => {
                     let closed = std::mem::take(&mut *self.unsynced_closed.lock());
                     self.sync_closed(&closed).and_then(|()| {
-                        self.sync_data(&fd)
+                        self.sync_data(&fd, &paths.log_path)
                             .map_err(|e| Error::io(&paths.log_path, e))
                             .map(|()| upto)
                     })
@@ -843,7 +688,8 @@ impl Inner {
                     Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                     Err(e) => return Err(Error::io(path, e)),
                 };
-                self.sync_data(&file).map_err(|e| Error::io(path, e))?;
+                self.sync_data(&file, path)
+                    .map_err(|e| Error::io(path, e))?;
             }
         }
         Ok(())
@@ -856,7 +702,7 @@ impl Inner {
             return Ok(());
         }
         let sync = self.opts.sync != SyncPolicy::Never;
-        if sync && let Err(e) = self.sync_data(&ap.file) {
+        if sync && let Err(e) = self.sync_data(&ap.file, &ap.active.log_path) {
             self.poison();
             return Err(Error::io(&ap.active.log_path, e));
         }
@@ -885,6 +731,11 @@ impl Inner {
             })
             .map_err(|e| Error::io(&log_path, e))?;
         self.fsync_dir().inspect_err(|_| self.poison())?;
+        if sync {
+            // Every record before `base` is synced: a later open must find them all.
+            self.write_recovery_point(base - 1)
+                .inspect_err(|_| self.poison())?;
+        }
         if !sync {
             // Listed before the new segment is published (see `sync_through`).
             self.unsynced_closed.lock().push(Arc::clone(&ap.active));
@@ -908,6 +759,7 @@ impl Inner {
                 offsets: Vec::new(),
                 times: Vec::new(),
                 index_bytes: 0,
+                hole: None,
             });
         }
         if sync {
@@ -961,6 +813,17 @@ impl Inner {
                 if seq > seg.last_seq {
                     break;
                 }
+                if let Some(marker) = &seg.hole {
+                    if !out.is_empty() {
+                        // Deliver what comes before the hole; the next read names it.
+                        break;
+                    }
+                    return Err(Error::Quarantined {
+                        first_seq: seg.base_seq,
+                        last_seq: seg.last_seq,
+                        path: marker.clone(),
+                    });
+                }
                 let (start_seq, pos) = floor_entry(&seg.offsets, seq).unwrap_or((seg.base_seq, 0));
                 let records = seg.last_seq + 1 - seg.base_seq;
                 ReadPlan {
@@ -975,7 +838,29 @@ impl Inner {
                 }
             };
             let before = out.len();
-            let next = match self.read_segment(&plan, seq, max - out.len(), &mut out) {
+            let mut result = self.read_segment(&plan, seq, max - out.len(), &mut out);
+            if let Err(Error::Corrupt { position, .. }) = &result
+                && *position == plan.pos
+                && plan.pos != 0
+                && out.len() == before
+            {
+                // The index entry does not point at the frame it names (an index rewritten
+                // with a valid checksum, or bit rot in it): never trust it over the `.log`,
+                // read the segment from its start instead.
+                tracing::warn!(
+                    path = %plan.file.index_path.display(),
+                    seq = plan.start_seq,
+                    position = plan.pos,
+                    "index entry does not match the .log; reading the segment from its start"
+                );
+                let from_start = ReadPlan {
+                    pos: 0,
+                    start_seq: plan.base,
+                    ..plan
+                };
+                result = self.read_segment(&from_start, seq, max - out.len(), &mut out);
+            }
+            let next = match result {
                 Ok(next) => next,
                 Err(Error::Io { source, .. })
                     if source.kind() == io::ErrorKind::NotFound && self.first_seq() > seq =>
@@ -988,6 +873,9 @@ impl Inner {
                         last: st.last_seq(),
                     });
                 }
+                // Records decoded before a bad frame are delivered first; a read starting at
+                // the bad frame returns the error.
+                Err(_) if !out.is_empty() => break,
                 Err(e) => return Err(e),
             };
             if out.len() == before && next <= seq {
@@ -1076,6 +964,7 @@ impl Inner {
         st.segs
             .iter()
             .enumerate()
+            .filter(|(_, s)| s.hole.is_none())
             .map(|(i, s)| SegmentInfo {
                 base_seq: s.base_seq,
                 last_seq: s.last_seq,
@@ -1130,7 +1019,7 @@ impl Inner {
             return Ok(0);
         }
         let mut freed = 0;
-        for seg in &victims {
+        for seg in victims.iter().filter(|s| s.hole.is_none()) {
             // Index files first: a crash in between leaves a segment whose index is rebuilt.
             remove_if_exists(&seg.file.index_path)?;
             remove_if_exists(&seg.file.time_index_path)?;
@@ -1140,6 +1029,128 @@ impl Inner {
         }
         self.fsync_dir()?;
         Ok(freed)
+    }
+
+    /// Records durably that the log holds every seq up to `seq` (see
+    /// [`RECOVERY_POINT_FILE_NAME`](crate::RECOVERY_POINT_FILE_NAME)).
+    fn write_recovery_point(&self, seq: u64) -> Result<(), Error> {
+        self.faults
+            .check(Op::Fsync)
+            .map_err(|e| Error::io(&self.dir, e))?;
+        crate::recovery::write_recovery_point(&self.dir, seq)
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.state.read().active().map_or(1, |a| a.last_seq + 1)
+    }
+
+    fn quarantined(&self) -> Vec<(RangeInclusive<u64>, PathBuf)> {
+        self.state
+            .read()
+            .segs
+            .iter()
+            .filter_map(|s| {
+                s.hole
+                    .as_ref()
+                    .map(|p| (s.base_seq..=s.last_seq, p.clone()))
+            })
+            .collect()
+    }
+
+    fn start_at(&self, seq: u64) -> Result<(), Error> {
+        let mut guard = self.appender.lock();
+        self.check_poisoned()?;
+        let ap = &mut *guard;
+        let (has_records, last) = {
+            let st = self.state.read();
+            let has = st
+                .segs
+                .iter()
+                .any(|s| s.hole.is_none() && s.last_seq >= s.base_seq);
+            (has, st.last_seq())
+        };
+        if has_records {
+            return Err(Error::NotEmpty {
+                dir: self.dir.clone(),
+                last_seq: last,
+            });
+        }
+        if seq == 0 || seq < ap.next_seq {
+            return Err(Error::InvalidStart {
+                seq,
+                next_seq: ap.next_seq,
+            });
+        }
+        if seq == ap.next_seq {
+            return Ok(());
+        }
+        // The old (empty) segment files go first: a crash in between leaves a directory with
+        // no segment, which opens as a new log the caller starts again.
+        let old: Vec<(u64, Arc<SegFile>)> = self
+            .state
+            .read()
+            .segs
+            .iter()
+            .filter(|s| s.hole.is_none())
+            .map(|s| (s.base_seq, Arc::clone(&s.file)))
+            .collect();
+        for (_, f) in &old {
+            remove_if_exists(&f.index_path)?;
+            remove_if_exists(&f.time_index_path)?;
+            remove_if_exists(&f.log_path)?;
+        }
+        self.fsync_dir().inspect_err(|_| self.poison())?;
+        let (log_path, _, _) = segment_paths(&self.dir, seq);
+        let file = self
+            .faults
+            .check(Op::Create)
+            .and_then(|()| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&log_path)
+            })
+            .map_err(|e| Error::io(&log_path, e))
+            .inspect_err(|_| self.poison())?;
+        self.fsync_dir().inspect_err(|_| self.poison())?;
+        let sf = seg_file(&self.dir, seq);
+        let file = Arc::new(file);
+        {
+            let mut st = self.state.write();
+            st.segs = vec![Seg {
+                base_seq: seq,
+                file: Arc::clone(&sf),
+                open: Some(Arc::clone(&file)),
+                last_seq: seq - 1,
+                size: 0,
+                max_timestamp: i64::MIN,
+                offsets: Vec::new(),
+                times: Vec::new(),
+                index_bytes: 0,
+                hole: None,
+            }];
+        }
+        for (base, _) in &old {
+            self.fds.remove(*base);
+        }
+        self.unsynced_closed.lock().clear();
+        {
+            let mut s = self.sync_state.lock();
+            s.synced_seq = seq - 1;
+            s.written_seq = seq - 1;
+            s.dirty_since = None;
+        }
+        ap.active = sf;
+        ap.file = file;
+        ap.size = 0;
+        ap.next_seq = seq;
+        ap.builder = IndexBuilder::new(self.opts.index_interval_bytes);
+        self.write_recovery_point(seq - 1)
+            .inspect_err(|_| self.poison())?;
+        tracing::info!(dir = %self.dir.display(), seq, "empty log now starts at a new seq");
+        Ok(())
     }
 
     fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
@@ -1296,6 +1307,45 @@ impl Log {
         self.inner.last_seq()
     }
 
+    /// The seq the next append gets: `last_seq() + 1`, or the seq an empty log was started at
+    /// with [`Log::start_at`].
+    pub fn next_seq(&self) -> u64 {
+        self.inner.next_seq()
+    }
+
+    /// The explicit holes in the log's seqs, with their marker files in the quarantine
+    /// directory: seqs a repair ([`RecoveryMode::Repair`](crate::RecoveryMode::Repair)) moved
+    /// aside or found missing. Reads into one fail with [`Error::Quarantined`]. Empty unless
+    /// the log was repaired.
+    pub fn quarantined(&self) -> Vec<(RangeInclusive<u64>, PathBuf)> {
+        self.inner.quarantined()
+    }
+
+    /// Makes `seq` the seq of the next append of a log that holds no records, like Kafka's
+    /// log start offset after a full truncation: the tiered layer uses it when the local log
+    /// was lost but the remote tier holds seqs up to `seq - 1`, so new records never reuse
+    /// them. The empty segment file is replaced by `seq`'s and the directory synced; a crash in
+    /// between leaves an empty log that starts at 1.
+    ///
+    /// ```
+    /// use krabka_protocol::Message;
+    /// use krabka_storage::{Log, Options};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let log = Log::open(dir.path(), Options::default())?;
+    /// log.start_at(301)?;
+    /// assert_eq!(log.append(&Message::new("x"))?, 301);
+    /// assert!(log.start_at(400).is_err()); // it holds a record now
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NotEmpty`] when the log holds a record; [`Error::InvalidStart`] when `seq` is
+    /// below [`Log::next_seq`] (a no-op when equal); [`Error::Poisoned`]; [`Error::Io`].
+    pub fn start_at(&self, seq: u64) -> Result<(), Error> {
+        self.inner.start_at(seq)
+    }
+
     /// Total on-disk size of the log's files (`.log`, `.index` and `.timeindex`), in bytes.
     pub fn bytes(&self) -> u64 {
         self.inner.bytes()
@@ -1326,7 +1376,11 @@ impl Log {
     /// As [`Log::sync`]; the log is closed either way.
     pub fn close(mut self) -> Result<(), Error> {
         self.stop_flusher();
-        self.inner.sync()
+        self.inner.sync()?;
+        let _ap = self.inner.appender.lock();
+        self.inner.check_poisoned()?;
+        let last = self.inner.next_seq() - 1;
+        self.inner.write_recovery_point(last)
     }
 
     /// Drops whole segments whose records are all below `keep_from`. A segment partly below
@@ -1438,7 +1492,7 @@ struct ReadPlan {
 }
 
 /// Writes a closed segment's `.index` and `.timeindex`; returns their total size.
-fn write_indexes(seg: &Seg, sync: bool, faults: &FaultInjector) -> Result<u64, Error> {
+pub(crate) fn write_indexes(seg: &Seg, sync: bool, faults: &FaultInjector) -> Result<u64, Error> {
     let idx = OffsetIndex {
         base_seq: seg.base_seq,
         last_seq: seg.last_seq,

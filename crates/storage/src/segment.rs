@@ -51,7 +51,7 @@ pub const FRAME_HEADER_LEN: usize = 16;
 pub const MIN_MESSAGE_LEN: usize = 18;
 
 /// Smallest value a frame's `len` field can hold: seq (8) + the smallest message.
-const MIN_BODY_LEN: usize = 8 + MIN_MESSAGE_LEN;
+pub(crate) const MIN_BODY_LEN: usize = 8 + MIN_MESSAGE_LEN;
 
 /// File name suffix of a segment's records.
 pub const LOG_SUFFIX: &str = "log";
@@ -484,8 +484,11 @@ pub struct SegmentVerification {
     pub valid_bytes: u64,
     /// Size of the file.
     pub file_bytes: u64,
-    /// The first problem (`None` when every byte of the file is a valid frame).
+    /// The first problem (`None` when every byte of the file is a valid frame and, for
+    /// [`verify_segment_files`], the index files agree with it).
     pub problem: Option<SegmentProblem>,
+    /// The file the problem is in (the `.log`, or an index file for [`verify_segment_files`]).
+    pub problem_path: Option<PathBuf>,
 }
 
 impl SegmentVerification {
@@ -518,8 +521,39 @@ pub(crate) fn scan_file(
     expect_first: Option<u64>,
     index_interval: u64,
 ) -> Result<Scan, Error> {
+    scan_file_from(
+        file,
+        path,
+        0,
+        file_len,
+        expect_first,
+        index_interval,
+        &mut |_| {},
+    )
+}
+
+/// One valid frame seen by a scan: its seq, byte position and timestamp, and the largest
+/// timestamp of the frames scanned before it (`i64::MIN` for the first).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ScannedFrame {
+    pub(crate) seq: u64,
+    pub(crate) position: u64,
+    pub(crate) max_timestamp_before: i64,
+}
+
+/// [`scan_file`] starting at byte `start` (which must be a frame boundary), calling
+/// `on_frame` for every valid frame.
+pub(crate) fn scan_file_from(
+    file: &File,
+    path: &Path,
+    start: u64,
+    file_len: u64,
+    expect_first: Option<u64>,
+    index_interval: u64,
+    on_frame: &mut dyn FnMut(ScannedFrame),
+) -> Result<Scan, Error> {
     let mut scan = Scan {
-        valid_len: 0,
+        valid_len: start,
         first_seq: None,
         last_seq: None,
         records: 0,
@@ -528,7 +562,7 @@ pub(crate) fn scan_file(
         problem: None,
     };
     let mut expect = expect_first;
-    let mut pos = 0u64;
+    let mut pos = start;
     // Frames are dropped after checking, so one buffer is reused for every chunk.
     let bufs = ReadBufs::default();
     while pos < file_len {
@@ -538,7 +572,7 @@ pub(crate) fn scan_file(
             bufs.read_at(file, path, at, len)
         })?;
         let before = scan.valid_len;
-        if !scan_buffer(&chunk, pos, &mut expect, &mut scan) {
+        if !scan_buffer(&chunk, pos, &mut expect, &mut scan, on_frame) {
             return Ok(scan);
         }
         if scan.valid_len == before {
@@ -555,7 +589,13 @@ pub(crate) fn scan_file(
 
 /// Checks the frames of `chunk` (read at file position `pos`) until it ends or a frame is
 /// incomplete, recording them in `scan`. Returns false when a bad frame was found.
-fn scan_buffer(chunk: &Bytes, pos: u64, expect: &mut Option<u64>, scan: &mut Scan) -> bool {
+fn scan_buffer(
+    chunk: &Bytes,
+    pos: u64,
+    expect: &mut Option<u64>,
+    scan: &mut Scan,
+    on_frame: &mut dyn FnMut(ScannedFrame),
+) -> bool {
     let mut off = 0usize;
     loop {
         let rest = chunk.get(off..).unwrap_or(&[]);
@@ -594,6 +634,11 @@ fn scan_buffer(chunk: &Bytes, pos: u64, expect: &mut Option<u64>, scan: &mut Sca
                 return false;
             }
         };
+        on_frame(ScannedFrame {
+            seq: frame.seq,
+            position: at,
+            max_timestamp_before: scan.max_timestamp,
+        });
         scan.index
             .observe(frame.seq, at, frame.len as u64, msg.timestamp);
         scan.max_timestamp = scan.max_timestamp.max(msg.timestamp);
@@ -604,6 +649,102 @@ fn scan_buffer(chunk: &Bytes, pos: u64, expect: &mut Option<u64>, scan: &mut Sca
         off += frame.len;
         scan.valid_len = pos + off as u64;
     }
+}
+
+/// Looks for the first valid frame after the damage at `from`: a frame whose length and CRC
+/// check and whose seq is at least `expected_next` (and no larger than the frames that fit in
+/// the rest of the file allow). Returns its position, its seq and the last seq of the run of
+/// contiguous valid frames it starts, or `None` when nothing valid follows the damage (a torn
+/// tail). Memory stays bounded: the file is searched in 1 MiB windows and only candidates whose
+/// header passes are read whole.
+pub(crate) fn find_valid_frame_after(
+    file: &File,
+    path: &Path,
+    from: u64,
+    file_len: u64,
+    expected_next: u64,
+) -> Result<Option<(u64, u64, u64)>, Error> {
+    const WINDOW: u64 = 1 << 20;
+    let min_frame = (FRAME_HEADER_LEN + MIN_MESSAGE_LEN) as u64;
+    let most_frames = file_len.saturating_sub(from) / min_frame + 1;
+    let highest = expected_next.saturating_add(most_frames);
+    let mut pos = from.saturating_add(1);
+    while pos.saturating_add(FRAME_HEADER_LEN as u64) <= file_len {
+        let len = (file_len - pos).min(WINDOW + FRAME_HEADER_LEN as u64);
+        let mut buf = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
+        file.read_exact_at(&mut buf, pos)
+            .map_err(|e| Error::io(path, e))?;
+        let last_start = (buf.len() - FRAME_HEADER_LEN).min(WINDOW as usize - 1);
+        for off in 0..=last_start {
+            let Some(header) = buf.get(off..off + FRAME_HEADER_LEN) else {
+                break;
+            };
+            let seq = header
+                .get(8..16)
+                .and_then(|s| <[u8; 8]>::try_from(s).ok())
+                .map_or(0, u64::from_le_bytes);
+            if seq < expected_next || seq > highest {
+                continue;
+            }
+            let body = header
+                .get(..4)
+                .and_then(|s| <[u8; 4]>::try_from(s).ok())
+                .map_or(0, u32::from_le_bytes) as u64;
+            let at = pos + off as u64;
+            if body < MIN_BODY_LEN as u64 || at + 8 + body > file_len {
+                continue;
+            }
+            let mut frame = vec![0u8; 8 + body as usize];
+            file.read_exact_at(&mut frame, at)
+                .map_err(|e| Error::io(path, e))?;
+            if let Parsed::Frame(f) = parse_frame(&frame)
+                && f.seq == seq
+            {
+                let run =
+                    scan_file_from(file, path, at, file_len, Some(seq), u64::MAX, &mut |_| {})?;
+                return Ok(Some((at, seq, run.last_seq.unwrap_or(seq))));
+            }
+        }
+        pos += WINDOW;
+    }
+    Ok(None)
+}
+
+/// The directory inside a log directory where damaged bytes, stray files and the markers of
+/// explicit holes are moved by recovery (never deleted).
+pub const QUARANTINE_DIR: &str = "quarantine";
+
+/// File name suffix of a quarantine file that marks an explicit hole in a log's seqs.
+pub const HOLE_SUFFIX: &str = "quarantined";
+
+/// The name of the quarantine file marking the explicit hole `first..=last` (the seqs a repair
+/// moved aside or found missing); it holds the bytes moved aside, if any.
+///
+/// ```
+/// use krabka_storage::segment::{hole_file_name, parse_hole_file_name};
+/// let name = hole_file_name(101, 200);
+/// assert_eq!(name, "00000000000000000101-00000000000000000200.quarantined");
+/// assert_eq!(parse_hole_file_name(&name), Some((101, 200)));
+/// assert_eq!(parse_hole_file_name("00000000000000000101.log"), None);
+/// ```
+pub fn hole_file_name(first: u64, last: u64) -> String {
+    format!("{first:020}-{last:020}.{HOLE_SUFFIX}")
+}
+
+/// Parses a hole marker's file name (see [`hole_file_name`]) into its seq range; `None` for any
+/// other name or an empty range.
+pub fn parse_hole_file_name(name: &str) -> Option<(u64, u64)> {
+    let (range, suffix) = name.split_once('.')?;
+    if suffix != HOLE_SUFFIX {
+        return None;
+    }
+    let (a, b) = range.split_once('-')?;
+    let digits = |d: &str| d.len() == 20 && d.bytes().all(|c| c.is_ascii_digit());
+    if !digits(a) || !digits(b) {
+        return None;
+    }
+    let (first, last) = (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?);
+    (first >= 1 && first <= last).then_some((first, last))
 }
 
 /// CRC-checks every frame of the `.log` file at `log_path` and reports the first bad position.
@@ -631,8 +772,217 @@ pub fn verify_segment(log_path: &Path) -> Result<SegmentVerification, Error> {
         max_timestamp: scan.first_seq.map(|_| scan.max_timestamp),
         valid_bytes: scan.valid_len,
         file_bytes: file_len,
+        problem_path: scan.problem.as_ref().map(|_| log_path.to_path_buf()),
         problem: scan.problem,
     })
+}
+
+/// [`verify_segment`] of a closed segment with its index files: also checks that the
+/// `.index` and `.timeindex` decode, describe this `.log` (base seq, last seq, size, max
+/// timestamp) and that every index entry points at the start of the frame holding its seq (and
+/// every time-index entry carries the largest timestamp before that frame), so an index
+/// rewritten with a valid checksum cannot send readers to the wrong record. Pass `None` for an
+/// index file that is not expected (the active segment has none); a path that does not exist is
+/// a problem ("missing").
+///
+/// The first problem found is in [`SegmentVerification::problem`], and the file it is in
+/// (the `.log` or one of the index files) in [`SegmentVerification::problem_path`].
+///
+/// # Errors
+/// [`Error::Io`] when a file cannot be read (other than a missing index file).
+pub fn verify_segment_files(
+    log_path: &Path,
+    index_path: Option<&Path>,
+    time_index_path: Option<&Path>,
+) -> Result<SegmentVerification, Error> {
+    let file = File::open(log_path).map_err(|e| Error::io(log_path, e))?;
+    let file_len = file.metadata().map_err(|e| Error::io(log_path, e))?.len();
+    let base_seq = log_path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(parse_segment_file_name)
+        .map(|(b, _)| b);
+    let read_index = |p: &Path| -> Result<Result<Vec<u8>, SegmentProblem>, Error> {
+        match std::fs::read(p) {
+            Ok(b) => Ok(Ok(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Err(SegmentProblem {
+                position: 0,
+                reason: "index file is missing".into(),
+            })),
+            Err(e) => Err(Error::io(p, e)),
+        }
+    };
+    let mut index_problem: Option<(PathBuf, SegmentProblem)> = None;
+    let mut offsets: Option<crate::index::OffsetIndex> = None;
+    let mut times: Option<crate::index::TimeIndex> = None;
+    if let Some(p) = index_path {
+        match read_index(p)? {
+            Ok(b) => match crate::index::OffsetIndex::decode(&b) {
+                Ok(i) => offsets = Some(i),
+                Err(e) => {
+                    index_problem = Some((
+                        p.to_path_buf(),
+                        SegmentProblem {
+                            position: e.position as u64,
+                            reason: e.reason,
+                        },
+                    ));
+                }
+            },
+            Err(problem) => index_problem = Some((p.to_path_buf(), problem)),
+        }
+    }
+    if let Some(p) = time_index_path
+        && index_problem.is_none()
+    {
+        match read_index(p)? {
+            Ok(b) => match crate::index::TimeIndex::decode(&b) {
+                Ok(i) => times = Some(i),
+                Err(e) => {
+                    index_problem = Some((
+                        p.to_path_buf(),
+                        SegmentProblem {
+                            position: e.position as u64,
+                            reason: e.reason,
+                        },
+                    ));
+                }
+            },
+            Err(problem) => index_problem = Some((p.to_path_buf(), problem)),
+        }
+    }
+    // Entries are checked as the scan passes their frames.
+    let want: Vec<(u64, u64)> = offsets
+        .as_ref()
+        .map(|i| i.entries.clone())
+        .unwrap_or_default();
+    let want_times: Vec<(i64, u64)> = times
+        .as_ref()
+        .map(|i| i.entries.clone())
+        .unwrap_or_default();
+    let mut seen: Vec<(u64, u64, i64)> = Vec::new();
+    let mut next_entry = 0usize;
+    let mut on_frame = |f: ScannedFrame| {
+        let hit = want.get(next_entry).is_some_and(|&(s, _)| s == f.seq)
+            || want_times.get(next_entry).is_some_and(|&(_, s)| s == f.seq);
+        if hit {
+            seen.push((f.seq, f.position, f.max_timestamp_before));
+            next_entry += 1;
+        }
+    };
+    let scan = scan_file_from(
+        &file,
+        log_path,
+        0,
+        file_len,
+        base_seq,
+        u64::MAX,
+        &mut on_frame,
+    )?;
+    let mut verification = SegmentVerification {
+        base_seq,
+        records: scan.records,
+        first_seq: scan.first_seq,
+        last_seq: scan.last_seq,
+        max_timestamp: scan.first_seq.map(|_| scan.max_timestamp),
+        valid_bytes: scan.valid_len,
+        file_bytes: file_len,
+        problem_path: scan.problem.as_ref().map(|_| log_path.to_path_buf()),
+        problem: scan.problem,
+    };
+    if verification.problem.is_some() {
+        return Ok(verification);
+    }
+    let fail = |v: &mut SegmentVerification, path: &Path, position: u64, reason: String| {
+        v.problem = Some(SegmentProblem { position, reason });
+        v.problem_path = Some(path.to_path_buf());
+    };
+    if let Some((path, problem)) = index_problem {
+        fail(&mut verification, &path, problem.position, problem.reason);
+        return Ok(verification);
+    }
+    let last = scan
+        .last_seq
+        .unwrap_or(base_seq.unwrap_or(1).saturating_sub(1));
+    if let (Some(idx), Some(p)) = (&offsets, index_path) {
+        let header_ok = Some(idx.base_seq) == base_seq.or(scan.first_seq)
+            && idx.last_seq == last
+            && idx.log_size == file_len
+            && (scan.records == 0 || idx.max_timestamp == scan.max_timestamp);
+        if !header_ok {
+            fail(
+                &mut verification,
+                p,
+                8,
+                format!(
+                    "index describes seqs {}..={} in {} bytes (max timestamp {}), the .log holds {}..={last} in {file_len} bytes",
+                    idx.base_seq,
+                    idx.last_seq,
+                    idx.log_size,
+                    idx.max_timestamp,
+                    scan.first_seq.unwrap_or(idx.base_seq)
+                ),
+            );
+            return Ok(verification);
+        }
+        for (i, &(seq, pos)) in idx.entries.iter().enumerate() {
+            let found = seen.iter().find(|&&(s, _, _)| s == seq);
+            if found.map(|&(_, p, _)| p) != Some(pos) {
+                let at = (crate::index::INDEX_HEADER_LEN + i * crate::index::ENTRY_LEN) as u64;
+                fail(
+                    &mut verification,
+                    p,
+                    at,
+                    format!(
+                        "index entry {i} points seq {seq} at byte {pos}, but {}",
+                        match found {
+                            Some(&(_, real, _)) => format!("its frame starts at byte {real}"),
+                            None => "no frame of the .log starts there with that seq".to_owned(),
+                        }
+                    ),
+                );
+                return Ok(verification);
+            }
+        }
+    }
+    if let (Some(tidx), Some(p)) = (&times, time_index_path) {
+        let header_ok = Some(tidx.base_seq) == base_seq.or(scan.first_seq)
+            && (scan.records == 0 || tidx.max_timestamp == scan.max_timestamp)
+            && offsets
+                .as_ref()
+                .is_none_or(|o| o.entries.len() == tidx.entries.len());
+        if !header_ok {
+            fail(
+                &mut verification,
+                p,
+                8,
+                format!(
+                    "time index (base {}, max timestamp {}, {} entries) does not describe this .log",
+                    tidx.base_seq,
+                    tidx.max_timestamp,
+                    tidx.entries.len()
+                ),
+            );
+            return Ok(verification);
+        }
+        for (i, &(ts, seq)) in tidx.entries.iter().enumerate() {
+            let found = seen.iter().find(|&&(s, _, _)| s == seq);
+            if found.map(|&(_, _, before)| before) != Some(ts) {
+                let at = (crate::index::TIME_INDEX_HEADER_LEN + i * crate::index::ENTRY_LEN) as u64;
+                fail(
+                    &mut verification,
+                    p,
+                    at,
+                    format!(
+                        "time index entry {i} gives seq {seq} timestamp {ts}, the .log says {}",
+                        found.map_or("no such frame".to_owned(), |&(_, _, b)| b.to_string())
+                    ),
+                );
+                return Ok(verification);
+            }
+        }
+    }
+    Ok(verification)
 }
 
 /// One frame as seen by [`dump_frames`].

@@ -454,7 +454,7 @@ fn flipped_byte_in_closed_segment_makes_read_corrupt_not_panic() {
 }
 
 #[test]
-fn truncated_closed_segment_is_reported_and_reads_fail_cleanly() {
+fn truncated_closed_segment_fails_open_then_repair_records_the_hole() {
     let dir = tempfile::tempdir().unwrap();
     let segs = corrupt_setup(dir.path());
     let victim = &segs[1];
@@ -464,14 +464,47 @@ fn truncated_closed_segment_is_reported_and_reads_fail_cleanly() {
         .unwrap();
     f.set_len(victim.size - 7).unwrap();
     drop(f);
-    let log = Log::open(dir.path(), opts(1000)).unwrap();
-    assert_eq!(log.recovery_report().corrupt_segments.len(), 1);
+    let truncated = fs::read(&victim.log_path).unwrap();
+    match Log::open(dir.path(), opts(1000)) {
+        Err(Error::Damaged {
+            path,
+            first_seq,
+            last_seq,
+            ..
+        }) => {
+            assert_eq!(path, victim.log_path);
+            assert_eq!((first_seq, last_seq), (victim.last_seq, victim.last_seq));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing was changed by the refused open.
+    assert_eq!(fs::read(&victim.log_path).unwrap(), truncated);
+    let repair = Options {
+        recovery: krabka_storage::RecoveryMode::Repair,
+        ..opts(1000)
+    };
+    let log = Log::open(dir.path(), repair).unwrap();
+    let report = log.recovery_report();
+    assert_eq!(report.quarantined.len(), 1, "{report}");
+    let moved = &report.quarantined[0];
+    assert_eq!(moved.seqs, Some((victim.last_seq, victim.last_seq)));
+    assert_eq!(moved.bytes, victim.size - 7 - (moved.position));
+    assert!(moved.to.exists());
+    // The records before the damage read; the hole is an error naming its marker; after it,
+    // everything reads and the log keeps its last seq.
+    let before = log.read(victim.base_seq, 100).unwrap();
+    assert_eq!(before.last().unwrap().seq, victim.last_seq - 1);
     assert!(matches!(
-        log.read(victim.base_seq, 100),
-        Err(Error::Corrupt { .. })
+        log.read(victim.last_seq, 1),
+        Err(Error::Quarantined { .. })
     ));
-    assert_eq!(log.read(victim.base_seq, 1).unwrap().len(), 1);
+    assert_eq!(log.read(victim.last_seq + 1, 1).unwrap().len(), 1);
     assert_eq!(log.last_seq(), 60);
+    drop(log);
+    // The hole survives a plain reopen.
+    let log = Log::open(dir.path(), opts(1000)).unwrap();
+    assert_eq!(log.quarantined().len(), 1);
+    assert_eq!(log.append(&Message::new("next")).unwrap(), 61);
 }
 
 #[test]
@@ -522,9 +555,14 @@ fn garbage_tail_on_active_segment_is_truncated_and_reported() {
 }
 
 #[test]
-fn torn_last_frame_and_flipped_byte_in_active_segment_cut_from_there() {
+fn torn_last_frame_is_cut_but_a_flipped_byte_before_intact_frames_fails_open() {
     let dir = tempfile::tempdir().unwrap();
-    let segs = corrupt_setup(dir.path());
+    // Dropped, not closed: the active segment's tail was never synced (a torn write can hit
+    // it). After a clean close the same cut would be refused as damage to synced records.
+    let log = Log::open(dir.path(), opts(1000)).unwrap();
+    fill(&log, 60);
+    let segs = log.segments();
+    drop(log);
     let active = segs.last().unwrap();
     let bytes = fs::read(&active.log_path).unwrap();
     // Torn: cut the last frame in half.
@@ -533,14 +571,53 @@ fn torn_last_frame_and_flipped_byte_in_active_segment_cut_from_there() {
     assert_eq!(log.last_seq(), 59);
     check_all(&log);
     drop(log);
-    // Flip a byte in the first frame: everything in the active segment goes.
+    // The cut bytes were saved, not deleted.
+    let qdir = dir.path().join(segment::QUARANTINE_DIR);
+    let saved: Vec<_> = fs::read_dir(&qdir).unwrap().collect();
+    assert_eq!(saved.len(), 1);
+    // Flip a byte in the first frame: intact frames follow it, so open refuses and changes
+    // nothing.
     let mut b = fs::read(&active.log_path).unwrap();
     b[20] ^= 0xff;
     fs::write(&active.log_path, &b).unwrap();
-    let log = Log::open(dir.path(), opts(1000)).unwrap();
-    assert_eq!(log.last_seq(), active.base_seq - 1);
-    assert_eq!(log.append(&msg(active.base_seq)).unwrap(), active.base_seq);
-    check_all(&log);
+    match Log::open(dir.path(), opts(1000)) {
+        Err(Error::Damaged {
+            path,
+            position,
+            first_seq,
+            last_seq,
+            ..
+        }) => {
+            assert_eq!(path, active.log_path);
+            assert_eq!(position, 0);
+            assert_eq!((first_seq, last_seq), (active.base_seq, 59));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fs::read(&active.log_path).unwrap(), b);
+    // Strict refuses too; Repair moves the bytes aside and never reuses their seqs.
+    let strict = Options {
+        recovery: krabka_storage::RecoveryMode::Strict,
+        ..opts(1000)
+    };
+    assert!(matches!(
+        Log::open(dir.path(), strict),
+        Err(Error::Damaged { .. })
+    ));
+    let repair = Options {
+        recovery: krabka_storage::RecoveryMode::Repair,
+        ..opts(1000)
+    };
+    let log = Log::open(dir.path(), repair).unwrap();
+    assert_eq!(log.last_seq(), 59);
+    assert_eq!(log.quarantined().len(), 1);
+    assert_eq!(*log.quarantined()[0].0.start(), active.base_seq);
+    assert_eq!(log.append(&msg(60)).unwrap(), 60);
+    assert!(matches!(
+        log.read(active.base_seq, 1),
+        Err(Error::Quarantined { .. })
+    ));
+    assert_eq!(log.read(60, 1).unwrap()[0].message, msg(60));
 }
 
 #[test]
