@@ -8,6 +8,10 @@
 //! <root>/<topic>-<partition>-<topic id>/<20-digit start offset>-<segment uuid><suffix>
 //! ```
 //!
+//! A partition directory name that would exceed 254 bytes (a topic name near Kafka's
+//! 249-character limit) is shortened by the layout to a readable prefix and a digest
+//! ([`layout::partition_dir`]), so every valid topic name fits in one path component.
+//!
 //! - A copy writes each file under a temporary name in its final directory, fsyncs it, renames
 //!   it into place and fsyncs the directory: a crash never leaves a partial file under a final
 //!   name (a stray temporary file at worst, removed by the segment's delete).

@@ -184,3 +184,35 @@ fn a_segment_shrunk_on_disk_reports_the_real_size() {
         Err(RemoteStorageError::InvalidArgument { .. })
     ));
 }
+
+#[test]
+fn a_249_character_topic_copies_fetches_and_deletes() {
+    let root = tempfile::tempdir().unwrap();
+    let rsm = FsRemoteStorage::new(root.path()).unwrap();
+    let local = Local::new(b"hello world");
+    for (topic, partition) in [
+        ("x".repeat(MAX_TOPIC_NAME_LEN), i32::MAX),
+        (
+            format!("{}.b", "x".repeat(MAX_TOPIC_NAME_LEN - 2)),
+            i32::MAX,
+        ),
+        ("x".repeat(MAX_TOPIC_NAME_LEN), 0),
+    ] {
+        let m = meta(&topic, partition, u64::MAX - 9);
+        let m = m.with_custom_metadata(rsm.copy_log_segment_data(&m, &local.data()).unwrap());
+        assert_eq!(rsm.fetch_log_segment(&m, 6, Some(10)).unwrap(), b"world");
+        assert_eq!(rsm.fetch_index(&m, IndexType::Offset).unwrap(), b"idx");
+        let dir = layout::partition_dir(m.topic_id_partition()).unwrap();
+        assert!(dir.len() < 255, "{dir}");
+        assert!(dir.starts_with(&"x".repeat(100)), "readable: {dir}");
+        assert!(root.path().join(&dir).is_dir());
+        rsm.delete_log_segment_data(&m).unwrap();
+        assert!(
+            rsm.fetch_log_segment(&m, 0, None)
+                .unwrap_err()
+                .is_not_found(),
+            "{topic}"
+        );
+    }
+    assert!(rsm.list_objects().unwrap().is_empty());
+}

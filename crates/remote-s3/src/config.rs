@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use krabka_remote_storage::RemoteStorageError;
+use krabka_remote_storage::{RemoteStorageError, layout};
 
 /// One mebibyte.
 const MIB: u64 = 1024 * 1024;
@@ -16,6 +16,11 @@ pub const MAX_PART_SIZE: u64 = 5 * 1024 * MIB;
 
 /// The most parts one multipart upload may have.
 pub const MAX_PARTS: u64 = 10_000;
+/// S3's limit on the length of an object key, in bytes.
+pub const MAX_KEY_LEN: usize = 1024;
+/// The longest [`S3Config::prefix`], in bytes: with the `/` after it and the longest key of the
+/// shared layout ([`layout::MAX_RELATIVE_KEY_LEN`]) it stays within [`MAX_KEY_LEN`].
+pub const MAX_PREFIX_LEN: usize = MAX_KEY_LEN - 1 - layout::MAX_RELATIVE_KEY_LEN;
 
 /// How the client authenticates.
 ///
@@ -84,7 +89,8 @@ pub struct S3Config {
     /// The bucket holding the remote tier. No default; must not be empty.
     pub bucket: String,
     /// Key prefix under which the segment layout lives, without leading or trailing `/`
-    /// (one is added). Default: empty (keys start at the bucket root).
+    /// (one is added). Default: empty (keys start at the bucket root). At most
+    /// [`MAX_PREFIX_LEN`] bytes, so every key stays within S3's 1,024-byte limit.
     pub prefix: String,
     /// Signing region. Default `us-east-1`; must not be empty (S3-compatible stores accept any
     /// value unless configured otherwise).
@@ -297,6 +303,14 @@ impl S3Config {
         if self.region.is_empty() {
             return bad("S3 region is empty".into());
         }
+        if self.prefix.len() > MAX_PREFIX_LEN {
+            return bad(format!(
+                "S3 key prefix is {} bytes, over {MAX_PREFIX_LEN}: with the longest layout key \
+                 ({} bytes) the object keys would exceed S3's {MAX_KEY_LEN}-byte limit",
+                self.prefix.len(),
+                layout::MAX_RELATIVE_KEY_LEN
+            ));
+        }
         if !(MIN_PART_SIZE..=MAX_PART_SIZE).contains(&self.part_size) {
             return bad(format!(
                 "part_size {} is outside {MIN_PART_SIZE}..={MAX_PART_SIZE}",
@@ -464,6 +478,13 @@ mod tests {
                 .is_err()
         );
         assert!(S3Config::new("b").with_max_attempts(0).validate().is_err());
+        let longest = "p".repeat(MAX_PREFIX_LEN);
+        assert!(S3Config::new("b").with_prefix(&*longest).validate().is_ok());
+        let err = S3Config::new("b")
+            .with_prefix(format!("{longest}q"))
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("prefix"), "{err}");
     }
 
     #[test]

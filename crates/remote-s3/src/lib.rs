@@ -41,5 +41,7 @@ mod storage;
 #[cfg(feature = "test-server")]
 pub mod test_server;
 
-pub use config::{MAX_PART_SIZE, MAX_PARTS, MIN_PART_SIZE, S3Config, S3Credentials};
+pub use config::{
+    MAX_KEY_LEN, MAX_PART_SIZE, MAX_PARTS, MAX_PREFIX_LEN, MIN_PART_SIZE, S3Config, S3Credentials,
+};
 pub use storage::S3RemoteStorage;

@@ -8,10 +8,10 @@ mod support;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use krabka_remote_s3::{S3Config, S3Credentials, S3RemoteStorage};
+use krabka_remote_s3::{MAX_KEY_LEN, MAX_PREFIX_LEN, S3Config, S3Credentials, S3RemoteStorage};
 use krabka_remote_storage::{
-    IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageError,
-    RemoteStorageManager, TopicIdPartition, layout,
+    IndexType, LogSegmentData, MAX_TOPIC_NAME_LEN, RemoteLogSegmentId, RemoteLogSegmentMetadata,
+    RemoteStorageError, RemoteStorageManager, TopicIdPartition, layout,
 };
 use support::{BUCKET, TestServer, start_server};
 
@@ -25,6 +25,13 @@ struct Seg {
 }
 
 fn seg(len: usize) -> Seg {
+    seg_of(
+        len,
+        TopicIdPartition::new(uuid::Uuid::new_v4(), "faults", 0),
+    )
+}
+
+fn seg_of(len: usize, tp: TopicIdPartition) -> Seg {
     let dir = tempfile::tempdir().unwrap();
     let log: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
     let paths = ["a.log", "a.index", "a.timeindex"].map(|n| dir.path().join(n));
@@ -32,7 +39,6 @@ fn seg(len: usize) -> Seg {
     std::fs::write(&paths[1], b"idx").unwrap();
     std::fs::write(&paths[2], b"tidx").unwrap();
     let [l, o, t] = paths;
-    let tp = TopicIdPartition::new(uuid::Uuid::new_v4(), "faults", 0);
     let metadata = RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp), 0, 9)
         .segment_size_in_bytes(len as u64)
         .build()
@@ -194,6 +200,37 @@ fn upload_orphaned_by_a_failed_attempt_is_aborted_by_deleting_that_attempt() {
     let m = retry.metadata.clone();
     assert_eq!(storage.fetch_log_segment(&m, 0, None).unwrap(), retry.log);
     storage.delete_log_segment_data(&s.metadata).unwrap();
+}
+
+#[test]
+fn longest_topic_name_under_the_longest_prefix_keeps_every_key_within_1024_bytes() {
+    let server = start_server();
+    let mut prefix = ["p".repeat(200), "q".repeat(200), "r".repeat(200)].join("/");
+    prefix.push('/');
+    prefix.push_str(&"s".repeat(MAX_PREFIX_LEN - prefix.len()));
+    assert_eq!(prefix.len(), MAX_PREFIX_LEN);
+    let storage = S3RemoteStorage::new(server.config().with_prefix(&*prefix)).unwrap();
+    for partition in [0, i32::MAX] {
+        let tp = TopicIdPartition::new(
+            uuid::Uuid::new_v4(),
+            "t".repeat(MAX_TOPIC_NAME_LEN),
+            partition,
+        );
+        let s = seg_of(10, tp);
+        let mut keys = vec![storage.object_key(&s.metadata, None).unwrap()];
+        for t in IndexType::ALL {
+            keys.push(storage.object_key(&s.metadata, Some(t)).unwrap());
+        }
+        for key in &keys {
+            assert!(key.len() <= MAX_KEY_LEN, "{} bytes: {key}", key.len());
+            assert!(key.starts_with(&format!("{prefix}/")), "{key}");
+        }
+    }
+    // A round trip of such keys is not possible here: s3s-fs keeps each object's metadata in a
+    // file whose single name embeds the whole key, so it fails keys over ~200 bytes. Real S3
+    // (and Ceph RGW) take up to 1,024 bytes; a longer prefix is refused by `validate`.
+    let too_long = server.config().with_prefix(format!("{prefix}x"));
+    assert!(S3RemoteStorage::new(too_long).is_err());
 }
 
 #[test]

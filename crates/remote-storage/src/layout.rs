@@ -1,23 +1,69 @@
 //! The object layout shared by every backend, so a filesystem root and an S3 prefix look alike:
 //!
 //! ```text
-//! <topic>-<partition>-<topic id>/<20-digit start offset>-<segment uuid><suffix>
+//! <partition dir>/<20-digit start offset>-<segment uuid><suffix>
 //! ```
 //! e.g. `orders-3-5f0c.../00000000000000001000-9b1d....log`.
+//!
+//! The partition directory is `<topic>-<partition>-<topic id>` when that is at most
+//! [`MAX_PARTITION_DIR_LEN`] bytes, which every topic name of up to 206 bytes satisfies.
+//! A longer one (a topic name near Kafka's 249-character limit) would not fit in one file
+//! name component of common filesystems (255 bytes), so it is shortened to
+//!
+//! ```text
+//! <first 160 bytes of topic>-<partition>-<topic id>-<32 hex digits>
+//! ```
+//!
+//! where the hex digits are the first 128 bits of the SHA-256 of the full
+//! `<topic>-<partition>-<topic id>` name. A full name always ends with a hyphenated UUID and a
+//! shortened one never does, so the two forms cannot collide; names that fit are unchanged.
+//! See [`partition_dir`].
+
+use sha2::{Digest, Sha256};
 
 use crate::error::RemoteStorageError;
 use crate::model::{IndexType, LOG_SUFFIX, RemoteLogSegmentMetadata, TopicIdPartition};
 
-/// The directory (or key prefix) of a partition, after validating its name.
+/// The longest partition directory name (one path component) the layout produces, in bytes:
+/// below the 255-byte file name limit of common filesystems.
+pub const MAX_PARTITION_DIR_LEN: usize = 254;
+
+/// Bytes of the topic name kept, readable, in a shortened partition directory name.
+const SHORT_TOPIC_LEN: usize = 160;
+
+/// Hex digits of the SHA-256 digest that end a shortened partition directory name.
+const DIGEST_HEX_LEN: usize = 32;
+
+/// The longest file (object) name below a partition directory: the stem and the longest suffix.
+const MAX_FILE_NAME_LEN: usize = 20 + 1 + 36 + 24;
+
+/// The longest relative key (below a filesystem root or an S3 prefix) the layout produces, in
+/// bytes: a partition directory, `/`, and a file name. A backend whose keys have a length limit
+/// (S3: 1,024 bytes) must leave this much room after its own prefix.
+pub const MAX_RELATIVE_KEY_LEN: usize = MAX_PARTITION_DIR_LEN + 1 + MAX_FILE_NAME_LEN;
+
+/// The directory (or key prefix) of a partition, after validating its name: at most
+/// [`MAX_PARTITION_DIR_LEN`] bytes, unique per topic name, partition and topic id, and stable
+/// across versions (see the [module docs](self) for the rule).
 ///
 /// # Errors
 /// [`RemoteStorageError::InvalidArgument`] for a topic name that breaks Kafka's rules or a
 /// negative partition: such a name could otherwise escape the backend's root.
 pub fn partition_dir(tp: &TopicIdPartition) -> Result<String, RemoteStorageError> {
     tp.validate()?;
+    let full = format!("{}-{}-{}", tp.topic(), tp.partition(), tp.topic_id());
+    if full.len() <= MAX_PARTITION_DIR_LEN {
+        return Ok(full);
+    }
+    let digest = Sha256::digest(full.as_bytes());
+    let mut hex = String::with_capacity(DIGEST_HEX_LEN);
+    for byte in digest.iter().take(DIGEST_HEX_LEN / 2) {
+        hex.push_str(&format!("{byte:02x}"));
+    }
+    // Validated topic names are ASCII, so any byte length is a character boundary.
+    let topic = tp.topic().get(..SHORT_TOPIC_LEN).unwrap_or(tp.topic());
     Ok(format!(
-        "{}-{}-{}",
-        tp.topic(),
+        "{topic}-{}-{}-{hex}",
         tp.partition(),
         tp.topic_id()
     ))
@@ -78,7 +124,7 @@ fn file_key(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::RemoteLogSegmentId;
+    use crate::model::{MAX_TOPIC_NAME_LEN, RemoteLogSegmentId};
     use uuid::Uuid;
 
     #[test]
@@ -99,6 +145,97 @@ mod tests {
                 .ends_with(".timeindex")
         );
         assert_eq!(all_keys(&m).unwrap().len(), 6);
+    }
+
+    fn uuid(n: u128) -> Uuid {
+        Uuid::from_u128(n.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835))
+    }
+
+    #[test]
+    fn names_that_fit_are_unchanged() {
+        let id = uuid(7);
+        for (topic, partition) in [("orders", 3), ("a", 0), ("x.y_z-1", i32::MAX)] {
+            let tp = TopicIdPartition::new(id, topic, partition);
+            assert_eq!(
+                partition_dir(&tp).unwrap(),
+                format!("{topic}-{partition}-{id}")
+            );
+        }
+        // The longest topic name that is never shortened, at the largest partition.
+        let topic = "t".repeat(MAX_PARTITION_DIR_LEN - 1 - 10 - 1 - 36);
+        assert_eq!(topic.len(), 206);
+        let tp = TopicIdPartition::new(id, topic.clone(), i32::MAX);
+        assert_eq!(
+            partition_dir(&tp).unwrap(),
+            format!("{topic}-{}-{id}", i32::MAX)
+        );
+    }
+
+    #[test]
+    fn every_valid_topic_name_fits_in_one_path_component() {
+        for len in 1..=MAX_TOPIC_NAME_LEN {
+            for partition in [0, 7, 12_345, i32::MAX] {
+                let tp = TopicIdPartition::new(uuid(len as u128), "n".repeat(len), partition);
+                let dir = partition_dir(&tp).unwrap();
+                assert!(dir.len() <= MAX_PARTITION_DIR_LEN, "{len}: {}", dir.len());
+                let m = RemoteLogSegmentMetadata::builder(
+                    RemoteLogSegmentId::new(tp, uuid(1)),
+                    u64::MAX - 1,
+                    u64::MAX - 1,
+                )
+                .build()
+                .unwrap();
+                for key in all_keys(&m).unwrap() {
+                    assert!(key.len() <= MAX_RELATIVE_KEY_LEN, "{key}");
+                    assert!(key.split('/').all(|c| c.len() < 255 && !c.is_empty()));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shortened_names_are_stable_readable_and_unique() {
+        let id = Uuid::nil();
+        let long = "k".repeat(MAX_TOPIC_NAME_LEN);
+        let tp = TopicIdPartition::new(id, long.clone(), 2);
+        let dir = partition_dir(&tp).unwrap();
+        // Pinned: existing buckets and directories depend on this exact name.
+        assert_eq!(
+            dir,
+            format!(
+                "{}-2-{id}-6015ee4089ea8d57b0c9c0e0fa4a40ba",
+                "k".repeat(SHORT_TOPIC_LEN)
+            )
+        );
+        assert_eq!(
+            &sha256_hex(&format!("{long}-2-{id}"))[..DIGEST_HEX_LEN],
+            "6015ee4089ea8d57b0c9c0e0fa4a40ba"
+        );
+        assert_eq!(dir, partition_dir(&tp).unwrap());
+        // Names sharing the kept prefix, partition and id still differ.
+        let mut seen = std::collections::HashSet::new();
+        for tail in ["a", "b", "ab", "ba", "a.", "a_"] {
+            let topic = format!("{}{tail}", "k".repeat(230));
+            for partition in [0, 1, 10] {
+                for id in [Uuid::nil(), uuid(3)] {
+                    let tp = TopicIdPartition::new(id, topic.clone(), partition);
+                    assert!(
+                        seen.insert(partition_dir(&tp).unwrap()),
+                        "{topic} {partition}"
+                    );
+                }
+            }
+        }
+        // A shortened name never looks like a full one (which ends with a UUID).
+        let tail = dir.get(dir.len() - 36..).unwrap();
+        assert!(Uuid::try_parse(tail).is_err(), "{tail}");
+    }
+
+    fn sha256_hex(s: &str) -> String {
+        Sha256::digest(s.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     #[test]

@@ -29,6 +29,10 @@ use crate::{
     RecoveryReport, SyncPolicy, TruncatedTail,
 };
 
+/// The largest seq a log accepts (Kafka's offsets are `i64`; this leaves room so that seq
+/// arithmetic never overflows). Segment files and hole markers beyond it are damage.
+pub(crate) const MAX_SEQ: u64 = i64::MAX as u64;
+
 /// What recovery hands to the log: its segments (the last one active and open) and the index
 /// builder of the active segment.
 pub(crate) struct Recovered {
@@ -88,7 +92,19 @@ pub(crate) fn recover(dir: &Path, opts: &Options) -> Result<Recovered, Error> {
     };
     let listing = r.list()?;
     let mut holes = listing.holes.into_iter().peekable();
-    let bases = listing.bases;
+    let mut bases = listing.bases;
+    // Absurd base seqs first, before anything is changed.
+    while let Some(&base) = bases.last().filter(|&&b| b > MAX_SEQ) {
+        if r.opts.recovery != RecoveryMode::Repair {
+            return Err(Error::Corrupt {
+                path: segment_paths(dir, base).0,
+                position: 0,
+                reason: format!("segment base seq {base} is beyond the largest seq {MAX_SEQ}"),
+            });
+        }
+        r.move_aside(base, "segment base seq beyond the largest seq a log can reach")?;
+        bases.pop();
+    }
     let mut active_builder = None;
     for (i, &base) in bases.iter().enumerate() {
         let log_path = segment_paths(dir, base).0;
@@ -314,8 +330,11 @@ impl Recoverer<'_> {
             Ok(entries) => {
                 for entry in entries {
                     let entry = entry.map_err(|e| Error::io(&qdir, e))?;
-                    if let Some((first, last)) =
-                        entry.file_name().to_str().and_then(parse_hole_file_name)
+                    if let Some((first, last)) = entry
+                        .file_name()
+                        .to_str()
+                        .and_then(parse_hole_file_name)
+                        .filter(|&(_, last)| last < MAX_SEQ)
                     {
                         holes.push((first, last, entry.path()));
                     }

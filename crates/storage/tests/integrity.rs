@@ -637,3 +637,19 @@ fn corruption_matrix_never_loses_or_misserves_a_record() {
     );
     assert!(cases >= 60, "{cases}");
 }
+
+#[test]
+fn segment_file_with_an_absurd_base_seq_fails_open_and_repair_moves_it_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path());
+    let absurd = dir.path().join(segment::segment_file_name(u64::MAX, "log"));
+    fs::write(&absurd, b"junk").unwrap();
+    match Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)) {
+        Err(Error::Corrupt { path, .. }) => assert_eq!(path, absurd),
+        other => panic!("{other:?}"),
+    }
+    assert!(absurd.exists());
+    let log = Log::open(dir.path(), opts(RecoveryMode::Repair)).unwrap();
+    assert!(!absurd.exists());
+    assert_eq!(log.append(&msg(RECORDS + 1)).unwrap(), RECORDS + 1);
+}

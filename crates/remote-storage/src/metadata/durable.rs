@@ -1,13 +1,17 @@
 //! The durable metadata manager: every event appended to a `krabka_storage::Log`, compacted
 //! into a snapshot generation when dead events dominate.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use krabka_protocol::Message;
-use krabka_storage::{Log, Options, SyncPolicy};
+use krabka_storage::segment::{
+    LOG_SUFFIX, QUARANTINE_DIR, decode_records, parse_segment_file_name, read_segment_file,
+};
+use krabka_storage::{Log, Options, Record, RecoveryMode, SyncPolicy};
 use parking_lot::{Mutex, RwLock};
 
 use super::event::MetadataEvent;
@@ -20,14 +24,21 @@ use crate::model::{
 /// Records read per batch while replaying the log on open, and written per batch by a
 /// compaction.
 const REPLAY_BATCH: usize = 1024;
-/// The generation pointer: the decimal number of the current generation and a newline.
+/// The generation pointer: `<n> v2\n` (or `<n>\n`, written before generation records).
 const CURRENT: &str = "CURRENT";
 /// Where the next pointer is written before it is renamed over [`CURRENT`].
 const CURRENT_TMP: &str = "CURRENT.tmp";
+/// Marks a pointer whose generation's log starts with its generation record.
+const POINTER_RECORDED: &str = " v2";
+/// More than any valid pointer; a longer `CURRENT` is reported by its first bytes.
+const POINTER_MAX_LEN: u64 = 64;
 /// Prefix of generation directories: `gen-<20-digit generation>`.
 const GEN_PREFIX: &str = "gen-";
 /// The manager's own lock file, held while it is open: one manager per directory.
 const MANAGER_LOCK: &str = "rlmm.lock";
+/// Message key of the generation record, the first record of every generation this version
+/// writes (its value is the generation number in decimal). Events have no key.
+const GENERATION_RECORD_KEY: &[u8] = b"krabka-rlmm-generation";
 
 /// Options of a [`DurableRemoteLogMetadataManager`].
 #[derive(Clone, Debug)]
@@ -54,6 +65,25 @@ impl DurableOptions {
         self.compact_min_events = min;
         self
     }
+}
+
+/// A genuinely torn last event that [`DurableRemoteLogMetadataManager::open`] cut from the
+/// current generation's log: the file ended inside its frame, as a write cut short by a crash
+/// leaves it. Such an event was never acknowledged (its append had not returned `Ok`). The cut
+/// bytes were saved into the log's quarantine directory, not deleted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TornEventCut {
+    /// The `.log` file that was cut.
+    pub path: PathBuf,
+    /// The byte position it was cut at (the start of the torn frame).
+    pub position: u64,
+    /// How many bytes were cut.
+    pub bytes: u64,
+    /// Where the cut bytes were saved, when the log reported it.
+    pub saved_to: Option<PathBuf>,
+    /// What was wrong with the frame.
+    pub reason: String,
 }
 
 /// Where a simulated crash stops a compaction (tests only).
@@ -87,17 +117,30 @@ struct Writer {
 /// the disk before its fsync failed): after a failed append the manager refuses further writes
 /// (reads still work) and must be reopened, which shows what really is on disk.
 ///
-/// Events are validated before they are appended, so a replay only ever meets valid events;
-/// a corrupt event, or one whose transition does not apply, makes [`open`](Self::open) fail
-/// with [`RemoteStorageError::Corrupt`] naming the log and the seq — never silently skipped.
+/// # The metadata store never guesses
+/// Events are validated before they are appended, so a replay only ever meets valid events.
+/// Open reads the log strictly: the only damage it repairs is a genuinely torn last event (the
+/// file ends inside its frame: an append cut short by a crash, never acknowledged), which it
+/// cuts, saving the bytes aside, and reports in [`torn_event_cut`](Self::torn_event_cut).
+/// Anything else fails the open with a typed error naming the file, and changes nothing:
+/// - a bad frame, an event that does not decode or does not apply, a missing or wrong
+///   generation record: [`RemoteStorageError::MetadataLog`] (file, byte or seq);
+/// - a missing `CURRENT` while generations exist, an unparsable one, or one naming a missing
+///   generation: [`RemoteStorageError::MetadataPointer`];
+/// - a generation directory it cannot account for: [`RemoteStorageError::MetadataGeneration`].
 ///
 /// # Compaction
 /// The log lives in a generation directory `gen-<20-digit n>` named by the pointer file
-/// `CURRENT`. [`compact`](Self::compact) (run automatically when dead events dominate, see
-/// [`DurableOptions`]) writes a snapshot of the live segments to generation `n + 1` and syncs
-/// it, renames a new pointer over `CURRENT` and fsyncs the directory, then closes and removes
-/// generation `n`. A crash at any point leaves `CURRENT` naming a complete generation; open
-/// removes any other. So disk use, memory and replay time are bounded by the live segments.
+/// `CURRENT`; its first record is a generation record naming `n`, so a log that lost its start
+/// (emptied, replaced, truncated to nothing) is told from a new one. [`compact`](Self::compact)
+/// (run automatically when dead events dominate, see [`DurableOptions`]) writes the generation
+/// record and a snapshot of the live segments to generation `n + 1` and syncs it, renames a new
+/// pointer over `CURRENT` and fsyncs the directory, then closes and removes generation `n`.
+/// A crash at any point leaves `CURRENT` naming a complete generation. Open removes only what
+/// the manager itself left: generations older than the current one (superseded by a completed
+/// switch), an unrenamed `CURRENT.tmp`, and generation `n + 1` when `CURRENT` never named it and
+/// every event it holds is a snapshot of a segment the current generation knows (so removing it
+/// loses nothing). So disk use, memory and replay time are bounded by the live segments.
 ///
 /// Dropped ids (`DeleteSegmentFinished`) are remembered, to reject their re-adding, only
 /// until the next compaction: after it an add may reuse one. Ids are fresh random UUIDs per
@@ -130,6 +173,8 @@ pub struct DurableRemoteLogMetadataManager {
     writer: Mutex<Writer>,
     state: RwLock<MetadataState>,
     poisoned: AtomicBool,
+    /// The torn last event open cut, if any.
+    torn_event_cut: Option<TornEventCut>,
     /// The locked [`MANAGER_LOCK`]; released when the manager is dropped.
     _lock: File,
 }
@@ -138,9 +183,10 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> RemoteStorageError + '_ {
     move |e| RemoteStorageError::io(path.display(), e)
 }
 
-fn log_options() -> Options {
+fn log_options(recovery: RecoveryMode) -> Options {
     Options {
         sync: SyncPolicy::EveryAppend,
+        recovery,
         ..Options::default()
     }
 }
@@ -152,6 +198,15 @@ fn gen_dir(dir: &Path, n: u64) -> PathBuf {
     } else {
         dir.join(format!("{GEN_PREFIX}{n:020}"))
     }
+}
+
+/// The generation number of a directory name's part after [`GEN_PREFIX`]: exactly 20 digits,
+/// at least 1 (the names [`gen_dir`] writes).
+fn parse_generation(digits: &str) -> Option<u64> {
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|&n| n >= 1)
 }
 
 fn fsync_dir(dir: &Path) -> Result<(), RemoteStorageError> {
@@ -207,22 +262,113 @@ fn remove_legacy_files(dir: &Path) -> Result<bool, RemoteStorageError> {
     Ok(removed)
 }
 
-/// Reads the generation `CURRENT` names; `None` when there is no pointer.
-fn read_current(dir: &Path) -> Result<Option<u64>, RemoteStorageError> {
+/// What the metadata directory holds, as far as the manager is concerned.
+#[derive(Debug, Default)]
+struct Listing {
+    /// Generation directories by number.
+    generations: BTreeMap<u64, PathBuf>,
+    /// Pre-generation log files directly in the directory (generation 0).
+    legacy: bool,
+    /// An unrenamed pointer left by an interrupted switch.
+    current_tmp: bool,
+}
+
+impl Listing {
+    fn names(&self) -> String {
+        let names: Vec<String> = self
+            .generations
+            .values()
+            .map(|p| p.display().to_string())
+            .collect();
+        names.join(", ")
+    }
+}
+
+/// Lists `dir`; an entry named like a generation that is not one the manager writes (a file,
+/// or a name other than `gen-<20 digits ≥ 1>`) is an error naming it.
+fn list_dir(dir: &Path) -> Result<Listing, RemoteStorageError> {
+    let mut listing = Listing::default();
+    for name in entry_names(dir)? {
+        let path = dir.join(&name);
+        if name == CURRENT_TMP {
+            listing.current_tmp = true;
+        } else if let Some(digits) = name.strip_prefix(GEN_PREFIX) {
+            match parse_generation(digits) {
+                Some(n) if path.is_dir() => {
+                    listing.generations.insert(n, path);
+                }
+                _ => {
+                    return Err(RemoteStorageError::MetadataGeneration {
+                        path,
+                        reason: format!(
+                            "it is named like a generation but is not a {GEN_PREFIX}<20-digit n >= 1> directory the manager writes; move it away"
+                        ),
+                    });
+                }
+            }
+        } else if is_segment_file(&name) {
+            listing.legacy = true;
+        }
+    }
+    Ok(listing)
+}
+
+/// The generation `CURRENT` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pointer {
+    generation: u64,
+    /// The generation's log must start with its generation record (`<n> v2`).
+    recorded: bool,
+}
+
+fn parse_pointer(text: &str) -> Option<Pointer> {
+    let line = text.strip_suffix('\n')?;
+    let (digits, recorded) = match line.strip_suffix(POINTER_RECORDED) {
+        Some(d) => (d, true),
+        None => (line, false),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let generation = digits.parse::<u64>().ok().filter(|&n| n >= 1)?;
+    Some(Pointer {
+        generation,
+        recorded,
+    })
+}
+
+fn pointer_error(path: PathBuf, reason: impl Into<String>) -> RemoteStorageError {
+    RemoteStorageError::MetadataPointer {
+        path,
+        reason: reason.into(),
+    }
+}
+
+/// Reads the pointer; `None` when there is no `CURRENT`.
+fn read_current(dir: &Path) -> Result<Option<Pointer>, RemoteStorageError> {
     let path = dir.join(CURRENT);
-    let text = match fs::read_to_string(&path) {
-        Ok(t) => t,
+    let meta = match fs::metadata(&path) {
+        Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(RemoteStorageError::io(path.display(), e)),
     };
-    match text.strip_suffix('\n').and_then(|n| n.parse::<u64>().ok()) {
-        Some(n) if n >= 1 && gen_dir(dir, n).is_dir() => Ok(Some(n)),
-        _ => Err(RemoteStorageError::Corrupt {
-            location: path.display().to_string(),
-            reason: format!(
-                "expected a generation number >= 1 naming an existing {GEN_PREFIX}<n> directory, found {text:?}"
+    if !meta.is_file() {
+        return Err(pointer_error(path, "it is not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    File::open(&path)
+        .and_then(|f| f.take(POINTER_MAX_LEN).read_to_end(&mut bytes))
+        .map_err(io_err(&path))?;
+    match std::str::from_utf8(&bytes).ok().and_then(parse_pointer) {
+        Some(p) => Ok(Some(p)),
+        None => Err(pointer_error(
+            path,
+            format!(
+                "expected a generation number >= 1, \"{POINTER_RECORDED}\" and a newline, found {:?} ({} bytes)",
+                String::from_utf8_lossy(&bytes),
+                meta.len()
             ),
-        }),
+        )),
     }
 }
 
@@ -235,7 +381,7 @@ fn write_current_tmp(dir: &Path, n: u64) -> Result<(), RemoteStorageError> {
         .truncate(true)
         .open(&tmp)
         .map_err(io_err(&tmp))?;
-    f.write_all(format!("{n}\n").as_bytes())
+    f.write_all(format!("{n}{POINTER_RECORDED}\n").as_bytes())
         .and_then(|()| f.sync_all())
         .map_err(io_err(&tmp))
 }
@@ -245,27 +391,6 @@ fn switch_current(dir: &Path) -> Result<(), RemoteStorageError> {
     let current = dir.join(CURRENT);
     fs::rename(dir.join(CURRENT_TMP), &current).map_err(io_err(&current))?;
     fsync_dir(dir)
-}
-
-/// Removes whatever a crash may have left besides generation `current`: other generation
-/// directories, an unrenamed pointer, and (once a generation ≥ 1 is current) the
-/// pre-generation log files. Fsyncs `dir` when something was removed.
-fn remove_leftovers(dir: &Path, current: Option<u64>) -> Result<(), RemoteStorageError> {
-    let keep = current.map(|n| gen_dir(dir, n));
-    let mut removed = remove_file_if_exists(&dir.join(CURRENT_TMP))?;
-    for name in entry_names(dir)? {
-        let path = dir.join(&name);
-        if name.starts_with(GEN_PREFIX) && Some(&path) != keep.as_ref() && path.is_dir() {
-            removed |= remove_dir_if_exists(&path)?;
-        }
-    }
-    if current.is_some_and(|n| n >= 1) {
-        removed |= remove_legacy_files(dir)?;
-    }
-    if removed {
-        fsync_dir(dir)?;
-    }
-    Ok(())
 }
 
 fn lock_manager(dir: &Path) -> Result<File, RemoteStorageError> {
@@ -282,30 +407,254 @@ fn lock_manager(dir: &Path) -> Result<File, RemoteStorageError> {
     }
 }
 
-/// Replays a generation's log into `state`; returns the number of records.
-fn replay(log: &Log, dir: &Path, state: &mut MetadataState) -> Result<u64, RemoteStorageError> {
+/// The generation record of generation `n`.
+fn generation_record(n: u64) -> Message {
+    Message::new(n.to_string()).with_key(GENERATION_RECORD_KEY)
+}
+
+/// The generation a record names, if it is a generation record (`Some(None)`: a generation
+/// record whose value does not parse).
+fn generation_of(message: &Message) -> Option<Option<u64>> {
+    (message.key.as_deref() == Some(GENERATION_RECORD_KEY)).then(|| {
+        std::str::from_utf8(&message.value)
+            .ok()
+            .and_then(|s| s.parse().ok())
+    })
+}
+
+/// Opens a generation's log strictly. A genuinely torn last event (the file ends inside its
+/// frame) is the one damage tolerated: the log is reopened cutting it, and the cut is returned.
+/// Any other damage is an error naming the file.
+fn open_log(log_dir: &Path) -> Result<(Log, Option<TornEventCut>), RemoteStorageError> {
+    match Log::open(log_dir, log_options(RecoveryMode::Strict)) {
+        Ok(log) => Ok((log, None)),
+        Err(krabka_storage::Error::TornTail {
+            path,
+            position,
+            bytes_after,
+            incomplete: true,
+            reason,
+        }) => {
+            let log = Log::open(log_dir, log_options(RecoveryMode::TolerateTornTail))
+                .map_err(|e| storage_error(log_dir, "open", e))?;
+            let report = log.recovery_report();
+            let cut_as_reported = report
+                .truncated
+                .as_ref()
+                .is_some_and(|t| t.path == path && t.position == position);
+            if !cut_as_reported {
+                return Err(RemoteStorageError::MetadataLog {
+                    path,
+                    position: Some(position),
+                    seq: None,
+                    reason: format!(
+                        "a torn last event was found there, but recovery did not cut exactly it: {report}"
+                    ),
+                });
+            }
+            let saved_to = report
+                .quarantined
+                .iter()
+                .find(|q| q.from == path && q.position == position)
+                .map(|q| q.to.clone());
+            Ok((
+                log,
+                Some(TornEventCut {
+                    path,
+                    position,
+                    bytes: bytes_after,
+                    saved_to,
+                    reason,
+                }),
+            ))
+        }
+        Err(e) => Err(storage_error(log_dir, "open", e)),
+    }
+}
+
+/// Every complete record of a generation's `.log` files in seq order, read without opening it
+/// as a log (nothing is changed, no lock taken). An incomplete last frame is left out; a bad
+/// complete frame is an error.
+fn read_generation(dir: &Path) -> Result<Vec<Record>, RemoteStorageError> {
+    let mut logs: Vec<(u64, PathBuf)> = entry_names(dir)?
+        .iter()
+        .filter_map(|name| match parse_segment_file_name(name) {
+            Some((base, LOG_SUFFIX)) => Some((base, dir.join(name))),
+            _ => None,
+        })
+        .collect();
+    logs.sort();
+    let mut out = Vec::new();
+    for (_, path) in logs {
+        let bytes = read_segment_file(&path).map_err(|e| storage_error(dir, "read", e))?;
+        let decoded = decode_records(&bytes, 0, usize::MAX).map_err(|e| match e {
+            krabka_storage::Error::Corrupt {
+                position, reason, ..
+            } => RemoteStorageError::MetadataLog {
+                path: path.clone(),
+                position: Some(position),
+                seq: None,
+                reason,
+            },
+            other => storage_error(dir, "read", other),
+        })?;
+        out.extend(decoded.records);
+    }
+    Ok(out)
+}
+
+/// Whether generation 1 is what an interrupted first open leaves: no `CURRENT`, and a log
+/// that holds no event (at most its generation record, maybe torn).
+fn is_unfinished_creation(listing: &Listing) -> Result<bool, RemoteStorageError> {
+    let Some(path) = listing.generations.get(&1) else {
+        return Ok(false);
+    };
+    if listing.generations.len() != 1 || listing.legacy {
+        return Ok(false);
+    }
+    let Ok(records) = read_generation(path) else {
+        return Ok(false);
+    };
+    Ok(match records.as_slice() {
+        [] => true,
+        [only] => generation_of(&only.message) == Some(Some(1)),
+        _ => false,
+    })
+}
+
+/// Checks that generation `n` (never named by `CURRENT`) is the manager's own unfinished
+/// compaction target: at most its generation record, then only snapshot events of segments the
+/// current generation knows. Removing it then loses nothing.
+fn check_unfinished_generation(
+    path: &Path,
+    n: u64,
+    state: &MetadataState,
+) -> Result<(), RemoteStorageError> {
+    let unaccounted = |reason: String| RemoteStorageError::MetadataGeneration {
+        path: path.to_path_buf(),
+        reason: format!(
+            "CURRENT names generation {} and this newer one is not an unfinished compaction of it: {reason}",
+            n - 1
+        ),
+    };
+    // Only what a log writes may be removed with it.
+    for name in entry_names(path)? {
+        if name != krabka_storage::LOCK_FILE_NAME
+            && name != QUARANTINE_DIR
+            && parse_segment_file_name(&name).is_none()
+        {
+            return Err(unaccounted(format!(
+                "it holds {name:?}, which no log of the manager writes"
+            )));
+        }
+    }
+    let records = read_generation(path).map_err(|e| unaccounted(e.to_string()))?;
+    for (i, record) in records.iter().enumerate() {
+        if let Some(named) = generation_of(&record.message) {
+            if i == 0 && named == Some(n) {
+                continue;
+            }
+            return Err(unaccounted(format!(
+                "seq {}: a generation record for {named:?} out of place",
+                record.seq
+            )));
+        }
+        match MetadataEvent::decode(&record.message.value) {
+            Ok(MetadataEvent::Snapshot(m)) => {
+                let id = m.remote_log_segment_id();
+                if state.get(id).is_none() && !state.was_dropped(id) {
+                    return Err(unaccounted(format!(
+                        "seq {}: a snapshot of segment {id}, which the current generation does not know",
+                        record.seq
+                    )));
+                }
+            }
+            Ok(event) => {
+                return Err(unaccounted(format!(
+                    "seq {}: an add or update of segment {} (only a current generation gets those; CURRENT may name the wrong generation)",
+                    record.seq,
+                    event.segment_id()
+                )));
+            }
+            Err(e) => return Err(unaccounted(format!("seq {}: {e}", record.seq))),
+        }
+    }
+    Ok(())
+}
+
+/// Replays generation `n`'s log into `state`; returns the number of events (the generation
+/// record not counted). With `recorded`, the log must start with generation `n`'s record.
+fn replay(
+    log: &Log,
+    n: u64,
+    recorded: bool,
+    state: &mut MetadataState,
+) -> Result<u64, RemoteStorageError> {
+    let segments = log.segments();
+    let path_of = |seq: u64| {
+        segments
+            .iter()
+            .rev()
+            .find(|s| s.base_seq <= seq)
+            .or(segments.first())
+            .map_or_else(|| log.dir().to_path_buf(), |s| s.log_path.clone())
+    };
+    let damaged = |seq: Option<u64>, reason: String| RemoteStorageError::MetadataLog {
+        path: path_of(seq.unwrap_or(1)),
+        position: None,
+        seq,
+        reason,
+    };
     let last = log.last_seq();
-    let mut from = log.first_seq().max(1);
+    let first = log.first_seq().max(1);
+    if recorded && (first != 1 || last < first) {
+        let holds = if last < first {
+            "no record".to_owned()
+        } else {
+            format!("seqs {first}..={last}")
+        };
+        return Err(damaged(
+            None,
+            format!(
+                "generation {n} was written starting with its generation record at seq 1, but the log holds {holds}: its start was lost (the file was emptied, truncated, deleted or replaced)"
+            ),
+        ));
+    }
+    let mut from = first;
     let mut events = 0u64;
     let mut in_snapshot = true;
     while from <= last {
         let records = log
             .read(from, REPLAY_BATCH)
-            .map_err(|e| storage_error(dir, "replay", e))?;
+            .map_err(|e| storage_error(log.dir(), "replay", e))?;
         if records.is_empty() {
-            return Err(RemoteStorageError::Corrupt {
-                location: format!("{} seq {from}", dir.display()),
-                reason: format!("the log claims records up to seq {last} but returns none"),
-            });
+            return Err(damaged(
+                Some(from),
+                format!("the log claims records up to seq {last} but returns none"),
+            ));
         }
         for record in records {
-            let at = || format!("{} seq {}", dir.display(), record.seq);
-            let event = MetadataEvent::decode(&record.message.value).map_err(|e| {
-                RemoteStorageError::Corrupt {
-                    location: at(),
-                    reason: e.to_string(),
+            let seq = record.seq;
+            from = seq + 1;
+            if let Some(named) = generation_of(&record.message) {
+                if seq == 1 && named == Some(n) {
+                    continue;
                 }
-            })?;
+                return Err(damaged(
+                    Some(seq),
+                    format!(
+                        "a generation record for {named:?} where only generation {n}'s may stand, at seq 1"
+                    ),
+                ));
+            }
+            if recorded && seq == 1 {
+                return Err(damaged(
+                    Some(seq),
+                    format!("generation {n}'s log does not start with its generation record"),
+                ));
+            }
+            let event = MetadataEvent::decode(&record.message.value)
+                .map_err(|e| damaged(Some(seq), e.to_string()))?;
             let applied = match &event {
                 MetadataEvent::Snapshot(_) if !in_snapshot => {
                     Err(RemoteStorageError::invalid_argument(
@@ -317,15 +666,16 @@ fn replay(log: &Log, dir: &Path, state: &mut MetadataState) -> Result<u64, Remot
                 MetadataEvent::Update(u) => state.update(u).map(drop),
             };
             in_snapshot &= matches!(event, MetadataEvent::Snapshot(_));
-            applied.map_err(|e| RemoteStorageError::Corrupt {
-                location: at(),
-                reason: format!(
-                    "event for segment {} does not apply on replay: {e}",
-                    event.segment_id()
-                ),
+            applied.map_err(|e| {
+                damaged(
+                    Some(seq),
+                    format!(
+                        "event for segment {} does not apply on replay: {e}",
+                        event.segment_id()
+                    ),
+                )
             })?;
             events += 1;
-            from = record.seq + 1;
         }
     }
     Ok(events)
@@ -340,13 +690,15 @@ impl DurableRemoteLogMetadataManager {
         Self::open_with(dir, DurableOptions::default())
     }
 
-    /// Opens (creating it if needed) the metadata in `dir`: takes the directory's lock, removes
-    /// what an interrupted compaction left, and replays the current generation.
+    /// Opens (creating it if needed) the metadata in `dir`: takes the directory's lock, finds
+    /// the current generation, replays it, and removes what an interrupted compaction of this
+    /// manager left (see the type's docs).
     ///
     /// # Errors
-    /// [`RemoteStorageError::Corrupt`] naming the seq of an event that does not decode or does
-    /// not apply, or a malformed `CURRENT`; [`RemoteStorageError::Backend`] when another
-    /// manager has `dir` open or the log cannot be opened; [`RemoteStorageError::Io`].
+    /// [`RemoteStorageError::MetadataPointer`], [`RemoteStorageError::MetadataGeneration`] and
+    /// [`RemoteStorageError::MetadataLog`] naming the damaged file (nothing is changed or
+    /// deleted then); [`RemoteStorageError::Backend`] when another manager has `dir` open;
+    /// [`RemoteStorageError::Io`].
     pub fn open_with(
         dir: impl AsRef<Path>,
         opts: DurableOptions,
@@ -354,27 +706,100 @@ impl DurableRemoteLogMetadataManager {
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         let lock = lock_manager(&dir)?;
-        let generation = match read_current(&dir)? {
-            Some(n) => n,
-            None if entry_names(&dir)?.iter().any(|n| is_segment_file(n)) => 0,
+        let listing = list_dir(&dir)?;
+        // `fresh`: generation 1 of a new directory (or of a first open that crashed before
+        // `CURRENT` existed), made current below.
+        let (pointer, fresh) = match read_current(&dir)? {
+            Some(p) => {
+                if !listing.generations.contains_key(&p.generation) {
+                    return Err(pointer_error(
+                        dir.join(CURRENT),
+                        format!(
+                            "it names generation {}, but {} does not exist (generations present: [{}])",
+                            p.generation,
+                            gen_dir(&dir, p.generation).display(),
+                            listing.names()
+                        ),
+                    ));
+                }
+                (p, false)
+            }
+            None if listing.legacy => (
+                Pointer {
+                    generation: 0,
+                    recorded: false,
+                },
+                false,
+            ),
+            None if listing.generations.is_empty() || is_unfinished_creation(&listing)? => (
+                Pointer {
+                    generation: 1,
+                    recorded: true,
+                },
+                true,
+            ),
             None => {
-                // A new directory (or one whose first open crashed before `CURRENT`).
-                remove_leftovers(&dir, None)?;
-                drop(
-                    Log::open(gen_dir(&dir, 1), log_options())
-                        .map_err(|e| storage_error(&dir, "open", e))?,
-                );
-                write_current_tmp(&dir, 1)?;
-                switch_current(&dir)?;
-                1
+                return Err(pointer_error(
+                    dir.join(CURRENT),
+                    format!(
+                        "it is missing, but the directory holds generations [{}]; refusing to guess which one is current (restore CURRENT as \"<n>{POINTER_RECORDED}\\n\")",
+                        listing.names()
+                    ),
+                ));
             }
         };
-        remove_leftovers(&dir, Some(generation))?;
+        let generation = pointer.generation;
+        // Only generation n + 1 can be an unfinished compaction; a newer one is not ours.
+        let unfinished = generation + 1;
+        if let Some((_, path)) = listing
+            .generations
+            .range(unfinished.saturating_add(1)..)
+            .next()
+        {
+            return Err(RemoteStorageError::MetadataGeneration {
+                path: path.clone(),
+                reason: format!(
+                    "CURRENT names generation {generation}, and a compaction only ever writes the next one"
+                ),
+            });
+        }
         let log_dir = gen_dir(&dir, generation);
-        let log =
-            Log::open(&log_dir, log_options()).map_err(|e| storage_error(&log_dir, "open", e))?;
+        let (log, torn_event_cut) = open_log(&log_dir)?;
+        if fresh {
+            if log.last_seq() == 0 {
+                log.append(&generation_record(generation))
+                    .map_err(|e| storage_error(&log_dir, "append", e))?;
+            }
+            write_current_tmp(&dir, generation)?;
+            switch_current(&dir)?;
+        }
         let mut state = MetadataState::new();
-        let events = replay(&log, &log_dir, &mut state)?;
+        let events = replay(&log, generation, pointer.recorded, &mut state)?;
+        let leftover = listing
+            .generations
+            .get(&unfinished)
+            .filter(|_| !fresh)
+            .map(|path| check_unfinished_generation(path, unfinished, &state).map(|()| path))
+            .transpose()?;
+        // Everything is accounted for: remove what this manager superseded or never finished.
+        let mut removed = false;
+        if listing.current_tmp {
+            removed |= remove_file_if_exists(&dir.join(CURRENT_TMP))?;
+        }
+        for path in listing
+            .generations
+            .range(..generation)
+            .map(|(_, p)| p)
+            .chain(leftover)
+        {
+            removed |= remove_dir_if_exists(path)?;
+        }
+        if generation >= 1 && listing.legacy {
+            removed |= remove_legacy_files(&dir)?;
+        }
+        if removed {
+            fsync_dir(&dir)?;
+        }
         Ok(Self {
             dir,
             opts,
@@ -386,8 +811,15 @@ impl DurableRemoteLogMetadataManager {
             }),
             state: RwLock::new(state),
             poisoned: AtomicBool::new(false),
+            torn_event_cut,
             _lock: lock,
         })
+    }
+
+    /// The torn last event open cut from the current generation's log, if it found one (see
+    /// the type's docs); `None` when the log was intact.
+    pub fn torn_event_cut(&self) -> Option<&TornEventCut> {
+        self.torn_event_cut.as_ref()
     }
 
     /// The directory of the metadata (holding `CURRENT` and the generation directories).
@@ -451,8 +883,10 @@ impl DurableRemoteLogMetadataManager {
         let next_dir = gen_dir(&self.dir, next);
         let written = (|| {
             remove_dir_if_exists(&next_dir)?;
-            let log = Log::open(&next_dir, log_options())
+            let log = Log::open(&next_dir, log_options(RecoveryMode::Strict))
                 .map_err(|e| storage_error(&next_dir, "open", e))?;
+            log.append(&generation_record(next))
+                .map_err(|e| storage_error(&next_dir, "generation record append", e))?;
             let messages: Vec<Message> = snapshot
                 .iter()
                 .map(|m| {
@@ -584,19 +1018,102 @@ impl DurableRemoteLogMetadataManager {
     }
 }
 
+/// A storage error as this crate's: damage becomes [`RemoteStorageError::MetadataLog`] naming
+/// the file, byte and seqs.
 fn storage_error(dir: &Path, operation: &str, e: krabka_storage::Error) -> RemoteStorageError {
+    use krabka_storage::Error as E;
+    let damaged = |path: PathBuf, position: Option<u64>, seq: Option<u64>, reason: String| {
+        RemoteStorageError::MetadataLog {
+            path,
+            position,
+            seq,
+            reason,
+        }
+    };
     match e {
-        krabka_storage::Error::Io { path, source } => RemoteStorageError::Io {
+        E::Io { path, source } => RemoteStorageError::Io {
             location: path.display().to_string(),
             source,
         },
-        krabka_storage::Error::Corrupt {
+        E::Corrupt {
             path,
             position,
             reason,
-        } => RemoteStorageError::Corrupt {
-            location: format!("{} at byte {position}", path.display()),
+        } => damaged(path, Some(position), None, reason),
+        E::Damaged {
+            path,
+            position,
             reason,
+            first_seq,
+            last_seq,
+        } => damaged(
+            path,
+            Some(position),
+            None,
+            format!("{reason}; events {first_seq}..={last_seq} follow the damage or are missing"),
+        ),
+        E::TornTail {
+            path,
+            position,
+            bytes_after,
+            incomplete,
+            reason,
+        } => damaged(
+            path,
+            Some(position),
+            None,
+            format!(
+                "{reason}; {bytes_after} bytes from there to the end{}",
+                if incomplete {
+                    ""
+                } else {
+                    " hold a complete frame that fails its checks, not a torn write"
+                }
+            ),
+        ),
+        E::SeqGap {
+            previous,
+            path,
+            expected,
+            found,
+        } => damaged(
+            path,
+            None,
+            Some(found),
+            format!(
+                "it starts at seq {found}, but {} ends at seq {} (a segment was deleted or truncated, or this file is stray)",
+                previous.display(),
+                expected.saturating_sub(1)
+            ),
+        ),
+        E::SeqOverlap {
+            previous,
+            path,
+            expected,
+            found,
+        } => damaged(
+            path,
+            None,
+            Some(found),
+            format!(
+                "it starts at seq {found}, but {} already holds seqs up to {}",
+                previous.display(),
+                expected.saturating_sub(1)
+            ),
+        ),
+        E::Quarantined {
+            first_seq,
+            last_seq,
+            path,
+        } => damaged(
+            path,
+            None,
+            Some(first_seq),
+            format!("events {first_seq}..={last_seq} were moved aside by a repair"),
+        ),
+        E::NotADirectory { path } => RemoteStorageError::MetadataGeneration {
+            path,
+            reason: "it is not a directory".to_owned(),
         },
         other => RemoteStorageError::Backend {
             operation: format!("metadata log {operation}"),
@@ -794,6 +1311,70 @@ mod tests {
     }
 
     #[test]
+    fn an_unfinished_compaction_is_removed_only_when_it_holds_nothing_but_known_snapshots() {
+        for stray in ["unknown snapshot", "stray file"] {
+            let dir = tempfile::tempdir().unwrap();
+            {
+                let rlmm =
+                    DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap();
+                fill(&rlmm);
+                let mut w = rlmm.writer.lock();
+                rlmm.compact_locked(&mut w, Some(Step::GenerationWritten))
+                    .unwrap_err();
+            }
+            let leftover = gen_dir(dir.path(), 2);
+            if stray == "stray file" {
+                fs::write(leftover.join("notes"), b"mine").unwrap();
+            } else {
+                let log = Log::open(&leftover, log_options(RecoveryMode::Strict)).unwrap();
+                let m = RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp()), 0, 1)
+                    .build()
+                    .unwrap();
+                log.append(&Message::new(MetadataEvent::Snapshot(m).encode()))
+                    .unwrap();
+            }
+            let err = DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap_err();
+            assert!(
+                matches!(&err, RemoteStorageError::MetadataGeneration { path, .. } if *path == leftover),
+                "{stray}: {err:?}"
+            );
+            assert!(leftover.is_dir(), "{stray}");
+            assert_eq!(generations(dir.path()).len(), 2, "{stray}");
+        }
+    }
+
+    #[test]
+    fn a_crashed_migration_of_a_pre_generation_directory_is_cleaned_up() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let log = Log::open(dir.path(), log_options(RecoveryMode::Strict)).unwrap();
+            let m = RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp()), 0, 9)
+                .build()
+                .unwrap();
+            log.append(&Message::new(MetadataEvent::Add(m).encode()))
+                .unwrap();
+        }
+        let expected = {
+            let rlmm = DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap();
+            let mut w = rlmm.writer.lock();
+            rlmm.compact_locked(&mut w, Some(Step::GenerationWritten))
+                .unwrap_err();
+            drop(w);
+            rlmm.list_remote_log_segments(&tp()).unwrap()
+        };
+        assert_eq!(generations(dir.path()).len(), 1);
+        let rlmm = DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap();
+        assert_eq!(rlmm.generation(), 0);
+        assert!(
+            generations(dir.path()).is_empty(),
+            "the unfinished gen-1 is removed"
+        );
+        assert_eq!(rlmm.list_remote_log_segments(&tp()).unwrap(), expected);
+        rlmm.compact().unwrap();
+        assert_eq!(rlmm.generation(), 1);
+    }
+
+    #[test]
     fn compaction_keeps_every_live_state_and_forgets_dropped_ids() {
         let dir = tempfile::tempdir().unwrap();
         let rlmm = DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap();
@@ -823,7 +1404,7 @@ mod tests {
             .build()
             .unwrap();
         {
-            let log = Log::open(dir.path(), log_options()).unwrap();
+            let log = Log::open(dir.path(), log_options(RecoveryMode::Strict)).unwrap();
             log.append(&Message::new(MetadataEvent::Add(m.clone()).encode()))
                 .unwrap();
             log.append(&Message::new(
@@ -863,8 +1444,17 @@ mod tests {
     fn a_malformed_pointer_fails_open() {
         let dir = tempfile::tempdir().unwrap();
         drop(DurableRemoteLogMetadataManager::open(dir.path()).unwrap());
-        fs::write(dir.path().join(CURRENT), "7\n").unwrap();
-        let err = DurableRemoteLogMetadataManager::open(dir.path()).unwrap_err();
-        assert!(matches!(err, RemoteStorageError::Corrupt { .. }), "{err:?}");
+        for text in ["7\n", "7 v2\n", "0 v2\n", "+1 v2\n", "1 v3\n", "1 v2", ""] {
+            fs::write(dir.path().join(CURRENT), text).unwrap();
+            let err = DurableRemoteLogMetadataManager::open(dir.path()).unwrap_err();
+            assert!(
+                matches!(&err, RemoteStorageError::MetadataPointer { path, .. } if path.ends_with(CURRENT)),
+                "{text:?}: {err:?}"
+            );
+            assert_eq!(generations(dir.path()).len(), 1, "{text:?}");
+        }
+        // The pointer of an older version (no " v2") is still read.
+        fs::write(dir.path().join(CURRENT), "1\n").unwrap();
+        DurableRemoteLogMetadataManager::open(dir.path()).unwrap();
     }
 }

@@ -11,7 +11,7 @@ pub mod event;
 mod memory;
 mod state;
 
-pub use durable::{DurableOptions, DurableRemoteLogMetadataManager};
+pub use durable::{DurableOptions, DurableRemoteLogMetadataManager, TornEventCut};
 pub use memory::{DROPPED_IDS_SLACK, InMemoryRemoteLogMetadataManager};
 pub use state::MetadataState;
 

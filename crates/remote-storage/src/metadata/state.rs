@@ -131,6 +131,12 @@ impl MetadataState {
         self.dropped.len()
     }
 
+    /// Whether `id` reached `DeleteSegmentFinished` since the last
+    /// [`forget_dropped`](Self::forget_dropped).
+    pub fn was_dropped(&self, id: &RemoteLogSegmentId) -> bool {
+        self.dropped.contains(id)
+    }
+
     /// Forgets the dropped ids (a compaction does, to keep the memory bounded): an add may then
     /// reuse one of them. Ids are fresh random UUIDs per copy attempt
     /// ([`RemoteLogSegmentId::generate`]), so a reuse means a caller bug that then goes
