@@ -102,7 +102,10 @@ pub(crate) fn recover(dir: &Path, opts: &Options) -> Result<Recovered, Error> {
                 reason: format!("segment base seq {base} is beyond the largest seq {MAX_SEQ}"),
             });
         }
-        r.move_aside(base, "segment base seq beyond the largest seq a log can reach")?;
+        r.move_aside(
+            base,
+            "segment base seq beyond the largest seq a log can reach",
+        )?;
         bases.pop();
     }
     let mut active_builder = None;

@@ -100,7 +100,7 @@ impl TieredLog {
         let (mut report, plan) = blocking(move || {
             let mut report = TieringReport::default();
             this.clean_stale(&mut report)?;
-            let plan = this.copy_plan()?;
+            let plan = this.copy_plan(&mut report)?;
             Ok((report, plan))
         })
         .await?;
@@ -113,6 +113,23 @@ impl TieredLog {
                 .acquire_owned()
                 .await
                 .map_err(|e| Error::Task(e.to_string()))?;
+            // Each segment is checked before its copy starts, in order, so copying stops right
+            // before a damaged one (copies of older segments may still be running).
+            let this = self.clone();
+            let checked = seg.clone();
+            let check = blocking(move || {
+                let mut r = TieringReport::default();
+                let result = this.check_before_copy(&checked, &mut r);
+                Ok((r.copy_blocked_at, result))
+            })
+            .await?;
+            if let (blocked, Err(e)) = check {
+                if let Some(seq) = blocked {
+                    report.block_at(seq);
+                }
+                report.failures.push(e);
+                break;
+            }
             let this = self.clone();
             copies.spawn(async move {
                 let result = this.copy_with_deadline(seg).await;

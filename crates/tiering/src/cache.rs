@@ -1,4 +1,4 @@
-//! A byte-bounded LRU cache of remote indexes and data chunks.
+//! A byte-bounded LRU cache of remote indexes (offset and time) and data chunks.
 //!
 //! Entries are reference-counted [`Bytes`]; the bound counts their lengths. An entry larger than
 //! the whole budget is not kept. Small and dependency-free: a map from key to entry plus an
@@ -16,6 +16,8 @@ use uuid::Uuid;
 pub(crate) enum Part {
     /// The segment's offset index, whole.
     OffsetIndex,
+    /// The segment's time index, whole.
+    TimeIndex,
     /// The aligned data chunk with this number (`position / chunk_bytes`).
     Chunk(u64),
 }

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use krabka_remote_storage::{RemoteLogSegmentId, RemoteStorageError};
 
+use crate::policy::Mismatch;
+
 /// What went wrong in a [`TieredLog`](crate::TieredLog), with the segment and seq involved.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -53,14 +55,63 @@ pub enum Error {
         #[source]
         source: Box<RemoteStorageError>,
     },
-    /// Bytes fetched from the remote tier do not decode.
-    #[error("corrupt remote segment {segment} while reading seq {seq}: {reason}")]
+    /// Bytes fetched from the remote tier do not decode, or do not hold the seqs the metadata
+    /// says.
+    #[error(
+        "corrupt remote object {object}{} (segment {segment}) while reading seq {seq}: {reason}",
+        at_byte(*.position)
+    )]
     CorruptRemote {
-        /// The remote segment attempt.
-        segment: RemoteLogSegmentId,
+        /// The remote segment attempt (boxed to keep the error small).
+        segment: Box<RemoteLogSegmentId>,
+        /// The object holding the bad bytes (its key in the shared layout: the `.log`, the
+        /// `.index` or the `.timeindex`).
+        object: String,
+        /// Byte position of the problem in that object, when known.
+        position: Option<u64>,
         /// The seq being read.
         seq: u64,
         /// What is wrong.
+        reason: String,
+    },
+    /// A local segment failed the check made before its copy (bad frame, seqs other than the
+    /// log lists, size or index disagreeing with the `.log`), or a repair left a hole
+    /// (`krabka_storage::Log::quarantined`) that no remote segment covers. It is not copied,
+    /// no later segment is copied, and local retention never deletes it or anything after it;
+    /// every round checks it again.
+    #[error(
+        "local seqs {first_seq}..={last_seq} are damaged ({} at byte {position}: {reason}); \
+         they are not copied and are kept locally, and tiering does not copy past them \
+         (inspect the directory with `krabka verify`)",
+        path.display()
+    )]
+    DamagedSegment {
+        /// The file with the problem (the `.log`, one of its index files, or the quarantine
+        /// marker of a hole).
+        path: PathBuf,
+        /// Byte position of the problem in that file (0 for a hole or a missing file).
+        position: u64,
+        /// What is wrong.
+        reason: String,
+        /// First seq of the segment (or hole).
+        first_seq: u64,
+        /// Last seq of the segment (or hole), as the local log lists it.
+        last_seq: u64,
+    },
+    /// The local log does not continue the seqs the remote metadata records, so joining them
+    /// could reuse seqs or serve another incarnation's records. Nothing was changed.
+    #[error(
+        "the local log in {} does not continue the remote tier: {reason}. Restore the local log \
+         that belongs to this remote tier and metadata, or move the directory aside: a tiered \
+         log opened on an empty directory continues after the remote end",
+        dir.display()
+    )]
+    LocalLogMismatch {
+        /// The local log's directory.
+        dir: PathBuf,
+        /// How it differs.
+        kind: Mismatch,
+        /// What was found (the seqs involved).
         reason: String,
     },
     /// A copy ran past [`TieringConfig::copy_deadline`](crate::TieringConfig::copy_deadline)
@@ -99,6 +150,10 @@ pub enum Error {
     /// A blocking task of the background runner panicked or was cancelled.
     #[error("tiering task failed: {0}")]
     Task(String),
+}
+
+fn at_byte(position: Option<u64>) -> String {
+    position.map_or_else(String::new, |p| format!(" at byte {p}"))
 }
 
 fn describe(segment: Option<&RemoteLogSegmentId>, seq: Option<u64>) -> String {

@@ -11,7 +11,14 @@
 //! - [`TieredLog::run_once`] — one deterministic round, for tests or your own scheduler.
 //! - [`TieredLog::spawn`] — a Tokio background task with bounded copy concurrency and a
 //!   per-copy deadline, stopped with [`TieringHandle::shutdown`].
+//! - [`TieredLog::read`] and [`TieredLog::seq_for_timestamp`] — reads and timestamp lookups
+//!   across both tiers; every read is exact or an error.
 //! - [`policy`] — the decisions as pure functions over plain data.
+//!
+//! Integrity: a segment is checked (frames, seqs, indexes) before it is copied and a damaged
+//! one is never copied nor deleted locally; a local log that does not continue the remote tier
+//! is started after the remote end when it is empty and refused otherwise
+//! ([`Error::LocalLogMismatch`]), so a seq is never used twice.
 //!
 //! ```
 //! # #[cfg(feature = "fs")] {
@@ -26,11 +33,10 @@
 //! let remote = Arc::new(FsRemoteStorage::new(dir.path().join("remote"))?);
 //! let metadata = Arc::new(InMemoryRemoteLogMetadataManager::new());
 //! let tp = TopicIdPartition::new(Uuid::new_v4(), "orders", 0);
-//! // Keep locally only what is not yet remote; no age-based retention (these messages carry
-//! // timestamp 0, which an age limit would find 55 years old).
+//! // Keep locally only what is not yet remote. `Message::new` stamps the current time, so the
+//! // default whole-log retention (7 days) keeps these records.
 //! let config = TieringConfig {
 //!     local_retention_bytes: Some(0),
-//!     retention_ms: None,
 //!     ..TieringConfig::default()
 //! };
 //! let log = TieredLog::open(
@@ -63,6 +69,7 @@ pub mod policy;
 mod read;
 mod stats;
 mod tiered;
+mod verify;
 
 pub use background::TieringHandle;
 pub use checkpoint::LOG_START_FILE;

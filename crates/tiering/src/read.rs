@@ -1,10 +1,11 @@
 //! Reads from the remote tier: offset index once (validated, then cached as its entries), then
-//! aligned chunks through the cache, with every record's seq checked.
+//! aligned chunks through the cache, with every record's seq checked; time indexes (validated,
+//! cached) for timestamp lookups.
 
 use bytes::{Bytes, BytesMut};
-use krabka_remote_storage::{IndexType, RemoteLogSegmentMetadata};
+use krabka_remote_storage::{IndexType, RemoteLogSegmentMetadata, layout};
 use krabka_storage::Record;
-use krabka_storage::segment::{decode_records_at, verify_index};
+use krabka_storage::segment::{decode_records_at, lookup_time, verify_index, verify_time_index};
 
 use crate::cache::Part;
 use crate::error::Error;
@@ -43,12 +44,38 @@ pub(crate) fn floor_entry(entries: &[u8], seq: u64) -> Option<(u64, u64)> {
     lo.checked_sub(1).and_then(entry)
 }
 
+/// The key of a segment's object in the shared layout: its `.log` (`None`) or an index.
+pub(crate) fn object_key(meta: &RemoteLogSegmentMetadata, index: Option<IndexType>) -> String {
+    let key = match index {
+        None => layout::log_key(meta),
+        Some(t) => layout::index_key(meta, t),
+    };
+    key.unwrap_or_else(|_| {
+        let suffix = index.map_or(".log", IndexType::suffix);
+        format!("{}{suffix}", meta.remote_log_segment_id())
+    })
+}
+
+/// The byte position and reason of a storage decoding error (positions relative to the
+/// decoded buffer).
+fn position_and_reason(e: &krabka_storage::Error) -> (Option<u64>, String) {
+    match e {
+        krabka_storage::Error::Corrupt {
+            position, reason, ..
+        } => (Some(*position), reason.clone()),
+        other => (None, other.to_string()),
+    }
+}
+
 impl TieredLog {
     /// Up to `max` records from `seq` within one finished remote segment.
     ///
     /// Every record's seq is checked: the frame the index points at must carry the entry's
     /// seq, and each frame (across chunk boundaries too) the seq after the previous one; the
-    /// first record returned is `seq` itself. Anything else is [`Error::CorruptRemote`].
+    /// first record returned is `seq` itself, and none lies past the segment's last seq.
+    /// Anything else is [`Error::CorruptRemote`] naming the object and byte. Records decoded
+    /// before a bad frame are returned first (a short read); a read starting at the bad frame
+    /// gets the error.
     ///
     /// Costs, with a cold cache: one index fetch and one ranged fetch per chunk touched (a
     /// point read touches one chunk unless its record straddles a chunk boundary). With a warm
@@ -60,8 +87,10 @@ impl TieredLog {
         max: usize,
     ) -> Result<Vec<Record>, Error> {
         let id = meta.remote_log_segment_id();
-        let corrupt = |reason: String| Error::CorruptRemote {
-            segment: id.clone(),
+        let corrupt = |position: Option<u64>, reason: String| Error::CorruptRemote {
+            segment: Box::new(id.clone()),
+            object: object_key(meta, None),
+            position,
             seq,
             reason,
         };
@@ -69,9 +98,10 @@ impl TieredLog {
         let entries = self.remote_index(meta, seq)?;
         let (mut expect, start) = floor_entry(&entries, seq).unwrap_or((meta.start_offset(), 0));
         if start >= size {
-            return Err(corrupt(format!(
-                "offset index points at byte {start} of a {size}-byte segment"
-            )));
+            return Err(corrupt(
+                None,
+                format!("offset index points at byte {start} of a {size}-byte segment"),
+            ));
         }
         let chunk = u64::from(self.config.chunk_bytes);
         let mut out: Vec<Record> = Vec::new();
@@ -79,6 +109,32 @@ impl TieredLog {
         let mut carry = Bytes::new();
         let mut pos = start;
         let mut sequential = false;
+        // Checks a decoded batch and moves it to `out`.
+        let accept = |out: &mut Vec<Record>, records: Vec<Record>| -> Result<(), Error> {
+            if let (true, Some(first)) = (out.is_empty(), records.first())
+                && first.seq != seq
+            {
+                return Err(corrupt(
+                    None,
+                    format!(
+                        "the first record found is seq {}, not the seq asked for",
+                        first.seq
+                    ),
+                ));
+            }
+            if let Some(past) = records.iter().find(|r| r.seq > meta.end_offset()) {
+                return Err(corrupt(
+                    None,
+                    format!(
+                        "holds seq {} past the segment's last seq {}",
+                        past.seq,
+                        meta.end_offset()
+                    ),
+                ));
+            }
+            out.extend(records);
+            Ok(())
+        };
         while out.len() < max && pos < size {
             let buf_start = pos - carry.len() as u64;
             let n = pos / chunk;
@@ -86,7 +142,7 @@ impl TieredLog {
             let offset = usize::try_from(pos - n * chunk).unwrap_or(usize::MAX);
             let fresh = data
                 .get(offset..)
-                .ok_or_else(|| corrupt(format!("chunk {n} is shorter than expected")))?;
+                .ok_or_else(|| corrupt(Some(pos), format!("chunk {n} is shorter than expected")))?;
             let buf = if carry.is_empty() {
                 data.slice_ref(fresh)
             } else {
@@ -98,31 +154,37 @@ impl TieredLog {
             pos = (n + 1) * chunk;
             // The bytes start at the frame holding `expect` (the index entry's seq, then the
             // seq after the last decoded frame), and seqs are contiguous from there.
-            let decoded = decode_records_at(&buf, expect, seq, max - out.len()).map_err(|e| {
-                corrupt(format!(
-                    "bytes from position {buf_start} (expected seq {expect} there): {e}"
-                ))
-            })?;
+            let want = max - out.len();
+            let decoded = match decode_records_at(&buf, expect, seq, want) {
+                Ok(d) => d,
+                Err(e) => {
+                    let (at, why) = position_and_reason(&e);
+                    let error = corrupt(
+                        Some(buf_start + at.unwrap_or(0)),
+                        format!("expected the frame of seq {expect} or a later one: {why}"),
+                    );
+                    // The frames before the bad one are valid: deliver them first.
+                    let good = at
+                        .and_then(|a| usize::try_from(a).ok())
+                        .filter(|&a| a > 0)
+                        .map(|a| buf.slice(..a.min(buf.len())));
+                    if let Some(good) = good
+                        && let Ok(d) = decode_records_at(&good, expect, seq, want)
+                    {
+                        accept(&mut out, d.records)?;
+                    }
+                    if out.is_empty() {
+                        return Err(error);
+                    }
+                    tracing::debug!(error = %error, "short remote read before a bad frame");
+                    return Ok(out);
+                }
+            };
             if let Some(next) = decoded.next_seq {
                 expect = next;
             }
-            if let (true, Some(first)) = (out.is_empty(), decoded.records.first())
-                && first.seq != seq
-            {
-                return Err(corrupt(format!(
-                    "the first record found is seq {}, not the seq asked for",
-                    first.seq
-                )));
-            }
-            if let Some(past) = decoded.records.iter().find(|r| r.seq > meta.end_offset()) {
-                return Err(corrupt(format!(
-                    "holds seq {} past the segment's last seq {}",
-                    past.seq,
-                    meta.end_offset()
-                )));
-            }
             let done = decoded.next_seq.is_some_and(|s| s > meta.end_offset());
-            out.extend(decoded.records);
+            accept(&mut out, decoded.records)?;
             carry = buf.slice(decoded.consumed.min(buf.len())..);
             if done {
                 break;
@@ -130,9 +192,10 @@ impl TieredLog {
             sequential = true;
         }
         if out.is_empty() && max > 0 {
-            return Err(corrupt(format!(
-                "no record at or after seq {seq} in {size} bytes (from byte {start})"
-            )));
+            return Err(corrupt(
+                Some(start),
+                format!("no record at or after seq {seq} in {size} bytes (from byte {start})"),
+            ));
         }
         Ok(out)
     }
@@ -151,12 +214,17 @@ impl TieredLog {
             .rsm
             .fetch_index(meta, IndexType::Offset)
             .map_err(|e| Error::remote("fetch_index", id, Some(seq), e))?;
-        let corrupt = |reason: String| Error::CorruptRemote {
-            segment: id.clone(),
+        let corrupt = |position: Option<u64>, reason: String| Error::CorruptRemote {
+            segment: Box::new(id.clone()),
+            object: object_key(meta, Some(IndexType::Offset)),
+            position,
             seq,
             reason: format!("offset index: {reason}"),
         };
-        let summary = verify_index(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        let summary = verify_index(&bytes).map_err(|e| {
+            let (at, why) = position_and_reason(&e);
+            corrupt(at, why)
+        })?;
         let expected = (
             meta.start_offset(),
             meta.end_offset(),
@@ -164,26 +232,96 @@ impl TieredLog {
         );
         let found = (summary.base_seq, summary.last_seq, summary.log_size);
         if found != expected {
-            return Err(corrupt(format!(
-                "describes seqs {}..={} in {} bytes, the metadata {}..={} in {} bytes",
-                found.0, found.1, found.2, expected.0, expected.1, expected.2
-            )));
+            return Err(corrupt(
+                None,
+                format!(
+                    "describes seqs {}..={} in {} bytes, the metadata {}..={} in {} bytes",
+                    found.0, found.1, found.2, expected.0, expected.1, expected.2
+                ),
+            ));
         }
         let end = INDEX_HEADER_LEN + summary.entries * INDEX_ENTRY_LEN;
         if end + INDEX_CRC_LEN != bytes.len() {
-            return Err(corrupt(format!(
-                "{} entries in {} bytes",
-                summary.entries,
-                bytes.len()
-            )));
+            return Err(corrupt(
+                None,
+                format!("{} entries in {} bytes", summary.entries, bytes.len()),
+            ));
         }
         let entries = Bytes::copy_from_slice(bytes.get(INDEX_HEADER_LEN..end).unwrap_or(&[]));
         self.cache.insert(key, entries.clone());
         Ok(entries)
     }
 
+    /// The seq from which to scan a finished remote segment for the first record whose
+    /// timestamp is `>= ts` (`None`: no record of it has one), from its time index. On a miss
+    /// the time index is fetched, validated (CRC, order, base seq and max timestamp against the
+    /// metadata) and cached whole.
+    pub(crate) fn remote_time_floor(
+        &self,
+        meta: &RemoteLogSegmentMetadata,
+        ts: i64,
+    ) -> Result<Option<u64>, Error> {
+        let id = meta.remote_log_segment_id();
+        let seq = meta.start_offset();
+        let corrupt = |position: Option<u64>, reason: String| Error::CorruptRemote {
+            segment: Box::new(id.clone()),
+            object: object_key(meta, Some(IndexType::Timestamp)),
+            position,
+            seq,
+            reason: format!("time index: {reason}"),
+        };
+        let key = (id.id(), Part::TimeIndex);
+        let bytes = match self.cache.get(&key) {
+            Some(hit) => hit,
+            None => {
+                bump(&self.counters.fetch_index, 1);
+                let bytes = Bytes::from(
+                    self.rsm
+                        .fetch_index(meta, IndexType::Timestamp)
+                        .map_err(|e| Error::remote("fetch_index", id, Some(seq), e))?,
+                );
+                let summary = verify_time_index(&bytes).map_err(|e| {
+                    let (at, why) = position_and_reason(&e);
+                    corrupt(at, why)
+                })?;
+                if (summary.base_seq, summary.max_timestamp)
+                    != (meta.start_offset(), meta.max_timestamp_ms())
+                {
+                    return Err(corrupt(
+                        None,
+                        format!(
+                            "describes base seq {} and max timestamp {}, the metadata {} and {}",
+                            summary.base_seq,
+                            summary.max_timestamp,
+                            meta.start_offset(),
+                            meta.max_timestamp_ms()
+                        ),
+                    ));
+                }
+                self.cache.insert(key, bytes.clone());
+                bytes
+            }
+        };
+        let floor = lookup_time(&bytes, ts).map_err(|e| {
+            let (at, why) = position_and_reason(&e);
+            corrupt(at, why)
+        })?;
+        match floor {
+            Some(f) if f < meta.start_offset() || f > meta.end_offset() => Err(corrupt(
+                None,
+                format!(
+                    "points at seq {f}, outside the segment's seqs {}..={}",
+                    meta.start_offset(),
+                    meta.end_offset()
+                ),
+            )),
+            other => Ok(other),
+        }
+    }
+
     /// Chunk `n` of a segment; with `read_ahead`, a miss fetches chunks `n` and `n + 1` in one
-    /// request and caches both.
+    /// request and caches both. The bytes returned must be exactly the range asked for: an
+    /// object shorter than the metadata's size is [`Error::CorruptRemote`].
     fn remote_chunk(
         &self,
         meta: &RemoteLogSegmentMetadata,
@@ -205,19 +343,29 @@ impl TieredLog {
             1
         };
         let end = (start + chunks * chunk).min(size);
+        let corrupt = |reason: String| Error::CorruptRemote {
+            segment: Box::new(id.clone()),
+            object: object_key(meta, None),
+            position: Some(start),
+            seq,
+            reason,
+        };
         let (Ok(first), Ok(last)) = (u32::try_from(start), u32::try_from(end.saturating_sub(1)))
         else {
-            return Err(Error::CorruptRemote {
-                segment: id.clone(),
-                seq,
-                reason: format!("chunk {n} lies beyond u32 positions"),
-            });
+            return Err(corrupt(format!("chunk {n} lies beyond u32 positions")));
         };
         bump(&self.counters.fetch_log, 1);
         let bytes = self
             .rsm
             .fetch_log_segment(meta, first, Some(last))
             .map_err(|e| Error::remote("fetch_log_segment", id, Some(seq), e))?;
+        if bytes.len() as u64 != end - start {
+            return Err(corrupt(format!(
+                "fetching bytes {start}..{end} returned {} bytes: the object is shorter than \
+                 the segment's {size} bytes",
+                bytes.len()
+            )));
+        }
         let bytes = Bytes::from(bytes);
         let split = usize::try_from(chunk)
             .unwrap_or(usize::MAX)

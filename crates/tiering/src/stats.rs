@@ -49,6 +49,13 @@ pub struct TieringStats {
     pub local_bytes: u64,
     /// Bytes of finished remote segments.
     pub remote_bytes: u64,
+    /// Copies refused since this handle was created because the local segment failed its
+    /// check before the copy ([`Error::DamagedSegment`]).
+    pub segments_refused: u64,
+    /// First seq of the damaged local segment or uncovered hole the latest round stopped
+    /// copying at: nothing at or after it is copied, and retention never deletes it locally.
+    /// `None` when nothing blocks.
+    pub copy_blocked_at: Option<u64>,
 }
 
 /// What one tiering round did.
@@ -65,18 +72,30 @@ pub struct TieringReport {
     pub local_segments_deleted: u64,
     /// Remote segments deleted by retention.
     pub remote_segments_deleted: u64,
+    /// First seq of the damaged local segment or uncovered hole (a repair's) copying stopped
+    /// at: it and everything after it stay local, and retention does not pass it. The
+    /// matching [`Error::DamagedSegment`] is in `failures`.
+    pub copy_blocked_at: Option<u64>,
     /// Failures met along the way; each is retried next round. A failed copy or remote delete
     /// ends that phase of the round.
     pub failures: Vec<Error>,
 }
 
 impl TieringReport {
+    /// Records that copying stopped at `seq` (keeps the lowest).
+    pub(crate) fn block_at(&mut self, seq: u64) {
+        self.copy_blocked_at = Some(self.copy_blocked_at.map_or(seq, |b| b.min(seq)));
+    }
+
     pub(crate) fn merge(&mut self, other: TieringReport) {
         self.segments_copied += other.segments_copied;
         self.bytes_copied += other.bytes_copied;
         self.stale_cleaned += other.stale_cleaned;
         self.local_segments_deleted += other.local_segments_deleted;
         self.remote_segments_deleted += other.remote_segments_deleted;
+        if let Some(seq) = other.copy_blocked_at {
+            self.block_at(seq);
+        }
         self.failures.extend(other.failures);
     }
 }
@@ -90,6 +109,7 @@ pub(crate) struct Counters {
     pub(crate) segments_copied: AtomicU64,
     pub(crate) bytes_copied: AtomicU64,
     pub(crate) copy_failures: AtomicU64,
+    pub(crate) segments_refused: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64, by: u64) {

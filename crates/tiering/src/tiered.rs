@@ -12,7 +12,7 @@ use krabka_remote_storage::metadata::RemoteLogMetadataManager;
 use krabka_remote_storage::{
     CustomMetadata, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState, RemoteStorageManager, TopicIdPartition,
-    now_ms,
+    layout, now_ms,
 };
 use krabka_storage::{Log, Options, Record, SegmentInfo};
 use parking_lot::Mutex;
@@ -22,11 +22,14 @@ use crate::cache::ByteLru;
 use crate::checkpoint;
 use crate::config::{TieringConfig, validate_log_options};
 use crate::error::Error;
-use crate::policy::{self, LocalLimits, LocalSegment, RemoteSegment, RetentionLimits};
+use crate::policy::{self, Continuity, LocalLimits, LocalSegment, RemoteSegment, RetentionLimits};
 use crate::stats::{Counters, TieringReport, TieringStats, bump};
+use crate::verify::verify_for_copy;
 
 /// `commit_seq` value meaning "no bound set: everything appended is committed".
 const NO_COMMIT_BOUND: u64 = u64::MAX;
+/// `blocked_at` value meaning "no damaged segment or hole blocks copying".
+const NOT_BLOCKED: u64 = u64::MAX;
 
 /// One log across the local and the remote tier.
 ///
@@ -51,6 +54,9 @@ pub struct TieredLog {
     pub(crate) cache: ByteLru,
     pub(crate) counters: Counters,
     round_running: AtomicBool,
+    /// First seq of the damaged local segment or uncovered hole the latest round stopped
+    /// copying at ([`NOT_BLOCKED`]: none). Whole-log and local retention never pass it.
+    blocked_at: AtomicU64,
     /// Attempts whose copy call outlived its deadline and is still running: not stale yet.
     pub(crate) abandoned: Mutex<HashSet<Uuid>>,
     pub(crate) abandoned_tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -82,11 +88,19 @@ impl TieredLog {
     /// ([`LOG_START_FILE`](crate::LOG_START_FILE)), so `first_seq()` never moves backwards
     /// across restarts.
     ///
+    /// The local log must continue the seqs the metadata records as remote, so that no seq is
+    /// used twice (see [`policy::continuity`]): a local log holding no record (a wiped or new
+    /// directory) is started after the remote end (`Log::start_at`, like Kafka's log start
+    /// offset); a local log that ends before the remote end, starts after it with a gap, or
+    /// whose segments disagree with the remote ones is refused.
+    ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a config below a minimum, a topic name that could not
     /// name remote objects, or log options allowing segments over
     /// [`MAX_SEGMENT_BYTES`](crate::MAX_SEGMENT_BYTES); [`Error::Checkpoint`] when the
-    /// retention checkpoint cannot be read.
+    /// retention checkpoint cannot be read; [`Error::Metadata`] when the remote segments
+    /// cannot be listed; [`Error::LocalLogMismatch`] when the local log does not continue the
+    /// remote tier; [`Error::Storage`] when starting an empty local log fails.
     pub fn new(
         log: Log,
         rsm: Arc<dyn RemoteStorageManager>,
@@ -94,13 +108,9 @@ impl TieredLog {
         topic_id_partition: TopicIdPartition,
         config: TieringConfig,
     ) -> Result<Self, Error> {
-        config.validate()?;
-        validate_log_options(log.options())?;
-        topic_id_partition
-            .validate()
-            .map_err(|e| Error::InvalidConfig(e.to_string()))?;
+        validate_all(log.options(), &topic_id_partition, &config)?;
         let log_start = checkpoint::read(log.dir())?;
-        Ok(Self {
+        let this = Self {
             epochs: Mutex::new(vec![(config.leader_epoch, 0)]),
             cache: ByteLru::new(config.cache_bytes),
             log,
@@ -113,14 +123,42 @@ impl TieredLog {
             log_start_write: Mutex::new(()),
             counters: Counters::default(),
             round_running: AtomicBool::new(false),
+            blocked_at: AtomicU64::new(NOT_BLOCKED),
             abandoned: Mutex::new(HashSet::new()),
             abandoned_tasks: Mutex::new(Vec::new()),
-        })
+        };
+        this.join_remote()?;
+        Ok(this)
+    }
+
+    /// Makes sure the local log continues the remote tier (see [`new`](Self::new)).
+    fn join_remote(&self) -> Result<(), Error> {
+        let local: Vec<LocalSegment> = self.log.segments().iter().map(local_segment).collect();
+        let holes: Vec<RangeInclusive<u64>> =
+            self.log.quarantined().into_iter().map(|(r, _)| r).collect();
+        let view = self.remote_view()?;
+        let log_start = self.log_start.load(Ordering::Acquire);
+        match policy::continuity(&local, &holes, self.log.next_seq(), &view, log_start) {
+            Continuity::Consistent => Ok(()),
+            Continuity::StartAt(seq) => {
+                tracing::info!(partition = %self.tp, dir = %self.log.dir().display(), seq,
+                    "the local log holds no record: it continues after the remote tier");
+                self.log.start_at(seq).map_err(|e| {
+                    Error::storage(format!("starting the empty local log at seq {seq}"), e)
+                })
+            }
+            Continuity::Mismatch { kind, reason } => Err(Error::LocalLogMismatch {
+                dir: self.log.dir().to_path_buf(),
+                kind,
+                reason,
+            }),
+        }
     }
 
     /// Opens (or creates) the local log in `dir` with `options` and joins it with a remote tier.
     ///
-    /// The options are checked (as in [`new`](Self::new)) before anything is created.
+    /// Everything that can be checked without the local log (the tiering config, the topic
+    /// name, the log options' segment size limit) is checked before anything is created.
     ///
     /// # Errors
     /// [`Error::Storage`] when the log cannot be opened; as [`new`](Self::new).
@@ -133,7 +171,7 @@ impl TieredLog {
         config: TieringConfig,
     ) -> Result<Self, Error> {
         let dir = dir.as_ref();
-        validate_log_options(&options)?;
+        validate_all(&options, &topic_id_partition, &config)?;
         let log = Log::open(dir, options)
             .map_err(|e| Error::storage(format!("opening {}", dir.display()), e))?;
         Self::new(log, rsm, rlmm, topic_id_partition, config)
@@ -281,6 +319,11 @@ impl TieredLog {
             cache_bytes: self.cache.bytes(),
             local_bytes: self.log.bytes(),
             remote_bytes,
+            segments_refused: self.counters.segments_refused.load(Ordering::Relaxed),
+            copy_blocked_at: match self.blocked_at.load(Ordering::Acquire) {
+                NOT_BLOCKED => None,
+                seq => Some(seq),
+            },
         }
     }
 
@@ -288,7 +331,12 @@ impl TieredLog {
     /// below [`local_first_seq`](Self::local_first_seq) come from the remote tier, and a read
     /// continues across remote segments and into the local log.
     ///
-    /// `from_seq == last_seq() + 1` returns an empty `Vec`.
+    /// `from_seq` is checked exactly as `Log::read` checks it, over both tiers, whatever `max`
+    /// (also 0): `from_seq == last_seq() + 1` returns an empty `Vec`. Every read is exact or an
+    /// error: records decoded before a bad frame (local or remote) are returned first, as a
+    /// short read, and a read starting at the bad frame returns the error. A local segment
+    /// that fails (damaged, or a hole left by a repair) is read from its finished remote copy
+    /// when there is one.
     ///
     /// # Errors
     /// [`Error::OutOfRange`] when `from_seq < first_seq()` or `from_seq > last_seq() + 1`;
@@ -301,65 +349,186 @@ impl TieredLog {
         if from_seq > last.saturating_add(1) || from_seq < self.log_start.load(Ordering::Acquire) {
             return Err(self.out_of_range(from_seq, last));
         }
+        if max == 0 {
+            return self.check_readable(from_seq, last).map(|()| Vec::new());
+        }
         let mut out: Vec<Record> = Vec::new();
         let mut seq = from_seq;
         // Retention may move either tier's start while we read; a few retries settle it.
         let mut misses = 0;
         while out.len() < max && seq <= last {
-            let want = max - out.len();
-            if seq >= self.log.first_seq() {
-                match self.log.read(seq, want) {
-                    Ok(records) => {
-                        out.extend(records);
+            match self.read_step(seq, max - out.len(), last, &mut misses) {
+                Ok(Some(records)) => {
+                    let Some(next) = records.last().map(|r| r.seq + 1) else {
                         break;
-                    }
-                    Err(krabka_storage::Error::OutOfRange { .. })
-                        if seq < self.log.first_seq() && misses < 3 =>
-                    {
-                        misses += 1;
-                        continue;
-                    }
-                    Err(e) => return Err(Error::storage(format!("reading from seq {seq}"), e)),
+                    };
+                    out.extend(records);
+                    seq = next;
                 }
-            }
-            let found = self
-                .rlmm
-                .remote_log_segment_metadata(&self.tp, seq)
-                .map_err(|e| Error::metadata("lookup", None, e))?;
-            // `None`: not remote (any more). A fetch finding no object: retention deleted the
-            // segment between the lookup and the fetch. Either way, re-check the start.
-            let gone = match found {
-                Some(meta) => match self.read_remote(&meta, seq, want) {
-                    Ok(records) => {
-                        let Some(next) = records.last().map(|r| r.seq + 1) else {
-                            break;
-                        };
-                        out.extend(records);
-                        seq = next;
-                        continue;
-                    }
-                    Err(e) if e.is_remote_not_found() => Some(e),
-                    Err(e) => return Err(e),
-                },
-                None => None,
-            };
-            misses += 1;
-            let first = self.first_seq()?;
-            if seq < first {
-                if out.is_empty() {
-                    return Err(Error::OutOfRange { seq, first, last });
-                }
-                break;
-            }
-            if misses > 3 {
-                if !out.is_empty() {
+                Ok(None) => {}
+                // What was read before the failure is delivered; the next read from `seq`
+                // meets the failure again and returns it.
+                Err(e) if !out.is_empty() => {
+                    tracing::debug!(partition = %self.tp, seq, error = %e,
+                        "short read: the records before the failure are returned");
                     break;
                 }
-                // Still within the log, yet the remote object is missing: not retention.
-                return Err(gone.unwrap_or(Error::OutOfRange { seq, first, last }));
+                Err(e) => return Err(e),
             }
         }
         Ok(out)
+    }
+
+    /// One step of [`read`](Self::read) at `seq` (`<= last`): records from the local log or
+    /// from one remote segment; `None` to try again (a tier's start moved).
+    fn read_step(
+        &self,
+        seq: u64,
+        want: usize,
+        last: u64,
+        misses: &mut u32,
+    ) -> Result<Option<Vec<Record>>, Error> {
+        let mut local_failure = None;
+        if seq >= self.log.first_seq() {
+            match self.log.read(seq, want) {
+                Ok(records) => return Ok(Some(records)),
+                Err(krabka_storage::Error::OutOfRange { .. })
+                    if seq < self.log.first_seq() && *misses < 3 =>
+                {
+                    *misses += 1;
+                    return Ok(None);
+                }
+                // A damaged local segment or a repaired hole: its remote copy may hold it.
+                Err(
+                    e @ (krabka_storage::Error::Corrupt { .. }
+                    | krabka_storage::Error::Quarantined { .. }),
+                ) => local_failure = Some(Error::storage(format!("reading from seq {seq}"), e)),
+                Err(e) => return Err(Error::storage(format!("reading from seq {seq}"), e)),
+            }
+        }
+        let found = self
+            .rlmm
+            .remote_log_segment_metadata(&self.tp, seq)
+            .map_err(|e| Error::metadata("lookup", None, e))?;
+        if let Some(failure) = local_failure {
+            return match found {
+                Some(meta) => {
+                    tracing::warn!(partition = %self.tp, seq, error = %failure,
+                        "local read failed; reading the finished remote copy instead");
+                    self.read_remote(&meta, seq, want).map(Some)
+                }
+                None => Err(failure),
+            };
+        }
+        // `None`: not remote (any more). A fetch finding no object: retention deleted the
+        // segment between the lookup and the fetch. Either way, re-check the start.
+        let gone = match found {
+            Some(meta) => match self.read_remote(&meta, seq, want) {
+                Ok(records) => return Ok(Some(records)),
+                Err(e) if e.is_remote_not_found() => Some(e),
+                Err(e) => return Err(e),
+            },
+            None => None,
+        };
+        *misses += 1;
+        let first = self.first_seq()?;
+        if seq < first || *misses > 3 {
+            // Still within the log, yet the remote object is missing: not retention.
+            return Err(match gone {
+                Some(e) if seq >= first => e,
+                _ => Error::OutOfRange { seq, first, last },
+            });
+        }
+        Ok(None)
+    }
+
+    /// Whether a read of one record at `seq` would find it (`read(seq, 0)`): `Ok` for a seq in
+    /// the local log (or `last + 1`) or in a finished remote segment, else `OutOfRange`.
+    fn check_readable(&self, seq: u64, last: u64) -> Result<(), Error> {
+        if seq >= self.log.first_seq() {
+            return Ok(());
+        }
+        let found = self
+            .rlmm
+            .remote_log_segment_metadata(&self.tp, seq)
+            .map_err(|e| Error::metadata("lookup", None, e))?;
+        if found.is_some() || seq >= self.log.first_seq() {
+            return Ok(());
+        }
+        Err(self.out_of_range(seq, last))
+    }
+
+    /// The seq of the first record (in seq order) whose timestamp is `>= ts`, over both
+    /// tiers; `None` when no record has such a timestamp.
+    ///
+    /// Finished remote segments below the local first seq are looked at oldest first: the
+    /// first whose newest timestamp is `>= ts` is searched through its time index (fetched
+    /// once, validated and cached like the offset index) and the records from the seq it
+    /// gives. When no remote segment has such a record, the local log answers
+    /// (`Log::seq_for_timestamp`). Remote costs: one listing of the remote segments, then for
+    /// the segment searched one time-index fetch and the reads of one index interval (cached).
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] when the remote segments cannot be listed; [`Error::Remote`] /
+    /// [`Error::CorruptRemote`] from the remote segment searched; [`Error::Storage`] from the
+    /// local log.
+    pub fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
+        let local_first = self.log.first_seq();
+        let log_start = self.log_start.load(Ordering::Acquire);
+        let mut remote: Vec<RemoteLogSegmentMetadata> = self
+            .remote_list()?
+            .into_iter()
+            .filter(|m| {
+                m.state() == RemoteLogSegmentState::CopySegmentFinished
+                    && m.end_offset() >= log_start
+                    && m.start_offset() < local_first
+            })
+            .collect();
+        remote.sort_by_key(RemoteLogSegmentMetadata::start_offset);
+        for meta in remote.iter().filter(|m| m.max_timestamp_ms() >= ts) {
+            let found = match self.search_remote_time(meta, ts, log_start, local_first) {
+                Err(e) if e.is_remote_not_found() && meta.end_offset() < self.first_seq()? => {
+                    continue; // deleted by retention meanwhile
+                }
+                other => other?,
+            };
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        self.log
+            .seq_for_timestamp(ts)
+            .map_err(|e| Error::storage(format!("looking up timestamp {ts}"), e))
+    }
+
+    /// The first record with a timestamp `>= ts` in one remote segment, at or after
+    /// `log_start` and below `local_first`.
+    fn search_remote_time(
+        &self,
+        meta: &RemoteLogSegmentMetadata,
+        ts: i64,
+        log_start: u64,
+        local_first: u64,
+    ) -> Result<Option<u64>, Error> {
+        let Some(floor) = self.remote_time_floor(meta, ts)? else {
+            return Ok(None);
+        };
+        let mut seq = floor.max(log_start);
+        let end = meta.end_offset().min(local_first.saturating_sub(1));
+        while seq <= end {
+            let want = usize::try_from(end - seq + 1)
+                .unwrap_or(usize::MAX)
+                .min(256);
+            let batch = self.read_remote(meta, seq, want)?;
+            if let Some(r) = batch.iter().find(|r| r.message.timestamp >= ts) {
+                return Ok(Some(r.seq));
+            }
+            let Some(next) = batch.last().map(|r| r.seq + 1) else {
+                break;
+            };
+            seq = next;
+        }
+        Ok(None)
     }
 
     /// The [`Error::OutOfRange`] for a read of `seq` (lists the remote segments).
@@ -384,7 +553,11 @@ impl TieredLog {
         let _guard = self.begin_round()?;
         let mut report = TieringReport::default();
         self.clean_stale(&mut report)?;
-        for seg in self.copy_plan()? {
+        for seg in self.copy_plan(&mut report)? {
+            if let Err(e) = self.check_before_copy(&seg, &mut report) {
+                report.failures.push(e);
+                break;
+            }
             match self.copy_segment(&seg) {
                 Ok(bytes) => {
                     report.segments_copied += 1;
@@ -466,8 +639,10 @@ impl TieredLog {
             .map_err(|e| Error::metadata("update", Some(id), e))
     }
 
-    /// The closed, committed local segments without a finished copy, oldest first.
-    pub(crate) fn copy_plan(&self) -> Result<Vec<SegmentInfo>, Error> {
+    /// The closed, committed local segments without a finished copy, oldest first, up to the
+    /// first hole a repair left that no finished remote segment covers (reported in `report`,
+    /// which also gets the round's [`TieringReport::copy_blocked_at`]).
+    pub(crate) fn copy_plan(&self, report: &mut TieringReport) -> Result<Vec<SegmentInfo>, Error> {
         let segs = self.log.segments();
         let local: Vec<LocalSegment> = segs.iter().map(local_segment).collect();
         let view = self.remote_view()?;
@@ -479,10 +654,52 @@ impl TieredLog {
             self.log_start.load(Ordering::Acquire),
             commit,
         );
+        let quarantined = self.log.quarantined();
+        let holes: Vec<RangeInclusive<u64>> = quarantined.iter().map(|(r, _)| r.clone()).collect();
+        let barrier = policy::hole_barrier(&holes, &view);
+        self.blocked_at
+            .store(barrier.unwrap_or(NOT_BLOCKED), Ordering::Release);
+        report.copy_blocked_at = barrier;
+        if let Some(at) = barrier
+            && let Some((range, path)) = quarantined.iter().find(|(r, _)| *r.start() == at)
+        {
+            let e = Error::DamagedSegment {
+                path: path.clone(),
+                position: 0,
+                reason: "a repair moved these seqs aside and no remote segment holds them".into(),
+                first_seq: *range.start(),
+                last_seq: *range.end(),
+            };
+            tracing::warn!(partition = %self.tp, error = %e, "tiering stops before a hole");
+            report.failures.push(e);
+        }
         Ok(picked
             .into_iter()
             .filter_map(|i| segs.get(i).cloned())
+            .filter(|s| barrier.is_none_or(|b| s.last_seq < b))
             .collect())
+    }
+
+    /// Verifies `seg` before its copy ([`verify_for_copy`]). A damaged segment becomes the
+    /// round's [`TieringReport::copy_blocked_at`] (copying stops there and retention never
+    /// passes it) and is logged with `tracing::warn!`.
+    pub(crate) fn check_before_copy(
+        &self,
+        seg: &SegmentInfo,
+        report: &mut TieringReport,
+    ) -> Result<(), Error> {
+        verify_for_copy(seg).inspect_err(|e| {
+            self.block_at(seg.base_seq);
+            report.block_at(seg.base_seq);
+            bump(&self.counters.segments_refused, 1);
+            tracing::warn!(partition = %self.tp, error = %e,
+                "a local segment failed its check before the copy; it is not copied");
+        })
+    }
+
+    /// Lowers the seq retention must not pass to `seq`.
+    fn block_at(&self, seq: u64) {
+        self.blocked_at.fetch_min(seq, Ordering::AcqRel);
     }
 
     /// Records a new attempt (CopySegmentStarted) for `seg` under a fresh id.
@@ -579,11 +796,15 @@ impl TieredLog {
         }
     }
 
-    /// Whole-log retention over the remote tier, then local retention.
+    /// Whole-log retention over the remote tier, then local retention. Neither passes the
+    /// round's [`TieringReport::copy_blocked_at`] (a damaged segment or an uncovered hole).
     pub(crate) fn apply_retention(&self, report: &mut TieringReport) -> Result<(), Error> {
         let now = now_ms();
         let segs = self.log.segments();
-        let local: Vec<LocalSegment> = segs.iter().map(local_segment).collect();
+        let holes: Vec<RangeInclusive<u64>> =
+            self.log.quarantined().into_iter().map(|(r, _)| r).collect();
+        let mut local: Vec<LocalSegment> = segs.iter().map(local_segment_on_disk).collect();
+        local.extend(hole_segments(&holes));
         let list = self.remote_list()?;
         let view: Vec<_> = list.iter().map(remote_segment).collect();
         let local_only: u64 = local
@@ -595,13 +816,23 @@ impl TieredLog {
             bytes: self.config.retention_bytes,
             ms: self.config.retention_ms,
         };
-        let doomed = policy::remote_to_delete(
+        let blocked_at = self.blocked_at.load(Ordering::Acquire);
+        let mut doomed = policy::remote_to_delete(
             &view,
             local_only,
             limits,
             now,
             self.log_start.load(Ordering::Acquire),
         );
+        // Whole-log retention never moves the start past damaged data it could not copy: the
+        // segments to delete are an oldest prefix, so cutting at the first one reaching the
+        // blocked seq keeps a prefix.
+        if let Some(cut) = doomed
+            .iter()
+            .position(|&i| list.get(i).is_none_or(|m| m.end_offset() >= blocked_at))
+        {
+            doomed.truncate(cut);
+        }
         // The new start is durable before any segment becomes unreadable or any data goes, so
         // first_seq() never moves backwards, even across a crash.
         let new_start = doomed
@@ -626,7 +857,9 @@ impl TieredLog {
             ms: self.config.local_retention_ms,
         };
         let log_start = self.log_start.load(Ordering::Acquire);
-        if let Some(keep_from) = policy::local_keep_from(&local, &view, log_start, limits, now) {
+        if let Some(keep_from) = policy::local_keep_from(&local, &view, log_start, limits, now)
+            .map(|k| k.min(blocked_at))
+        {
             let before = segs.len();
             self.log.delete_before(keep_from).map_err(|e| {
                 Error::storage(format!("deleting local segments below {keep_from}"), e)
@@ -683,14 +916,56 @@ impl TieredLog {
     }
 }
 
+/// Every check of [`TieredLog::new`] that needs no I/O: the config's minimums, the local
+/// log options' segment size limit, and the topic name (it must name remote objects).
+fn validate_all(
+    options: &Options,
+    tp: &TopicIdPartition,
+    config: &TieringConfig,
+) -> Result<(), Error> {
+    config.validate()?;
+    validate_log_options(options)?;
+    layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    Ok(())
+}
+
+/// A local segment as the policy sees it, without I/O: [`LocalSegment::disk_bytes`] counts
+/// only the `.log` (see [`local_segment_on_disk`]).
 pub(crate) fn local_segment(s: &SegmentInfo) -> LocalSegment {
     LocalSegment {
         base_seq: s.base_seq,
         last_seq: s.last_seq,
         size: s.size,
+        disk_bytes: s.size,
         max_timestamp: s.max_timestamp,
         active: s.active,
     }
+}
+
+/// [`local_segment`] whose [`LocalSegment::disk_bytes`] also counts whichever index files
+/// exist (the active segment may have none on disk yet): what local retention limits.
+fn local_segment_on_disk(s: &SegmentInfo) -> LocalSegment {
+    let file_len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    LocalSegment {
+        disk_bytes: s
+            .size
+            .saturating_add(file_len(&s.index_path))
+            .saturating_add(file_len(&s.time_index_path)),
+        ..local_segment(s)
+    }
+}
+
+/// The holes of a repaired local log as policy segments: closed, empty, never copied, and
+/// (unless a finished copy covers them) a stop for local retention.
+fn hole_segments(holes: &[RangeInclusive<u64>]) -> impl Iterator<Item = LocalSegment> + '_ {
+    holes.iter().map(|h| LocalSegment {
+        base_seq: *h.start(),
+        last_seq: *h.end(),
+        size: 0,
+        disk_bytes: 0,
+        max_timestamp: i64::MIN,
+        active: false,
+    })
 }
 
 pub(crate) fn remote_segment(m: &RemoteLogSegmentMetadata) -> RemoteSegment<RemoteLogSegmentId> {

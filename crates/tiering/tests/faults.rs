@@ -134,7 +134,9 @@ fn a_copy_past_its_deadline_is_abandoned_retried_under_a_new_id_and_cleaned_up()
         rsm.set_faults(Faults::none());
         let handle = log.clone().spawn(Duration::from_millis(20));
         let until = Instant::now() + Duration::from_secs(60);
-        while log.stats().copy_lag_segments > 0 && Instant::now() < until {
+        // Copies finish before their round does (retention runs after them): wait for both.
+        while (log.stats().copy_lag_segments > 0 || handle.rounds() == 0) && Instant::now() < until
+        {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(handle.rounds() >= 1);
