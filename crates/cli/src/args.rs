@@ -36,11 +36,14 @@ pub enum Command {
     /// Print records from a seq on (tab-separated: seq, timestamp, key, value).
     Read(ReadArgs),
     /// Print every frame of a segment file: seq, position, size, timestamp, key, value size,
-    /// CRC status (like kafka-dump-log).
+    /// CRC status (like kafka-dump-log); exits 1 naming the first bad frame.
     Dump(DumpArgs),
-    /// CRC-check every segment and index of a log directory; exits 1 naming the file and byte
-    /// position of any corruption.
+    /// Check every frame and index entry of a log directory and that its segments follow each
+    /// other without a gap; exits 1 naming the file and byte position of any problem.
     Verify(VerifyArgs),
+    /// Move the damaged parts of a log aside into DIR/quarantine/ (nothing is deleted), record
+    /// the seqs they held as a hole, and say what moved where.
+    Repair(RepairArgs),
     /// Copy closed segments to a remote and apply retention: one round, or continuously.
     Tier(TierArgs),
     /// Measure append and read throughput of the local log on this machine.
@@ -133,7 +136,8 @@ pub struct ReadArgs {
     /// Keep waiting for new records (until Ctrl-C, --timeout or --max).
     #[arg(long)]
     pub follow: bool,
-    /// With --follow: stop after this long in total, e.g. 30s, 5m.
+    /// Stop after this long in total, by the wall clock, whatever the writer does (with
+    /// --follow: also while records keep coming), e.g. 30s, 5m.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub timeout: Option<Duration>,
     /// Print at most this many characters of each value.
@@ -162,6 +166,16 @@ pub struct VerifyArgs {
     /// Print only problems and the summary.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// `krabka repair`.
+#[derive(Debug, Clone, Args)]
+pub struct RepairArgs {
+    /// Log directory.
+    pub dir: PathBuf,
+    /// Only say what would be moved aside; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// `krabka tier`.
@@ -283,5 +297,11 @@ mod tests {
             panic!("not read")
         };
         assert_eq!((r.from, r.timeout), (1, Some(Duration::from_secs(2))));
+        let cli = Cli::try_parse_from(["krabka", "repair", "d", "--dry-run"]).unwrap();
+        let Command::Repair(r) = cli.command else {
+            panic!("not repair")
+        };
+        assert!(r.dry_run);
+        assert!(Cli::try_parse_from(["krabka", "repair"]).is_err());
     }
 }

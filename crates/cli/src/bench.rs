@@ -9,6 +9,7 @@ use krabka_storage::{Log, Options, SyncPolicy};
 
 use crate::args::{BenchArgs, BenchSync};
 use crate::error::{CliError, Result, storage};
+use crate::output::outln;
 use crate::{human, progress, workdir};
 
 /// Runs `krabka bench`.
@@ -31,6 +32,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let value_size = usize::try_from(args.value_size)
         .map_err(|_| CliError::new("--value-size is too large for this machine"))?;
     let log = Log::open(&dir, opts).map_err(|e| storage("cannot open log", &dir, e))?;
+    crate::error::print_recovery(log.recovery_report());
     // One shared value: the bench measures the log, not the generator.
     let value = Bytes::from(vec![b'x'; value_size]);
     let batch_len = usize::try_from(args.batch).unwrap_or(100);
@@ -87,23 +89,22 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .hint("run `krabka verify` on it"));
     }
     let line = |what: &str, d: Duration| {
-        println!(
+        outln!(
             "{what:<7} {} records × {} in {}: {:.1} MB/s, {:.0} records/s",
             human::count(appended),
             human::bytes(frame_bytes),
             human::duration(d),
             human::mb_per_s(bytes, d),
             human::per_second(appended, d)
-        );
+        )
     };
-    println!(
+    outln!(
         "bench: {} of records, batches of {}, sync {:?}, in {}",
         human::bytes(bytes),
         args.batch,
         args.sync,
         dir.display()
-    );
-    line("append", append_time);
-    line("read", read_time);
-    Ok(())
+    )?;
+    line("append", append_time)?;
+    line("read", read_time)
 }

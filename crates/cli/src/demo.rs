@@ -16,9 +16,10 @@ use krabka_tiering::TieringStats;
 use crate::args::DemoArgs;
 use crate::error::{CliError, Result};
 use crate::generate::Generator;
+use crate::output::outln;
 use crate::remote::{self, RemoteSpec};
 use crate::tier::{self, Tiered, tiering_error};
-use crate::{human, progress, workdir};
+use crate::{human, interrupt, progress, workdir};
 
 /// Records per append call and per read call.
 const BATCH: usize = 1000;
@@ -72,49 +73,52 @@ impl Summary {
     }
 
     /// Prints the summary to stdout.
-    pub fn print(&self) {
+    ///
+    /// # Errors
+    /// When stdout cannot be written.
+    pub fn print(&self) -> Result<()> {
         let s = &self.stats;
         let read_requests = s.requests.fetch_log + s.requests.fetch_index
             - self.stats_before_read.requests.fetch_log
             - self.stats_before_read.requests.fetch_index;
         let hits = s.cache_hits - self.stats_before_read.cache_hits;
         let lookups = hits + s.cache_misses - self.stats_before_read.cache_misses;
-        println!();
-        println!(
+        outln!()?;
+        outln!(
             "krabka demo — {} records in {}, remote {}",
             human::count(self.records),
             self.dir,
             self.remote
-        );
-        println!(
+        )?;
+        outln!(
             "  records         {} ({} of record frames)",
             human::count(self.records),
             human::bytes(self.bytes)
-        );
-        println!(
+        )?;
+        outln!(
             "  append          {} → {:.1} MB/s ({:.0} records/s)",
             human::duration(self.append_time),
             human::mb_per_s(self.bytes, self.append_time),
             human::per_second(self.records, self.append_time)
-        );
-        println!(
+        )?;
+        outln!(
             "  tier            {} → copied {} segments ({}), {:.1} MB/s",
             human::duration(self.tier_time),
             s.segments_copied,
             human::bytes(s.bytes_copied),
             human::mb_per_s(s.bytes_copied, self.tier_time)
-        );
-        println!(
+        )?;
+        outln!(
             "  segments        {} local ({}), {} remote ({})",
             self.local_segments,
             human::bytes(s.local_bytes),
             self.remote_segments,
             human::bytes(s.remote_bytes)
-        );
+        )?;
         for line in &self.placement {
-            println!("    {line}");
+            outln!("    {line}")?;
         }
-        println!(
+        outln!(
             "  remote requests {} total: {} copy, {} fetch log, {} fetch index, {} delete ({} during read-back)",
             s.requests.total(),
             s.requests.copy,
@@ -122,48 +126,74 @@ impl Summary {
             s.requests.fetch_index,
             s.requests.delete,
             read_requests
-        );
-        println!(
+        )?;
+        outln!(
             "  cache           {} hit rate during read-back ({} of {} lookups), {} held",
             self.read_cache_hit_rate(),
             human::count(hits),
             human::count(lookups),
             human::bytes(s.cache_bytes)
-        );
-        println!(
+        )?;
+        outln!(
             "  read-back       {} → {:.1} MB/s ({:.0} records/s) across both tiers",
             human::duration(self.read_time),
             human::mb_per_s(self.bytes, self.read_time),
             human::per_second(self.verified, self.read_time)
-        );
+        )?;
         if self.all_verified() {
-            println!(
+            outln!(
                 "  verified        all {} records match what was written",
                 human::count(self.verified)
-            );
+            )?;
         } else {
-            println!(
+            outln!(
                 "  verified        {} of {} records; {} MISMATCHED",
                 human::count(self.verified),
                 human::count(self.records),
                 human::count(self.mismatched)
-            );
+            )?;
         }
+        Ok(())
     }
 }
 
 /// Runs `krabka demo` and prints its summary.
 ///
+/// Ctrl-C stops it between two steps (batches of appends, tiering rounds, batches of reads);
+/// a temporary directory is then removed before the command exits (130).
+///
 /// # Errors
 /// When any step fails, or any record read back differs from what was written.
 pub fn run(args: &DemoArgs) -> Result<()> {
+    // Before anything is created: from here on Ctrl-C only asks the steps to stop.
+    interrupt::install();
     let work = workdir::WorkDir::new(args.dir.as_deref())?;
+    let result = run_in(&work, args);
+    match result {
+        Err(_) if interrupt::requested() => Err(CliError::interrupted(format!(
+            "demo stopped by Ctrl-C; {}",
+            work.finish()
+        ))),
+        other => other,
+    }
+}
+
+/// Checks for Ctrl-C between two steps of the demo.
+fn check_interrupt() -> Result<()> {
+    if interrupt::requested() {
+        Err(CliError::interrupted("demo stopped by Ctrl-C"))
+    } else {
+        Ok(())
+    }
+}
+
+fn run_in(work: &workdir::WorkDir, args: &DemoArgs) -> Result<()> {
     let log_dir = work.path().join("log");
     let spec = match remote::spec(&args.remote)? {
         Some(spec) => spec,
         None => RemoteSpec::Fs(work.path().join("remote")),
     };
-    println!(
+    outln!(
         "krabka demo: {} records, {} segments, log {}, remote {}{}",
         human::count(args.records),
         human::bytes(args.segment_bytes),
@@ -174,7 +204,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         } else {
             ""
         }
-    );
+    )?;
     let options = Options {
         max_bytes: args.segment_bytes,
         sync: SyncPolicy::Never,
@@ -189,9 +219,10 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     );
     // The remote first: when it cannot be used, nothing has been written to the directory yet.
     let rsm = remote::open(&spec, args.remote.endpoint.as_deref())?;
+    check_interrupt()?;
     let tiered = tier::open_with_remote(&log_dir, spec, rsm, options, config)?;
     let summary = run_on(&tiered, args, work.path().display().to_string())?;
-    summary.print();
+    summary.print()?;
     tiered
         .log
         .close()
@@ -227,6 +258,7 @@ fn run_on(tiered: &Tiered, args: &DemoArgs, dir: String) -> Result<Summary> {
     let mut batch: Vec<Message> = Vec::with_capacity(BATCH);
     let mut i = 0u64;
     while i < args.records {
+        check_interrupt()?;
         batch.clear();
         let end = (i + BATCH as u64).min(args.records);
         batch.extend((i..end).map(|n| generator.message(n)));
@@ -255,6 +287,7 @@ fn run_on(tiered: &Tiered, args: &DemoArgs, dir: String) -> Result<Summary> {
     let bar = progress::bytes_bar("tier", closed);
     let started = Instant::now();
     for round in 0.. {
+        check_interrupt()?;
         let report = log
             .run_once()
             .map_err(|e| tiering_error("tiering round failed on", &log_dir, e))?;
@@ -289,6 +322,7 @@ fn run_on(tiered: &Tiered, args: &DemoArgs, dir: String) -> Result<Summary> {
     let mut next = first;
     let last = log.last_seq();
     while next <= last {
+        check_interrupt()?;
         let records = log
             .read(next, BATCH)
             .map_err(|e| tiering_error("cannot read", &log_dir, e))?;

@@ -8,6 +8,7 @@ use std::path::Path;
 pub struct CliError {
     what: String,
     hint: Option<String>,
+    code: u8,
 }
 
 impl CliError {
@@ -16,7 +17,23 @@ impl CliError {
         Self {
             what: what.into(),
             hint: None,
+            code: 1,
         }
+    }
+
+    /// The command was stopped by Ctrl-C (SIGINT) after `what` (exit code 130, the shell's
+    /// convention for a process ended by SIGINT).
+    pub fn interrupted(what: impl Into<String>) -> Self {
+        Self {
+            what: what.into(),
+            hint: None,
+            code: 130,
+        }
+    }
+
+    /// The process exit code for this failure: 1, or 130 after Ctrl-C.
+    pub fn exit_code(&self) -> u8 {
+        self.code
     }
 
     /// A failure on `path`: `{action} {path}: {cause}`.
@@ -61,21 +78,124 @@ pub fn in_use(dir: &Path) -> CliError {
     )
 }
 
-/// Maps a storage error on the log at `dir` to a one-line error with advice.
+/// Maps a storage error on the log at `dir` to a one-line error with advice. Damage found on
+/// open names the file, the byte and the seqs at stake and points to `krabka repair DIR`.
 pub fn storage(action: &str, dir: &Path, e: krabka_storage::Error) -> CliError {
     use krabka_storage::Error as E;
-    if let E::Locked { dir: locked } = &e {
-        return in_use(locked);
+    let d = dir.display();
+    let repair = format!(
+        "`krabka repair {d}` moves the damaged bytes aside into {} (it deletes nothing) and records \
+         the missing seqs as a hole; `krabka repair {d} --dry-run` shows what it would move",
+        dir.join(krabka_storage::segment::QUARANTINE_DIR).display()
+    );
+    match e {
+        E::Locked { dir: locked } => in_use(&locked),
+        E::Damaged {
+            path,
+            position,
+            reason,
+            first_seq,
+            last_seq,
+        } => CliError::new(format!(
+            "{action} {d}: damaged segment {} at byte {position} ({reason}): records \
+             {first_seq}..={last_seq} are at stake; nothing was changed",
+            path.display()
+        ))
+        .hint(repair),
+        E::TornTail {
+            path,
+            position,
+            bytes_after,
+            reason,
+            ..
+        } => CliError::new(format!(
+            "{action} {d}: torn tail in {}: {bytes_after} bytes from byte {position} hold no valid \
+             frame ({reason}); nothing was changed",
+            path.display()
+        ))
+        .hint(repair),
+        E::SeqGap {
+            previous,
+            path,
+            expected,
+            found,
+        } => CliError::new(format!(
+            "{action} {d}: seq gap: seqs {expected}..={} are missing: {} ends at seq {} and {} \
+             starts at seq {found}; nothing was changed",
+            found.saturating_sub(1),
+            previous.display(),
+            expected.saturating_sub(1),
+            path.display()
+        ))
+        .hint(format!(
+            "a segment file was deleted or truncated, or {} is a stray file: restore the missing \
+             segment from a copy if you have one; else `krabka repair {d}` records the missing \
+             seqs as a hole (moving a stray file aside into {}; it deletes nothing)",
+            path.display(),
+            dir.join(krabka_storage::segment::QUARANTINE_DIR).display()
+        )),
+        E::SeqOverlap {
+            previous,
+            path,
+            expected,
+            found,
+        } => CliError::new(format!(
+            "{action} {d}: seq overlap: {} starts at seq {found} but {} already holds seqs up to {}; \
+             nothing was changed",
+            path.display(),
+            previous.display(),
+            expected.saturating_sub(1)
+        ))
+        .hint(format!("a stray or copied segment file? {repair}")),
+        E::Quarantined {
+            first_seq,
+            last_seq,
+            path,
+        } => CliError::new(format!(
+            "{action} {d}: seqs {first_seq}..={last_seq} are not in the log: a repair moved them \
+             aside ({})",
+            path.display()
+        ))
+        .hint(format!(
+            "read from seq {} on, or inspect the quarantined bytes with `krabka dump`",
+            last_seq.saturating_add(1)
+        )),
+        E::Corrupt {
+            path,
+            position,
+            reason,
+        } => CliError::new(format!(
+            "{action} {d}: corrupt segment {} at byte {position}: {reason}",
+            path.display()
+        ))
+        .hint(format!(
+            "run `krabka verify {d}` for a full report; {repair}"
+        )),
+        other => {
+            let hint = match &other {
+                E::Io { .. } => "check that the path exists and that you may read and write it",
+                E::NotADirectory { .. } => "pass the log's directory, not a file",
+                E::OutOfRange { .. } => "pick a seq inside the range shown",
+                E::Poisoned { .. } => "reopen the log; recovery finds what is really on disk",
+                _ => "check the arguments",
+            };
+            CliError::at(action, dir, other).hint(hint)
+        }
     }
-    let hint = match &e {
-        E::Corrupt { .. } => "run `krabka verify` on the directory for a full report",
-        E::Io { .. } => "check that the path exists and that you may read and write it",
-        E::NotADirectory { .. } => "pass the log's directory, not a file",
-        E::OutOfRange { .. } => "pick a seq inside the range shown",
-        E::Poisoned { .. } => "reopen the log; recovery finds what is really on disk",
-        _ => "check the arguments",
-    };
-    CliError::at(action, dir, e).hint(hint)
+}
+
+/// Prints what opening a log found and did (its [`RecoveryReport`](krabka_storage::RecoveryReport),
+/// one line per item) on stderr; nothing when there is nothing to say. The files a tiered log
+/// keeps next to its segments (`remote-metadata/`, the retention checkpoint) are not news.
+pub fn print_recovery(report: &krabka_storage::RecoveryReport) {
+    let mut report = report.clone();
+    report.ignored_files.retain(|p| {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        name != crate::remote::METADATA_DIR && !name.starts_with(krabka_tiering::LOG_START_FILE)
+    });
+    for line in report.to_string().lines().filter(|l| !l.trim().is_empty()) {
+        crate::output::note(format_args!("{line}"));
+    }
 }
 
 #[cfg(test)]

@@ -53,8 +53,12 @@ pub struct DumpSummary {
 
 /// Prints every frame of the segment file `path` to `out`, one line each, then a summary line.
 ///
+/// Each frame's seq must follow the previous frame's, starting at the base seq in the file's
+/// name (when it is a segment name).
+///
 /// # Errors
-/// When the file cannot be read or stdout is closed.
+/// When the file cannot be read or stdout fails; after printing everything, when any frame is
+/// bad (naming the file and the byte of the first bad frame).
 pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<DumpSummary> {
     let buf = segment::read_segment_file(path)
         .map_err(|e| CliError::new(e.to_string()).hint("pass the path of a segment's .log file"))?;
@@ -62,6 +66,12 @@ pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<
     let w = |e: std::io::Error| output::write_error(&e);
     writeln!(out, "Dumping {} ({})", path.display(), human::bytes(size)).map_err(w)?;
     let mut summary = DumpSummary::default();
+    let mut expect = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(parse_segment_file_name)
+        .map(|(base, _)| base);
+    let mut first_bad: Option<(u64, String)> = None;
     for frame in segment::dump_frames(buf) {
         let seq = frame.seq.map_or_else(|| "?".to_owned(), |s| s.to_string());
         let mut line = format!(
@@ -85,10 +95,21 @@ pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<
         } else {
             " crc: BAD"
         });
-        match &frame.problem {
+        let mut problem = frame.problem.clone();
+        if problem.is_none()
+            && let (Some(e), Some(s)) = (expect, frame.seq)
+            && s != e
+        {
+            problem = Some(format!("frame holds seq {s}, expected {e}"));
+        }
+        if frame.problem.is_none() {
+            expect = frame.seq.and_then(|s| s.checked_add(1));
+        }
+        match problem {
             Some(p) => {
                 summary.bad += 1;
                 line.push_str(&format!(" problem: {p}"));
+                first_bad.get_or_insert((frame.position, p));
             }
             None => summary.good += 1,
         }
@@ -105,7 +126,15 @@ pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<
         human::bytes(size)
     )
     .map_err(w)?;
-    Ok(summary)
+    match first_bad {
+        None => Ok(summary),
+        Some((position, reason)) => Err(CliError::new(format!(
+            "{} bad frame(s) in {}; the first at byte {position}: {reason}",
+            summary.bad,
+            path.display()
+        ))
+        .hint(crate::VERIFY_HINT)),
+    }
 }
 
 /// One finding of [`verify`].
@@ -144,6 +173,8 @@ pub struct VerifyReport {
     pub range: Option<(u64, u64)>,
     /// Everything found wrong.
     pub problems: Vec<Problem>,
+    /// Seqs a repair moved aside (explicit holes; not problems).
+    pub holes: Vec<Hole>,
 }
 
 /// The segments of a log directory, by base seq.
@@ -164,12 +195,77 @@ pub fn segment_bases(dir: &Path) -> Result<Vec<u64>> {
     Ok(bases)
 }
 
-/// CRC-checks every segment and index of the log at `dir`, printing one line per segment to
+/// Seqs a repair moved out of the log (or found missing), marked by a file of
+/// `DIR/quarantine/` named by [`segment::hole_file_name`]: an explicit hole in the log's seqs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hole {
+    /// First seq of the hole.
+    pub first: u64,
+    /// Last seq of the hole.
+    pub last: u64,
+    /// Its marker file (holding the bytes moved aside, if any).
+    pub path: PathBuf,
+}
+
+impl Hole {
+    /// Whether `seq` is in the hole.
+    pub fn contains(&self, seq: u64) -> bool {
+        (self.first..=self.last).contains(&seq)
+    }
+}
+
+/// Whether `holes` (sorted by first seq) cover every seq of `first..=last`.
+pub fn holes_cover(holes: &[Hole], first: u64, last: u64) -> bool {
+    let mut next = first;
+    for h in holes {
+        if h.first <= next && h.last >= next {
+            if h.last >= last {
+                return true;
+            }
+            next = h.last + 1;
+        }
+    }
+    next > last
+}
+
+/// The explicit holes of the log at `dir` (files of `DIR/quarantine/`), by first seq; none when
+/// the directory does not exist.
+///
+/// # Errors
+/// When `DIR/quarantine/` exists but cannot be listed.
+pub fn quarantine_holes(dir: &Path) -> Result<Vec<Hole>> {
+    let qdir = dir.join(segment::QUARANTINE_DIR);
+    let entries = match std::fs::read_dir(&qdir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(CliError::at("cannot read quarantine directory", &qdir, e)),
+    };
+    let mut holes = Vec::new();
+    for entry in entries {
+        let entry =
+            entry.map_err(|e| CliError::at("cannot read quarantine directory", &qdir, e))?;
+        let name = entry.file_name();
+        if let Some((first, last)) = name.to_str().and_then(segment::parse_hole_file_name) {
+            holes.push(Hole {
+                first,
+                last,
+                path: entry.path(),
+            });
+        }
+    }
+    holes.sort_by_key(|h| (h.first, h.last));
+    Ok(holes)
+}
+
+/// Checks every segment and index of the log at `dir`, printing one line per segment to
 /// `out` (or only problems when `quiet`).
 ///
 /// Checks: every frame's length, CRC, message encoding and seq (contiguous, starting at the
-/// file's base seq); that segments follow each other without gaps; that every closed segment
-/// has a valid `.index` and `.timeindex` agreeing with its `.log`.
+/// file's base seq); that every closed segment has a `.index` and `.timeindex` whose every
+/// entry points at the frame of its seq in the `.log`
+/// ([`verify_segment_files`](segment::verify_segment_files)); that no closed segment is empty;
+/// that segments follow each other without a gap or an overlap, unless a repair recorded the
+/// gap as a hole (listed, not a problem).
 ///
 /// # Errors
 /// When the directory cannot be read or a file cannot be opened. Corruption is not an error
@@ -182,6 +278,7 @@ pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyRep
                 .hint("pass the directory of a krabka log"),
         );
     }
+    let holes = quarantine_holes(dir)?;
     let path_of = |base: u64, suffix: &str| dir.join(segment::segment_file_name(base, suffix));
     let total: u64 = bases
         .iter()
@@ -195,52 +292,93 @@ pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyRep
     for (i, &base) in bases.iter().enumerate() {
         let log_path = path_of(base, LOG_SUFFIX);
         let newest = i + 1 == bases.len();
-        let v = segment::verify_segment(&log_path)
-            .map_err(|e| CliError::new(e.to_string()).hint("check the file's permissions"))?;
+        let (index_path, time_path) = (
+            path_of(base, INDEX_SUFFIX),
+            path_of(base, TIME_INDEX_SUFFIX),
+        );
+        let v = if newest {
+            segment::verify_segment_files(&log_path, None, None)
+        } else {
+            segment::verify_segment_files(&log_path, Some(&index_path), Some(&time_path))
+        }
+        .map_err(|e| CliError::new(e.to_string()).hint("check the file's permissions"))?;
         bar.inc(v.file_bytes);
         report.segments += 1;
         report.records += v.records;
         report.bytes += v.file_bytes;
         let before = report.problems.len();
-        if let Some(p) = &v.problem {
+        let mut problem = |path: &Path, position: Option<u64>, reason: String| {
             report.problems.push(Problem {
-                path: log_path.clone(),
-                position: Some(p.position),
-                reason: p.reason.clone(),
+                path: path.to_path_buf(),
+                position,
+                reason,
             });
+        };
+        if let Some(next) = expected_next {
+            if base > next {
+                if !holes_cover(&holes, next, base - 1) {
+                    problem(
+                        &log_path,
+                        None,
+                        format!(
+                            "seqs {next}..={} are missing: the segment starts at seq {base} but the \
+                             previous one ends at seq {}",
+                            base - 1,
+                            next.saturating_sub(1)
+                        ),
+                    );
+                }
+            } else if base < next {
+                problem(
+                    &log_path,
+                    None,
+                    format!(
+                        "seq overlap: the segment starts at seq {base} but the previous one already \
+                         holds seqs up to {}",
+                        next.saturating_sub(1)
+                    ),
+                );
+            }
         }
-        if let Some(next) = expected_next
-            && next != base
-        {
-            report.problems.push(Problem {
-                path: log_path.clone(),
-                position: None,
-                reason: format!(
-                    "segment starts at seq {base} but the previous one ends at {}",
-                    next.saturating_sub(1)
+        let empty_closed = !newest && v.file_bytes == 0;
+        if empty_closed {
+            problem(
+                &log_path,
+                Some(0),
+                format!(
+                    "closed segment is empty (0 bytes): the seqs from {base} up to the next \
+                     segment's start are missing"
                 ),
-            });
+            );
         }
+        let log_problem = v.problem_path.as_deref().is_none_or(|p| p == log_path);
+        if let Some(p) = &v.problem {
+            let path = v.problem_path.clone().unwrap_or_else(|| log_path.clone());
+            if !(empty_closed && log_problem) {
+                problem(&path, Some(p.position), p.reason.clone());
+            }
+        }
+        // Past a bad frame the seqs of the rest of the file are unknown, and an empty closed
+        // segment was reported itself: do not report the next seam as a further problem.
         let last = v.last_seq.unwrap_or(base.saturating_sub(1));
-        // Past a bad frame the seqs of the rest of the file are unknown: do not report the
-        // next segment's start or the index's range as further problems.
-        expected_next = v.is_ok().then(|| last.saturating_add(1));
+        let records_unknown = empty_closed || (v.problem.is_some() && log_problem);
+        expected_next = (!records_unknown).then(|| last.saturating_add(1));
         if let Some(first) = v.first_seq {
             report.range = Some(match report.range {
                 Some((lo, _)) => (lo, last),
                 None => (first, last),
             });
         }
-        let mut index_state = "active (indexes written at roll)".to_owned();
-        if !newest {
-            index_state = check_indexes(
-                &path_of(base, INDEX_SUFFIX),
-                &path_of(base, TIME_INDEX_SUFFIX),
-                base,
-                &v,
-                &mut report,
-            );
-        }
+        let index_state = if newest {
+            "active (indexes written at roll)"
+        } else {
+            report.indexes += 2;
+            if v.problem.is_some() && !log_problem {
+                "index problem"
+            } else {
+                "index ok, timeindex ok"
+            }
+        };
         if !quiet || report.problems.len() > before {
             let status = if report.problems.len() > before {
                 "CORRUPT"
@@ -261,92 +399,21 @@ pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyRep
         }
     }
     bar.finish_and_clear();
+    for h in &holes {
+        writeln!(
+            out,
+            "hole    seq {}..={} moved aside by a repair: {}",
+            h.first,
+            h.last,
+            h.path.display()
+        )
+        .map_err(w)?;
+    }
+    report.holes = holes;
     for p in &report.problems {
         writeln!(out, "problem: {p}").map_err(w)?;
     }
     Ok(report)
-}
-
-/// Verifies a closed segment's `.index` and `.timeindex`; returns a short status for the report.
-fn check_indexes(
-    index_path: &Path,
-    time_index_path: &Path,
-    base: u64,
-    v: &segment::SegmentVerification,
-    report: &mut VerifyReport,
-) -> String {
-    let mut problem = |path: &Path, position: Option<u64>, reason: String| {
-        report.problems.push(Problem {
-            path: path.to_path_buf(),
-            position,
-            reason,
-        });
-    };
-    let mut ok = 0;
-    match std::fs::read(index_path) {
-        Err(e) => problem(
-            index_path,
-            None,
-            format!("cannot read the offset index: {e}"),
-        ),
-        Ok(bytes) => match segment::verify_index(&bytes) {
-            Err(e) => {
-                let (position, reason) = corrupt_parts(e);
-                problem(index_path, position, reason);
-            }
-            Ok(s) => {
-                let last = v.last_seq.unwrap_or(base.saturating_sub(1));
-                if v.is_ok()
-                    && (s.base_seq != base || s.last_seq != last || s.log_size != v.file_bytes)
-                {
-                    problem(
-                        index_path,
-                        None,
-                        format!(
-                            "index describes seq {}..={} in {} bytes, the .log holds {base}..={last} in {} bytes",
-                            s.base_seq, s.last_seq, s.log_size, v.file_bytes
-                        ),
-                    );
-                } else {
-                    ok += 1;
-                }
-            }
-        },
-    }
-    match std::fs::read(time_index_path) {
-        Err(e) => problem(
-            time_index_path,
-            None,
-            format!("cannot read the time index: {e}"),
-        ),
-        Ok(bytes) => match segment::verify_time_index(&bytes) {
-            Err(e) => {
-                let (position, reason) = corrupt_parts(e);
-                problem(time_index_path, position, reason);
-            }
-            Ok(s) if s.base_seq != base => problem(
-                time_index_path,
-                None,
-                format!("time index is for base seq {}, expected {base}", s.base_seq),
-            ),
-            Ok(_) => ok += 1,
-        },
-    }
-    report.indexes += 2;
-    if ok == 2 {
-        "index ok, timeindex ok".to_owned()
-    } else {
-        "index problem".to_owned()
-    }
-}
-
-fn corrupt_parts(e: krabka_storage::Error) -> (Option<u64>, String) {
-    match e {
-        krabka_storage::Error::Corrupt {
-            position, reason, ..
-        } => (Some(position), reason),
-        other => (None, other.to_string()),
-    }
 }
 
 #[cfg(test)]
@@ -361,5 +428,20 @@ mod tests {
         assert_eq!(show_bytes(b"a\nb", 64), "a\\nb");
         assert_eq!(show_bytes(br#"{"a":1}"#, 64), r#"{"a":1}"#);
         assert_eq!(show_bytes(b"abcdef", 3), "abc…");
+    }
+
+    #[test]
+    fn adjacent_holes_cover_a_gap_and_a_partial_one_does_not() {
+        let hole = |first, last| Hole {
+            first,
+            last,
+            path: PathBuf::from("q"),
+        };
+        let holes = [hole(10, 19), hole(20, 29)];
+        assert!(holes_cover(&holes, 10, 29));
+        assert!(holes_cover(&holes, 15, 22));
+        assert!(!holes_cover(&holes, 10, 30));
+        assert!(!holes_cover(&holes, 5, 12));
+        assert!(!holes_cover(&[], 1, 1));
     }
 }

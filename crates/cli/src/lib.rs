@@ -2,7 +2,7 @@
 //! segment files, tier a log to a remote, and benchmark this machine.
 //!
 //! The binary is a thin shell over this library; each subcommand lives in the module named
-//! after it ([`demo`], [`produce`], [`read`], [`inspect`] for `dump` and `verify`, [`tier`],
+//! after it ([`demo`], [`produce`], [`read`], [`inspect`] for `dump` and `verify`, [`repair`], [`tier`],
 //! [`bench`](mod@bench)). Errors are one line naming the path and what to do ([`CliError`]); the process
 //! exits 1 on them and 2 on a usage error.
 //!
@@ -50,6 +50,7 @@ pub mod progress;
 pub mod read;
 pub mod reader;
 pub mod remote;
+pub mod repair;
 pub mod tier;
 pub mod workdir;
 
@@ -60,9 +61,9 @@ use args::{Cli, Command};
 /// What `krabka verify` advises on corruption. Deleting segments would lose their records (and
 /// every later one), so it never suggests that.
 pub const VERIFY_HINT: &str = "copy the directory aside before changing anything, and restore the named file from a copy \
-     if you have one; reopening the log truncates only a torn tail of the active segment, while a \
-     corrupt closed segment is left as it is and reads that reach it fail naming the position \
-     (records before it stay readable)";
+     if you have one; otherwise `krabka repair DIR` moves the damaged part aside into \
+     DIR/quarantine/ (the bytes are kept there) and records the missing seqs as a hole; reads \
+     return every record before the damage and fail naming the position";
 
 /// Runs one parsed command line.
 ///
@@ -76,9 +77,10 @@ pub fn run(cli: Cli) -> error::Result<()> {
         Command::Dump(a) => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            inspect::dump(&a.file, a.values, &mut out)?;
-            std::io::Write::flush(&mut out).map_err(|e| output::write_error(&e))?;
-            Ok(())
+            let dumped = inspect::dump(&a.file, a.values, &mut out);
+            // Everything printed reaches stdout before any failure is reported.
+            let flushed = std::io::Write::flush(&mut out).map_err(|e| output::write_error(&e));
+            dumped.and(flushed)
         }
         Command::Verify(a) => {
             let stdout = std::io::stdout();
@@ -88,26 +90,52 @@ pub fn run(cli: Cli) -> error::Result<()> {
                 || "no records".to_owned(),
                 |(a, b)| format!("seq {a}..={b}"),
             );
-            let summary = format!(
+            let mut summary = format!(
                 "{} segments, {} indexes, {} records ({range}), {}",
                 human::count(report.segments),
                 report.indexes,
                 human::count(report.records),
                 human::bytes(report.bytes)
             );
-            match report.problems.first() {
-                None => {
-                    println!("verify: OK: {summary}");
-                    Ok(())
-                }
+            if !report.holes.is_empty() {
+                let holes: Vec<String> = report
+                    .holes
+                    .iter()
+                    .map(|h| format!("{}..={}", h.first, h.last))
+                    .collect();
+                summary.push_str(&format!(
+                    ", {} hole(s) left by a repair (seq {})",
+                    holes.len(),
+                    holes.join(", ")
+                ));
+            }
+            // The line names a problem of the records (a bad frame, a gap) before one of an
+            // index, which is derived data.
+            let in_log = |p: &&inspect::Problem| {
+                p.path
+                    .extension()
+                    .is_some_and(|e| e == krabka_storage::segment::LOG_SUFFIX)
+            };
+            let first = report
+                .problems
+                .iter()
+                .find(in_log)
+                .or(report.problems.first());
+            match first {
+                None => output::outln!("verify: OK: {summary}"),
                 Some(first) => Err(CliError::new(format!(
-                    "{} problem(s) in {}; first: {first}",
+                    "{} problem(s) in {}: {first}{}",
                     report.problems.len(),
-                    a.dir.display()
+                    a.dir.display(),
+                    match report.problems.len() {
+                        1 => String::new(),
+                        n => format!(" (and {} more, listed above)", n - 1),
+                    }
                 ))
                 .hint(VERIFY_HINT)),
             }
         }
+        Command::Repair(a) => repair::run(&a),
         Command::Tier(a) => tier::run(&a),
         Command::Bench(a) => bench::run(&a),
     }

@@ -10,10 +10,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match krabka_cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.to_string() == krabka_cli::output::BROKEN_PIPE => ExitCode::SUCCESS,
+        // A closed stdout (`krabka read DIR | head`) is the reader's choice, not a failure.
+        Err(e) if krabka_cli::output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
+            krabka_cli::output::note(format_args!("error: {e}"));
+            ExitCode::from(e.exit_code())
         }
     }
 }

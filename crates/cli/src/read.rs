@@ -8,6 +8,7 @@ use krabka_storage::Record;
 use crate::args::ReadArgs;
 use crate::error::Result;
 use crate::inspect::{show_bytes, timestamp};
+use crate::output::errln;
 use crate::reader::LocalReader;
 use crate::{human, interrupt, output};
 
@@ -46,57 +47,101 @@ impl Source for LocalReader {
 /// Runs `krabka read`.
 ///
 /// # Errors
-/// When the log cannot be read or stdout is closed.
+/// When the log cannot be read (after printing every record before the problem) or stdout
+/// fails; a closed stdout ends the command quietly.
 pub fn run(args: &ReadArgs) -> Result<()> {
     match &args.remote.remote {
         Some(_) => {
             let mut source = crate::tier::TieredSource::open(&args.dir, &args.remote, args.from)?;
             print_records(args, &mut source)
         }
-        None => print_records(args, &mut LocalReader::new(&args.dir, args.from)),
+        None => {
+            let mut reader = LocalReader::new(&args.dir, args.from);
+            print_records(args, &mut reader)?;
+            if let Some(tail) = reader.incomplete_tail() {
+                errln!(
+                    "note: {} ends with {} bytes of an incomplete frame at byte {} (a write in progress, \
+                     or a torn write that the next open of the log moves aside)",
+                    tail.path.display(),
+                    tail.bytes,
+                    tail.position
+                );
+            }
+            Ok(())
+        }
     }
 }
 
+/// Prints records until `--max`, the end of the log (without `--follow`), Ctrl-C or
+/// `--timeout`, which bounds the whole command by the wall clock whatever the writer does.
 fn print_records(args: &ReadArgs, source: &mut dyn Source) -> Result<()> {
     if args.follow {
         interrupt::install();
     }
-    let started = Instant::now();
+    let deadline = args.timeout.map(|t| Instant::now() + t);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut printed = 0u64;
     let mut range: Option<(u64, u64)> = None;
-    loop {
+    let result = loop {
         let left = args
             .max
             .map_or(STEP, |m| m.saturating_sub(printed).min(STEP));
-        if left == 0 || interrupt::requested() {
-            break;
+        let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
+        if left == 0 || interrupt::requested() || timed_out {
+            break Ok(());
         }
-        let records = source.next_records(usize::try_from(left).unwrap_or(usize::MAX))?;
+        let records = match source.next_records(usize::try_from(left).unwrap_or(usize::MAX)) {
+            Ok(records) => records,
+            Err(e) => break Err(e),
+        };
         if records.is_empty() {
-            out.flush().map_err(|e| output::write_error(&e))?;
-            let timed_out = args.timeout.is_some_and(|t| started.elapsed() >= t);
-            if !args.follow || timed_out {
-                break;
+            if let Err(e) = out.flush() {
+                break Err(output::write_error(&e));
             }
-            std::thread::sleep(POLL);
+            if !args.follow {
+                break Ok(());
+            }
+            let nap = deadline.map_or(POLL, |d| {
+                POLL.min(d.saturating_duration_since(Instant::now()))
+            });
+            std::thread::sleep(nap);
             continue;
         }
+        let mut failed = None;
         for r in &records {
-            writeln!(out, "{}", record_line(r, args.value_chars))
-                .map_err(|e| output::write_error(&e))?;
+            if let Err(e) = writeln!(out, "{}", record_line(r, args.value_chars)) {
+                failed = Some(output::write_error(&e));
+                break;
+            }
             range = Some((range.map_or(r.seq, |(a, _)| a), r.seq));
+            printed += 1;
         }
-        printed += records.len() as u64;
-        if args.follow {
-            out.flush().map_err(|e| output::write_error(&e))?;
+        if let Some(e) = failed {
+            break Err(e);
+        }
+        if args.follow
+            && let Err(e) = out.flush()
+        {
+            break Err(output::write_error(&e));
+        }
+    };
+    // What was decoded is printed before any failure is reported.
+    let flushed = out.flush().map_err(|e| output::write_error(&e));
+    let summary = match range {
+        Some((a, b)) => format!("read {} records (seq {a}..={b})", human::count(printed)),
+        None => format!("no records from seq {}", args.from),
+    };
+    match (result, flushed) {
+        (Err(e), _) | (Ok(()), Err(e)) if output::is_broken_pipe(&e) => Err(e),
+        (Err(e), _) => {
+            errln!("{summary} before the error below");
+            Err(e)
+        }
+        (Ok(()), Err(e)) => Err(e),
+        (Ok(()), Ok(())) => {
+            errln!("{summary}");
+            Ok(())
         }
     }
-    out.flush().map_err(|e| output::write_error(&e))?;
-    match range {
-        Some((a, b)) => eprintln!("read {} records (seq {a}..={b})", human::count(printed)),
-        None => eprintln!("no records from seq {}", args.from),
-    }
-    Ok(())
 }

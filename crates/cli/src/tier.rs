@@ -12,6 +12,7 @@ use krabka_tiering::{TieredLog, TieringConfig, TieringReport};
 
 use crate::args::{RemoteArgs, RetentionArgs, TierArgs};
 use crate::error::{CliError, Result};
+use crate::output::outln;
 use crate::read::Source;
 use crate::remote::{self, RemoteSpec};
 use crate::{human, interrupt};
@@ -28,15 +29,23 @@ pub struct Tiered {
     pub remote: RemoteSpec,
 }
 
-/// A tiering error on `dir` as one line (a log another process holds open says so).
+/// A tiering error on `dir` as one line (a log another process holds open says so; damage
+/// names the file, byte and seqs and what to do).
 pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliError {
-    if let krabka_tiering::Error::Storage { source, .. } = &e
-        && let krabka_storage::Error::Locked { dir } = source.as_ref()
-    {
-        return crate::error::in_use(dir);
+    use krabka_tiering::Error as E;
+    let d = dir.display();
+    match e {
+        E::Storage { source, .. } => crate::error::storage(action, dir, *source),
+        e @ E::DamagedSegment { .. } => CliError::at(action, dir, e).hint(format!(
+            "`krabka verify {d}` names every problem; `krabka repair {d}` moves damaged bytes \
+             aside (it deletes nothing)"
+        )),
+        e @ E::LocalLogMismatch { .. } => CliError::at(action, dir, e),
+        e @ E::CorruptRemote { .. } => CliError::at(action, dir, remote::brief(&e.to_string()))
+            .hint("the remote copy is damaged; restore it, or re-copy it from a local segment if one is left"),
+        e => CliError::at(action, dir, remote::brief(&e.to_string()))
+            .hint("check the log directory and that the remote is reachable"),
     }
-    CliError::at(action, dir, remote::brief(&e.to_string()))
-        .hint("check the log directory and that the remote is reachable")
 }
 
 /// The CLI's tiering configuration: the library defaults, except that the CLI never deletes
@@ -95,7 +104,10 @@ pub fn open_with_remote(
 fn open_local(log_dir: &Path, options: Options) -> Result<Log> {
     krabka_tiering::validate_log_options(&options)
         .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
-    Log::open(log_dir, options).map_err(|e| crate::error::storage("cannot open log", log_dir, e))
+    let log = Log::open(log_dir, options)
+        .map_err(|e| crate::error::storage("cannot open log", log_dir, e))?;
+    crate::error::print_recovery(log.recovery_report());
+    Ok(log)
 }
 
 fn with_remote(
@@ -297,12 +309,12 @@ pub fn run(args: &TierArgs) -> Result<()> {
     if args.watch {
         interrupt::install();
     }
-    println!(
+    outln!(
         "tiering {} to {} (topic {})",
         args.dir.display(),
         tiered.remote.describe(),
         tiered.topic.topic()
-    );
+    )?;
     loop {
         let started = Instant::now();
         let report = tiered
@@ -311,11 +323,11 @@ pub fn run(args: &TierArgs) -> Result<()> {
             .map_err(|e| tiering_error("tiering round failed on", &args.dir, e))?;
         let busy = report.segments_copied + report.local_segments_deleted > 0;
         if busy || !report.failures.is_empty() || !args.watch {
-            println!(
+            outln!(
                 "{} in {}",
                 describe_round(&report),
                 human::duration(started.elapsed())
-            );
+            )?;
         }
         if !args.watch {
             if let Some(first) = report.failures.first() {
@@ -338,15 +350,15 @@ pub fn run(args: &TierArgs) -> Result<()> {
         }
     }
     for line in tiered.placement()?.describe() {
-        println!("  {line}");
+        outln!("  {line}")?;
     }
     let stats = tiered.log.stats();
-    println!(
+    outln!(
         "  local {}, remote {}, {} remote request(s)",
         human::bytes(stats.local_bytes),
         human::bytes(stats.remote_bytes),
         stats.requests.total()
-    );
+    )?;
     tiered
         .log
         .close()

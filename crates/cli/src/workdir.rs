@@ -66,4 +66,17 @@ impl WorkDir {
     pub fn is_temporary(&self) -> bool {
         self._temp.is_some()
     }
+
+    /// Removes a temporary directory now (a given one is kept) and says what happened to the
+    /// directory, e.g. `removed the temporary directory /tmp/krabka-x`.
+    pub fn finish(self) -> String {
+        let path = self.path.display().to_string();
+        match self._temp {
+            Some(temp) => match temp.close() {
+                Ok(()) => format!("removed the temporary directory {path}"),
+                Err(e) => format!("could not remove the temporary directory {path}: {e}"),
+            },
+            None => format!("its files are in {path}"),
+        }
+    }
 }

@@ -279,7 +279,9 @@ pub struct QuarantinedPiece {
 }
 
 /// What [`Log::open`] found and repaired; every item is also logged with `tracing::warn!`.
-/// Its `Display` prints one line per item (nothing when there is nothing to say).
+/// Its `Display` prints one line per thing open did or ignored (nothing when there is nothing
+/// to say); holes an earlier repair recorded are listed in [`holes`](Self::holes) but not
+/// printed again at every open.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
     /// The torn tail cut from the active segment, if any (its bytes are also in
@@ -336,12 +338,6 @@ impl std::fmt::Display for RecoveryReport {
                 q.position,
                 q.to.display(),
                 q.reason
-            ));
-        }
-        for (a, b, p) in &self.holes {
-            lines.push(format!(
-                "recovery: seqs {a}..={b} are a hole recorded in {}",
-                p.display()
             ));
         }
         for p in &self.ignored_files {

@@ -386,9 +386,14 @@ impl Recoverer<'_> {
         let log_path = sf.log_path.clone();
         let file = open_rw(&log_path, false)?;
         let file_len = file.metadata().map_err(|e| Error::io(&log_path, e))?.len();
-        if next_base.is_some()
-            && let Some((idx, tidx, index_bytes)) = load_indexes(&sf, base, file_len)
-        {
+        let indexed = next_base
+            .is_some()
+            .then(|| load_indexes(&sf, base, file_len))
+            .flatten();
+        let repair = self.opts.recovery == RecoveryMode::Repair;
+        // A repair scans every segment: damage in a closed one behind a valid index must be
+        // found too. Otherwise a closed segment with a valid index is not read.
+        if !repair && let Some((idx, tidx, index_bytes)) = indexed {
             // A closed segment: its file is closed now and reopened when read.
             drop(file);
             self.segs.push(Seg {
@@ -452,6 +457,16 @@ impl Recoverer<'_> {
                     }
                     drop(file);
                     self.move_aside(base, "closed segment file holds no record")?;
+                    return Ok(None);
+                }
+                Some(_)
+                    if indexed
+                        .as_ref()
+                        .is_some_and(|(idx, _, _)| idx.last_seq == scanned_last) =>
+                {
+                    // Scanned by a repair and intact: its index files stay as they are.
+                    seg.index_bytes = indexed.map_or(0, |(_, _, b)| b);
+                    self.segs.push(seg);
                     return Ok(None);
                 }
                 Some(_) => {

@@ -1,0 +1,767 @@
+//! Regression tests of the integrity issue, at the level a user meets each item: the built
+//! `krabka` binary on real files. Named after the scenario.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_krabka"))
+}
+
+fn krabka(args: &[&str]) -> Output {
+    bin()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run krabka")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn both(out: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn produce(dir: &Path, records: u64, segment_bytes: &str) {
+    let out = krabka(&[
+        "produce",
+        s(dir),
+        "--generate",
+        &records.to_string(),
+        "--segment-bytes",
+        segment_bytes,
+    ]);
+    assert!(out.status.success(), "{}", both(&out));
+}
+
+/// The `.log` files of `dir`, in seq order.
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut segs: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    segs.sort();
+    segs
+}
+
+/// `(seq, position)` of every frame of a segment, from `krabka dump`.
+fn frames(seg: &Path) -> Vec<(u64, u64)> {
+    let out = krabka(&["dump", s(seg)]);
+    text(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("seq: ")?;
+            let mut words = rest.split(' ');
+            let seq = words.next()?.parse().ok()?;
+            let pos = rest
+                .split("position: ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((seq, pos))
+        })
+        .collect()
+}
+
+/// The seqs printed by `krabka read` (first column of stdout).
+fn printed_seqs(out: &Output) -> Vec<u64> {
+    text(&out.stdout)
+        .lines()
+        .map(|l| l.split('\t').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+fn base_of(seg: &Path) -> u64 {
+    seg.file_stem().unwrap().to_str().unwrap().parse().unwrap()
+}
+
+/// Asserts `out` failed with exit 1 and one error line on stderr holding every one of `words`.
+fn assert_one_line_failure(out: &Output, words: &[&str]) {
+    assert_eq!(out.status.code(), Some(1), "{}", both(out));
+    let stderr = text(&out.stderr);
+    let error: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(error.len(), 1, "{}", both(out));
+    for w in words {
+        assert!(
+            error[0].contains(w),
+            "`{w}` not in the error line:\n{}",
+            both(out)
+        );
+    }
+    assert!(!stderr.contains("panicked"), "{}", both(out));
+}
+
+// ---- item 1: recovery never deletes intact records silently; the CLI shows what it did ----
+
+/// Flips a byte inside frame `k` of `seg`; returns that frame's seq and position.
+fn flip_frame(seg: &Path, k: usize) -> (u64, u64) {
+    let (seq, pos) = frames(seg)[k];
+    let mut bytes = std::fs::read(seg).unwrap();
+    bytes[usize::try_from(pos).unwrap() + 20] ^= 0x5a;
+    std::fs::write(seg, bytes).unwrap();
+    (seq, pos)
+}
+
+/// A log of 3000 records in one (active) segment whose frame of seq 1000 is damaged, valid
+/// records following it; returns the segment and the bad frame's position.
+fn log_with_damage_before_valid_records(dir: &Path) -> (PathBuf, u64) {
+    produce(dir, 3000, "64MiB");
+    let seg = segments(dir).pop().unwrap();
+    let (seq, pos) = flip_frame(&seg, 999);
+    assert_eq!(seq, 1000);
+    (seg, pos)
+}
+
+fn sizes(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut all: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| (e.path(), e.metadata().unwrap().len()))
+        .filter(|(p, _)| !p.ends_with(".lock"))
+        .collect();
+    all.sort();
+    all
+}
+
+#[test]
+fn produce_tier_and_read_remote_refuse_damage_followed_by_valid_records_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    let (seg, pos) = log_with_damage_before_valid_records(&log);
+    let before = std::fs::read(&seg).unwrap();
+    let name = seg.file_name().unwrap().to_str().unwrap();
+    let repair = format!("krabka repair {}", s(&log));
+    for args in [
+        &["produce", s(&log), "--generate", "10"][..],
+        &["tier", s(&log), "--remote", &remote],
+        &["read", s(&log), "--remote", &remote, "--max", "1"],
+    ] {
+        let out = krabka(args);
+        assert_one_line_failure(
+            &out,
+            &[name, &format!("byte {pos}"), "1000..=3000", &repair],
+        );
+    }
+    // Nothing was cut: the damaged file and every record after the damage are still there.
+    assert_eq!(std::fs::read(&seg).unwrap(), before);
+    assert!(!log.join("quarantine").exists());
+}
+
+#[test]
+fn repair_moves_the_damaged_suffix_into_quarantine_and_says_what_moved_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let (seg, pos) = log_with_damage_before_valid_records(&log);
+    let len = std::fs::metadata(&seg).unwrap().len();
+    let name = seg.file_name().unwrap().to_str().unwrap();
+
+    let dry = krabka(&["repair", s(&log), "--dry-run"]);
+    assert!(dry.status.success(), "{}", both(&dry));
+    assert!(
+        text(&dry.stdout).contains(&format!("{name} at byte {pos}")),
+        "{}",
+        both(&dry)
+    );
+    assert_eq!(
+        std::fs::metadata(&seg).unwrap().len(),
+        len,
+        "a dry run moves nothing"
+    );
+    assert!(!log.join("quarantine").exists(), "{}", both(&dry));
+
+    let out = krabka(&["repair", s(&log)]);
+    assert!(out.status.success(), "{}", both(&out));
+    let report = text(&out.stdout);
+    assert!(report.contains(name), "{}", both(&out));
+    assert!(
+        report.contains(&format!("from byte {pos}")),
+        "{}",
+        both(&out)
+    );
+    assert!(report.contains("quarantine"), "{}", both(&out));
+    assert!(report.contains("1000..=3000"), "{}", both(&out));
+    // The bytes were moved, not deleted.
+    let cut = len - std::fs::metadata(&seg).unwrap().len();
+    assert_eq!(cut, len - pos);
+    let kept: u64 = std::fs::read_dir(log.join("quarantine"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(kept >= cut, "quarantine holds {kept} bytes, {cut} were cut");
+
+    // Records before the damage read back; reading into the hole names its quarantine file.
+    let read = krabka(&["read", s(&log)]);
+    assert_one_line_failure(&read, &["1000..=3000", "quarantine"]);
+    assert_eq!(printed_seqs(&read), (1..1000).collect::<Vec<_>>());
+
+    // Appends go on after every seq that was at stake; the log verifies (the hole is listed),
+    // and nothing is left to repair.
+    let more = krabka(&["produce", s(&log), "--generate", "5"]);
+    assert!(more.status.success(), "{}", both(&more));
+    assert!(
+        text(&more.stdout).contains("(seq 3001..=3005)"),
+        "{}",
+        both(&more)
+    );
+    let verify = krabka(&["verify", s(&log)]);
+    assert!(verify.status.success(), "{}", both(&verify));
+    assert!(
+        text(&verify.stdout).contains("1000..=3000"),
+        "{}",
+        both(&verify)
+    );
+    let again = krabka(&["repair", s(&log)]);
+    assert!(again.status.success(), "{}", both(&again));
+    assert!(
+        text(&again.stdout).contains("nothing to repair"),
+        "{}",
+        both(&again)
+    );
+    let read = krabka(&["read", s(&log), "--from", "3001"]);
+    assert_eq!(
+        printed_seqs(&read),
+        (3001..=3005).collect::<Vec<_>>(),
+        "{}",
+        both(&read)
+    );
+}
+
+#[test]
+fn repair_also_moves_aside_damage_inside_a_closed_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 3000, "64KiB");
+    let victim = segments(&log)[1].clone();
+    let (bad_seq, pos) = flip_frame(&victim, 10);
+    let out = krabka(&["repair", s(&log)]);
+    assert!(out.status.success(), "{}", both(&out));
+    let name = victim.file_name().unwrap().to_str().unwrap();
+    assert!(
+        text(&out.stdout).contains(&format!("{name} from byte {pos}")),
+        "{}",
+        both(&out)
+    );
+    let read = krabka(&["read", s(&log)]);
+    assert_one_line_failure(&read, &[&format!("{bad_seq}..="), "quarantine"]);
+    assert_eq!(printed_seqs(&read), (1..bad_seq).collect::<Vec<_>>());
+    let verify = krabka(&["verify", s(&log)]);
+    assert!(verify.status.success(), "{}", both(&verify));
+}
+
+#[test]
+fn read_remote_prints_the_records_before_a_bad_frame_in_a_closed_segment_then_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    produce(&log, 3000, "64KiB");
+    let victim = segments(&log)[1].clone();
+    let (bad_seq, pos) = flip_frame(&victim, 10);
+    let name = victim.file_name().unwrap().to_str().unwrap();
+    let out = krabka(&["read", s(&log), "--remote", &remote]);
+    assert_one_line_failure(&out, &[name, &format!("byte {pos}")]);
+    assert_eq!(printed_seqs(&out), (1..bad_seq).collect::<Vec<_>>());
+}
+
+#[test]
+fn tier_refuses_to_copy_a_damaged_closed_segment_and_names_file_and_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    produce(&log, 3000, "64KiB");
+    let victim = segments(&log)[1].clone();
+    let (_, pos) = flip_frame(&victim, 10);
+    let before = sizes(&log);
+    let out = krabka(&[
+        "tier",
+        s(&log),
+        "--remote",
+        &remote,
+        "--local-retention-bytes",
+        "0",
+    ]);
+    let name = victim.file_name().unwrap().to_str().unwrap();
+    assert_one_line_failure(&out, &[name, &format!("byte {pos}")]);
+    // The damaged segment and everything after it stay local.
+    let after = sizes(&log);
+    for (path, _) in before.iter().filter(|(p, _)| p >= &victim) {
+        assert!(after.iter().any(|(q, _)| q == path), "{path:?} was deleted");
+    }
+}
+
+#[test]
+fn produce_prints_the_recovery_report_when_it_moves_a_torn_tail_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 100, "64MiB");
+    let seg = segments(&log).pop().unwrap();
+    let len = std::fs::metadata(&seg).unwrap().len();
+    // A torn write: the first 20 bytes of a frame that claims 200.
+    let mut f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
+    let mut torn = 200u32.to_le_bytes().to_vec();
+    torn.extend_from_slice(&[7u8; 16]);
+    f.write_all(&torn).unwrap();
+    drop(f);
+    let out = krabka(&["produce", s(&log), "--generate", "1"]);
+    assert!(out.status.success(), "{}", both(&out));
+    let stderr = text(&out.stderr);
+    let name = seg.file_name().unwrap().to_str().unwrap();
+    assert!(stderr.contains(name), "{}", both(&out));
+    assert!(stderr.contains(&format!("{len}")), "{}", both(&out));
+    assert!(
+        text(&out.stdout).contains("(seq 101..=101)"),
+        "{}",
+        both(&out)
+    );
+}
+
+// ---- item 3/5: gaps, overlaps and stray segment-named files ----
+
+#[test]
+fn a_stray_empty_future_segment_file_makes_read_verify_produce_and_tier_fail_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    produce(&log, 300, "64MiB");
+    let stray = log.join("00000000000000000400.log");
+    std::fs::write(&stray, b"").unwrap();
+    let name = "00000000000000000400.log";
+    for args in [
+        &["read", s(&log)][..],
+        &["verify", s(&log)],
+        &["produce", s(&log), "--generate", "1"],
+        &["tier", s(&log), "--remote", &remote],
+    ] {
+        let out = krabka(args);
+        assert_one_line_failure(&out, &[name]);
+        assert!(
+            text(&out.stderr).contains("301"),
+            "{args:?}: {}",
+            both(&out)
+        );
+    }
+    // read delivered the 300 records before it failed at the seam.
+    let out = krabka(&["read", s(&log)]);
+    assert_eq!(printed_seqs(&out), (1..=300).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_deleted_middle_segment_makes_read_verify_produce_and_tier_fail_naming_the_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    produce(&log, 3000, "64KiB");
+    let segs = segments(&log);
+    let gone = &segs[2];
+    let gap_first = base_of(gone);
+    let gap_last = base_of(&segs[3]) - 1;
+    for suffix in ["log", "index", "timeindex"] {
+        std::fs::remove_file(gone.with_extension(suffix)).unwrap();
+    }
+    let next = segs[3].file_name().unwrap().to_str().unwrap();
+    for args in [
+        &["read", s(&log)][..],
+        &["read", s(&log), "--from", &(gap_first + 1).to_string()],
+        &["verify", s(&log)],
+        &["produce", s(&log), "--generate", "1"],
+        &["tier", s(&log), "--remote", &remote],
+    ] {
+        let out = krabka(args);
+        assert_one_line_failure(&out, &[next, &gap_first.to_string()]);
+    }
+    let out = krabka(&["read", s(&log)]);
+    assert_eq!(printed_seqs(&out), (1..gap_first).collect::<Vec<_>>());
+    let out = krabka(&[
+        "read",
+        s(&log),
+        "--from",
+        &(gap_last + 1).to_string(),
+        "--max",
+        "3",
+    ]);
+    assert!(
+        out.status.success(),
+        "past the gap reads fine: {}",
+        both(&out)
+    );
+}
+
+// ---- item 7: reads that look complete but are not ----
+
+#[test]
+fn read_prints_the_records_before_a_bad_frame_then_fails_naming_file_and_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 3000, "64KiB");
+    let victim = segments(&log)[1].clone();
+    let (bad_seq, pos) = frames(&victim)[40];
+    let mut bytes = std::fs::read(&victim).unwrap();
+    bytes[usize::try_from(pos).unwrap() + 30] ^= 0x01;
+    std::fs::write(&victim, bytes).unwrap();
+    let name = victim.file_name().unwrap().to_str().unwrap();
+    for from in [1, bad_seq - 3] {
+        let out = krabka(&["read", s(&log), "--from", &from.to_string()]);
+        assert_one_line_failure(&out, &[name, &format!("byte {pos}")]);
+        assert_eq!(printed_seqs(&out), (from..bad_seq).collect::<Vec<_>>());
+    }
+    let out = krabka(&["verify", s(&log)]);
+    assert_one_line_failure(&out, &[]);
+    assert!(
+        text(&out.stdout).contains(&format!("{name} at byte {pos}")),
+        "{}",
+        both(&out)
+    );
+    let out = krabka(&["dump", s(&victim)]);
+    assert_one_line_failure(&out, &[name, &format!("byte {pos}")]);
+}
+
+#[test]
+fn read_fails_at_a_closed_segment_truncated_inside_a_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 3000, "64KiB");
+    let victim = segments(&log)[1].clone();
+    let (cut_seq, pos) = frames(&victim)[25];
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&victim)
+        .unwrap();
+    f.set_len(pos + 10).unwrap();
+    drop(f);
+    let name = victim.file_name().unwrap().to_str().unwrap();
+    let out = krabka(&["read", s(&log)]);
+    assert_one_line_failure(&out, &[name, &format!("byte {pos}")]);
+    assert_eq!(printed_seqs(&out), (1..cut_seq).collect::<Vec<_>>());
+    let out = krabka(&["verify", s(&log)]);
+    assert_one_line_failure(&out, &[]);
+    assert!(text(&out.stdout).contains(name), "{}", both(&out));
+}
+
+#[test]
+fn read_and_verify_fail_at_an_empty_closed_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 3000, "64KiB");
+    let victim = segments(&log)[1].clone();
+    let first = base_of(&victim);
+    std::fs::write(&victim, b"").unwrap();
+    let name = victim.file_name().unwrap().to_str().unwrap();
+    for args in [&["read", s(&log)][..], &["verify", s(&log)]] {
+        let out = krabka(args);
+        assert_one_line_failure(&out, &[]);
+        let all = text(&out.stdout) + &text(&out.stderr);
+        assert!(
+            all.contains(name) && all.contains("empty"),
+            "{}",
+            both(&out)
+        );
+    }
+    let out = krabka(&["read", s(&log)]);
+    assert_eq!(printed_seqs(&out), (1..first).collect::<Vec<_>>());
+}
+
+/// Rewrites entry `k` of the `.index` next to `seg` to point at `position`, with a valid CRC.
+fn rewrite_index_entry(seg: &Path, k: usize, position: u64) -> u64 {
+    let path = seg.with_extension("index");
+    let mut idx = std::fs::read(&path).unwrap();
+    let n = u32::from_le_bytes(idx[40..44].try_into().unwrap()) as usize;
+    assert!(k < n, "index has {n} entries");
+    let at = 44 + 16 * k;
+    let seq = u64::from_le_bytes(idx[at..at + 8].try_into().unwrap());
+    idx[at + 8..at + 16].copy_from_slice(&position.to_le_bytes());
+    let end = 44 + 16 * n;
+    let crc = crc32fast::hash(&idx[..end]);
+    idx[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, idx).unwrap();
+    seq
+}
+
+#[test]
+fn a_rewritten_index_entry_with_a_valid_crc_neither_skips_records_nor_passes_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 3000, "64KiB");
+    let victim = segments(&log)[1].clone();
+    let frames = frames(&victim);
+    // Entry 2 now points 5 frames further on: a valid frame, of another seq.
+    let idx = std::fs::read(victim.with_extension("index")).unwrap();
+    let entry_pos = u64::from_le_bytes(idx[44 + 32 + 8..44 + 32 + 16].try_into().unwrap());
+    let i = frames.iter().position(|f| f.1 == entry_pos).unwrap();
+    let seq = rewrite_index_entry(&victim, 2, frames[i + 5].1);
+    let out = krabka(&["read", s(&log), "--from", &seq.to_string(), "--max", "10"]);
+    assert!(out.status.success(), "{}", both(&out));
+    assert_eq!(printed_seqs(&out), (seq..seq + 10).collect::<Vec<_>>());
+    let out = krabka(&["verify", s(&log)]);
+    assert_one_line_failure(&out, &[]);
+    let index_name = victim.with_extension("index");
+    let index_name = index_name.file_name().unwrap().to_str().unwrap();
+    assert!(text(&out.stdout).contains(index_name), "{}", both(&out));
+}
+
+// ---- item 8: failures that say what happened ----
+
+#[test]
+fn produce_failing_at_line_2501_syncs_and_reports_the_2000_records_it_appended() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let mut input = Vec::new();
+    for i in 1..=3000 {
+        if i == 2501 {
+            input.extend_from_slice(b"bad \xff line\n");
+        } else {
+            input.extend_from_slice(format!("line {i}\n").as_bytes());
+        }
+    }
+    let mut child = bin()
+        .args(["produce", s(&log)])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_one_line_failure(
+        &out,
+        &[
+            "appended 2,000 records (seq 1..=2000) before: ",
+            "at line 2501",
+            "line 2001",
+        ],
+    );
+    let read = krabka(&["read", s(&log)]);
+    assert!(read.status.success(), "{}", both(&read));
+    assert_eq!(printed_seqs(&read), (1..=2000).collect::<Vec<_>>());
+}
+
+#[test]
+fn produce_with_stdout_on_dev_full_fails_with_one_line_instead_of_panicking() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = bin()
+        .args(["produce", s(&log), "--generate", "10"])
+        .stdin(Stdio::null())
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_one_line_failure(
+        &out,
+        &["appended 10 records (seq 1..=10)", "synced", "stdout"],
+    );
+}
+
+/// Runs `krabka args` with its stdout a pipe whose reading end is already closed.
+fn with_closed_stdout(args: &[&str]) -> Output {
+    let mut child = bin()
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn tier_demo_read_and_dump_into_a_closed_pipe_exit_quietly_without_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    produce(&log, 3000, "64KiB");
+    let seg = segments(&log)[0].clone();
+    let run = dir.path().join("run");
+    for args in [
+        &["tier", s(&log), "--remote", &remote][..],
+        &["demo", "--records", "2000", "--dir", s(&run)],
+        &["read", s(&log), "--remote", &remote],
+        &["read", s(&log)],
+        &["dump", s(&seg)],
+        &["verify", s(&log)],
+    ] {
+        let out = with_closed_stdout(args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", both(&out));
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(
+            !stderr.to_lowercase().contains("broken pipe"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("error"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn read_follow_timeout_bounds_the_run_under_a_steady_producer() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 10, "64KiB");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer = {
+        let (log, stop) = (log.clone(), stop.clone());
+        std::thread::spawn(move || {
+            // Small segments: the reader also follows the writer across rolls.
+            let options = krabka_storage::Options {
+                max_bytes: 16 << 10,
+                sync: krabka_storage::SyncPolicy::Never,
+                ..krabka_storage::Options::default()
+            };
+            let l = krabka_storage::Log::open(&log, options).unwrap();
+            let until = Instant::now() + Duration::from_secs(60);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < until {
+                let batch: Vec<_> = (0..50)
+                    .map(|i| krabka_protocol::Message::new(format!("steady {i}")))
+                    .collect();
+                l.append_batch(&batch).unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    let started = Instant::now();
+    let mut child = bin()
+        .args(["read", s(&log), "--follow", "--timeout", "2s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    // A reader slower than the writer: `read` never catches up, so only the deadline stops it.
+    let drain = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 8192];
+        loop {
+            match stdout.read(&mut chunk).unwrap() {
+                0 => break,
+                n => buf.extend_from_slice(&chunk[..n]),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        text(&buf)
+            .lines()
+            .map(|l| l.split('\t').next().unwrap().parse::<u64>().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let status = wait_at_most(&mut child, Duration::from_secs(12));
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    producer.join().unwrap();
+    let seqs = drain.join().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(
+        status,
+        Some(0),
+        "read --follow ran past its deadline: {stderr}"
+    );
+    assert!(took < Duration::from_secs(8), "--timeout 2s took {took:?}");
+    assert!(
+        seqs.len() > 1000,
+        "it followed the producer: {} records",
+        seqs.len()
+    );
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "every record, in order"
+    );
+    let segments = segments(&log).len();
+    assert!(segments > 3, "the writer rolled: {segments} segments");
+}
+
+/// Waits for `child` up to `limit`; kills it and returns `None` when it runs longer.
+fn wait_at_most(child: &mut Child, limit: Duration) -> Option<i32> {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn demo_removes_its_temporary_directory_on_ctrl_c() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = bin()
+        .args(["demo", "--records", "5000000"])
+        .env("TMPDIR", tmp.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first line names the temporary directory: the demo is under way.
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("temporary"), "{first}");
+    let work: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert_eq!(work.len(), 1, "the demo made its directory");
+    std::thread::sleep(Duration::from_millis(300));
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let code = wait_at_most(&mut child, Duration::from_secs(60));
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(stderr.contains("Ctrl-C"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn a_stray_segment_file_inside_the_log_makes_read_fail_from_any_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 300, "64MiB");
+    std::fs::write(log.join("00000000000000000100.log"), b"").unwrap();
+    for from in ["1", "150"] {
+        let out = krabka(&["read", s(&log), "--from", from]);
+        assert_one_line_failure(&out, &["00000000000000000100.log"]);
+    }
+    let out = krabka(&["verify", s(&log)]);
+    assert_one_line_failure(&out, &["00000000000000000100.log"]);
+}
