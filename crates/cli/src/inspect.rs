@@ -399,6 +399,30 @@ pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyRep
         }
     }
     bar.finish_and_clear();
+    // Segment files that end below the recovery point have lost records.
+    match krabka_storage::read_recovery_point(dir) {
+        Ok(Some(point)) => {
+            let last = report.range.map_or(0, |(_, last)| last);
+            let newest = bases.last().map(|b| path_of(*b, LOG_SUFFIX));
+            if report.problems.is_empty() && last < point && !holes_cover(&holes, last + 1, point) {
+                report.problems.push(Problem {
+                    path: newest.unwrap_or_else(|| dir.to_path_buf()),
+                    position: None,
+                    reason: format!(
+                        "the segment files end at seq {last}, but the log held every seq up to                          {point} when it was last closed ({}): records {}..={point} are missing",
+                        krabka_storage::RECOVERY_POINT_FILE_NAME,
+                        last + 1
+                    ),
+                });
+            }
+        }
+        Ok(None) => {}
+        Err(e) => report.problems.push(Problem {
+            path: dir.join(krabka_storage::RECOVERY_POINT_FILE_NAME),
+            position: None,
+            reason: e.to_string(),
+        }),
+    }
     for h in &holes {
         writeln!(
             out,

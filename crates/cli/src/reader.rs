@@ -350,6 +350,24 @@ impl LocalReader {
     fn next_segment(&mut self, cursor: Cursor, len: u64, path: &Path) -> Result<Step> {
         let bases = segment_bases(&self.dir)?;
         let Some(next_base) = bases.into_iter().find(|b| *b > cursor.base) else {
+            // The log held every seq up to its recovery point, synced, when it was last closed
+            // or rolled: ending below it is lost data, not a write in progress.
+            let point = krabka_storage::read_recovery_point(&self.dir)
+                .map_err(|e| CliError::new(e.to_string()))?;
+            if let Some(point) = point.filter(|p| cursor.expect <= *p) {
+                return Err(CliError::new(format!(
+                    "segment {} ends at byte {} (seq {} is not there), but the log held every seq                      up to {point} when it was last closed ({}): records {}..={point} are missing",
+                    path.display(),
+                    cursor.position,
+                    cursor.expect,
+                    self.dir.join(krabka_storage::RECOVERY_POINT_FILE_NAME).display(),
+                    cursor.expect,
+                ))
+                .hint(format!(
+                    "the file was truncated or torn, or a newer segment was deleted; `krabka repair {}` records the hole",
+                    self.dir.display()
+                )));
+            }
             if cursor.position < len {
                 self.tail = Some(IncompleteTail {
                     path: path.to_path_buf(),

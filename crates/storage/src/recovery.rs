@@ -751,8 +751,15 @@ pub(crate) fn write_recovery_point(dir: &Path, seq: u64) -> Result<(), Error> {
     fsync_dir(dir)
 }
 
-/// Reads the recovery point file; `None` when there is none.
-fn read_recovery_point(dir: &Path) -> Result<Option<u64>, Error> {
+/// Reads the recovery point of the log in `dir` (its
+/// [`RECOVERY_POINT_FILE_NAME`](crate::RECOVERY_POINT_FILE_NAME) file): a seq up to which the
+/// log held every record, synced, when it was last closed or rolled. `None` when the file does
+/// not exist. Read-only tools use it to tell a torn write from missing data: segment files that
+/// end below it have lost records.
+///
+/// # Errors
+/// [`Error::Corrupt`] naming the file when it is damaged; [`Error::Io`].
+pub fn read_recovery_point(dir: &Path) -> Result<Option<u64>, Error> {
     let path = dir.join(RECOVERY_POINT_FILE_NAME);
     let buf = match fs::read(&path) {
         Ok(b) => b,
