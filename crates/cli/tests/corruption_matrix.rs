@@ -257,8 +257,10 @@ fn apply(damage: Damage, kind: Kind, path: &Path, case: &Case) -> bool {
                 return false;
             }
             fs::write(
-                case.log
-                    .join(krabka_storage::segment::segment_file_name(RECORDS + 100, "log")),
+                case.log.join(krabka_storage::segment::segment_file_name(
+                    RECORDS + 100,
+                    "log",
+                )),
                 b"",
             )
             .unwrap();
@@ -291,7 +293,11 @@ fn check_outcome(out: &Output, what: &str, tally: &mut Tally) -> bool {
                 .lines()
                 .find(|l| l.starts_with("error:"))
                 .unwrap_or_default();
-            assert!(error.contains('/'), "{what}: the error names no file: {}", show(out));
+            assert!(
+                error.contains('/'),
+                "{what}: the error names no file: {}",
+                show(out)
+            );
             false
         }
         other => panic!("{what}: exit {other:?}: {}", show(out)),
