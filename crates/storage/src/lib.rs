@@ -426,7 +426,7 @@ pub enum Error {
     /// follow the damage or are missing); open with [`RecoveryMode::Repair`]
     /// (`krabka repair DIR`) to move the damaged bytes aside and record the hole.
     #[error(
-        "damaged segment {}: bad frame at byte {position} ({reason}); records {first_seq}..={last_seq} are at stake; nothing was changed (repair moves the damaged bytes aside: krabka repair DIR)",
+        "damaged segment {}: bad frame at byte {position} ({reason}); records {first_seq}..={last_seq} are at stake; nothing was changed (an open with RecoveryMode::Repair moves the damaged bytes aside)",
         path.display()
     )]
     Damaged {
@@ -463,7 +463,7 @@ pub enum Error {
     /// Seqs `expected..found` are missing between two segment files: a segment was deleted or
     /// truncated, or `path` is a stray file. Nothing was changed.
     #[error(
-        "seqs {expected}..={} are missing: {} ends at seq {} and {} starts at seq {found} (segment file {expected:020}.log was deleted or truncated, or the later file is stray); nothing was changed (repair records the hole: krabka repair DIR)",
+        "seqs {expected}..={} are missing: {} ends at seq {} and {} starts at seq {found} (segment file {expected:020}.log was deleted or truncated, or the later file is stray); nothing was changed (an open with RecoveryMode::Repair records the hole)",
         found.saturating_sub(1), previous.display(), expected.saturating_sub(1), path.display()
     )]
     SeqGap {
@@ -479,7 +479,7 @@ pub enum Error {
     /// A segment file starts at a seq the previous segment already holds (a stray or copied
     /// file). Nothing was changed.
     #[error(
-        "{} starts at seq {found} but {} already holds seqs up to {}; nothing was changed (repair moves the overlapping file aside: krabka repair DIR)",
+        "{} starts at seq {found} but {} already holds seqs up to {}; nothing was changed (an open with RecoveryMode::Repair moves the overlapping file aside)",
         path.display(), previous.display(), expected.saturating_sub(1)
     )]
     SeqOverlap {
