@@ -1,7 +1,7 @@
 //! Writing to stdout and stderr without ever panicking.
 //!
 //! `println!` panics when stdout is closed (`krabka tier | head -1`) or full
-//! (`krabka produce > /dev/full`). Every line of the command goes through [`line`] instead,
+//! (`krabka produce > /dev/full`). Every line of the command goes through [`line()`] instead,
 //! which returns the failure as a [`CliError`]: a closed pipe ends the command quietly (exit 0,
 //! nothing printed, like `head` expects), any other failure is one error line (exit 1).
 //! Notes on stderr ([`note`]) are best effort: when stderr is gone there is nobody to tell.

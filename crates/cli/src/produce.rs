@@ -1,6 +1,6 @@
 //! `krabka produce`: append stdin lines or generated records to a local log.
 //!
-//! Records are appended in batches of [`BATCH`]; each batch is checked whole (every line read,
+//! Records are appended in batches of `BATCH`; each batch is checked whole (every line read,
 //! valid UTF-8, not too large) before it is appended, so a bad line appends nothing of its
 //! batch. Whatever happens, the records appended so far are synced before the command reports,
 //! and a failure says exactly what was appended and where the input stopped:

@@ -57,6 +57,12 @@ struct Recoverer<'a> {
     quarantine_ready: bool,
     /// The recovery point: every seq up to it was synced (0 when unknown).
     point: u64,
+    /// Directories named like segment files.
+    bad_entries: Vec<PathBuf>,
+    /// Segments (by position in `segs`) whose index files are written once open succeeds.
+    index_writes: Vec<usize>,
+    /// Stale index files (of the active segment) removed once open succeeds.
+    index_removals: Vec<PathBuf>,
 }
 
 /// Runs recovery on `dir` (already locked).
@@ -68,6 +74,9 @@ pub(crate) fn recover(dir: &Path, opts: &Options) -> Result<Recovered, Error> {
         segs: Vec::new(),
         quarantine_ready: false,
         point: 0,
+        bad_entries: Vec::new(),
+        index_writes: Vec::new(),
+        index_removals: Vec::new(),
     };
     r.point = match read_recovery_point(dir) {
         Ok(point) => point.unwrap_or(0),
@@ -91,6 +100,17 @@ pub(crate) fn recover(dir: &Path, opts: &Options) -> Result<Recovered, Error> {
         Err(e) => return Err(e),
     };
     let listing = r.list()?;
+    for path in std::mem::take(&mut r.bad_entries) {
+        if r.opts.recovery != RecoveryMode::Repair {
+            return Err(Error::Corrupt {
+                path,
+                position: 0,
+                reason: "a directory is named like a segment file".into(),
+            });
+        }
+        r.move_path_aside(&path, "a directory named like a segment file")?;
+    }
+    let all_holes = listing.holes.clone();
     let mut holes = listing.holes.into_iter().peekable();
     let mut bases = listing.bases;
     // Absurd base seqs first, before anything is changed.
@@ -170,9 +190,24 @@ pub(crate) fn recover(dir: &Path, opts: &Options) -> Result<Recovered, Error> {
                 )?;
             }
         } else {
-            // Holes before the first segment were dropped by retention.
-            while holes.peek().is_some_and(|(_, last, _)| *last < base) {
-                holes.next();
+            // Holes before the first segment: the chain that ends right before it is part of
+            // the log (retention has not passed it yet); older ones were dropped by retention.
+            let mut before: Vec<(u64, u64, PathBuf)> = Vec::new();
+            while let Some(h) = holes.next_if(|(_, last, _)| *last < base) {
+                before.push(h);
+            }
+            let mut chain = Vec::new();
+            let mut end = base.saturating_sub(1);
+            while let Some(h) = before.pop() {
+                if h.1 == end {
+                    end = h.0.saturating_sub(1);
+                    chain.push(h);
+                } else if h.1 < end {
+                    break;
+                }
+            }
+            for (first, last, path) in chain.into_iter().rev() {
+                r.push_hole(first, last, path);
             }
         }
         if let Some(builder) = r.load(base, next_base)? {
@@ -184,6 +219,19 @@ pub(crate) fn recover(dir: &Path, opts: &Options) -> Result<Recovered, Error> {
         let next = r.next_seq().unwrap_or(1);
         if *first == next || (r.segs.is_empty() && *first >= next) {
             if let Some((first, last, path)) = holes.next() {
+                // The active segment is a closed one now: a new one starts after the hole.
+                if let Some(pos) = r.segs.len().checked_sub(1)
+                    && let Some(seg) = r.segs.get_mut(pos)
+                    && seg.open.is_some()
+                {
+                    seg.open = None;
+                    active_builder = None;
+                    if seg.last_seq >= seg.base_seq {
+                        r.index_writes.push(pos);
+                    }
+                    r.index_removals
+                        .retain(|p| p != &seg.file.index_path && p != &seg.file.time_index_path);
+                }
                 r.push_hole(first, last, path);
             }
         } else if *last < next {
@@ -239,6 +287,51 @@ pub(crate) fn recover(dir: &Path, opts: &Options) -> Result<Recovered, Error> {
                 Some((last + 1, point)),
                 "seqs below the recovery point are missing",
             )?;
+        }
+    }
+    // A hole marker that overlaps records the log holds contradicts the segment files.
+    for (first, last, path) in &all_holes {
+        let overlaps = r
+            .segs
+            .iter()
+            .filter(|s| s.hole.is_none() && s.last_seq >= s.base_seq)
+            .any(|s| s.base_seq <= *last && *first <= s.last_seq);
+        if !overlaps {
+            continue;
+        }
+        if r.opts.recovery != RecoveryMode::Repair {
+            return Err(Error::Corrupt {
+                path: path.clone(),
+                position: 0,
+                reason: format!(
+                    "the hole marker claims seqs {first}..={last} are missing, but segment files hold some of them"
+                ),
+            });
+        }
+        r.move_path_aside(path, "hole marker overlapping records the log holds")?;
+    }
+    // Open succeeds from here on: write what was deferred so that a refused open changes
+    // nothing.
+    for pos in std::mem::take(&mut r.index_writes) {
+        if let Some(seg) = r.segs.get_mut(pos) {
+            tracing::warn!(path = %seg.file.log_path.display(), "rebuilt a missing or invalid segment index");
+            seg.index_bytes = write_indexes(
+                seg,
+                sync_files(opts),
+                &crate::fault::FaultInjector::default(),
+            )?;
+            if seg.open.is_none() && !r.report.rebuilt_indexes.contains(&seg.file.log_path) {
+                r.report.rebuilt_indexes.push(seg.file.log_path.clone());
+            }
+        }
+    }
+    for path in std::mem::take(&mut r.index_removals) {
+        // Only the active segment's: a segment closed since (before a hole) keeps its own.
+        let active = r.segs.iter().any(|s| {
+            s.open.is_some() && (s.file.index_path == path || s.file.time_index_path == path)
+        });
+        if active {
+            remove_if_exists(&path)?;
         }
     }
     let needs_active = r.segs.last().is_none_or(|s| s.open.is_none());
@@ -314,7 +407,17 @@ impl Recoverer<'_> {
             {
                 continue;
             }
-            match name.to_str().and_then(parse_segment_file_name) {
+            let parsed = name.to_str().and_then(parse_segment_file_name);
+            if parsed.is_some()
+                && entry
+                    .file_type()
+                    .map_err(|e| Error::io(&entry.path(), e))?
+                    .is_dir()
+            {
+                self.bad_entries.push(entry.path());
+                continue;
+            }
+            match parsed {
                 Some((base, LOG_SUFFIX)) => bases.push(base),
                 Some((base, _)) => index_bases.push((base, entry.path())),
                 None => self.report.ignored_files.push(entry.path()),
@@ -439,8 +542,8 @@ impl Recoverer<'_> {
                 None => {
                     seg.open = Some(Arc::new(file));
                     // Index files of the active segment are stale by definition.
-                    remove_if_exists(&sf.index_path)?;
-                    remove_if_exists(&sf.time_index_path)?;
+                    self.index_removals.push(sf.index_path.clone());
+                    self.index_removals.push(sf.time_index_path.clone());
                     self.segs.push(seg);
                     return Ok(Some(builder));
                 }
@@ -470,13 +573,7 @@ impl Recoverer<'_> {
                     return Ok(None);
                 }
                 Some(_) => {
-                    tracing::warn!(path = %log_path.display(), "rebuilt a missing or invalid segment index");
-                    seg.index_bytes = write_indexes(
-                        &seg,
-                        self.sync_files(),
-                        &crate::fault::FaultInjector::default(),
-                    )?;
-                    self.report.rebuilt_indexes.push(log_path);
+                    self.index_writes.push(self.segs.len());
                     self.segs.push(seg);
                     return Ok(None);
                 }
@@ -574,10 +671,6 @@ impl Recoverer<'_> {
                 last_seq: last_at_stake.max(first_at_stake),
             }),
         }
-    }
-
-    fn sync_files(&self) -> bool {
-        self.opts.sync != SyncPolicy::Never
     }
 
     /// The quarantine directory, created and its entry synced on first use.
@@ -691,6 +784,31 @@ impl Recoverer<'_> {
         Ok(())
     }
 
+    /// Moves one file or directory whole into the quarantine directory.
+    fn move_path_aside(&mut self, path: &Path, reason: &str) -> Result<(), Error> {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("entry")
+            .to_owned();
+        let to = self.free_name(&name)?;
+        fs::rename(path, &to).map_err(|e| Error::io(path, e))?;
+        fsync_dir(&self.quarantine_dir()?)?;
+        if let Some(parent) = path.parent() {
+            fsync_dir(parent)?;
+        }
+        tracing::warn!(from = %path.display(), to = %to.display(), reason, "moved an entry into the quarantine directory");
+        self.report.quarantined.push(QuarantinedPiece {
+            from: path.to_path_buf(),
+            position: 0,
+            bytes: 0,
+            to,
+            seqs: None,
+            reason: reason.to_owned(),
+        });
+        Ok(())
+    }
+
     /// Moves the files of segment `base` whole into the quarantine directory (renames, then
     /// syncs both directories).
     fn move_aside(&mut self, base: u64, reason: &str) -> Result<(), Error> {
@@ -792,4 +910,8 @@ pub fn read_recovery_point(dir: &Path) -> Result<Option<u64>, Error> {
     Ok(Some(u64::from_le_bytes(
         word(8..16).try_into().unwrap_or_default(),
     )))
+}
+
+fn sync_files(opts: &Options) -> bool {
+    opts.sync != SyncPolicy::Never
 }

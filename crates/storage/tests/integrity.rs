@@ -653,3 +653,104 @@ fn segment_file_with_an_absurd_base_seq_fails_open_and_repair_moves_it_aside() {
     assert!(!absurd.exists());
     assert_eq!(log.append(&msg(RECORDS + 1)).unwrap(), RECORDS + 1);
 }
+
+fn dir_listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_refused_open_creates_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path());
+    fs::write(dir.path().join(segment::segment_file_name(99_999, "log")), b"junk").unwrap();
+    let before = dir_listing(dir.path());
+    assert!(matches!(
+        Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)),
+        Err(Error::SeqGap { .. })
+    ));
+    // The old active segment, now followed by a file, got no index files.
+    assert_eq!(dir_listing(dir.path()), before);
+}
+
+#[test]
+fn a_hole_right_before_the_first_segment_survives_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let segs = setup(dir.path());
+    for p in [&segs[2].log_path, &segs[2].index_path, &segs[2].time_index_path] {
+        fs::remove_file(p).unwrap();
+    }
+    let log = Log::open(dir.path(), opts(RecoveryMode::Repair)).unwrap();
+    assert_eq!(log.quarantined().len(), 1);
+    // Retention drops everything before the hole.
+    log.delete_before(segs[2].base_seq).unwrap();
+    assert_eq!(log.first_seq(), segs[2].base_seq);
+    log.close().unwrap();
+    // Reopened, the log still starts at the hole: it is never taken for a short log.
+    let log = Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)).unwrap();
+    assert_eq!(log.first_seq(), segs[2].base_seq);
+    assert!(matches!(
+        log.read(segs[2].base_seq, 1),
+        Err(Error::Quarantined { .. })
+    ));
+    assert_eq!(log.read(segs[3].base_seq, 1).unwrap()[0].message, msg(segs[3].base_seq));
+}
+
+#[test]
+fn a_hand_made_hole_marker_over_records_fails_open() {
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path());
+    let qdir = dir.path().join(QUARANTINE_DIR);
+    fs::create_dir(&qdir).unwrap();
+    let marker = qdir.join(segment::hole_file_name(1, 20));
+    fs::write(&marker, b"").unwrap();
+    match Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)) {
+        Err(Error::Corrupt { path, .. }) => assert_eq!(path, marker),
+        other => panic!("{other:?}"),
+    }
+    let log = Log::open(dir.path(), opts(RecoveryMode::Repair)).unwrap();
+    assert!(!marker.exists());
+    assert!(log.quarantined().is_empty());
+    assert_eq!(log.read(1, 100).unwrap().len() as u64, RECORDS);
+}
+
+#[test]
+fn a_hole_marker_past_the_end_closes_the_active_segment_with_its_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let segs = setup(dir.path());
+    let active = segs.last().unwrap();
+    let qdir = dir.path().join(QUARANTINE_DIR);
+    fs::create_dir(&qdir).unwrap();
+    fs::write(qdir.join(segment::hole_file_name(RECORDS + 1, RECORDS + 10)), b"").unwrap();
+    let log = Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)).unwrap();
+    assert_eq!(log.append(&msg(RECORDS + 11)).unwrap(), RECORDS + 11);
+    log.close().unwrap();
+    let v = verify_segment_files(
+        &active.log_path,
+        Some(&active.index_path),
+        Some(&active.time_index_path),
+    )
+    .unwrap();
+    assert!(v.is_ok(), "{:?} in {:?}", v.problem, v.problem_path);
+    let log = Log::open(dir.path(), opts(RecoveryMode::Strict)).unwrap();
+    assert_eq!(log.last_seq(), RECORDS + 11);
+}
+
+#[test]
+fn a_directory_named_like_a_segment_fails_open_and_repair_moves_it_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path());
+    let bogus = dir.path().join(segment::segment_file_name(99_999, "log"));
+    fs::create_dir(&bogus).unwrap();
+    match Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)) {
+        Err(Error::Corrupt { path, .. }) => assert_eq!(path, bogus),
+        other => panic!("{other:?}"),
+    }
+    let log = Log::open(dir.path(), opts(RecoveryMode::Repair)).unwrap();
+    assert!(!bogus.exists());
+    assert_eq!(log.append(&msg(RECORDS + 1)).unwrap(), RECORDS + 1);
+}
