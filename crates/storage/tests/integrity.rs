@@ -667,7 +667,11 @@ fn dir_listing(dir: &Path) -> Vec<String> {
 fn a_refused_open_creates_no_file() {
     let dir = tempfile::tempdir().unwrap();
     setup(dir.path());
-    fs::write(dir.path().join(segment::segment_file_name(99_999, "log")), b"junk").unwrap();
+    fs::write(
+        dir.path().join(segment::segment_file_name(99_999, "log")),
+        b"junk",
+    )
+    .unwrap();
     let before = dir_listing(dir.path());
     assert!(matches!(
         Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)),
@@ -681,7 +685,11 @@ fn a_refused_open_creates_no_file() {
 fn a_hole_right_before_the_first_segment_survives_retention() {
     let dir = tempfile::tempdir().unwrap();
     let segs = setup(dir.path());
-    for p in [&segs[2].log_path, &segs[2].index_path, &segs[2].time_index_path] {
+    for p in [
+        &segs[2].log_path,
+        &segs[2].index_path,
+        &segs[2].time_index_path,
+    ] {
         fs::remove_file(p).unwrap();
     }
     let log = Log::open(dir.path(), opts(RecoveryMode::Repair)).unwrap();
@@ -697,7 +705,10 @@ fn a_hole_right_before_the_first_segment_survives_retention() {
         log.read(segs[2].base_seq, 1),
         Err(Error::Quarantined { .. })
     ));
-    assert_eq!(log.read(segs[3].base_seq, 1).unwrap()[0].message, msg(segs[3].base_seq));
+    assert_eq!(
+        log.read(segs[3].base_seq, 1).unwrap()[0].message,
+        msg(segs[3].base_seq)
+    );
 }
 
 #[test]
@@ -725,7 +736,11 @@ fn a_hole_marker_past_the_end_closes_the_active_segment_with_its_indexes() {
     let active = segs.last().unwrap();
     let qdir = dir.path().join(QUARANTINE_DIR);
     fs::create_dir(&qdir).unwrap();
-    fs::write(qdir.join(segment::hole_file_name(RECORDS + 1, RECORDS + 10)), b"").unwrap();
+    fs::write(
+        qdir.join(segment::hole_file_name(RECORDS + 1, RECORDS + 10)),
+        b"",
+    )
+    .unwrap();
     let log = Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)).unwrap();
     assert_eq!(log.append(&msg(RECORDS + 11)).unwrap(), RECORDS + 11);
     log.close().unwrap();
