@@ -46,6 +46,10 @@ pub enum Command {
     Repair(RepairArgs),
     /// Copy closed segments to a remote and apply retention: one round, or continuously.
     Tier(TierArgs),
+    /// Rebuild a tiered log from its remote tier alone (after losing the local disk): read the
+    /// segment manifests, record the whole segments in DIR/remote-metadata, start the empty
+    /// local log after the remote end, and report every object ignored and why.
+    Recover(RecoverArgs),
     /// Measure append and read throughput of the local log on this machine.
     Bench(BenchArgs),
 }
@@ -195,6 +199,28 @@ pub struct TierArgs {
     /// Time between rounds with --watch, e.g. 5s.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
     pub interval: Duration,
+}
+
+/// `krabka recover`.
+#[derive(Debug, Clone, Args)]
+pub struct RecoverArgs {
+    /// Log directory to rebuild (created when missing). Its name gives the topic, as for
+    /// `tier` and `read`.
+    pub dir: PathBuf,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub remote: RemoteArgs,
+    /// The topic id the log was tiered under, when it is not the one derived from DIR's name
+    /// (e.g. the directory was renamed).
+    #[arg(long, value_name = "UUID")]
+    pub topic_id: Option<krabka_remote_storage::Uuid>,
+    /// Delete the objects of interrupted copies and deletes (no manifest) and of superseded
+    /// older copies. Without it nothing is ever deleted.
+    #[arg(long)]
+    pub clean_orphans: bool,
+    /// Manifests read at once.
+    #[arg(long, value_name = "N", default_value_t = krabka_remote_storage::recovery::DEFAULT_RECOVERY_CONCURRENCY)]
+    pub concurrency: usize,
 }
 
 /// How `bench` syncs appends.

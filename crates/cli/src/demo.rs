@@ -159,29 +159,35 @@ impl Summary {
 
 /// Runs `krabka demo` and prints its summary.
 ///
-/// Ctrl-C stops it between two steps (batches of appends, tiering rounds, batches of reads);
-/// a temporary directory is then removed before the command exits (130).
+/// Ctrl-C, SIGTERM or SIGHUP stops it between two steps (batches of appends, tiering rounds,
+/// batches of reads); a temporary directory is then removed before the command exits (130).
 ///
 /// # Errors
 /// When any step fails, or any record read back differs from what was written.
 pub fn run(args: &DemoArgs) -> Result<()> {
-    // Before anything is created: from here on Ctrl-C only asks the steps to stop.
+    // Before anything is created: from here on Ctrl-C, SIGTERM and SIGHUP only ask the steps
+    // to stop, and the temporary directory is removed below.
     interrupt::install();
     let work = workdir::WorkDir::new(args.dir.as_deref())?;
     let result = run_in(&work, args);
     match result {
         Err(_) if interrupt::requested() => Err(CliError::interrupted(format!(
-            "demo stopped by Ctrl-C; {}",
+            "demo stopped by {STOPPED_BY}; {}",
             work.finish()
         ))),
         other => other,
     }
 }
 
-/// Checks for Ctrl-C between two steps of the demo.
+/// What stops the demo early, as its message says.
+const STOPPED_BY: &str = "Ctrl-C or a termination signal (SIGINT, SIGTERM or SIGHUP)";
+
+/// Checks for Ctrl-C (or SIGTERM, SIGHUP) between two steps of the demo.
 fn check_interrupt() -> Result<()> {
     if interrupt::requested() {
-        Err(CliError::interrupted("demo stopped by Ctrl-C"))
+        Err(CliError::interrupted(format!(
+            "demo stopped by {STOPPED_BY}"
+        )))
     } else {
         Ok(())
     }

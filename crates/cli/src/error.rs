@@ -21,8 +21,9 @@ impl CliError {
         }
     }
 
-    /// The command was stopped by Ctrl-C (SIGINT) after `what` (exit code 130, the shell's
-    /// convention for a process ended by SIGINT).
+    /// The command was stopped by Ctrl-C (SIGINT), SIGTERM or SIGHUP after `what` (exit code
+    /// 130, the shell's convention for a process ended by SIGINT, whichever of the three it
+    /// was: the handler cannot tell them apart).
     pub fn interrupted(what: impl Into<String>) -> Self {
         Self {
             what: what.into(),
@@ -31,7 +32,7 @@ impl CliError {
         }
     }
 
-    /// The process exit code for this failure: 1, or 130 after Ctrl-C.
+    /// The process exit code for this failure: 1, or 130 after Ctrl-C, SIGTERM or SIGHUP.
     pub fn exit_code(&self) -> u8 {
         self.code
     }
@@ -186,12 +187,16 @@ pub fn storage(action: &str, dir: &Path, e: krabka_storage::Error) -> CliError {
 
 /// Prints what opening a log found and did (its [`RecoveryReport`](krabka_storage::RecoveryReport),
 /// one line per item) on stderr; nothing when there is nothing to say. The files a tiered log
-/// keeps next to its segments (`remote-metadata/`, the retention checkpoint) are not news.
+/// keeps next to its segments (`remote-metadata/`, the retention checkpoint, the topic file)
+/// are not news.
 pub fn print_recovery(report: &krabka_storage::RecoveryReport) {
     let mut report = report.clone();
     report.ignored_files.retain(|p| {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        name != crate::remote::METADATA_DIR && !name.starts_with(krabka_tiering::LOG_START_FILE)
+        name != crate::remote::METADATA_DIR
+            && !name.starts_with(krabka_tiering::LOG_START_FILE)
+            && name != crate::remote::TOPIC_FILE
+            && name != format!("{}.tmp", crate::remote::TOPIC_FILE)
     });
     for line in report.to_string().lines().filter(|l| !l.trim().is_empty()) {
         crate::output::note(format_args!("{line}"));

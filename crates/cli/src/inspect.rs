@@ -289,6 +289,8 @@ pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyRep
     let w = |e: std::io::Error| output::write_error(&e);
     let mut report = VerifyReport::default();
     let mut expected_next: Option<u64> = None;
+    // `(first, last)` seqs each segment file holds.
+    let mut held: Vec<(u64, u64)> = Vec::new();
     for (i, &base) in bases.iter().enumerate() {
         let log_path = path_of(base, LOG_SUFFIX);
         let newest = i + 1 == bases.len();
@@ -363,6 +365,9 @@ pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyRep
         let last = v.last_seq.unwrap_or(base.saturating_sub(1));
         let records_unknown = empty_closed || (v.problem.is_some() && log_problem);
         expected_next = (!records_unknown).then(|| last.saturating_add(1));
+        if let (Some(a), Some(b)) = (v.first_seq, v.last_seq) {
+            held.push((a, b));
+        }
         if let Some(first) = v.first_seq {
             report.range = Some(match report.range {
                 Some((lo, _)) => (lo, last),
@@ -399,6 +404,19 @@ pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyRep
         }
     }
     bar.finish_and_clear();
+    // A hole marker over records the segment files hold contradicts them (open refuses it).
+    for h in &holes {
+        if held.iter().any(|&(a, b)| a <= h.last && h.first <= b) {
+            report.problems.push(Problem {
+                path: h.path.clone(),
+                position: None,
+                reason: format!(
+                    "the hole marker claims seqs {}..={} are missing, but segment files hold some of them",
+                    h.first, h.last
+                ),
+            });
+        }
+    }
     // Segment files that end below the recovery point have lost records.
     match krabka_storage::read_recovery_point(dir) {
         Ok(Some(point)) => {

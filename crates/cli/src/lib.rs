@@ -49,6 +49,7 @@ pub mod produce;
 pub mod progress;
 pub mod read;
 pub mod reader;
+pub mod recover;
 pub mod remote;
 pub mod repair;
 pub mod tier;
@@ -137,6 +138,7 @@ pub fn run(cli: Cli) -> error::Result<()> {
         }
         Command::Repair(a) => repair::run(&a),
         Command::Tier(a) => tier::run(&a),
+        Command::Recover(a) => recover::run(&a),
         Command::Bench(a) => bench::run(&a),
     }
 }

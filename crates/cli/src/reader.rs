@@ -102,13 +102,26 @@ impl LocalReader {
     /// Finds the segment holding `next_seq` and the position to start scanning from.
     fn locate(&self) -> Result<Option<Cursor>> {
         let bases = segment_bases(&self.dir)?;
-        let holes = quarantine_holes(&self.dir)?;
-        if let Some(hole) = holes.iter().find(|h| h.contains(self.next_seq)) {
-            return Err(quarantined(&self.dir, hole));
-        }
         let Some(&first) = bases.first() else {
             return Ok(None);
         };
+        // A hole marker speaks only for seqs no segment file holds: before the first one here,
+        // between two files at the seam (`next_segment`).
+        if self.next_seq < first {
+            let holes = quarantine_holes(&self.dir)?;
+            if let Some(hole) = holes.iter().find(|h| h.contains(self.next_seq)) {
+                return Err(quarantined(&self.dir, hole));
+            }
+        }
+        if self.next_seq == 0 {
+            return Err(CliError::new(format!(
+                "seq 0 is not a seq of {}: seqs start at 1",
+                self.dir.display()
+            ))
+            .hint(format!(
+                "read from {first}, the first seq the local log holds"
+            )));
+        }
         if self.next_seq < first {
             return Err(CliError::new(format!(
                 "seq {} is below the first local seq {first} of {}",
@@ -356,7 +369,8 @@ impl LocalReader {
                 .map_err(|e| CliError::new(e.to_string()))?;
             if let Some(point) = point.filter(|p| cursor.expect <= *p) {
                 return Err(CliError::new(format!(
-                    "segment {} ends at byte {} (seq {} is not there), but the log held every seq                      up to {point} when it was last closed ({}): records {}..={point} are missing",
+                    "segment {} ends at byte {} (seq {} is not there), but the log held every seq \
+                     up to {point} when it was last closed ({}): records {}..={point} are missing",
                     path.display(),
                     cursor.position,
                     cursor.expect,
@@ -367,6 +381,14 @@ impl LocalReader {
                     "the file was truncated or torn, or a newer segment was deleted; `krabka repair {}` records the hole",
                     self.dir.display()
                 )));
+            }
+            if self.next_seq > cursor.expect {
+                // Asked for a seq past the one the next append gets: as `Log::read`, out of range.
+                let first = segment_bases(&self.dir)?
+                    .first()
+                    .copied()
+                    .unwrap_or(cursor.expect);
+                return Err(out_of_range(&self.dir, self.next_seq, first, cursor.expect));
             }
             if cursor.position < len {
                 self.tail = Some(IncompleteTail {
@@ -465,6 +487,26 @@ fn file_len(file: &File, path: &Path) -> Result<u64> {
         .metadata()
         .map_err(|e| CliError::at("cannot stat segment", path, e))?
         .len())
+}
+
+/// The error for a read from `seq` beyond `next` (the seq the next append gets) of the log at
+/// `dir`, whose first seq is `first`: the range the log holds, and that `next` is the one seq
+/// past it that reads (nothing yet, or what is appended).
+pub fn out_of_range(dir: &Path, seq: u64, first: u64, next: u64) -> CliError {
+    let holds = if next > first {
+        format!("the log holds {first}..={}", next - 1)
+    } else {
+        "the log holds no records".to_owned()
+    };
+    CliError::new(format!(
+        "cannot read {} from seq {seq}: out of range: {holds}",
+        dir.display()
+    ))
+    .hint(format!(
+        "read from a seq in {}..={next} (seq {next} is the next to be written; with --follow \
+         the read waits for it)",
+        first.min(next)
+    ))
 }
 
 /// The error for a read that reached seqs a repair moved aside.

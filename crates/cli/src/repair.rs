@@ -68,13 +68,29 @@ pub fn run(args: &RepairArgs) -> Result<()> {
         outln!("{line}")?;
     }
     let moved: u64 = report.quarantined.iter().map(|q| q.bytes).sum();
+    let pieces = report
+        .quarantined
+        .iter()
+        .filter(|q| !is_hole_only(q))
+        .count();
+    let recorded = report.quarantined.len() - pieces;
+    let mut did = Vec::new();
+    if pieces > 0 || recorded == 0 {
+        did.push(format!(
+            "moved {pieces} piece(s) ({}) into {}",
+            human::bytes(moved),
+            dir.join(QUARANTINE_DIR).display()
+        ));
+    }
+    if recorded > 0 {
+        did.push(format!(
+            "recorded {recorded} hole(s) of missing seqs (no bytes to move)"
+        ));
+    }
     outln!(
-        "repaired {}: moved {} piece(s) ({}) into {}, deleted nothing; it spans {holding}, \
-         the next append gets seq {next}{}",
+        "repaired {}: {}, deleted nothing; it spans {holding}, the next append gets seq {next}{}",
         dir.display(),
-        report.quarantined.len(),
-        human::bytes(moved),
-        dir.join(QUARANTINE_DIR).display(),
+        did.join(", "),
         if holes.is_empty() {
             String::new()
         } else {
@@ -87,6 +103,16 @@ pub fn run(args: &RepairArgs) -> Result<()> {
 fn describe(report: &RecoveryReport) -> Vec<String> {
     let mut lines = Vec::new();
     for q in &report.quarantined {
+        if let (true, Some((a, b))) = (is_hole_only(q), q.seqs) {
+            // Seqs missing between two segment files: nothing to move, only the hole to record.
+            lines.push(format!(
+                "recorded seqs {a}..={b} as a hole (missing, no bytes to move: {}); the record \
+                 of the hole is {}",
+                q.reason,
+                q.to.display()
+            ));
+            continue;
+        }
         let seqs = match q.seqs {
             Some((a, b)) => format!("; seqs {a}..={b} are now a hole"),
             None => String::new(),
@@ -104,6 +130,11 @@ fn describe(report: &RecoveryReport) -> Vec<String> {
         lines.push(format!("rebuilt the index files of {}", p.display()));
     }
     lines
+}
+
+/// Whether `q` moved no bytes and only recorded missing seqs as a hole.
+fn is_hole_only(q: &krabka_storage::QuarantinedPiece) -> bool {
+    q.bytes == 0 && q.seqs.is_some()
 }
 
 /// What a repair would change, found by the read-only checks of `krabka verify`.

@@ -117,16 +117,102 @@ fn with_remote(
     rsm: Arc<dyn RemoteStorageManager>,
     config: TieringConfig,
 ) -> Result<Tiered> {
+    let recorded = remote::read_topic_file(log_dir)?;
+    let metadata_dir = log_dir.join(remote::METADATA_DIR);
+    if !metadata_dir.exists() {
+        // Checked before the metadata store is created: a restored `remote-metadata/` must
+        // not meet a new empty one.
+        check_start_explained(log_dir, &local, None, recorded.is_some())?;
+    }
+    let tiered_before = metadata_dir.exists();
     let metadata = remote::open_metadata(log_dir)?;
-    let topic = remote::topic_for(log_dir);
+    let topic = match &recorded {
+        Some(topic) => topic.clone(),
+        // Tiered before the topic file existed: under the topic its name gave.
+        None if tiered_before => remote::topic_for(log_dir),
+        None => remote::new_topic(log_dir),
+    };
+    let known = metadata
+        .list_remote_log_segments(&topic)
+        .map_err(|e| CliError::new(format!("cannot list remote segments: {e}")))?;
+    if known.is_empty() {
+        check_start_explained(log_dir, &local, Some(&topic), recorded.is_some())?;
+    }
     let log = TieredLog::new(local, rsm, metadata.clone(), topic.clone(), config)
         .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
+    if recorded.is_none() {
+        remote::write_topic_file(log_dir, &topic)?;
+    }
     Ok(Tiered {
         log,
         metadata,
         topic,
         remote: spec,
     })
+}
+
+/// Refuses a local log that starts above seq 1 when the metadata (`topic`'s segments, or no
+/// metadata at all when `topic` is `None`) knows no remote segment and neither the whole-log
+/// retention point nor a hole a repair recorded explains the start. `krabka produce` never
+/// drops a segment, so such a log lost its `remote-metadata/` (or, with no topic file, its
+/// directory was renamed): tiering on would make the records below the start unreachable.
+fn check_start_explained(
+    log_dir: &Path,
+    local: &Log,
+    topic: Option<&TopicIdPartition>,
+    topic_recorded: bool,
+) -> Result<()> {
+    let start = local
+        .segments()
+        .first()
+        .map_or_else(|| local.next_seq(), |s| s.base_seq);
+    if start <= 1 {
+        return Ok(());
+    }
+    let Ok(retention_point) = krabka_tiering::read_retention_point(log_dir) else {
+        // Unreadable: opening the tiered log names what is wrong with it.
+        return Ok(());
+    };
+    let holes: Vec<_> = local.quarantined().into_iter().map(|(r, _)| r).collect();
+    let mut covered = retention_point.max(1);
+    while let Some(hole) = holes.iter().find(|h| h.contains(&covered)) {
+        covered = hole.end().saturating_add(1);
+    }
+    if covered >= start {
+        return Ok(());
+    }
+    let d = log_dir.display();
+    let metadata = log_dir.join(remote::METADATA_DIR);
+    let m = metadata.display();
+    let what = match topic {
+        None => format!("{m}/ is missing"),
+        Some(topic) if topic_recorded => format!(
+            "{m}/ records no remote segment of its topic `{}` ({})",
+            topic.topic(),
+            log_dir.join(remote::TOPIC_FILE).display()
+        ),
+        Some(topic) => format!(
+            "{m}/ records no remote segment of topic `{}` (the topic is named after the \
+             directory, for a log tiered before {} existed: was the directory renamed?)",
+            topic.topic(),
+            log_dir.join(remote::TOPIC_FILE).display()
+        ),
+    };
+    Err(CliError::new(format!(
+        "cannot open tiered log {d}: its local segments start at seq {start}, but {what}, and no \
+         retention point explains the start: seqs 1..={} would be unreachable; nothing was changed",
+        start - 1
+    ))
+    .hint(if topic.is_some() && !topic_recorded {
+        format!(
+            "rename the directory back to the name it was tiered under, or restore {m}/ from a \
+             copy of the log directory"
+        )
+    } else {
+        format!(
+            "restore {m}/ from a copy of the log directory (it records which segments are remote)"
+        )
+    }))
 }
 
 /// Which seqs live where.
@@ -243,8 +329,29 @@ impl TieredSource {
 impl Source for TieredSource {
     fn next_records(&mut self, max: usize) -> Result<Vec<Record>> {
         let dir = self.tiered.log.log().dir().to_path_buf();
-        if self.next > self.tiered.log.last_seq() {
+        let next_append = self.tiered.log.last_seq().saturating_add(1);
+        if self.next == next_append {
             return Ok(Vec::new());
+        }
+        if self.next > next_append || self.next == 0 {
+            let first = self
+                .tiered
+                .log
+                .first_seq()
+                .unwrap_or_else(|_| self.tiered.log.local_first_seq());
+            if self.next == 0 {
+                return Err(CliError::new(format!(
+                    "seq 0 is not a seq of {}: seqs start at 1",
+                    dir.display()
+                ))
+                .hint(format!("read from {first}, the first seq the log holds")));
+            }
+            return Err(crate::reader::out_of_range(
+                &dir,
+                self.next,
+                first,
+                next_append,
+            ));
         }
         let records = self
             .tiered

@@ -765,3 +765,304 @@ fn a_stray_segment_file_inside_the_log_makes_read_fail_from_any_seq() {
     let out = krabka(&["verify", s(&log)]);
     assert_one_line_failure(&out, &["00000000000000000100.log"]);
 }
+
+// ---- the topic identity of a tiered log; a log that lost its remote metadata ----
+
+/// A log of 5000 records in 64 KiB segments tiered to `remote` with no local retention: seqs
+/// 1..=4933 then live only in the remote tier.
+fn tiered_log(log: &Path, remote: &str) {
+    produce(log, 5000, "64KiB");
+    let out = krabka(&[
+        "tier",
+        s(log),
+        "--remote",
+        remote,
+        "--local-retention-bytes",
+        "0",
+    ]);
+    assert!(out.status.success(), "{}", both(&out));
+    let first = base_of(&segments(log)[0]);
+    assert!(first > 1, "local retention deleted the oldest segments");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .args(["-a", s(from), s(to)])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn a_renamed_log_directory_keeps_its_topic_and_reads_every_record_from_the_remote() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    tiered_log(&log, &remote);
+    let renamed = dir.path().join("renamed");
+    copy_dir(&log, &renamed);
+    let out = krabka(&["read", s(&renamed), "--remote", &remote, "--from", "1"]);
+    assert!(out.status.success(), "{}", both(&out));
+    assert_eq!(printed_seqs(&out), (1..=5000).collect::<Vec<_>>());
+    assert!(renamed.join("topic").is_file(), "the topic is recorded");
+    let out = krabka(&["tier", s(&renamed), "--remote", &remote]);
+    assert!(out.status.success(), "{}", both(&out));
+    assert!(
+        text(&out.stdout).contains("seq         1..=4933      remote only"),
+        "{}",
+        both(&out)
+    );
+}
+
+#[test]
+fn a_log_that_lost_its_remote_metadata_is_refused_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    tiered_log(&log, &remote);
+    std::fs::remove_dir_all(log.join("remote-metadata")).unwrap();
+    let before = sizes(&log);
+    for args in [
+        &["tier", s(&log), "--remote", &remote][..],
+        &["read", s(&log), "--remote", &remote, "--from", "1"],
+    ] {
+        let out = krabka(args);
+        assert_one_line_failure(
+            &out,
+            &[
+                &format!("{}/remote-metadata/ is missing", s(&log)),
+                "1..=4933",
+                "restore",
+            ],
+        );
+        assert!(out.stdout.is_empty(), "{}", both(&out));
+        // No new, empty metadata store stands where the restored one must go.
+        assert!(!log.join("remote-metadata").exists(), "{}", both(&out));
+        assert_eq!(sizes(&log), before);
+    }
+}
+
+#[test]
+fn a_renamed_directory_tiered_before_the_topic_file_existed_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    tiered_log(&log, &remote);
+    // A log tiered before the topic file existed: its topic was its directory's name.
+    let legacy = dir.path().join("legacy");
+    copy_dir(&log, &legacy);
+    let _ = std::fs::remove_file(legacy.join("topic"));
+    let out = krabka(&["tier", s(&legacy), "--remote", &remote]);
+    assert_one_line_failure(
+        &out,
+        &[
+            s(&legacy),
+            "no remote segment of topic `legacy`",
+            "renamed",
+            "1..=4933",
+        ],
+    );
+    assert!(!legacy.join("topic").exists(), "{}", both(&out));
+}
+
+#[test]
+fn tier_and_read_remote_print_the_torn_event_the_remote_metadata_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    tiered_log(&log, &remote);
+    let gen_dir = std::fs::read_dir(log.join("remote-metadata"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_str().unwrap().starts_with("gen-"))
+        .unwrap();
+    let meta_log = segments(&gen_dir).pop().unwrap();
+    let len = std::fs::metadata(&meta_log).unwrap().len();
+    // A torn append: the first 20 bytes of a frame that claims 200.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&meta_log)
+        .unwrap();
+    let mut torn = 200u32.to_le_bytes().to_vec();
+    torn.extend_from_slice(&[7u8; 16]);
+    f.write_all(&torn).unwrap();
+    drop(f);
+    let out = krabka(&["read", s(&log), "--remote", &remote, "--from", "4999"]);
+    assert!(out.status.success(), "{}", both(&out));
+    let stderr = text(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("torn last event"))
+        .unwrap_or_else(|| panic!("no line about the cut:\n{}", both(&out)));
+    assert!(line.starts_with("recovery: remote metadata:"), "{line}");
+    assert!(line.contains(s(&meta_log)), "{line}");
+    assert!(line.contains(&format!("at byte {len}")), "{line}");
+    assert!(line.contains("20 bytes"), "{line}");
+    assert_eq!(printed_seqs(&out), vec![4999, 5000]);
+    // The cut is reported once: the next open finds an intact store.
+    let out = krabka(&["tier", s(&log), "--remote", &remote]);
+    assert!(out.status.success(), "{}", both(&out));
+    assert!(!text(&out.stderr).contains("torn"), "{}", both(&out));
+}
+
+// ---- demo and termination signals ----
+
+#[test]
+fn demo_removes_its_temporary_directory_on_sigterm_and_sighup() {
+    for signal in ["-TERM", "-HUP"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut child = bin()
+            .args(["demo", "--records", "5000000"])
+            .env("TMPDIR", tmp.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(first.contains("temporary"), "{first}");
+        std::thread::sleep(Duration::from_millis(300));
+        let kill = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let code = wait_at_most(&mut child, Duration::from_secs(60));
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert_eq!(code, Some(130), "{signal}: {stderr}");
+        assert!(stderr.contains("termination signal"), "{stderr}");
+        assert!(
+            stderr.contains("removed the temporary directory"),
+            "{stderr}"
+        );
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert!(left.is_empty(), "{signal} left behind: {left:?}");
+    }
+}
+
+// ---- messages ----
+
+#[test]
+fn read_from_past_the_next_seq_fails_out_of_range_locally_and_remote() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    tiered_log(&log, &remote);
+    let first_local = base_of(&segments(&log)[0]).to_string();
+    for (remote_args, holds) in [
+        (&[][..], format!("{first_local}..=5000")),
+        (&["--remote", &remote][..], "1..=5000".to_owned()),
+    ] {
+        for from in ["5002", "9000"] {
+            let mut args = vec!["read", s(&log), "--from", from];
+            args.extend_from_slice(remote_args);
+            let out = krabka(&args);
+            assert_one_line_failure(
+                &out,
+                &[s(&log), "out of range", &format!("the log holds {holds}")],
+            );
+        }
+        // The seq the next append gets is a clean, empty read.
+        let mut args = vec!["read", s(&log), "--from", "5001"];
+        args.extend_from_slice(remote_args);
+        let out = krabka(&args);
+        assert!(out.status.success(), "{}", both(&out));
+        assert!(out.stdout.is_empty(), "{}", both(&out));
+        // Seq 0 does not exist anywhere: the error says where seqs start.
+        let mut args = vec!["read", s(&log), "--from", "0"];
+        args.extend_from_slice(remote_args);
+        let out = krabka(&args);
+        assert_one_line_failure(&out, &["seqs start at 1"]);
+        assert!(!text(&out.stderr).contains("remote tier"), "{}", both(&out));
+    }
+}
+
+#[test]
+fn read_names_records_missing_below_the_recovery_point_in_a_clean_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 3000, "64MiB");
+    let seg = segments(&log).pop().unwrap();
+    // Cut the segment at a frame boundary: the log held 3000 records when it was closed.
+    let (seq, pos) = frames(&seg)[1999];
+    assert_eq!(seq, 2000);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .unwrap()
+        .set_len(pos)
+        .unwrap();
+    let out = krabka(&["read", s(&log)]);
+    assert_one_line_failure(&out, &["records 2000..=3000 are missing", "seq 2000"]);
+    let stderr = text(&out.stderr);
+    let line = stderr.lines().find(|l| l.starts_with("error:")).unwrap();
+    assert!(!line.contains("  "), "a run of spaces in: {line}");
+    assert!(line.contains("every seq up to 3000"), "{line}");
+}
+
+#[test]
+fn repair_of_a_deleted_segment_says_it_recorded_a_hole_and_moved_no_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 3000, "64KiB");
+    let victim = segments(&log)[1].clone();
+    let first = base_of(&victim);
+    let last = base_of(&segments(&log)[2]) - 1;
+    std::fs::remove_file(&victim).unwrap();
+    let out = krabka(&["repair", s(&log)]);
+    assert!(out.status.success(), "{}", both(&out));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "recorded seqs {first}..={last} as a hole (missing, no bytes to move"
+        )),
+        "{}",
+        both(&out)
+    );
+    assert!(!stdout.contains("moved 0 bytes"), "{}", both(&out));
+    assert!(!stdout.contains("moved 0 piece"), "{}", both(&out));
+}
+
+#[test]
+fn a_hand_made_hole_marker_over_records_is_a_problem_not_a_hole() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 300, "4KiB");
+    let qdir = log.join("quarantine");
+    std::fs::create_dir(&qdir).unwrap();
+    let marker = qdir.join("00000000000000000001-00000000000000000020.quarantined");
+    std::fs::write(&marker, b"").unwrap();
+    // The records are there: the read-only reader serves them.
+    let out = krabka(&["read", s(&log), "--from", "1", "--max", "5"]);
+    assert!(out.status.success(), "{}", both(&out));
+    assert_eq!(printed_seqs(&out), vec![1, 2, 3, 4, 5]);
+    // verify and open name the marker.
+    let out = krabka(&["verify", s(&log)]);
+    assert_eq!(out.status.code(), Some(1), "{}", both(&out));
+    assert!(text(&out.stdout).contains("hole marker"), "{}", both(&out));
+    let mut child = bin()
+        .args(["produce", s(&log)])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ = child.stdin.take().unwrap().write_all(b"x\n");
+    let out = child.wait_with_output().unwrap();
+    assert_one_line_failure(
+        &out,
+        &["00000000000000000001-00000000000000000020.quarantined"],
+    );
+}

@@ -57,11 +57,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use krabka_remote_storage::layout;
+use bytes::Bytes;
+use krabka_remote_storage::recovery::{ListedObject, RemoteSegmentLister};
 use krabka_remote_storage::{
     CustomMetadata, IndexSource, IndexType, LogSegmentData, RemoteLogSegmentMetadata,
     RemoteStorageError, RemoteStorageManager, checked_range,
 };
+use krabka_remote_storage::{layout, manifest};
 
 /// Infix of temporary files: `<final name>.tmp-<pid>-<n>`. A final name never contains it.
 const TMP_INFIX: &str = ".tmp-";
@@ -287,6 +289,14 @@ impl RemoteStorageManager for FsRemoteStorage {
                 }
             }
         }
+        // The data and indexes are durable (each fsynced, their renames by this directory
+        // fsync) before the manifest that says the copy is complete appears.
+        sync_dir(&dir)?;
+        let manifest = Bytes::from(manifest::encode(metadata));
+        self.put(
+            &self.path(&layout::manifest_key(metadata)?),
+            IndexSource::Bytes(&manifest),
+        )?;
         sync_dir(&dir)?;
         Ok(None)
     }
@@ -343,6 +353,11 @@ impl RemoteStorageManager for FsRemoteStorage {
         metadata: &RemoteLogSegmentMetadata,
     ) -> Result<(), RemoteStorageError> {
         let dir = self.path(&layout::partition_dir(metadata.topic_id_partition())?);
+        // The manifest goes first, durably: a crash part-way never leaves a manifest that
+        // points at deleted data.
+        if Self::remove(&self.path(&layout::manifest_key(metadata)?))? {
+            sync_dir(&dir)?;
+        }
         let mut removed = false;
         for key in layout::all_keys(metadata)? {
             removed |= Self::remove(&self.path(&key))?;
@@ -350,6 +365,72 @@ impl RemoteStorageManager for FsRemoteStorage {
         removed |= Self::remove_stray_temps(&dir, &layout::segment_stem(metadata))?;
         if removed {
             sync_dir(&dir)?;
+        }
+        Ok(())
+    }
+}
+
+/// Recovery's view of the store: a partition directory's entries are read with one
+/// `read_dir`, streamed entry by entry.
+impl RemoteSegmentLister for FsRemoteStorage {
+    fn list_partition(
+        &self,
+        partition_dir: &str,
+        visit: &mut dyn FnMut(ListedObject) -> Result<(), RemoteStorageError>,
+    ) -> Result<(), RemoteStorageError> {
+        let dir = self.path(partition_dir);
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(RemoteStorageError::io(dir.display(), e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| RemoteStorageError::io(dir.display(), e))?;
+            let meta = entry
+                .metadata()
+                .map_err(|e| RemoteStorageError::io(entry.path().display(), e))?;
+            if !meta.is_file() {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            visit(ListedObject {
+                key: format!("{partition_dir}/{name}"),
+                size: meta.len(),
+            })?;
+        }
+        Ok(())
+    }
+
+    fn list_partition_dirs(
+        &self,
+        visit: &mut dyn FnMut(String) -> Result<(), RemoteStorageError>,
+    ) -> Result<(), RemoteStorageError> {
+        let entries =
+            fs::read_dir(&self.root).map_err(|e| RemoteStorageError::io(self.root.display(), e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| RemoteStorageError::io(self.root.display(), e))?;
+            let is_dir = entry
+                .file_type()
+                .map_err(|e| RemoteStorageError::io(entry.path().display(), e))?
+                .is_dir();
+            if is_dir {
+                visit(entry.file_name().to_string_lossy().into_owned())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn read_object(&self, key: &str) -> Result<Vec<u8>, RemoteStorageError> {
+        let path = self.path(key);
+        fs::read(&path).map_err(|e| RemoteStorageError::io(path.display(), e))
+    }
+
+    fn delete_object(&self, key: &str) -> Result<(), RemoteStorageError> {
+        let path = self.path(key);
+        if Self::remove(&path)?
+            && let Some(dir) = path.parent()
+        {
+            sync_dir(dir)?;
         }
         Ok(())
     }

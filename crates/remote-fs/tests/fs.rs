@@ -44,10 +44,16 @@ fn files_land_at_the_documented_layout() {
     let tp = m.topic_id_partition();
     let dir = format!("orders-3-{}", tp.topic_id());
     let stem = format!("00000000000000001000-{}", m.remote_log_segment_id().id());
-    let want: Vec<PathBuf> = [".index", ".leader-epoch-checkpoint", ".log", ".timeindex"]
-        .iter()
-        .map(|s| Path::new(&dir).join(format!("{stem}{s}")))
-        .collect();
+    let want: Vec<PathBuf> = [
+        ".index",
+        ".leader-epoch-checkpoint",
+        ".log",
+        ".manifest",
+        ".timeindex",
+    ]
+    .iter()
+    .map(|s| Path::new(&dir).join(format!("{stem}{s}")))
+    .collect();
     assert_eq!(rsm.list_objects().unwrap(), want);
     assert_eq!(std::fs::read(root.path().join(&want[2])).unwrap(), b"hello");
 }
@@ -118,7 +124,8 @@ fn delete_removes_stray_temp_files_of_the_segment_only() {
     std::fs::write(&stray, b"partial").unwrap();
     rsm.delete_log_segment_data(&a).unwrap();
     let left = rsm.list_objects().unwrap();
-    assert_eq!(left.len(), 4, "{left:?}");
+    // b's data, three indexes and manifest.
+    assert_eq!(left.len(), 5, "{left:?}");
     let stem_b = layout::segment_stem(&b);
     assert!(left.iter().all(|p| p.to_string_lossy().contains(&stem_b)));
 }

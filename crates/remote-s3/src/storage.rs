@@ -13,9 +13,11 @@ use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
 use bytes::Bytes;
+use krabka_remote_storage::recovery::{ListedObject, RemoteSegmentLister};
 use krabka_remote_storage::{
     CustomMetadata, IndexSource, IndexType, LogSegmentData, RemoteLogSegmentId,
     RemoteLogSegmentMetadata, RemoteStorageError, RemoteStorageManager, checked_range, layout,
+    manifest,
 };
 use md5::{Digest, Md5};
 use tokio::runtime::Handle;
@@ -589,7 +591,13 @@ impl S3RemoteStorage {
         self.delete_keys(absent).await?;
         let mut custom = CUSTOM_TAG.to_vec();
         custom.extend_from_slice(&size.to_le_bytes());
-        Ok(Some(CustomMetadata::new(custom)))
+        let custom = CustomMetadata::new(custom);
+        // Last, once every object above is stored and verified: the manifest that says the
+        // copy is complete, with the custom metadata the caller will record.
+        let manifest = manifest::encode(&metadata.with_custom_metadata(Some(custom.clone())));
+        let key = self.config.key(&layout::manifest_key(metadata)?);
+        self.put_bytes(&key, Bytes::from(manifest)).await?;
+        Ok(Some(custom))
     }
 
     async fn delete_keys(&self, keys: Vec<String>) -> Result<(), RemoteStorageError> {
@@ -820,7 +828,11 @@ impl RemoteStorageManager for S3RemoteStorage {
             .map(|k| self.config.key(k))
             .collect();
         let prefix = self.segment_prefix(metadata)?;
+        let manifest = self.config.key(&layout::manifest_key(metadata)?);
         self.bridge.block_on("delete", async {
+            // The manifest first, in a request of its own: a delete cut short never leaves a
+            // manifest pointing at deleted data.
+            self.delete_keys(vec![manifest]).await?;
             self.delete_keys(keys).await?;
             // Multipart uploads of a copy whose abort failed (the store was down): the
             // tiering layer retries a copy under a fresh segment id, so only this delete
@@ -828,6 +840,107 @@ impl RemoteStorageManager for S3RemoteStorage {
             self.abort_uploads_under(&prefix, None).await?;
             Ok(())
         })?
+    }
+}
+
+/// Recovery's view of the bucket: `ListObjectsV2` under `<prefix>/<partition dir>/`, one page
+/// (up to 1,000 keys) at a time, GetObject and DeleteObjects.
+impl RemoteSegmentLister for S3RemoteStorage {
+    fn list_partition(
+        &self,
+        partition_dir: &str,
+        visit: &mut dyn FnMut(ListedObject) -> Result<(), RemoteStorageError>,
+    ) -> Result<(), RemoteStorageError> {
+        let full_prefix = self.config.key(&format!("{partition_dir}/"));
+        let strip = self.config.key("");
+        let mut token: Option<String> = None;
+        loop {
+            let request = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.config.bucket)
+                .prefix(&full_prefix)
+                .set_continuation_token(token.take());
+            let page = self
+                .bridge
+                .block_on("ListObjectsV2", request.send())?
+                .map_err(|e| map_sdk(e, &self.cx("ListObjectsV2", &full_prefix, None)))?;
+            for object in page.contents() {
+                let Some(key) = object.key() else { continue };
+                let relative = key.strip_prefix(strip.as_str()).unwrap_or(key);
+                visit(ListedObject {
+                    key: relative.to_owned(),
+                    size: u64::try_from(object.size().unwrap_or(0)).unwrap_or(0),
+                })?;
+            }
+            match page.next_continuation_token() {
+                Some(next) if page.is_truncated().unwrap_or(false) => {
+                    token = Some(next.to_owned());
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    fn list_partition_dirs(
+        &self,
+        visit: &mut dyn FnMut(String) -> Result<(), RemoteStorageError>,
+    ) -> Result<(), RemoteStorageError> {
+        let prefix = self.config.key("");
+        let mut token: Option<String> = None;
+        loop {
+            let request = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.config.bucket)
+                .prefix(&prefix)
+                .delimiter("/")
+                .set_continuation_token(token.take());
+            let page = self
+                .bridge
+                .block_on("ListObjectsV2", request.send())?
+                .map_err(|e| map_sdk(e, &self.cx("ListObjectsV2", &prefix, None)))?;
+            for common in page.common_prefixes() {
+                let Some(p) = common.prefix() else { continue };
+                let name = p.strip_prefix(prefix.as_str()).unwrap_or(p);
+                visit(name.trim_end_matches('/').to_owned())?;
+            }
+            match page.next_continuation_token() {
+                Some(next) if page.is_truncated().unwrap_or(false) => {
+                    token = Some(next.to_owned());
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    fn read_object(&self, key: &str) -> Result<Vec<u8>, RemoteStorageError> {
+        let key = self.config.key(key);
+        self.bridge.block_on("GetObject", async {
+            let out = self
+                .client
+                .get_object()
+                .bucket(&self.config.bucket)
+                .key(&key)
+                .send()
+                .await
+                .map_err(|e| map_sdk(e, &self.cx("GetObject", &key, None)))?;
+            let body = out.body.collect().await.map_err(|e| {
+                from_kind(
+                    Kind::Transient,
+                    &self.cx("GetObject", &key, None),
+                    format!("reading the body failed: {e}"),
+                    Some(Box::new(e)),
+                )
+            })?;
+            Ok(body.to_vec())
+        })?
+    }
+
+    fn delete_object(&self, key: &str) -> Result<(), RemoteStorageError> {
+        let key = self.config.key(key);
+        self.bridge
+            .block_on("DeleteObjects", self.delete_keys(vec![key]))?
     }
 }
 

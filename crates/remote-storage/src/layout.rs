@@ -97,16 +97,90 @@ pub fn index_key(
     file_key(metadata, index_type.suffix())
 }
 
-/// Every relative path a segment may occupy: its `.log` and each index type.
+/// Every relative path a segment may occupy: its manifest (first, the order a delete follows),
+/// its `.log` and each index type.
 ///
 /// # Errors
 /// As [`partition_dir`].
 pub fn all_keys(metadata: &RemoteLogSegmentMetadata) -> Result<Vec<String>, RemoteStorageError> {
-    let mut keys = vec![log_key(metadata)?];
+    let mut keys = vec![manifest_key(metadata)?, log_key(metadata)?];
     for t in IndexType::ALL {
         keys.push(index_key(metadata, t)?);
     }
     Ok(keys)
+}
+
+/// Suffix of a segment's manifest (see [`crate::manifest`]): the object a copy writes last and
+/// a delete removes first, so its presence means a complete copy.
+pub const MANIFEST_SUFFIX: &str = ".manifest";
+
+/// The relative path (key below the prefix) of a segment's manifest.
+///
+/// # Errors
+/// As [`partition_dir`].
+pub fn manifest_key(metadata: &RemoteLogSegmentMetadata) -> Result<String, RemoteStorageError> {
+    file_key(metadata, MANIFEST_SUFFIX)
+}
+
+/// Parses a partition directory name in its full form, `<topic>-<partition>-<topic id>`, back
+/// into the partition. A shortened name (see [`partition_dir`]) does not hold the whole topic
+/// name and gives `None`, as does any name the layout does not write.
+pub fn parse_partition_dir(name: &str) -> Option<TopicIdPartition> {
+    let id_at = name.len().checked_sub(36)?;
+    let id_text = name.get(id_at..)?;
+    let id = uuid::Uuid::try_parse(id_text).ok()?;
+    if id.hyphenated().to_string() != id_text {
+        return None;
+    }
+    let rest = name.get(..id_at)?.strip_suffix('-')?;
+    let (topic, partition) = rest.rsplit_once('-')?;
+    if partition.is_empty() || !partition.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let tp = TopicIdPartition::new(id, topic, partition.parse().ok()?);
+    (partition_dir(&tp).ok()? == name).then_some(tp)
+}
+
+/// What a file (object) name below a partition directory is, as the layout writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentFile {
+    /// The segment's manifest.
+    Manifest,
+    /// The segment's `.log` data.
+    Log,
+    /// One of the segment's indexes.
+    Index(IndexType),
+    /// A temporary file of an interrupted write of one of its objects (`<name>.tmp-...`).
+    Temporary,
+}
+
+/// Parses a file (object) name below a partition directory:
+/// `<20-digit start offset>-<segment uuid><suffix>`. Returns the start offset, the segment
+/// uuid and what the file is, or `None` for a name the layout never writes.
+pub fn parse_segment_file_name(name: &str) -> Option<(u64, uuid::Uuid, SegmentFile)> {
+    let digits = name.get(..20)?;
+    if !digits.bytes().all(|b| b.is_ascii_digit()) || name.get(20..21)? != "-" {
+        return None;
+    }
+    let start: u64 = digits.parse().ok()?;
+    let id_text = name.get(21..57)?;
+    let id = uuid::Uuid::try_parse(id_text).ok()?;
+    if id.hyphenated().to_string() != id_text {
+        return None;
+    }
+    let suffix = name.get(57..)?;
+    let kind = if suffix == MANIFEST_SUFFIX {
+        SegmentFile::Manifest
+    } else if suffix == LOG_SUFFIX {
+        SegmentFile::Log
+    } else if let Some(t) = IndexType::ALL.into_iter().find(|t| t.suffix() == suffix) {
+        SegmentFile::Index(t)
+    } else if suffix.contains(".tmp-") {
+        SegmentFile::Temporary
+    } else {
+        return None;
+    };
+    Some((start, id, kind))
 }
 
 fn file_key(
@@ -144,7 +218,7 @@ mod tests {
                 .unwrap()
                 .ends_with(".timeindex")
         );
-        assert_eq!(all_keys(&m).unwrap().len(), 6);
+        assert_eq!(all_keys(&m).unwrap().len(), 7);
     }
 
     fn uuid(n: u128) -> Uuid {
@@ -236,6 +310,45 @@ mod tests {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect()
+    }
+
+    #[test]
+    fn manifest_keys_parse_back() {
+        let tp = TopicIdPartition::new(Uuid::nil(), "orders", 3);
+        let seg = Uuid::from_u128(7);
+        let m = RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::new(tp, seg), 42, 50)
+            .build()
+            .unwrap();
+        let key = manifest_key(&m).unwrap();
+        let name = key.rsplit('/').next().unwrap();
+        assert_eq!(
+            parse_segment_file_name(name),
+            Some((42, seg, SegmentFile::Manifest))
+        );
+        for (i, k) in all_keys(&m).unwrap().iter().enumerate() {
+            let name = k.rsplit('/').next().unwrap();
+            let (start, id, kind) = parse_segment_file_name(name).unwrap();
+            assert_eq!((start, id), (42, seg));
+            assert_eq!(kind == SegmentFile::Manifest, i == 0);
+        }
+        let tmp = format!("{name}.tmp-12-3");
+        assert_eq!(
+            parse_segment_file_name(&tmp).map(|p| p.2),
+            Some(SegmentFile::Temporary)
+        );
+        assert_eq!(parse_segment_file_name("junk"), None);
+        let dir = partition_dir(m.topic_id_partition()).unwrap();
+        assert_eq!(
+            parse_partition_dir(&dir).as_ref(),
+            Some(m.topic_id_partition())
+        );
+        let dashed = TopicIdPartition::new(Uuid::from_u128(3), "a-b-1", 12);
+        assert_eq!(
+            parse_partition_dir(&partition_dir(&dashed).unwrap()),
+            Some(dashed)
+        );
+        assert_eq!(parse_partition_dir("orders-3"), None);
+        assert_eq!(parse_segment_file_name(&format!("{name}x")), None);
     }
 
     #[test]

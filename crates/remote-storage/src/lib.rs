@@ -6,6 +6,8 @@
 //! - [`layout`] — the object layout shared by the filesystem and S3 backends.
 //! - [`metadata`] — [`RemoteLogMetadataManager`](metadata::RemoteLogMetadataManager), in memory
 //!   or durable on a `krabka_storage::Log`.
+//! - [`manifest`] — the self-describing manifest every copy writes last, and
+//!   [`recovery`] — rebuilding a partition's metadata from the remote tier alone.
 //! - `testkit` (feature `testkit`) — the conformance kit every backend runs, and a
 //!   fault-injecting wrapper for the layers above.
 //! - [`RemoteStorageError`] — one error enum; [`RemoteStorageError::is_retriable`] tells callers
@@ -31,8 +33,10 @@
 mod error;
 pub mod layout;
 mod manager;
+pub mod manifest;
 pub mod metadata;
 mod model;
+pub mod recovery;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 

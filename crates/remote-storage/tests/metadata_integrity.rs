@@ -111,10 +111,15 @@ fn fill(dir: &Path) -> Filled {
     let all = rlmm.list_remote_log_segments(&tp()).unwrap();
     assert_eq!(rlmm.generation(), 2);
     assert_eq!(all.len(), before_last.len() + 1);
+    let generation_dir = rlmm.generation_dir();
+    // The manager ends as a crash leaves it: not closed, so its log has no recovery point and
+    // a torn last event is possible (see `a_closed_manager_refuses_a_truncated_last_event`).
+    drop(rlmm);
+    fs::remove_file(generation_dir.join(krabka_storage::RECOVERY_POINT_FILE_NAME)).unwrap();
     Filled {
         all,
         before_last,
-        generation_dir: rlmm.generation_dir(),
+        generation_dir,
     }
 }
 
@@ -573,4 +578,75 @@ fn metadata_corruption_matrix_never_loses_segments_silently() {
     println!("metadata corruption matrix: {cases} cases");
     assert!(cases >= 20, "only {cases} cases");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Opens a manager on `dir`, adds three finished segments, and returns them with the current
+/// generation's `.log` (the manager is gone when this returns: closed or dropped).
+fn add_then(
+    dir: &Path,
+    end: impl FnOnce(DurableRemoteLogMetadataManager),
+) -> (Vec<RemoteLogSegmentMetadata>, PathBuf) {
+    let rlmm = open(dir).unwrap();
+    for start in [0, 10, 20] {
+        let m = seg(start);
+        rlmm.add_remote_log_segment_metadata(&m).unwrap();
+        rlmm.update_remote_log_segment_metadata(&to(&m, CopySegmentFinished))
+            .unwrap();
+    }
+    let all = rlmm.list_remote_log_segments(&tp()).unwrap();
+    let log = rlmm.generation_dir().join(segment_file_name(1, "log"));
+    end(rlmm);
+    (all, log)
+}
+
+/// A closed (or dropped) manager's log records its end: losing its last, synced and
+/// acknowledged event afterwards is damage that fails the open naming the file, not a torn
+/// write to cut. Undoing the damage gives every segment back.
+#[test]
+fn a_closed_manager_refuses_a_truncated_last_event() {
+    type End = fn(DurableRemoteLogMetadataManager);
+    let ends: [(&str, End); 2] = [("close", |m| m.close().unwrap()), ("drop", |m| drop(m))];
+    for (how, end) in ends {
+        let dir = tempfile::tempdir().unwrap();
+        let (all, log) = add_then(dir.path(), end);
+        let bytes = fs::read(&log).unwrap();
+        let len = bytes.len() as u64;
+        truncate(&log, len - 10);
+        let err = open_err(dir.path());
+        assert!(
+            matches!(&err, RemoteStorageError::MetadataLog { path, .. } if *path == log),
+            "{how}: {err:?}"
+        );
+        assert_names(&err, &log);
+        // Nothing was cut or moved aside.
+        assert_eq!(fs::metadata(&log).unwrap().len(), len - 10, "{how}");
+        fs::write(&log, &bytes).unwrap();
+        let rlmm = open(dir.path()).unwrap();
+        assert!(rlmm.torn_event_cut().is_none(), "{how}");
+        assert_eq!(rlmm.list_remote_log_segments(&tp()).unwrap(), all, "{how}");
+    }
+}
+
+/// Compaction closes the generation it supersedes and the manager's close covers the new one:
+/// a truncated last event of the compacted generation is refused too.
+#[test]
+fn a_closed_manager_refuses_a_truncated_event_after_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, old_log) = add_then(dir.path(), |m| {
+        m.compact().unwrap();
+        m.close().unwrap();
+    });
+    assert!(!old_log.exists(), "the superseded generation is removed");
+    let rlmm = open(dir.path()).unwrap();
+    let all = rlmm.list_remote_log_segments(&tp()).unwrap();
+    assert_eq!(all.len(), 3);
+    let log = rlmm.generation_dir().join(segment_file_name(1, "log"));
+    rlmm.close().unwrap();
+    let len = fs::metadata(&log).unwrap().len();
+    truncate(&log, len - 10);
+    let err = open_err(dir.path());
+    assert!(
+        matches!(&err, RemoteStorageError::MetadataLog { path, .. } if *path == log),
+        "{err:?}"
+    );
 }

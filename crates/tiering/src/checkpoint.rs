@@ -6,9 +6,18 @@
 //! (write a temporary file, fsync it, rename it over the old one, fsync the directory), and
 //! read when a [`TieredLog`](crate::TieredLog) is created. The storage layer ignores files that
 //! are not segment files, so the checkpoint lives next to the segments.
+//!
+//! Format (one line): `log_start <seq> crc32 <8 lowercase hex digits>\n`, the CRC-32 (IEEE)
+//! of the bytes `log_start <seq>`, the seq in canonical decimal. A file of the format written
+//! before the checksum (`log_start <seq>\n`) is still read. Anything else is
+//! [`Error::Checkpoint`] naming the file, never a guess.
+//!
+//! A value read back is trusted only after [`validate`] checked it against the local log and
+//! the remote metadata: local retention deletes local segments below the point whether or not
+//! they were copied, so a wrong point would lose records from both tiers.
 
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::Error;
@@ -17,6 +26,9 @@ use crate::error::Error;
 pub const LOG_START_FILE: &str = "tiering-log-start";
 const TMP_SUFFIX: &str = ".tmp";
 const PREFIX: &str = "log_start ";
+const CRC_SEPARATOR: &str = " crc32 ";
+/// More than any valid checkpoint; a longer file is reported by its first bytes.
+const MAX_LEN: u64 = 128;
 
 fn path(dir: &Path) -> PathBuf {
     dir.join(LOG_START_FILE)
@@ -29,27 +41,151 @@ fn error(path: &Path, reason: impl Into<String>) -> Error {
     }
 }
 
-/// The retention point recorded in `dir`; 0 when there is no checkpoint yet.
-pub(crate) fn read(dir: &Path) -> Result<u64, Error> {
+/// CRC-32 (IEEE 802.3, reflected, as zlib and `crc32fast` compute it).
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// The file's text for `seq`.
+fn render(seq: u64) -> String {
+    let body = format!("{PREFIX}{seq}");
+    let crc = crc32(body.as_bytes());
+    format!("{body}{CRC_SEPARATOR}{crc:08x}\n")
+}
+
+/// A seq in canonical decimal (no sign, no leading zero, no space).
+fn parse_seq(digits: &str) -> Option<u64> {
+    let seq: u64 = digits.parse().ok()?;
+    (seq.to_string() == digits).then_some(seq)
+}
+
+/// The seq a checkpoint's text records, or why it is refused.
+fn parse(text: &str) -> Result<u64, String> {
+    let line = text
+        .strip_suffix('\n')
+        .filter(|l| !l.contains('\n'))
+        .ok_or("it is not one line ending in a newline")?;
+    let Some((body, crc)) = line.split_once(CRC_SEPARATOR) else {
+        // The format written before the checksum.
+        return line
+            .strip_prefix(PREFIX)
+            .and_then(parse_seq)
+            .ok_or_else(|| format!("expected `{PREFIX}SEQ{CRC_SEPARATOR}CRC`"));
+    };
+    let seq = body
+        .strip_prefix(PREFIX)
+        .and_then(parse_seq)
+        .ok_or_else(|| format!("expected `{PREFIX}SEQ{CRC_SEPARATOR}CRC`"))?;
+    let stored = (crc.len() == 8 && crc.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .then(|| u32::from_str_radix(crc, 16).ok())
+        .flatten()
+        .ok_or("the checksum is not 8 lowercase hex digits")?;
+    let computed = crc32(body.as_bytes());
+    if stored != computed {
+        return Err(format!(
+            "checksum mismatch (stored {stored:08x}, computed {computed:08x})"
+        ));
+    }
+    Ok(seq)
+}
+
+/// The retention point recorded in the tiered log directory `dir` (its [`LOG_START_FILE`]):
+/// every seq below it was deleted by retention. 0 when there is no checkpoint yet. Checked for
+/// damage but not against the tiers (a `TieredLog` does that when it opens).
+///
+/// # Errors
+/// [`Error::Checkpoint`] naming the file when it cannot be read or is damaged.
+pub fn read(dir: &Path) -> Result<u64, Error> {
     let path = path(dir);
-    let text = match fs::read_to_string(&path) {
-        Ok(t) => t,
+    let mut bytes = Vec::new();
+    let read = File::open(&path).and_then(|f| f.take(MAX_LEN + 1).read_to_end(&mut bytes));
+    match read {
+        Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(error(&path, format!("cannot read: {e}"))),
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let parsed = if bytes.len() as u64 > MAX_LEN {
+        Err(format!("it is longer than {MAX_LEN} bytes"))
+    } else {
+        parse(&text)
     };
-    text.strip_prefix(PREFIX)
-        .and_then(|rest| rest.strip_suffix('\n'))
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| {
-            error(
-                &path,
-                format!(
-                    "unexpected content {:?} (expected `{PREFIX}SEQ`); restore it, or delete it \
-                     to let tiering derive the start from the remote tier again",
-                    text.chars().take(60).collect::<String>()
-                ),
+    parsed.map_err(|why| {
+        error(
+            &path,
+            format!(
+                "unreadable: {why}; found {:?}. Restore it, or delete it to let tiering derive \
+                 the start from the tiers again (local segments whose remote copies are gone \
+                 are then copied again)",
+                text.chars().take(60).collect::<String>()
+            ),
+        )
+    })
+}
+
+/// What a retention point read back is checked against when a tiered log is created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Bounds {
+    /// The highest last seq of the partition's remote segments that whole-log retention may
+    /// have deleted up to (finished, or being deleted); `None` when no such segment is listed.
+    pub(crate) remote_end: Option<u64>,
+    /// The first seq the local log holds (a hole a repair recorded counts); `None` when it
+    /// holds no record.
+    pub(crate) local_first: Option<u64>,
+    /// The local log's next seq.
+    pub(crate) local_next: u64,
+}
+
+/// Checks the retention point `point` read from `dir` against the tiers. Only whole-log
+/// retention writes it, as the seq after the last remote segment it deletes, so it can never
+/// exceed the remote end + 1 while anything is remote, nor the local first seq when nothing
+/// is (local retention drops local segments below the point, so a point past the local first
+/// seq would delete segments that were never copied), nor the local next seq (unless the local
+/// log holds no record: it then continues after the remote end, at the point or later).
+///
+/// # Errors
+/// [`Error::Checkpoint`] naming the file, the point and the bound it exceeds.
+pub(crate) fn validate(dir: &Path, point: u64, bounds: Bounds) -> Result<(), Error> {
+    let (bound, what) = match (bounds.remote_end, bounds.local_first) {
+        (Some(end), _) if point > end.saturating_add(1) => (
+            end.saturating_add(1),
+            format!("the remote tier ends at seq {end}"),
+        ),
+        (Some(_), Some(_)) if point > bounds.local_next => (
+            bounds.local_next,
+            format!("the local log's next seq is {}", bounds.local_next),
+        ),
+        (None, first) if point > first.unwrap_or(bounds.local_next) => {
+            let first = first.unwrap_or(bounds.local_next);
+            (
+                first,
+                format!("nothing is remote and the local log starts at seq {first}"),
             )
-        })
+        }
+        _ => return Ok(()),
+    };
+    Err(error(
+        &path(dir),
+        format!(
+            "it records retention point {point}, but {what}: a retention point is at most \
+             {bound} here. Only remote retention writes this file, so it is damaged or belongs \
+             to another log; trusting it would delete local segments that were never copied. \
+             Nothing was changed: restore the right file, or delete it to let tiering derive \
+             the start from the tiers (local segments whose remote copies are gone are then \
+             copied again)"
+        ),
+    ))
 }
 
 /// Durably records `seq` as the retention point in `dir`.
@@ -58,7 +194,7 @@ pub(crate) fn write(dir: &Path, seq: u64) -> Result<(), Error> {
     let tmp = dir.join(format!("{LOG_START_FILE}{TMP_SUFFIX}"));
     let written = (|| {
         let mut f = File::create(&tmp)?;
-        f.write_all(format!("{PREFIX}{seq}\n").as_bytes())?;
+        f.write_all(render(seq).as_bytes())?;
         f.sync_all()?;
         drop(f);
         fs::rename(&tmp, &path)?;
@@ -88,11 +224,85 @@ mod tests {
     }
 
     #[test]
+    fn the_file_carries_a_crc32_of_its_line() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(
+            render(1000),
+            format!("log_start 1000 crc32 {:08x}\n", crc32(b"log_start 1000"))
+        );
+        assert_eq!(parse(&render(u64::MAX)), Ok(u64::MAX));
+        assert_eq!(parse(&render(0)), Ok(0));
+    }
+
+    #[test]
+    fn the_format_without_checksum_is_still_read() {
+        assert_eq!(parse("log_start 2965\n"), Ok(2965));
+    }
+
+    #[test]
     fn garbage_is_an_error_naming_the_file() {
+        let good = render(2965);
+        let flipped = good.replace("2965", "2966");
+        let bad_crc = good.replace(" crc32 ", " crc32 0");
+        for text in [
+            "log_start x\n",
+            "log_start 12",
+            "log_start +12\n",
+            "log_start 012\n",
+            "log_start 12\n\n",
+            "",
+            "log_start 12 crc32 zzzzzzzz\n",
+            flipped.as_str(),
+            bad_crc.as_str(),
+            &good[..good.len() - 1],
+            &good[..good.len() - 3],
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            fs::write(dir.path().join(LOG_START_FILE), text).unwrap();
+            let e = read(dir.path()).unwrap_err();
+            assert!(matches!(e, Error::Checkpoint { .. }), "{text:?}: {e}");
+            assert!(e.to_string().contains(LOG_START_FILE), "{e}");
+        }
         let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join(LOG_START_FILE), "log_start x\n").unwrap();
-        let e = read(dir.path()).unwrap_err();
-        assert!(matches!(e, Error::Checkpoint { .. }), "{e}");
-        assert!(e.to_string().contains(LOG_START_FILE));
+        fs::write(dir.path().join(LOG_START_FILE), "x".repeat(1000)).unwrap();
+        assert!(read(dir.path()).is_err());
+        fs::remove_file(dir.path().join(LOG_START_FILE)).unwrap();
+        fs::create_dir(dir.path().join(LOG_START_FILE)).unwrap();
+        assert!(matches!(
+            read(dir.path()).unwrap_err(),
+            Error::Checkpoint { .. }
+        ));
+    }
+
+    #[test]
+    fn a_point_past_what_retention_could_have_written_is_refused() {
+        let dir = Path::new("/some/log");
+        let b = |remote_end, local_first, local_next| Bounds {
+            remote_end,
+            local_first,
+            local_next,
+        };
+        let ok = |point, bounds| validate(dir, point, bounds).is_ok();
+        // Nothing remote: at most the local first seq (or the next seq of an empty log).
+        assert!(ok(0, b(None, Some(1), 3001)));
+        assert!(ok(1, b(None, Some(1), 3001)));
+        assert!(!ok(2000, b(None, Some(1), 3001)));
+        assert!(!ok(99_999, b(None, Some(1), 3001)));
+        assert!(ok(500, b(None, Some(500), 3001)));
+        assert!(ok(7, b(None, None, 7)));
+        assert!(!ok(8, b(None, None, 7)));
+        // Something remote: at most its end + 1, and the local next seq.
+        assert!(ok(1001, b(Some(1000), Some(1), 3001)));
+        assert!(!ok(1002, b(Some(1000), Some(1), 3001)));
+        assert!(!ok(3002, b(Some(5000), Some(1), 3001)));
+        // An empty local log continues after the remote end.
+        assert!(ok(1001, b(Some(1000), None, 1)));
+        let e = validate(dir, 2000, b(None, Some(1), 3001)).unwrap_err();
+        let shown = e.to_string();
+        assert!(
+            shown.contains(LOG_START_FILE) && shown.contains("2000"),
+            "{shown}"
+        );
+        assert!(shown.contains("starts at seq 1"), "{shown}");
     }
 }

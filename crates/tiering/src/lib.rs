@@ -72,7 +72,7 @@ mod tiered;
 mod verify;
 
 pub use background::TieringHandle;
-pub use checkpoint::LOG_START_FILE;
+pub use checkpoint::{LOG_START_FILE, read as read_retention_point};
 pub use config::{
     DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_BYTES, DEFAULT_COPY_CONCURRENCY, DEFAULT_COPY_DEADLINE,
     DEFAULT_LOCAL_RETENTION_BYTES, DEFAULT_RETENTION_MS, MAX_SEGMENT_BYTES, MIN_CHUNK_BYTES,

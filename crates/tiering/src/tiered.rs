@@ -86,7 +86,8 @@ impl TieredLog {
     ///
     /// The whole-log retention point is read from the checkpoint file in the log's directory
     /// ([`LOG_START_FILE`](crate::LOG_START_FILE)), so `first_seq()` never moves backwards
-    /// across restarts.
+    /// across restarts. It is checked against the tiers before anything else uses it: local
+    /// retention drops local segments below it whether or not they were copied.
     ///
     /// The local log must continue the seqs the metadata records as remote, so that no seq is
     /// used twice (see [`policy::continuity`]): a local log holding no record (a wiped or new
@@ -98,7 +99,10 @@ impl TieredLog {
     /// [`Error::InvalidConfig`] for a config below a minimum, a topic name that could not
     /// name remote objects, or log options allowing segments over
     /// [`MAX_SEGMENT_BYTES`](crate::MAX_SEGMENT_BYTES); [`Error::Checkpoint`] when the
-    /// retention checkpoint cannot be read; [`Error::Metadata`] when the remote segments
+    /// retention checkpoint cannot be read, or records a point whole-log retention cannot have
+    /// written (past the remote end + 1 while anything is remote, past the local first seq
+    /// when nothing is, past the local next seq), naming the file and both seqs — nothing is
+    /// changed then; [`Error::Metadata`] when the remote segments
     /// cannot be listed; [`Error::LocalLogMismatch`] when the local log does not continue the
     /// remote tier; [`Error::Storage`] when starting an empty local log fails.
     pub fn new(
@@ -110,6 +114,7 @@ impl TieredLog {
     ) -> Result<Self, Error> {
         validate_all(log.options(), &topic_id_partition, &config)?;
         let log_start = checkpoint::read(log.dir())?;
+        validate_log_start(&log, rlmm.as_ref(), &topic_id_partition, log_start)?;
         let this = Self {
             epochs: Mutex::new(vec![(config.leader_epoch, 0)]),
             cache: ByteLru::new(config.cache_bytes),
@@ -284,12 +289,17 @@ impl TieredLog {
         }
     }
 
-    /// Closes the local log (syncing it as its policy says).
+    /// Closes the local log (syncing it as its policy says), then drops this log's handle on
+    /// the metadata manager: when it is the last one, the manager closes too (a
+    /// `DurableRemoteLogMetadataManager` closes its log when dropped).
     ///
     /// # Errors
     /// [`Error::Storage`] as `Log::close`.
     pub fn close(self) -> Result<(), Error> {
-        self.log.close().map_err(|e| Error::storage("closing", e))
+        let Self { log, rlmm, .. } = self;
+        let closed = log.close().map_err(|e| Error::storage("closing", e));
+        drop(rlmm);
+        closed
     }
 
     /// Counters and sizes. Copy lag and remote bytes are computed from the metadata manager
@@ -914,6 +924,51 @@ impl TieredLog {
             }
         }
     }
+}
+
+/// Checks the retention point `log_start` read from `log`'s directory against the local log
+/// and the partition's remote segments ([`checkpoint::validate`]) before anything uses it.
+fn validate_log_start(
+    log: &Log,
+    rlmm: &dyn RemoteLogMetadataManager,
+    tp: &TopicIdPartition,
+    log_start: u64,
+) -> Result<(), Error> {
+    if log_start == 0 {
+        return Ok(());
+    }
+    let remote = rlmm
+        .list_remote_log_segments(tp)
+        .map_err(|e| Error::metadata("list", None, e))?;
+    // Whole-log retention only deletes finished segments: the point is the seq after one that
+    // was finished, and is finished or being deleted now (or gone).
+    let remote_end = remote
+        .iter()
+        .filter(|m| {
+            matches!(
+                m.state(),
+                RemoteLogSegmentState::CopySegmentFinished
+                    | RemoteLogSegmentState::DeleteSegmentStarted
+            )
+        })
+        .map(RemoteLogSegmentMetadata::end_offset)
+        .max();
+    let local_first = log
+        .segments()
+        .iter()
+        .filter(|s| s.last_seq >= s.base_seq)
+        .map(|s| s.base_seq)
+        .chain(log.quarantined().iter().map(|(r, _)| *r.start()))
+        .min();
+    checkpoint::validate(
+        log.dir(),
+        log_start,
+        checkpoint::Bounds {
+            remote_end,
+            local_first,
+            local_next: log.next_seq(),
+        },
+    )
 }
 
 /// Every check of [`TieredLog::new`] that needs no I/O: the config's minimums, the local

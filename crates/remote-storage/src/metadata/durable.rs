@@ -18,7 +18,8 @@ use super::event::MetadataEvent;
 use super::{MetadataState, RemoteLogMetadataManager};
 use crate::error::RemoteStorageError;
 use crate::model::{
-    RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, TopicIdPartition,
+    RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState, TopicIdPartition,
 };
 
 /// Records read per batch while replaying the log on open, and written per batch by a
@@ -100,7 +101,8 @@ enum Step {
 /// The writer side: the current generation's log and its bookkeeping, under one lock.
 #[derive(Debug)]
 struct Writer {
-    log: Log,
+    /// `None` only once the manager is closed ([`DurableRemoteLogMetadataManager::close`]).
+    log: Option<Log>,
     generation: u64,
     /// Events (records) in the current generation's log.
     events: u64,
@@ -122,6 +124,9 @@ struct Writer {
 /// Open reads the log strictly: the only damage it repairs is a genuinely torn last event (the
 /// file ends inside its frame: an append cut short by a crash, never acknowledged), which it
 /// cuts, saving the bytes aside, and reports in [`torn_event_cut`](Self::torn_event_cut).
+/// A manager that was closed ([`close`](Self::close), or dropped) recorded its log's end as
+/// the log's recovery point, so its last event is never taken for a torn one: losing it later
+/// is damage, refused like any other.
 /// Anything else fails the open with a typed error naming the file, and changes nothing:
 /// - a bad frame, an event that does not decode or does not apply, a missing or wrong
 ///   generation record: [`RemoteStorageError::MetadataLog`] (file, byte or seq);
@@ -804,7 +809,7 @@ impl DurableRemoteLogMetadataManager {
             dir,
             opts,
             writer: Mutex::new(Writer {
-                log,
+                log: Some(log),
                 generation,
                 events,
                 retry_at: 0,
@@ -865,6 +870,75 @@ impl DurableRemoteLogMetadataManager {
         let mut w = self.writer.lock();
         self.check_writable()?;
         self.compact_locked(&mut w, None)
+    }
+
+    /// Records segments rebuilt from the remote tier ([`crate::recovery`]), all
+    /// `CopySegmentFinished`, in one step: they are checked, then written with a compaction
+    /// (a new generation holding every live segment, synced once) rather than as an add and an
+    /// update each. Segments already recorded identically are skipped. Returns how many were
+    /// new; none makes no write.
+    ///
+    /// # Errors
+    /// [`RemoteStorageError::InvalidArgument`] for a segment not `CopySegmentFinished`, listed
+    /// twice, recorded differently, or dropped since the last compaction; as
+    /// [`compact`](Self::compact) otherwise. A failed write poisons the manager (reopen it:
+    /// nothing was recorded).
+    pub fn install_recovered(
+        &self,
+        segments: &[RemoteLogSegmentMetadata],
+    ) -> Result<usize, RemoteStorageError> {
+        let mut w = self.writer.lock();
+        self.check_writable()?;
+        let mut new = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        {
+            let state = self.state.read();
+            for m in segments {
+                let id = m.remote_log_segment_id();
+                if m.state() != RemoteLogSegmentState::CopySegmentFinished {
+                    return Err(RemoteStorageError::invalid_argument(format!(
+                        "recovered segment {id} is {:?}, not CopySegmentFinished",
+                        m.state()
+                    )));
+                }
+                if !seen.insert(id.clone()) {
+                    return Err(RemoteStorageError::invalid_argument(format!(
+                        "recovered segment {id} is listed twice"
+                    )));
+                }
+                match state.get(id) {
+                    Some(known) if known == m => continue,
+                    Some(_) => {
+                        return Err(RemoteStorageError::invalid_argument(format!(
+                            "remote segment {id} is already recorded differently"
+                        )));
+                    }
+                    None if state.was_dropped(id) => {
+                        return Err(RemoteStorageError::invalid_argument(format!(
+                            "remote segment {id} was deleted"
+                        )));
+                    }
+                    None => new.push(m.clone()),
+                }
+            }
+        }
+        if new.is_empty() {
+            return Ok(0);
+        }
+        let count = new.len();
+        {
+            let mut state = self.state.write();
+            for m in new {
+                state.commit(m);
+            }
+        }
+        // On failure the state holds segments that are not on disk: the manager is poisoned
+        // and must be reopened, which reads what the disk holds.
+        if let Err(e) = self.compact_locked(&mut w, None) {
+            self.poisoned.store(true, Ordering::SeqCst);
+            return Err(e);
+        }
+        Ok(count)
     }
 
     fn compact_locked(
@@ -932,22 +1006,27 @@ impl DurableRemoteLogMetadataManager {
             }
         };
         if let Err(e) = switch_current(&self.dir) {
-            // `CURRENT` may name either generation after a crash: only a reopen can tell.
+            // `CURRENT` may name either generation after a crash: only a reopen can tell. The
+            // new generation is complete and synced: closed, its end is on record either way.
             self.poisoned.store(true, Ordering::SeqCst);
+            let _ = new_log.close();
             return Err(e);
         }
         if crash == Some(Step::Switched) {
             self.poisoned.store(true, Ordering::SeqCst);
             return Err(simulated(Step::Switched));
         }
-        let old = std::mem::replace(&mut w.log, new_log);
+        let old = w.log.replace(new_log);
         let old_generation = std::mem::replace(&mut w.generation, next);
         w.events = u64::try_from(snapshot.len()).unwrap_or(u64::MAX);
         w.retry_at = 0;
         self.state.write().forget_dropped();
-        // The old generation is superseded: a failed final sync of it does not matter, but it
-        // must be closed (its directory lock released) before its files go.
-        let _ = old.close();
+        // The old generation is superseded: it is closed (synced, its recovery point written,
+        // its directory lock released) before its files go. A failed close does not matter
+        // then: `CURRENT` names the new generation, and the old one is removed.
+        if let Some(old) = old {
+            let _ = old.close();
+        }
         let old_dir = gen_dir(&self.dir, old_generation);
         let removed = if old_generation == 0 {
             remove_legacy_files(&self.dir)
@@ -990,7 +1069,10 @@ impl DurableRemoteLogMetadataManager {
         next: RemoteLogSegmentMetadata,
     ) -> Result<(), RemoteStorageError> {
         let message = Message::new(event.encode()).with_timestamp(next.event_timestamp_ms());
-        if let Err(e) = w.log.append(&message) {
+        let Some(log) = w.log.as_ref() else {
+            return Err(closed_error(&self.dir));
+        };
+        if let Err(e) = log.append(&message) {
             self.poisoned.store(true, Ordering::SeqCst);
             return Err(storage_error(
                 &gen_dir(&self.dir, w.generation),
@@ -1004,6 +1086,32 @@ impl DurableRemoteLogMetadataManager {
         Ok(())
     }
 
+    /// Closes the manager: the current generation's log is synced and closed
+    /// (`krabka_storage::Log::close`), which records its end as the log's recovery point, so a
+    /// later loss of its last, acknowledged event is reported by the next open as damage
+    /// instead of being cut as a torn write. Dropping the manager does the same, best effort
+    /// (ignoring a failure); `close` reports it.
+    ///
+    /// # Errors
+    /// [`RemoteStorageError::Io`] (and the other storage errors) when the final sync or the
+    /// recovery point write fails: the log is closed either way, and the next open reads what
+    /// is on disk.
+    pub fn close(self) -> Result<(), RemoteStorageError> {
+        self.close_log()
+    }
+
+    /// Takes the current generation's log out of the writer and closes it (once).
+    fn close_log(&self) -> Result<(), RemoteStorageError> {
+        let mut w = self.writer.lock();
+        let generation = w.generation;
+        match w.log.take() {
+            Some(log) => log
+                .close()
+                .map_err(|e| storage_error(&gen_dir(&self.dir, generation), "close", e)),
+            None => Ok(()),
+        }
+    }
+
     fn check_writable(&self) -> Result<(), RemoteStorageError> {
         if self.is_poisoned() {
             return Err(RemoteStorageError::Backend {
@@ -1015,6 +1123,24 @@ impl DurableRemoteLogMetadataManager {
             });
         }
         Ok(())
+    }
+}
+
+impl Drop for DurableRemoteLogMetadataManager {
+    /// Closes the current generation's log as [`close`](Self::close) does, ignoring a
+    /// failure (the log is closed either way; the lock file is released afterwards).
+    fn drop(&mut self) {
+        let _ = self.close_log();
+    }
+}
+
+/// The error of a write to a closed manager.
+fn closed_error(dir: &Path) -> RemoteStorageError {
+    RemoteStorageError::Backend {
+        operation: "metadata append".to_owned(),
+        location: dir.display().to_string(),
+        message: "the metadata manager is closed".to_owned(),
+        source: None,
     }
 }
 

@@ -1,0 +1,182 @@
+//! `krabka recover`: rebuild a tiered log from its remote tier alone, after the local disk (the
+//! log and its `remote-metadata` directory) is lost. See
+//! `krabka_remote_storage::recovery` for the rules; this prints what it found.
+
+use std::time::Instant;
+
+use krabka_remote_storage::TopicIdPartition;
+use krabka_remote_storage::metadata::DurableRemoteLogMetadataManager;
+use krabka_remote_storage::recovery::{
+    LocalLogOutcome, RecoveryOptions, RecoveryReport, RemoteSegmentLister, find_partitions, recover,
+};
+
+use crate::args::RecoverArgs;
+use crate::error::{CliError, Result};
+use crate::human;
+use crate::output::outln;
+use crate::remote::{self, METADATA_DIR};
+
+/// Runs `krabka recover`.
+///
+/// # Errors
+/// No `--remote`, a remote that cannot be listed, a metadata directory that already records
+/// other segments, or a local write failure.
+pub fn run(args: &RecoverArgs) -> Result<()> {
+    let Some(spec) = remote::spec(&args.remote)? else {
+        return Err(CliError::new("recover needs --remote").hint(
+            "pass the remote the log was tiered to: --remote fs://PATH or s3://BUCKET/PREFIX",
+        ));
+    };
+    if args.concurrency == 0 {
+        return Err(CliError::new("--concurrency must be at least 1"));
+    }
+    let dir = &args.dir;
+    let lister = remote::open_lister(&spec, args.remote.endpoint.as_deref())?;
+    let tp = topic(args, &*lister, &spec.describe())?;
+    std::fs::create_dir_all(dir).map_err(|e| CliError::at("cannot create", dir, e))?;
+    let meta_dir = dir.join(METADATA_DIR);
+    let rlmm = DurableRemoteLogMetadataManager::open(&meta_dir).map_err(|e| {
+        CliError::at("cannot open remote metadata", &meta_dir, e)
+            .hint("move the damaged directory aside; recover rebuilds it from the remote")
+    })?;
+    let started = Instant::now();
+    let options = RecoveryOptions::default()
+        .concurrency(args.concurrency)
+        .clean_orphans(args.clean_orphans)
+        .local_log_dir(dir);
+    let report = recover(&*lister, &tp, &rlmm, &options).map_err(|e| {
+        CliError::new(format!(
+            "cannot recover {} from {}: {}",
+            dir.display(),
+            spec.describe(),
+            remote::brief(&e.to_string())
+        ))
+        .hint("nothing was deleted; fix the cause and run recover again (it is safe to repeat)")
+    })?;
+    // Later `tier` and `read` runs find the topic here, as for a log tiered from this directory.
+    remote::write_topic_file(dir, &tp)?;
+    print(&report, &spec.describe(), dir, started.elapsed())
+}
+
+/// The partition to recover: the one the log directory's topic file names, else the one
+/// `--topic-id` names, else the only partition of the topic DIR's name gives found on the remote.
+fn topic(
+    args: &RecoverArgs,
+    lister: &dyn RemoteSegmentLister,
+    remote: &str,
+) -> Result<TopicIdPartition> {
+    let derived = remote::topic_for(&args.dir);
+    if let Some(id) = args.topic_id {
+        return Ok(TopicIdPartition::new(
+            id,
+            derived.topic(),
+            derived.partition(),
+        ));
+    }
+    if let Some(recorded) = remote::read_topic_file(&args.dir)? {
+        return Ok(recorded);
+    }
+    let found = find_partitions(lister, derived.topic(), derived.partition()).map_err(|e| {
+        CliError::new(format!(
+            "cannot list the partitions on {remote}: {}",
+            remote::brief(&e.to_string())
+        ))
+    })?;
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(CliError::new(format!(
+            "no partition of topic `{}` (partition {}) on {remote}",
+            derived.topic(),
+            derived.partition()
+        ))
+        .hint("the topic is named after the log directory: use the directory name the log had, or pass --topic-id")),
+        many => Err(CliError::new(format!(
+            "{} partitions of topic `{}` on {remote}: {}",
+            many.len(),
+            derived.topic(),
+            many.iter()
+                .map(|t| t.topic_id().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .hint("pass the one to recover with --topic-id")),
+    }
+}
+
+fn print(
+    report: &RecoveryReport,
+    remote: &str,
+    dir: &std::path::Path,
+    took: std::time::Duration,
+) -> Result<()> {
+    let tp = &report.partition;
+    outln!(
+        "krabka recover — {} partition {} (topic id {}) from {remote}",
+        tp.topic(),
+        tp.partition(),
+        tp.topic_id()
+    )?;
+    outln!(
+        "  listed          {} objects, read {} manifests in {}",
+        human::count(report.objects_listed),
+        human::count(report.manifests_read as u64),
+        human::duration(took)
+    )?;
+    match &report.seq_range {
+        Some(range) => outln!(
+            "  recovered       {} segments, seq {}..={}, {}{}",
+            human::count(report.segments as u64),
+            range.start(),
+            range.end(),
+            human::bytes(report.bytes),
+            if report.already_recorded > 0 {
+                format!(" ({} already recorded)", report.already_recorded)
+            } else {
+                String::new()
+            }
+        )?,
+        None => outln!("  recovered       no segments: no whole segment under this partition")?,
+    }
+    match &report.local_log {
+        LocalLogOutcome::StartedAt(seq) => {
+            outln!("  local log       {} continues at seq {seq}", dir.display())?;
+        }
+        LocalLogOutcome::AlreadyAt(seq) => {
+            outln!(
+                "  local log       {} is empty and starts at seq {seq}",
+                dir.display()
+            )?;
+        }
+        LocalLogOutcome::HoldsRecords { first, last } => outln!(
+            "  local log       {} holds seq {first}..={last}; left as it is",
+            dir.display()
+        )?,
+        _ => {}
+    }
+    if report.ignored.is_empty() {
+        outln!("  ignored         nothing")?;
+    } else {
+        outln!(
+            "  ignored         {} objects (kept in place{}):",
+            report.ignored.len(),
+            if report.deleted.is_empty() {
+                ""
+            } else {
+                " unless listed as deleted below"
+            }
+        )?;
+        for i in &report.ignored {
+            outln!("    {}: {}", i.key, i.reason)?;
+        }
+    }
+    if !report.deleted.is_empty() {
+        outln!(
+            "  deleted         {} objects (--clean-orphans):",
+            report.deleted.len()
+        )?;
+        for key in &report.deleted {
+            outln!("    {key}")?;
+        }
+    }
+    Ok(())
+}

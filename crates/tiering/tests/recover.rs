@@ -1,0 +1,447 @@
+//! Disaster recovery from the remote tier alone (`krabka_remote_storage::recovery`), end to end
+//! through `TieredLog`, on the filesystem backend, the in-process S3 server, and Ceph RGW when
+//! `.ci/run` started it (`KRABKA_TEST_CEPH_*`; skipped otherwise, a failure under `CI=true`).
+//!
+//! A crash (SIGKILL) mid-copy or mid-delete leaves exactly one of these states, which the tests
+//! build directly through the backend: mid-copy, some or all of a segment's data and index
+//! objects without its manifest (written last); mid-delete, the data objects of a segment whose
+//! manifest is gone (removed first).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use krabka_protocol::Message;
+use krabka_remote_s3::test_server::TestServer;
+use krabka_remote_s3::{S3Config, S3Credentials, S3RemoteStorage};
+use krabka_remote_storage::metadata::DurableRemoteLogMetadataManager;
+use krabka_remote_storage::recovery::{
+    IgnoreReason, LocalLogOutcome, RecoveryOptions, RecoveryReport, RemoteSegmentLister, recover,
+};
+use krabka_remote_storage::{
+    LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageManager,
+    TopicIdPartition, Uuid, layout,
+};
+use krabka_storage::Options;
+use krabka_tiering::fs::FsRemoteStorage;
+use krabka_tiering::{TieredLog, TieringConfig};
+
+/// Overwrites an object (relative key) with bytes.
+type Put = Box<dyn Fn(&str, Vec<u8>)>;
+
+/// A backend under test: the SPI, recovery's lister, and a way to overwrite an object.
+struct Backend {
+    rsm: Arc<dyn RemoteStorageManager>,
+    lister: Arc<dyn RemoteSegmentLister>,
+    put: Put,
+}
+
+fn fs_backend(root: &Path) -> Backend {
+    let store = Arc::new(FsRemoteStorage::new(root).unwrap());
+    let root = root.to_path_buf();
+    Backend {
+        rsm: store.clone(),
+        lister: store,
+        put: Box::new(move |key, bytes| std::fs::write(root.join(key), bytes).unwrap()),
+    }
+}
+
+fn s3_backend(config: S3Config) -> Backend {
+    let store = Arc::new(S3RemoteStorage::new(config.clone()).unwrap());
+    let client = store.client().clone();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    Backend {
+        rsm: store.clone(),
+        lister: store,
+        put: Box::new(move |key, bytes| {
+            let full = if config.prefix.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{}/{key}", config.prefix)
+            };
+            rt.block_on(
+                client
+                    .put_object()
+                    .bucket(&config.bucket)
+                    .key(full)
+                    .body(bytes.into())
+                    .send(),
+            )
+            .unwrap();
+        }),
+    }
+}
+
+fn ceph_config() -> Option<S3Config> {
+    let endpoint = std::env::var("KRABKA_TEST_CEPH_ENDPOINT")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let Some(endpoint) = endpoint else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but KRABKA_TEST_CEPH_ENDPOINT is not set: .ci/run must start Ceph RGW"
+        );
+        eprintln!("KRABKA_TEST_CEPH_ENDPOINT not set: skipping the Ceph RGW recovery test");
+        return None;
+    };
+    let var = |n: &str| std::env::var(n).unwrap();
+    Some(
+        S3Config::new(var("KRABKA_TEST_CEPH_BUCKET"))
+            .with_endpoint(endpoint)
+            .with_credentials(S3Credentials::static_keys(
+                var("KRABKA_TEST_CEPH_ACCESS_KEY"),
+                var("KRABKA_TEST_CEPH_SECRET_KEY"),
+            ))
+            .with_prefix(format!("recover-{}", Uuid::new_v4())),
+    )
+}
+
+fn options() -> Options {
+    Options {
+        max_bytes: 600,
+        ..Options::default()
+    }
+}
+
+fn config() -> TieringConfig {
+    TieringConfig {
+        local_retention_bytes: Some(0),
+        retention_ms: None,
+        ..TieringConfig::default()
+    }
+}
+
+fn tp() -> TopicIdPartition {
+    TopicIdPartition::new(Uuid::from_u128(0x4b52_4142), "orders", 0)
+}
+
+/// Appends `n` records `"{tag}-{i}"`, tiers every closed segment, closes; returns the remote
+/// end (the last tiered seq) and the number of remote segments.
+fn tier(backend: &Backend, work: &Path, tag: &str, n: usize) -> (u64, usize) {
+    let rlmm = Arc::new(DurableRemoteLogMetadataManager::open(work.join("meta")).unwrap());
+    let log = TieredLog::open(
+        work.join("log"),
+        options(),
+        backend.rsm.clone(),
+        rlmm.clone(),
+        tp(),
+        config(),
+    )
+    .unwrap();
+    let msgs: Vec<Message> = (0..n)
+        .map(|i| Message::new(format!("{tag}-{i:05}-{}", "x".repeat(80))))
+        .collect();
+    for chunk in msgs.chunks(50) {
+        log.append_batch(chunk).unwrap();
+    }
+    let report = log.run_once().unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let segments =
+        krabka_remote_storage::metadata::RemoteLogMetadataManager::list_remote_log_segments(
+            &*rlmm,
+            &tp(),
+        )
+        .unwrap();
+    let end = segments
+        .last()
+        .map_or(0, RemoteLogSegmentMetadata::end_offset);
+    (end, segments.len())
+}
+
+fn wipe(work: &Path) {
+    for d in ["log", "meta"] {
+        let _ = std::fs::remove_dir_all(work.join(d));
+    }
+}
+
+fn run_recovery(backend: &Backend, work: &Path, clean: bool) -> RecoveryReport {
+    let rlmm = DurableRemoteLogMetadataManager::open(work.join("meta")).unwrap();
+    recover(
+        &*backend.lister,
+        &tp(),
+        &rlmm,
+        &RecoveryOptions::default()
+            .local_log_dir(work.join("log"))
+            .clean_orphans(clean),
+    )
+    .unwrap()
+}
+
+/// Opens the recovered log and reads every record from its first seq.
+fn read_all(backend: &Backend, work: &Path) -> (u64, Vec<(u64, String)>) {
+    let rlmm = Arc::new(DurableRemoteLogMetadataManager::open(work.join("meta")).unwrap());
+    let log = TieredLog::open(
+        work.join("log"),
+        options(),
+        backend.rsm.clone(),
+        rlmm,
+        tp(),
+        config(),
+    )
+    .unwrap();
+    let first = log.first_seq().unwrap();
+    let mut out = Vec::new();
+    let mut from = first;
+    loop {
+        let batch = log.read(from, 500).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for r in batch {
+            assert_eq!(r.seq, from);
+            from += 1;
+            out.push((r.seq, String::from_utf8(r.message.value.to_vec()).unwrap()));
+        }
+    }
+    // Appends continue after the remote end.
+    assert_eq!(log.append(&Message::new("after")).unwrap(), from);
+    (first, out)
+}
+
+fn expected(tag: &str, seqs: std::ops::RangeInclusive<u64>) -> Vec<(u64, String)> {
+    seqs.map(|s| (s, format!("{tag}-{:05}-{}", s - 1, "x".repeat(80))))
+        .collect()
+}
+
+fn count(report: &RecoveryReport, pred: impl Fn(&IgnoreReason) -> bool) -> usize {
+    report.ignored.iter().filter(|i| pred(&i.reason)).count()
+}
+
+/// 100+ segments: wipe the local log and the metadata, recover (twice), read every record.
+fn wipe_recover_read(backend: &Backend, work: &Path) {
+    let (end, segments) = tier(backend, work, "a", 600);
+    assert!(segments >= 100, "{segments} segments");
+    wipe(work);
+    let report = run_recovery(backend, work, false);
+    assert_eq!(report.segments, segments, "{report:?}");
+    assert_eq!(report.seq_range, Some(1..=end));
+    assert!(report.ignored.is_empty(), "{:?}", report.ignored);
+    assert_eq!(report.local_log, LocalLogOutcome::StartedAt(end + 1));
+    assert_eq!(report.already_recorded, 0);
+    // Twice: the same result, nothing new recorded.
+    let again = run_recovery(backend, work, false);
+    assert_eq!(
+        (again.segments, again.seq_range.clone(), again.bytes),
+        (report.segments, report.seq_range.clone(), report.bytes)
+    );
+    assert_eq!(again.ignored, report.ignored);
+    assert_eq!(again.already_recorded, segments);
+    let (first, records) = read_all(backend, work);
+    assert_eq!(first, 1);
+    assert_eq!(records, expected("a", 1..=end));
+}
+
+/// SIGKILL mid-copy (objects, no manifest) and mid-delete (manifest gone, data left).
+fn interrupted_copy_and_delete(backend: &Backend, work: &Path) {
+    let (end, segments) = tier(backend, work, "a", 200);
+    let rlmm = DurableRemoteLogMetadataManager::open(work.join("meta")).unwrap();
+    let listed =
+        krabka_remote_storage::metadata::RemoteLogMetadataManager::list_remote_log_segments(
+            &rlmm,
+            &tp(),
+        )
+        .unwrap();
+    drop(rlmm);
+    // Mid-delete of the oldest segment (retention): its manifest went first.
+    let oldest = &listed[0];
+    backend
+        .lister
+        .delete_object(&layout::manifest_key(oldest).unwrap())
+        .unwrap();
+    // Mid-copy of the next segment: data and indexes up, manifest not yet.
+    let local = tempfile::tempdir().unwrap();
+    for name in ["s.log", "s.index", "s.timeindex"] {
+        std::fs::write(local.path().join(name), b"partial").unwrap();
+    }
+    let partial =
+        RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp()), end + 1, end + 5)
+            .segment_size_in_bytes(7)
+            .build()
+            .unwrap();
+    let data = LogSegmentData::new(
+        local.path().join("s.log"),
+        local.path().join("s.index"),
+        local.path().join("s.timeindex"),
+    );
+    backend.rsm.copy_log_segment_data(&partial, &data).unwrap();
+    backend
+        .lister
+        .delete_object(&layout::manifest_key(&partial).unwrap())
+        .unwrap();
+    wipe(work);
+    let report = run_recovery(backend, work, false);
+    let start = oldest.end_offset() + 1;
+    assert_eq!(report.segments, segments - 1, "{report:?}");
+    assert_eq!(report.seq_range, Some(start..=end));
+    // 4 objects of each (log, offset, time and leader-epoch indexes), none used.
+    assert_eq!(
+        count(&report, |r| *r == IgnoreReason::IncompleteCopy),
+        8,
+        "{:?}",
+        report.ignored
+    );
+    assert_eq!(report.ignored.len(), 8);
+    assert!(report.deleted.is_empty());
+    let (first, records) = read_all(backend, work);
+    assert_eq!(first, start);
+    assert_eq!(records, expected("a", start..=end));
+    // --clean-orphans removes exactly those objects; the log is unchanged.
+    let cleaned = run_recovery(backend, work, true);
+    assert_eq!(cleaned.deleted.len(), 8, "{:?}", cleaned.deleted);
+    let after = run_recovery(backend, work, false);
+    assert!(after.ignored.is_empty(), "{:?}", after.ignored);
+    assert_eq!(after.seq_range, Some(start..=end));
+}
+
+/// A corrupted manifest, a missing data object and a truncated one: each reported; the log is
+/// the whole segments after the last damage, and the whole ones before a hole are reported.
+fn damaged_objects(backend: &Backend, work: &Path) {
+    let (end, segments) = tier(backend, work, "a", 300);
+    let rlmm = DurableRemoteLogMetadataManager::open(work.join("meta")).unwrap();
+    let listed =
+        krabka_remote_storage::metadata::RemoteLogMetadataManager::list_remote_log_segments(
+            &rlmm,
+            &tp(),
+        )
+        .unwrap();
+    drop(rlmm);
+    assert!(segments > 40);
+    // Corrupt manifest of segment 5, missing data of 15, truncated data of 25.
+    let manifest_key = layout::manifest_key(&listed[5]).unwrap();
+    let mut bytes = backend.lister.read_object(&manifest_key).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    (backend.put)(&manifest_key, bytes);
+    backend
+        .lister
+        .delete_object(&layout::log_key(&listed[15]).unwrap())
+        .unwrap();
+    let log_key = layout::log_key(&listed[25]).unwrap();
+    let mut data = backend.lister.read_object(&log_key).unwrap();
+    data.truncate(data.len() - 3);
+    (backend.put)(&log_key, data);
+    wipe(work);
+    let report = run_recovery(backend, work, false);
+    let start = listed[26].start_offset();
+    assert_eq!(report.seq_range, Some(start..=end), "{report:?}");
+    assert_eq!(report.segments, segments - 26);
+    assert_eq!(
+        count(&report, |r| matches!(r, IgnoreReason::CorruptManifest(_))),
+        1
+    );
+    assert_eq!(count(&report, |r| *r == IgnoreReason::DataMissing), 1);
+    assert_eq!(
+        count(&report, |r| matches!(r, IgnoreReason::DataWrongSize { .. })),
+        1
+    );
+    // Segments 0..=24 but the three damaged ones are whole, but lie before a hole.
+    assert_eq!(
+        count(&report, |r| matches!(r, IgnoreReason::NotContiguous(_))),
+        23
+    );
+    assert_eq!(report.ignored.len(), 26);
+    let (first, records) = read_all(backend, work);
+    assert_eq!(first, start);
+    assert_eq!(records, expected("a", start..=end));
+    // Twice: the same report.
+    let again = run_recovery(backend, work, false);
+    assert_eq!(again.ignored, report.ignored);
+    assert_eq!(again.seq_range, report.seq_range);
+}
+
+/// Two incarnations under one prefix: the later one is the log; the older one's segments are
+/// reported as superseded and never mixed in.
+fn two_incarnations(backend: &Backend, work: &Path) {
+    let (_, old_segments) = tier(backend, work, "old", 300);
+    wipe(work);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    // A new log under the same topic id, knowing nothing of the old objects.
+    let (end, segments) = tier(backend, work, "new", 150);
+    assert!(old_segments > segments);
+    wipe(work);
+    let report = run_recovery(backend, work, false);
+    assert_eq!(report.seq_range, Some(1..=end), "{report:?}");
+    assert_eq!(report.segments, segments);
+    assert_eq!(
+        count(&report, |r| matches!(r, IgnoreReason::Superseded { .. })),
+        old_segments
+    );
+    let (_, records) = read_all(backend, work);
+    assert_eq!(records, expected("new", 1..=end));
+}
+
+fn on_fs(scenario: fn(&Backend, &Path)) {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = fs_backend(&dir.path().join("remote"));
+    scenario(&backend, dir.path());
+}
+
+fn on_s3(scenario: fn(&Backend, &Path)) {
+    let server = TestServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Each test has a server of its own; s3s-fs refuses keys whose internal names get long.
+    let backend = s3_backend(server.config().with_prefix("t"));
+    scenario(&backend, dir.path());
+}
+
+fn on_ceph(scenario: fn(&Backend, &Path)) {
+    if let Some(config) = ceph_config() {
+        let dir = tempfile::tempdir().unwrap();
+        scenario(&s3_backend(config), dir.path());
+    }
+}
+
+#[test]
+fn fs_wipe_recover_read() {
+    on_fs(wipe_recover_read);
+}
+
+#[test]
+fn fs_interrupted_copy_and_delete() {
+    on_fs(interrupted_copy_and_delete);
+}
+
+#[test]
+fn fs_damaged_objects() {
+    on_fs(damaged_objects);
+}
+
+#[test]
+fn fs_two_incarnations() {
+    on_fs(two_incarnations);
+}
+
+#[test]
+fn s3_wipe_recover_read() {
+    on_s3(wipe_recover_read);
+}
+
+#[test]
+fn s3_interrupted_copy_and_delete() {
+    on_s3(interrupted_copy_and_delete);
+}
+
+#[test]
+fn s3_damaged_objects() {
+    on_s3(damaged_objects);
+}
+
+#[test]
+fn s3_two_incarnations() {
+    on_s3(two_incarnations);
+}
+
+#[test]
+fn ceph_wipe_recover_read() {
+    on_ceph(wipe_recover_read);
+}
+
+#[test]
+fn ceph_damaged_objects_and_incarnations() {
+    on_ceph(damaged_objects);
+    on_ceph(two_incarnations);
+    on_ceph(interrupted_copy_and_delete);
+}
