@@ -3,6 +3,7 @@
 //! ```text
 //! krabka-bench storage [--quick] [--bytes N]   # krabka-storage vs commitlog, okaywal, plain files
 //! krabka-bench tiering [--quick] [--bytes N]   # uploads, cold/cached remote reads, remote scans
+//! krabka-bench transform [--quick] [--bytes N] # compressed/encrypted remote tier vs untransformed
 //! ```
 //!
 //! Each case runs in a child process (this binary re-executed with `child ...`) so the peak
@@ -12,6 +13,7 @@
 mod report;
 mod storage;
 mod tiering;
+mod transform;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -136,8 +138,9 @@ fn main() -> std::process::ExitCode {
     let result = parse_args().and_then(|a| match a.command.as_str() {
         "storage" => storage(a.quick, a.bytes),
         "tiering" => tiering::run(a.quick, a.bytes),
+        "transform" => transform::run(a.quick, a.bytes),
         "child" => child(&a.rest),
-        _ => Err("usage: krabka-bench storage|tiering [--quick] [--bytes N]".into()),
+        _ => Err("usage: krabka-bench storage|tiering|transform [--quick] [--bytes N]".into()),
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

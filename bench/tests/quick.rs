@@ -1,4 +1,4 @@
-//! Smoke test: both harnesses run end to end on tiny sizes and print complete tables.
+//! Smoke test: every harness runs end to end on tiny sizes and prints complete tables.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::process::Command;
@@ -46,5 +46,26 @@ fn tiering_quick_measures_both_backends() {
         "bare aws-sdk-s3 PutObject",
     ] {
         assert!(out.contains(line), "{line} missing:\n{out}");
+    }
+}
+
+#[test]
+fn transform_quick_measures_every_transform_on_both_backends() {
+    let out = run(&["transform", "--quick", "--bytes", "4194304"]);
+    for data in ["text-like", "random 1 KiB"] {
+        for backend in ["remote-fs", "S3 (s3s-fs)"] {
+            for variant in [
+                "untransformed",
+                "zstd:3",
+                "AES-256-GCM",
+                "zstd:3 + AES-256-GCM",
+            ] {
+                let row = format!("| {backend} | {variant} |");
+                assert!(
+                    out.lines().any(|l| l.contains(data) && l.contains(&row)),
+                    "{data} {row} missing:\n{out}"
+                );
+            }
+        }
     }
 }

@@ -66,6 +66,16 @@ pub struct RemoteArgs {
     /// AWS_ENDPOINT_URL. Only with an s3:// remote.
     #[arg(long, value_name = "URL")]
     pub endpoint: Option<String>,
+    /// Compress the segments this command copies to the remote: `zstd` or `zstd:LEVEL`
+    /// (1..=22; `zstd` is level 3), or `none` (the default). Segments written with any setting
+    /// stay readable without it.
+    #[arg(long, value_name = "SPEC")]
+    pub compression: Option<String>,
+    /// Encrypt the segments this command copies (AES-256-GCM, a fresh data key per segment
+    /// wrapped by this master key), and read encrypted ones: a file holding the 32-byte master
+    /// key as raw bytes or as 64 hex characters.
+    #[arg(long, value_name = "PATH")]
+    pub encryption_key_file: Option<PathBuf>,
 }
 
 /// Tiering knobs shared by `demo` and `tier`.

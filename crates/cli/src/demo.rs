@@ -224,7 +224,7 @@ fn run_in(work: &workdir::WorkDir, args: &DemoArgs) -> Result<()> {
             .unwrap_or(args.segment_bytes.saturating_mul(4)),
     );
     // The remote first: when it cannot be used, nothing has been written to the directory yet.
-    let rsm = remote::open(&spec, args.remote.endpoint.as_deref())?;
+    let rsm = remote::open(&spec, &args.remote)?;
     check_interrupt()?;
     let tiered = tier::open_with_remote(&log_dir, spec, rsm, options, config)?;
     let summary = run_on(&tiered, args, work.path().display().to_string())?;

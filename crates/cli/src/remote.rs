@@ -99,7 +99,29 @@ pub fn spec(args: &RemoteArgs) -> Result<Option<RemoteSpec>> {
 ///
 /// # Errors
 /// When the directory cannot be created, or the bucket cannot be reached (S3).
-pub fn open(spec: &RemoteSpec, endpoint: Option<&str>) -> Result<Arc<dyn RemoteStorageManager>> {
+pub fn open(spec: &RemoteSpec, args: &RemoteArgs) -> Result<Arc<dyn RemoteStorageManager>> {
+    let config = krabka_remote_transform::TransformConfig::from_options(
+        args.compression.as_deref(),
+        args.encryption_key_file.as_deref(),
+    )
+    .map_err(|e| {
+        CliError::new(e.to_string())
+            .hint("--compression takes none, zstd or zstd:1..=22; the key file holds 32 raw bytes or 64 hex characters")
+    })?;
+    let inner = open_backend(spec, args.endpoint.as_deref())?;
+    // Always through the transforming layer: with no flags it copies segments as they are and
+    // still reads the compressed or encrypted ones a bucket may hold (each records its
+    // transform).
+    Ok(Arc::new(krabka_remote_transform::Transforming::new(
+        inner, config,
+    )))
+}
+
+/// The backend itself, without the transforming layer.
+fn open_backend(
+    spec: &RemoteSpec,
+    endpoint: Option<&str>,
+) -> Result<Arc<dyn RemoteStorageManager>> {
     match spec {
         RemoteSpec::Fs(root) => {
             let store = krabka_tiering::fs::FsRemoteStorage::new(root.clone()).map_err(|e| {

@@ -74,12 +74,12 @@ pub fn config(retention: &RetentionArgs) -> TieringConfig {
 pub fn open(
     log_dir: &Path,
     spec: RemoteSpec,
-    endpoint: Option<&str>,
+    remote_args: &RemoteArgs,
     options: Options,
     config: TieringConfig,
 ) -> Result<Tiered> {
     let local = open_local(log_dir, options)?;
-    let rsm = remote::open(&spec, endpoint)?;
+    let rsm = remote::open(&spec, remote_args)?;
     with_remote(log_dir, local, spec, rsm, config)
 }
 
@@ -315,7 +315,7 @@ impl TieredSource {
         let tiered = open(
             dir,
             spec,
-            remote_args.endpoint.as_deref(),
+            remote_args,
             Options::default(),
             TieringConfig {
                 retention_ms: None,
@@ -409,7 +409,7 @@ pub fn run(args: &TierArgs) -> Result<()> {
     let tiered = open(
         &args.dir,
         spec,
-        args.remote.endpoint.as_deref(),
+        &args.remote,
         options,
         config(&args.retention),
     )?;
