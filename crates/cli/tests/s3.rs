@@ -449,3 +449,61 @@ fn an_endpoint_that_does_not_answer_is_one_clear_line() {
     );
     assert_one_error_line(&tier, &["cannot reach", &endpoint, "s3://bucket/p"]);
 }
+
+#[test]
+fn demo_with_compression_and_encryption_on_s3_reads_back_only_with_the_key() {
+    let server = TestServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let key = dir.path().join("master.key");
+    std::fs::write(&key, [42u8; 32]).unwrap();
+    let key_s = key.to_str().unwrap();
+    let remote = format!("s3://{}/enc", server.bucket());
+    let env = aws_env(&server);
+    let out = krabka(
+        &[
+            "demo",
+            "--records",
+            "5000",
+            "--segment-bytes",
+            "64KiB",
+            "--remote",
+            &remote,
+            "--compression",
+            "zstd:3",
+            "--encryption-key-file",
+            key_s,
+            "--dir",
+            run_dir.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert!(out.success(), "{}", out.both());
+    assert!(
+        out.stdout
+            .contains("verified        all 5,000 records match"),
+        "{}",
+        out.both()
+    );
+    let log = run_dir.join("log");
+    let read = |extra: &[&str]| {
+        let mut args = vec![
+            "read",
+            log.to_str().unwrap(),
+            "--from",
+            "1",
+            "--remote",
+            &remote,
+        ];
+        args.extend_from_slice(extra);
+        krabka(&args, &env)
+    };
+    let with_key = read(&["--encryption-key-file", key_s]);
+    assert!(with_key.success(), "{}", with_key.both());
+    assert_eq!(seqs(&with_key.stdout), (1..=5_000).collect::<Vec<_>>());
+    // Without the key: a clear error, and not one record of the encrypted range.
+    let without = read(&[]);
+    assert_eq!(without.code, Some(1), "{}", without.both());
+    assert!(without.stdout.is_empty(), "{}", without.both());
+    assert!(without.stderr.contains("segment"), "{}", without.both());
+}
