@@ -165,6 +165,17 @@ fn open_s3_lister(
     prefix: &str,
     endpoint: Option<&str>,
 ) -> Result<Arc<dyn RemoteSegmentLister>> {
+    Ok(Arc::new(s3_store(bucket, prefix, endpoint)?))
+}
+
+/// Connects to `s3://bucket/prefix` with the settings of the standard AWS environment (region,
+/// endpoint, credentials, attempts); `endpoint` overrides the environment's.
+#[cfg(feature = "s3")]
+fn s3_store(
+    bucket: &str,
+    prefix: &str,
+    endpoint: Option<&str>,
+) -> Result<krabka_tiering::s3::S3RemoteStorage> {
     use krabka_tiering::s3::{S3Config, S3RemoteStorage};
     let mut config = S3Config::from_env_for(bucket, prefix).map_err(|e| {
         CliError::new(format!("cannot configure s3://{bucket}/{prefix}: {e}")).hint(
@@ -174,8 +185,7 @@ fn open_s3_lister(
     if let Some(endpoint) = endpoint {
         config = config.with_endpoint(endpoint);
     }
-    let store = S3RemoteStorage::new(config).map_err(|e| s3_open_error(bucket, prefix, e))?;
-    Ok(Arc::new(store))
+    S3RemoteStorage::new(config).map_err(|e| s3_open_error(bucket, prefix, e))
 }
 
 #[cfg(not(feature = "s3"))]
@@ -199,18 +209,7 @@ fn open_s3(
     prefix: &str,
     endpoint: Option<&str>,
 ) -> Result<Arc<dyn RemoteStorageManager>> {
-    use krabka_tiering::s3::{S3Config, S3RemoteStorage};
-    // Region, endpoint, credentials and attempts from the standard AWS environment.
-    let mut config = S3Config::from_env_for(bucket, prefix).map_err(|e| {
-        CliError::new(format!("cannot configure s3://{bucket}/{prefix}: {e}")).hint(
-            "check the AWS_* environment variables (AWS_MAX_ATTEMPTS must be a positive integer)",
-        )
-    })?;
-    if let Some(endpoint) = endpoint {
-        config = config.with_endpoint(endpoint);
-    }
-    let store = S3RemoteStorage::new(config).map_err(|e| s3_open_error(bucket, prefix, e))?;
-    Ok(Arc::new(store))
+    Ok(Arc::new(s3_store(bucket, prefix, endpoint)?))
 }
 
 /// The one line for a bucket that cannot be used: denied credentials, a missing bucket and an

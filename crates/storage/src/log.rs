@@ -715,21 +715,9 @@ impl Inner {
         };
         let index_bytes = index_bytes.inspect_err(|_| self.poison())?;
         let base = ap.next_seq;
-        let (log_path, _, _) = segment_paths(&self.dir, base);
         // A failed creation leaves the log as it was (the closed segment is synced and
         // indexed, and still the active one); the next append retries the roll.
-        let file = self
-            .faults
-            .check(Op::Create)
-            .and_then(|()| {
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(&log_path)
-            })
-            .map_err(|e| Error::io(&log_path, e))?;
+        let file = self.create_segment_file(base)?;
         self.fsync_dir().inspect_err(|_| self.poison())?;
         if sync {
             // Every record before `base` is synced: a later open must find them all.
@@ -770,6 +758,23 @@ impl Inner {
         ap.size = 0;
         ap.builder = IndexBuilder::new(self.opts.index_interval_bytes);
         Ok(())
+    }
+
+    /// Creates (truncating) the `.log` of a new segment `base`, through the fault seam; the
+    /// caller syncs the directory.
+    fn create_segment_file(&self, base: u64) -> Result<File, Error> {
+        let (log_path, _, _) = segment_paths(&self.dir, base);
+        self.faults
+            .check(Op::Create)
+            .and_then(|()| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&log_path)
+            })
+            .map_err(|e| Error::io(&log_path, e))
     }
 
     fn roll(&self) -> Result<(), Error> {
@@ -1100,19 +1105,8 @@ impl Inner {
             remove_if_exists(&f.log_path)?;
         }
         self.fsync_dir().inspect_err(|_| self.poison())?;
-        let (log_path, _, _) = segment_paths(&self.dir, seq);
         let file = self
-            .faults
-            .check(Op::Create)
-            .and_then(|()| {
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(&log_path)
-            })
-            .map_err(|e| Error::io(&log_path, e))
+            .create_segment_file(seq)
             .inspect_err(|_| self.poison())?;
         self.fsync_dir().inspect_err(|_| self.poison())?;
         let sf = seg_file(&self.dir, seq);
