@@ -2,6 +2,7 @@
 //! log and its `remote-metadata` directory) is lost. See
 //! `krabka_remote_storage::recovery` for the rules; this prints what it found.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use krabka_remote_storage::TopicIdPartition;
@@ -40,10 +41,17 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
             .hint("move the damaged directory aside; recover rebuilds it from the remote")
     })?;
     let started = Instant::now();
+    // Segments the transforming layer compressed or encrypted record their transform in the
+    // stored objects, not in the manifests' metadata: it restores its own metadata (and checks
+    // the key, when given) before recovery records them.
+    let transforming = remote::open(&spec, &args.remote)?;
     let options = RecoveryOptions::default()
         .concurrency(args.concurrency)
         .clean_orphans(args.clean_orphans)
-        .local_log_dir(dir);
+        .local_log_dir(dir)
+        .map_metadata(krabka_remote_storage::recovery::MapMetadata(Arc::new(
+            move |m| transforming.recover_metadata(m),
+        )));
     let report = recover(&*lister, &tp, &rlmm, &options).map_err(|e| {
         CliError::new(format!(
             "cannot recover {} from {}: {}",

@@ -99,7 +99,10 @@ pub fn spec(args: &RemoteArgs) -> Result<Option<RemoteSpec>> {
 ///
 /// # Errors
 /// When the directory cannot be created, or the bucket cannot be reached (S3).
-pub fn open(spec: &RemoteSpec, args: &RemoteArgs) -> Result<Arc<dyn RemoteStorageManager>> {
+pub fn open(
+    spec: &RemoteSpec,
+    args: &RemoteArgs,
+) -> Result<Arc<krabka_remote_transform::Transforming>> {
     let config = krabka_remote_transform::TransformConfig::from_options(
         args.compression.as_deref(),
         args.encryption_key_file.as_deref(),

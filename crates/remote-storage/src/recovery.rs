@@ -134,6 +134,26 @@ pub struct RecoveryOptions {
     /// The partition's local log directory: when set, an empty local log there (created if
     /// missing) is started right after the recovered remote end (`Log::start_at`).
     pub local_log_dir: Option<PathBuf>,
+    /// Turns the metadata a manifest holds (what the backend stored) into the metadata readers
+    /// need, before it is recorded: a decorator over the backend that changes what it stores
+    /// (compression, encryption) restores its own sizes and custom metadata here. Default:
+    /// none (the manifests' metadata as it is).
+    pub map_metadata: Option<MapMetadata>,
+}
+
+/// The function of a [`MapMetadata`].
+pub type MapMetadataFn = dyn Fn(&RemoteLogSegmentMetadata) -> Result<RemoteLogSegmentMetadata, RemoteStorageError>
+    + Send
+    + Sync;
+
+/// See [`RecoveryOptions::map_metadata`].
+#[derive(Clone)]
+pub struct MapMetadata(pub std::sync::Arc<MapMetadataFn>);
+
+impl std::fmt::Debug for MapMetadata {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MapMetadata(..)")
+    }
 }
 
 impl Default for RecoveryOptions {
@@ -142,6 +162,7 @@ impl Default for RecoveryOptions {
             concurrency: DEFAULT_RECOVERY_CONCURRENCY,
             clean_orphans: false,
             local_log_dir: None,
+            map_metadata: None,
         }
     }
 }
@@ -165,6 +186,13 @@ impl RecoveryOptions {
     #[must_use]
     pub fn local_log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.local_log_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets [`map_metadata`](Self::map_metadata).
+    #[must_use]
+    pub fn map_metadata(mut self, map: MapMetadata) -> Self {
+        self.map_metadata = Some(map);
         self
     }
 }
@@ -409,6 +437,13 @@ pub fn recover(
     drop(listed);
 
     let (chosen, superseded, stranded) = choose(whole);
+    let chosen = match &options.map_metadata {
+        Some(MapMetadata(map)) => chosen
+            .iter()
+            .map(|m| map(m))
+            .collect::<Result<Vec<_>, _>>()?,
+        None => chosen,
+    };
     let mut superseded_keys = Vec::new();
     for (m, reason) in superseded {
         let key = layout::manifest_key(&m)?;
