@@ -802,52 +802,20 @@ pub fn verify_segment_files(
         .and_then(|n| n.to_str())
         .and_then(parse_segment_file_name)
         .map(|(b, _)| b);
-    let read_index = |p: &Path| -> Result<Result<Vec<u8>, SegmentProblem>, Error> {
-        match std::fs::read(p) {
-            Ok(b) => Ok(Ok(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Err(SegmentProblem {
-                position: 0,
-                reason: "index file is missing".into(),
-            })),
-            Err(e) => Err(Error::io(p, e)),
-        }
-    };
     let mut index_problem: Option<(PathBuf, SegmentProblem)> = None;
     let mut offsets: Option<crate::index::OffsetIndex> = None;
     let mut times: Option<crate::index::TimeIndex> = None;
     if let Some(p) = index_path {
-        match read_index(p)? {
-            Ok(b) => match crate::index::OffsetIndex::decode(&b) {
-                Ok(i) => offsets = Some(i),
-                Err(e) => {
-                    index_problem = Some((
-                        p.to_path_buf(),
-                        SegmentProblem {
-                            position: e.position as u64,
-                            reason: e.reason,
-                        },
-                    ));
-                }
-            },
+        match load_index(p, crate::index::OffsetIndex::decode)? {
+            Ok(i) => offsets = Some(i),
             Err(problem) => index_problem = Some((p.to_path_buf(), problem)),
         }
     }
     if let Some(p) = time_index_path
         && index_problem.is_none()
     {
-        match read_index(p)? {
-            Ok(b) => match crate::index::TimeIndex::decode(&b) {
-                Ok(i) => times = Some(i),
-                Err(e) => {
-                    index_problem = Some((
-                        p.to_path_buf(),
-                        SegmentProblem {
-                            position: e.position as u64,
-                            reason: e.reason,
-                        },
-                    ));
-                }
-            },
+        match load_index(p, crate::index::TimeIndex::decode)? {
+            Ok(i) => times = Some(i),
             Err(problem) => index_problem = Some((p.to_path_buf(), problem)),
         }
     }
@@ -983,6 +951,28 @@ pub fn verify_segment_files(
         }
     }
     Ok(verification)
+}
+
+/// Reads and decodes an index file for [`verify_segment_files`]: a missing or undecodable file
+/// is a problem found (the inner `Err`), any other read failure an error.
+fn load_index<T>(
+    path: &Path,
+    decode: impl Fn(&[u8]) -> Result<T, FrameError>,
+) -> Result<Result<T, SegmentProblem>, Error> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Err(SegmentProblem {
+                position: 0,
+                reason: "index file is missing".into(),
+            }));
+        }
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    Ok(decode(&bytes).map_err(|e| SegmentProblem {
+        position: e.position as u64,
+        reason: e.reason,
+    }))
 }
 
 /// One frame as seen by [`dump_frames`].
