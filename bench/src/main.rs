@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! krabka-bench storage [--quick] [--bytes N]   # krabka-storage vs commitlog, okaywal, plain files
-//! krabka-bench tiering [--quick] [--bytes N]   # uploads, cold/cached remote reads, remote scans
+//! krabka-bench tiering [--quick] [--bytes N] [--server env]  # uploads, cold/cached remote reads, remote scans
 //! krabka-bench transform [--quick] [--bytes N] # compressed/encrypted remote tier vs untransformed
+//! krabka-bench scale [--quick] [--partitions N] # one tiering service over many partitions
 //! ```
 //!
 //! Each case runs in a child process (this binary re-executed with `child ...`) so the peak
@@ -11,6 +12,7 @@
 //! system temp dir). See `docs/benchmarks.md`.
 
 mod report;
+mod scale;
 mod storage;
 mod tiering;
 mod transform;
@@ -128,6 +130,8 @@ fn child(rest: &[String]) -> Result<()> {
             let w = storage::Workload::from_args(rest.get(2..).unwrap_or_default())?;
             storage::run_case(id, &w, dir.path())?
         }
+        // Prints its own table: no measurement line.
+        "scale" => return scale::child(id.parse()?, dir.path()),
         other => return Err(format!("unknown child kind {other}").into()),
     };
     println!("{}", m.to_line());
@@ -137,10 +141,13 @@ fn child(rest: &[String]) -> Result<()> {
 fn main() -> std::process::ExitCode {
     let result = parse_args().and_then(|a| match a.command.as_str() {
         "storage" => storage(a.quick, a.bytes),
-        "tiering" => tiering::run(a.quick, a.bytes),
+        "tiering" => tiering::run(a.quick, a.bytes, &a.rest),
         "transform" => transform::run(a.quick, a.bytes),
+        "scale" => scale::run(a.quick, &a.rest),
         "child" => child(&a.rest),
-        _ => Err("usage: krabka-bench storage|tiering|transform [--quick] [--bytes N]".into()),
+        _ => {
+            Err("usage: krabka-bench storage|tiering|transform|scale [--quick] [--bytes N]".into())
+        }
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -362,6 +362,24 @@ fn measure(
 
     let scanner = open(krabka_tiering::DEFAULT_CACHE_BYTES)?;
     let (from, to) = (scanner.first_seq()?, scanner.local_first_seq());
+    let scan = scan_mbps(&scanner, from, to)?;
+    scanner.close()?;
+
+    let (requests, bytes, max) = cold_reads(&open, &metered, from, to, s.cold_reads)?;
+    let reads = s.cold_reads.max(1) as f64;
+    Ok(Measured {
+        plaintext: report.bytes_copied,
+        stored: metered.stored.load(Ordering::Relaxed),
+        upload: mbps(report.bytes_copied, upload_secs),
+        scan,
+        requests_per_read: requests as f64 / reads,
+        bytes_per_read: bytes as f64 / reads,
+        max_bytes_per_read: max,
+    })
+}
+
+/// Reads the remote range `from..to` in batches; returns the payload MB/s.
+fn scan_mbps(scanner: &TieredLog, from: u64, to: u64) -> Result<f64> {
     let start = Instant::now();
     let mut next = from;
     let mut payload = 0u64;
@@ -375,14 +393,23 @@ fn measure(
             .map(|r| r.message.value.len() as u64)
             .sum::<u64>();
     }
-    let scan = mbps(payload, start.elapsed().as_secs_f64());
-    scanner.close()?;
+    Ok(mbps(payload, start.elapsed().as_secs_f64()))
+}
 
-    // Cold: a fresh tiered log without a cache over a fresh decorator for every read.
+/// `n` cold reads of one random record of `from..to`: a fresh tiered log without a cache
+/// (`open(0)`) over a fresh decorator for every read. Returns the fetch requests and bytes of
+/// all of them, and the most bytes one of them fetched.
+fn cold_reads(
+    open: &dyn Fn(u64) -> Result<TieredLog>,
+    metered: &Metered,
+    from: u64,
+    to: u64,
+    n: u64,
+) -> Result<(u64, u64, u64)> {
     let span = to.saturating_sub(from).max(1);
     let mut rng = Rng::new();
     let (mut requests, mut bytes, mut max) = (0, 0, 0);
-    for _ in 0..s.cold_reads {
+    for _ in 0..n {
         let cold = open(0)?;
         let seq = from + rng.below(span);
         let before = metered.fetch_counts();
@@ -396,16 +423,7 @@ fn measure(
         max = max.max(after.1 - before.1);
         cold.close()?;
     }
-    let reads = s.cold_reads.max(1) as f64;
-    Ok(Measured {
-        plaintext: report.bytes_copied,
-        stored: metered.stored.load(Ordering::Relaxed),
-        upload: mbps(report.bytes_copied, upload_secs),
-        scan,
-        requests_per_read: requests as f64 / reads,
-        bytes_per_read: bytes as f64 / reads,
-        max_bytes_per_read: max,
-    })
+    Ok((requests, bytes, max))
 }
 
 /// Runs the transform measurements and prints their table.

@@ -44,6 +44,12 @@ fn tiering_quick_measures_both_backends() {
         "cached re-read from S3 (s3s-fs)",
         "scan of the remote-only range (S3 (s3s-fs))",
         "bare aws-sdk-s3 PutObject",
+        "8 files in flight",
+        "one file at a time",
+        "one bare ranged GET of the same 1 MiB chunk",
+        "local Log::read of the same seq",
+        "8 concurrent 1 MiB ranged GETs",
+        "one stream of 1 MiB ranged GETs",
     ] {
         assert!(out.contains(line), "{line} missing:\n{out}");
     }
@@ -67,5 +73,22 @@ fn transform_quick_measures_every_transform_on_both_backends() {
                 );
             }
         }
+    }
+}
+
+#[test]
+fn scale_quick_tiers_every_partition_and_reports_every_figure() {
+    let out = run(&["scale", "--quick"]);
+    for line in [
+        "500 partitions",
+        "| tier everything",
+        "| peak RSS",
+        "| RSS per idle partition (opened)",
+        "| threads (peak)",
+        "| open fds (peak)",
+        "| read p99 idle / storm",
+        "| first copy: last partition / mean",
+    ] {
+        assert!(out.contains(line), "{line} missing:\n{out}");
     }
 }

@@ -209,6 +209,10 @@ pub struct TierArgs {
     /// Time between rounds with --watch, e.g. 5s.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
     pub interval: Duration,
+    /// Serve the tiering metrics for Prometheus at http://ADDR/metrics while tiering, e.g.
+    /// 127.0.0.1:9464 (plain HTTP: bind to a trusted interface).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// `krabka recover`.
@@ -229,7 +233,7 @@ pub struct RecoverArgs {
     #[arg(long)]
     pub clean_orphans: bool,
     /// Manifests read at once.
-    #[arg(long, value_name = "N", default_value_t = krabka_remote_storage::recovery::DEFAULT_RECOVERY_CONCURRENCY)]
+    #[arg(long, value_name = "N", default_value_t = krabka_tiering::recovery::DEFAULT_RECOVERY_CONCURRENCY)]
     pub concurrency: usize,
 }
 

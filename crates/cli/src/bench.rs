@@ -1,6 +1,6 @@
 //! `krabka bench`: append and read throughput of the local log on this machine.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -45,40 +45,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .collect();
     let frame_bytes = batch.first().map_or(0, |m| m.encoded_len() as u64 + 16);
 
-    let bar = progress::count_bar("append", args.records);
-    let started = Instant::now();
-    let mut appended = 0u64;
-    while appended < args.records {
-        let n = (args.records - appended).min(args.batch);
-        let slice = batch
-            .get(..usize::try_from(n).unwrap_or(0))
-            .unwrap_or(&batch);
-        log.append_batch(slice)
-            .map_err(|e| storage("cannot append to log", &dir, e))?;
-        appended += n;
-        bar.set_position(appended);
-    }
-    log.sync()
-        .map_err(|e| storage("cannot sync log", &dir, e))?;
-    let append_time = started.elapsed();
-    bar.finish_and_clear();
+    let (appended, append_time) = append(&log, &dir, &batch, args)?;
     let bytes = appended * frame_bytes;
 
-    let bar = progress::count_bar("read", appended);
-    let started = Instant::now();
-    let mut next = log.first_seq();
-    let mut read = 0u64;
-    loop {
-        let records = log
-            .read(next, 1000)
-            .map_err(|e| storage("cannot read log", &dir, e))?;
-        let Some(last) = records.last() else { break };
-        next = last.seq + 1;
-        read += records.len() as u64;
-        bar.set_position(read);
-    }
-    let read_time = started.elapsed();
-    bar.finish_and_clear();
+    let (read, read_time) = read_all(&log, &dir, appended)?;
     log.close()
         .map_err(|e| storage("cannot close log", &dir, e))?;
     if read != appended {
@@ -107,4 +77,47 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     )?;
     line("append", append_time)?;
     line("read", read_time)
+}
+
+/// Appends `args.records` records in batches of `args.batch`, then syncs; returns how many
+/// were appended and the time taken.
+fn append(log: &Log, dir: &Path, batch: &[Message], args: &BenchArgs) -> Result<(u64, Duration)> {
+    let bar = progress::count_bar("append", args.records);
+    let started = Instant::now();
+    let mut appended = 0u64;
+    while appended < args.records {
+        let n = (args.records - appended).min(args.batch);
+        let slice = batch
+            .get(..usize::try_from(n).unwrap_or(0))
+            .unwrap_or(batch);
+        log.append_batch(slice)
+            .map_err(|e| storage("cannot append to log", dir, e))?;
+        appended += n;
+        bar.set_position(appended);
+    }
+    log.sync().map_err(|e| storage("cannot sync log", dir, e))?;
+    let append_time = started.elapsed();
+    bar.finish_and_clear();
+    Ok((appended, append_time))
+}
+
+/// Reads the whole log from its first seq (`appended` records are expected, for the progress
+/// bar); returns the records read and the time taken.
+fn read_all(log: &Log, dir: &Path, appended: u64) -> Result<(u64, Duration)> {
+    let bar = progress::count_bar("read", appended);
+    let started = Instant::now();
+    let mut next = log.first_seq();
+    let mut read = 0u64;
+    loop {
+        let records = log
+            .read(next, 1000)
+            .map_err(|e| storage("cannot read log", dir, e))?;
+        let Some(last) = records.last() else { break };
+        next = last.seq + 1;
+        read += records.len() as u64;
+        bar.set_position(read);
+    }
+    let read_time = started.elapsed();
+    bar.finish_and_clear();
+    Ok((read, read_time))
 }

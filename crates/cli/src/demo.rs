@@ -7,18 +7,19 @@
 //!    what the generator says it must be;
 //! 4. print a summary: sizes, rates, where each seq range lives, remote requests, cache hits.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use krabka_protocol::Message;
 use krabka_storage::{Options, SyncPolicy};
-use krabka_tiering::TieringStats;
+use krabka_tiering::{TieredLog, TieringStats};
 
 use crate::args::DemoArgs;
 use crate::error::{CliError, Result};
 use crate::generate::Generator;
 use crate::output::outln;
 use crate::remote::{self, RemoteSpec};
-use crate::tier::{self, Tiered, tiering_error};
+use crate::tiered::{self, Tiered, tiering_error};
 use crate::{human, interrupt, progress, workdir};
 
 /// Records per append call and per read call.
@@ -216,7 +217,7 @@ fn run_in(work: &workdir::WorkDir, args: &DemoArgs) -> Result<()> {
         sync: SyncPolicy::Never,
         ..Options::default()
     };
-    let mut config = tier::config(&args.retention);
+    let mut config = tiered::config(&args.retention);
     // Keep about four segments locally unless told otherwise: most data ends up remote-only.
     config.local_retention_bytes = Some(
         args.retention
@@ -226,7 +227,7 @@ fn run_in(work: &workdir::WorkDir, args: &DemoArgs) -> Result<()> {
     // The remote first: when it cannot be used, nothing has been written to the directory yet.
     let rsm = remote::open(&spec, &args.remote)?;
     check_interrupt()?;
-    let tiered = tier::open_with_remote(&log_dir, spec, rsm, options, config)?;
+    let tiered = tiered::open_with_remote(&log_dir, spec, rsm, options, config)?;
     let summary = run_on(&tiered, args, work.path().display().to_string())?;
     summary.print()?;
     tiered
@@ -257,32 +258,67 @@ fn run_on(tiered: &Tiered, args: &DemoArgs, dir: String) -> Result<Summary> {
         );
     }
 
-    // 1. Append.
-    let bar = progress::count_bar("append", args.records);
+    let (bytes, append_time) = append(log, &log_dir, &generator, args.records)?;
+    let tier_time = tier(log, &log_dir)?;
+    let stats_before_read = log.stats();
+    let (verified, mismatched, read_time) = read_back(log, &log_dir, &generator, args.records)?;
+
+    let placement = tiered.placement()?;
+    Ok(Summary {
+        records: args.records,
+        bytes,
+        append_time,
+        tier_time,
+        verified,
+        mismatched,
+        read_time,
+        local_segments: placement.local.len(),
+        remote_segments: placement.remote.len(),
+        stats: log.stats(),
+        stats_before_read,
+        placement: placement.describe(),
+        remote: tiered.remote.describe(),
+        dir,
+    })
+}
+
+/// Step 1: appends `records` generated records in batches; returns the bytes appended
+/// (encoded, with frame headers) and the time taken, including the final sync.
+fn append(
+    log: &TieredLog,
+    log_dir: &Path,
+    generator: &Generator,
+    records: u64,
+) -> Result<(u64, Duration)> {
+    let bar = progress::count_bar("append", records);
     let started = Instant::now();
     let mut bytes = 0u64;
     let mut batch: Vec<Message> = Vec::with_capacity(BATCH);
     let mut i = 0u64;
-    while i < args.records {
+    while i < records {
         check_interrupt()?;
         batch.clear();
-        let end = (i + BATCH as u64).min(args.records);
+        let end = (i + BATCH as u64).min(records);
         batch.extend((i..end).map(|n| generator.message(n)));
         bytes += batch
             .iter()
             .map(|m| m.encoded_len() as u64 + 16)
             .sum::<u64>();
         log.append_batch(&batch)
-            .map_err(|e| tiering_error("cannot append to", &log_dir, e))?;
+            .map_err(|e| tiering_error("cannot append to", log_dir, e))?;
         i = end;
         bar.set_position(i);
     }
     log.sync()
-        .map_err(|e| tiering_error("cannot sync", &log_dir, e))?;
+        .map_err(|e| tiering_error("cannot sync", log_dir, e))?;
     let append_time = started.elapsed();
     bar.finish_and_clear();
+    Ok((bytes, append_time))
+}
 
-    // 2. Tier: rounds until nothing is left to copy or delete. The active segment stays local.
+/// Step 2: tiering rounds until nothing is left to copy or delete (the active segment stays
+/// local); returns the time taken.
+fn tier(log: &TieredLog, log_dir: &Path) -> Result<Duration> {
     let closed: u64 = log
         .log()
         .segments()
@@ -296,7 +332,7 @@ fn run_on(tiered: &Tiered, args: &DemoArgs, dir: String) -> Result<Summary> {
         check_interrupt()?;
         let report = log
             .run_once()
-            .map_err(|e| tiering_error("tiering round failed on", &log_dir, e))?;
+            .map_err(|e| tiering_error("tiering round failed on", log_dir, e))?;
         if let Some(first) = report.failures.first() {
             return Err(CliError::new(format!(
                 "tiering {} failed: {}",
@@ -316,13 +352,22 @@ fn run_on(tiered: &Tiered, args: &DemoArgs, dir: String) -> Result<Summary> {
     }
     let tier_time = started.elapsed();
     bar.finish_and_clear();
-    let stats_before_read = log.stats();
+    Ok(tier_time)
+}
 
-    // 3. Read everything back from the first seq, across both tiers, and check every record.
+/// Step 3: reads everything back from the first seq, across both tiers, and checks every
+/// record; returns the records verified and mismatched (a record missing counts as
+/// mismatched), and the time taken.
+fn read_back(
+    log: &TieredLog,
+    log_dir: &Path,
+    generator: &Generator,
+    records: u64,
+) -> Result<(u64, u64, Duration)> {
     let first = log
         .first_seq()
-        .map_err(|e| tiering_error("cannot find the first seq of", &log_dir, e))?;
-    let bar = progress::count_bar("read", args.records);
+        .map_err(|e| tiering_error("cannot find the first seq of", log_dir, e))?;
+    let bar = progress::count_bar("read", records);
     let started = Instant::now();
     let (mut verified, mut mismatched) = (0u64, 0u64);
     let mut next = first;
@@ -331,7 +376,7 @@ fn run_on(tiered: &Tiered, args: &DemoArgs, dir: String) -> Result<Summary> {
         check_interrupt()?;
         let records = log
             .read(next, BATCH)
-            .map_err(|e| tiering_error("cannot read", &log_dir, e))?;
+            .map_err(|e| tiering_error("cannot read", log_dir, e))?;
         let Some(tail) = records.last() else { break };
         let tail = tail.seq;
         for (expected, r) in (next..).zip(&records) {
@@ -345,28 +390,11 @@ fn run_on(tiered: &Tiered, args: &DemoArgs, dir: String) -> Result<Summary> {
         next = tail.saturating_add(1);
         bar.set_position(verified + mismatched);
     }
-    mismatched += args.records.saturating_sub(verified + mismatched);
+    mismatched += records.saturating_sub(verified + mismatched);
     let read_time = started.elapsed();
     bar.finish_and_clear();
     if first != 1 {
         mismatched = mismatched.max(first - 1);
     }
-
-    let placement = tiered.placement()?;
-    Ok(Summary {
-        records: args.records,
-        bytes,
-        append_time,
-        tier_time,
-        verified,
-        mismatched,
-        read_time,
-        local_segments: placement.local.len(),
-        remote_segments: placement.remote.len(),
-        stats: log.stats(),
-        stats_before_read,
-        placement: placement.describe(),
-        remote: tiered.remote.describe(),
-        dir,
-    })
+    Ok((verified, mismatched, read_time))
 }

@@ -84,13 +84,33 @@ pub fn in_use(dir: &Path) -> CliError {
 pub fn storage(action: &str, dir: &Path, e: krabka_storage::Error) -> CliError {
     use krabka_storage::Error as E;
     let d = dir.display();
-    let repair = format!(
-        "`krabka repair {d}` moves the damaged bytes aside into {} (it deletes nothing) and records \
-         the missing seqs as a hole; `krabka repair {d} --dry-run` shows what it would move",
-        dir.join(krabka_storage::segment::QUARANTINE_DIR).display()
-    );
     match e {
         E::Locked { dir: locked } => in_use(&locked),
+        e @ (E::Damaged { .. } | E::TornTail { .. } | E::Corrupt { .. }) => damage(action, dir, e),
+        e @ (E::SeqGap { .. } | E::SeqOverlap { .. }) => seam(action, dir, e),
+        E::Quarantined {
+            first_seq,
+            last_seq,
+            path,
+        } => CliError::new(format!(
+            "{action} {d}: seqs {first_seq}..={last_seq} are not in the log: a repair moved them \
+             aside ({})",
+            path.display()
+        ))
+        .hint(format!(
+            "read from seq {} on, or inspect the quarantined bytes with `krabka dump`",
+            last_seq.saturating_add(1)
+        )),
+        other => other_storage(action, dir, other),
+    }
+}
+
+/// [`storage`] for damaged bytes in a segment.
+fn damage(action: &str, dir: &Path, e: krabka_storage::Error) -> CliError {
+    use krabka_storage::Error as E;
+    let d = dir.display();
+    let repair = repair_hint(dir);
+    match e {
         E::Damaged {
             path,
             position,
@@ -115,6 +135,27 @@ pub fn storage(action: &str, dir: &Path, e: krabka_storage::Error) -> CliError {
             path.display()
         ))
         .hint(repair),
+        E::Corrupt {
+            path,
+            position,
+            reason,
+        } => CliError::new(format!(
+            "{action} {d}: corrupt segment {} at byte {position}: {reason}",
+            path.display()
+        ))
+        .hint(format!(
+            "run `krabka verify {d}` for a full report; {repair}"
+        )),
+        other => other_storage(action, dir, other),
+    }
+}
+
+/// [`storage`] for two segment files that do not follow each other.
+fn seam(action: &str, dir: &Path, e: krabka_storage::Error) -> CliError {
+    use krabka_storage::Error as E;
+    let d = dir.display();
+    let repair = repair_hint(dir);
+    match e {
         E::SeqGap {
             previous,
             path,
@@ -148,41 +189,31 @@ pub fn storage(action: &str, dir: &Path, e: krabka_storage::Error) -> CliError {
             expected.saturating_sub(1)
         ))
         .hint(format!("a stray or copied segment file? {repair}")),
-        E::Quarantined {
-            first_seq,
-            last_seq,
-            path,
-        } => CliError::new(format!(
-            "{action} {d}: seqs {first_seq}..={last_seq} are not in the log: a repair moved them \
-             aside ({})",
-            path.display()
-        ))
-        .hint(format!(
-            "read from seq {} on, or inspect the quarantined bytes with `krabka dump`",
-            last_seq.saturating_add(1)
-        )),
-        E::Corrupt {
-            path,
-            position,
-            reason,
-        } => CliError::new(format!(
-            "{action} {d}: corrupt segment {} at byte {position}: {reason}",
-            path.display()
-        ))
-        .hint(format!(
-            "run `krabka verify {d}` for a full report; {repair}"
-        )),
-        other => {
-            let hint = match &other {
-                E::Io { .. } => "check that the path exists and that you may read and write it",
-                E::NotADirectory { .. } => "pass the log's directory, not a file",
-                E::OutOfRange { .. } => "pick a seq inside the range shown",
-                E::Poisoned { .. } => "reopen the log; recovery finds what is really on disk",
-                _ => "check the arguments",
-            };
-            CliError::at(action, dir, other).hint(hint)
-        }
+        other => other_storage(action, dir, other),
     }
+}
+
+/// What to do about damage in the log at `dir`: `krabka repair`, which deletes nothing.
+fn repair_hint(dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        "`krabka repair {d}` moves the damaged bytes aside into {} (it deletes nothing) and records \
+         the missing seqs as a hole; `krabka repair {d} --dry-run` shows what it would move",
+        dir.join(krabka_storage::segment::QUARANTINE_DIR).display()
+    )
+}
+
+/// [`storage`] for every other error: the error itself and a hint by its kind.
+fn other_storage(action: &str, dir: &Path, other: krabka_storage::Error) -> CliError {
+    use krabka_storage::Error as E;
+    let hint = match &other {
+        E::Io { .. } => "check that the path exists and that you may read and write it",
+        E::NotADirectory { .. } => "pass the log's directory, not a file",
+        E::OutOfRange { .. } => "pick a seq inside the range shown",
+        E::Poisoned { .. } => "reopen the log; recovery finds what is really on disk",
+        _ => "check the arguments",
+    };
+    CliError::at(action, dir, other).hint(hint)
 }
 
 /// Prints what opening a log found and did (its [`RecoveryReport`](krabka_storage::RecoveryReport),
@@ -193,10 +224,10 @@ pub fn print_recovery(report: &krabka_storage::RecoveryReport) {
     let mut report = report.clone();
     report.ignored_files.retain(|p| {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        name != crate::remote::METADATA_DIR
+        name != crate::tiered::METADATA_DIR
             && !name.starts_with(krabka_tiering::LOG_START_FILE)
-            && name != crate::remote::TOPIC_FILE
-            && name != format!("{}.tmp", crate::remote::TOPIC_FILE)
+            && name != crate::tiered::topic::TOPIC_FILE
+            && name != format!("{}.tmp", crate::tiered::topic::TOPIC_FILE)
     });
     for line in report.to_string().lines().filter(|l| !l.trim().is_empty()) {
         crate::output::note(format_args!("{line}"));

@@ -1,16 +1,16 @@
-//! `krabka dump` and `krabka verify`: look at segment files without opening (and so without
-//! recovering or changing) the log.
+//! `krabka dump`: every frame of a segment file; and what `dump`, `verify` and the reader share
+//! (how bytes and timestamps print, the segments and explicit holes of a log directory). Neither
+//! opens (and so recovers or changes) the log.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
-use krabka_storage::segment::{
-    self, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_segment_file_name,
-};
+use krabka_storage::segment::{self, LOG_EXTENSION, parse_segment_file_name};
 
+use crate::args::DumpArgs;
 use crate::error::{CliError, Result};
-use crate::{human, output, progress};
+use crate::{human, output};
 
 /// Formats a record timestamp (ms since the epoch) as RFC 3339, or the raw number when it is
 /// before 1970 or out of range.
@@ -133,48 +133,8 @@ pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<
             summary.bad,
             path.display()
         ))
-        .hint(crate::VERIFY_HINT)),
+        .hint(VERIFY_HINT)),
     }
-}
-
-/// One finding of [`verify`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// The file with the problem.
-    pub path: PathBuf,
-    /// Byte position in that file (`None` when the problem is the file's absence or a
-    /// disagreement between files).
-    pub position: Option<u64>,
-    /// What is wrong.
-    pub reason: String,
-}
-
-impl std::fmt::Display for Problem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.position {
-            Some(p) => write!(f, "{} at byte {p}: {}", self.path.display(), self.reason),
-            None => write!(f, "{}: {}", self.path.display(), self.reason),
-        }
-    }
-}
-
-/// What [`verify`] checked and found.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct VerifyReport {
-    /// Segments checked.
-    pub segments: u64,
-    /// Valid records found.
-    pub records: u64,
-    /// Bytes of `.log` files checked.
-    pub bytes: u64,
-    /// Index files checked.
-    pub indexes: u64,
-    /// First and last seq of the valid records.
-    pub range: Option<(u64, u64)>,
-    /// Everything found wrong.
-    pub problems: Vec<Problem>,
-    /// Seqs a repair moved aside (explicit holes; not problems).
-    pub holes: Vec<Hole>,
 }
 
 /// The segments of a log directory, by base seq.
@@ -187,7 +147,7 @@ pub fn segment_bases(dir: &Path) -> Result<Vec<u64>> {
     for entry in entries {
         let entry = entry.map_err(|e| CliError::at("cannot read log directory", dir, e))?;
         let name = entry.file_name();
-        if let Some((base, LOG_SUFFIX)) = name.to_str().and_then(parse_segment_file_name) {
+        if let Some((base, LOG_EXTENSION)) = name.to_str().and_then(parse_segment_file_name) {
             bases.push(base);
         }
     }
@@ -257,206 +217,25 @@ pub fn quarantine_holes(dir: &Path) -> Result<Vec<Hole>> {
     Ok(holes)
 }
 
-/// Checks every segment and index of the log at `dir`, printing one line per segment to
-/// `out` (or only problems when `quiet`).
-///
-/// Checks: every frame's length, CRC, message encoding and seq (contiguous, starting at the
-/// file's base seq); that every closed segment has a `.index` and `.timeindex` whose every
-/// entry points at the frame of its seq in the `.log`
-/// ([`verify_segment_files`](segment::verify_segment_files)); that no closed segment is empty;
-/// that segments follow each other without a gap or an overlap, unless a repair recorded the
-/// gap as a hole (listed, not a problem).
+/// Runs `krabka dump`.
 ///
 /// # Errors
-/// When the directory cannot be read or a file cannot be opened. Corruption is not an error
-/// here: it is in [`VerifyReport::problems`].
-pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyReport> {
-    let bases = segment_bases(dir)?;
-    if bases.is_empty() {
-        return Err(
-            CliError::new(format!("no segment files (*.log) in {}", dir.display()))
-                .hint("pass the directory of a krabka log"),
-        );
-    }
-    let holes = quarantine_holes(dir)?;
-    let path_of = |base: u64, suffix: &str| dir.join(segment::segment_file_name(base, suffix));
-    let total: u64 = bases
-        .iter()
-        .filter_map(|b| std::fs::metadata(path_of(*b, LOG_SUFFIX)).ok())
-        .map(|m| m.len())
-        .sum();
-    let bar = progress::bytes_bar("verify", total);
-    let w = |e: std::io::Error| output::write_error(&e);
-    let mut report = VerifyReport::default();
-    let mut expected_next: Option<u64> = None;
-    // `(first, last)` seqs each segment file holds.
-    let mut held: Vec<(u64, u64)> = Vec::new();
-    for (i, &base) in bases.iter().enumerate() {
-        let log_path = path_of(base, LOG_SUFFIX);
-        let newest = i + 1 == bases.len();
-        let (index_path, time_path) = (
-            path_of(base, INDEX_SUFFIX),
-            path_of(base, TIME_INDEX_SUFFIX),
-        );
-        let v = if newest {
-            segment::verify_segment_files(&log_path, None, None)
-        } else {
-            segment::verify_segment_files(&log_path, Some(&index_path), Some(&time_path))
-        }
-        .map_err(|e| CliError::new(e.to_string()).hint("check the file's permissions"))?;
-        bar.inc(v.file_bytes);
-        report.segments += 1;
-        report.records += v.records;
-        report.bytes += v.file_bytes;
-        let before = report.problems.len();
-        let mut problem = |path: &Path, position: Option<u64>, reason: String| {
-            report.problems.push(Problem {
-                path: path.to_path_buf(),
-                position,
-                reason,
-            });
-        };
-        if let Some(next) = expected_next {
-            if base > next {
-                if !holes_cover(&holes, next, base - 1) {
-                    problem(
-                        &log_path,
-                        None,
-                        format!(
-                            "seqs {next}..={} are missing: the segment starts at seq {base} but the \
-                             previous one ends at seq {}",
-                            base - 1,
-                            next.saturating_sub(1)
-                        ),
-                    );
-                }
-            } else if base < next {
-                problem(
-                    &log_path,
-                    None,
-                    format!(
-                        "seq overlap: the segment starts at seq {base} but the previous one already \
-                         holds seqs up to {}",
-                        next.saturating_sub(1)
-                    ),
-                );
-            }
-        }
-        let empty_closed = !newest && v.file_bytes == 0;
-        if empty_closed {
-            problem(
-                &log_path,
-                Some(0),
-                format!(
-                    "closed segment is empty (0 bytes): the seqs from {base} up to the next \
-                     segment's start are missing"
-                ),
-            );
-        }
-        let log_problem = v.problem_path.as_deref().is_none_or(|p| p == log_path);
-        if let Some(p) = &v.problem {
-            let path = v.problem_path.clone().unwrap_or_else(|| log_path.clone());
-            if !(empty_closed && log_problem) {
-                problem(&path, Some(p.position), p.reason.clone());
-            }
-        }
-        // Past a bad frame the seqs of the rest of the file are unknown, and an empty closed
-        // segment was reported itself: do not report the next seam as a further problem.
-        let last = v.last_seq.unwrap_or(base.saturating_sub(1));
-        let records_unknown = empty_closed || (v.problem.is_some() && log_problem);
-        expected_next = (!records_unknown).then(|| last.saturating_add(1));
-        if let (Some(a), Some(b)) = (v.first_seq, v.last_seq) {
-            held.push((a, b));
-        }
-        if let Some(first) = v.first_seq {
-            report.range = Some(match report.range {
-                Some((lo, _)) => (lo, last),
-                None => (first, last),
-            });
-        }
-        let index_state = if newest {
-            "active (indexes written at roll)"
-        } else {
-            report.indexes += 2;
-            if v.problem.is_some() && !log_problem {
-                "index problem"
-            } else {
-                "index ok, timeindex ok"
-            }
-        };
-        if !quiet || report.problems.len() > before {
-            let status = if report.problems.len() > before {
-                "CORRUPT"
-            } else {
-                "ok"
-            };
-            let seqs = match (v.first_seq, v.last_seq) {
-                (Some(a), Some(b)) => format!("seq {a}..={b}"),
-                _ => "empty".to_owned(),
-            };
-            let line = format!(
-                "{status:<7} {}  {seqs} ({} records, {})  {index_state}",
-                log_path.display(),
-                human::count(v.records),
-                human::bytes(v.file_bytes),
-            );
-            bar.suspend(|| writeln!(out, "{line}")).map_err(w)?;
-        }
-    }
-    bar.finish_and_clear();
-    // A hole marker over records the segment files hold contradicts them (open refuses it).
-    for h in &holes {
-        if held.iter().any(|&(a, b)| a <= h.last && h.first <= b) {
-            report.problems.push(Problem {
-                path: h.path.clone(),
-                position: None,
-                reason: format!(
-                    "the hole marker claims seqs {}..={} are missing, but segment files hold some of them",
-                    h.first, h.last
-                ),
-            });
-        }
-    }
-    // Segment files that end below the recovery point have lost records.
-    match krabka_storage::read_recovery_point(dir) {
-        Ok(Some(point)) => {
-            let last = report.range.map_or(0, |(_, last)| last);
-            let newest = bases.last().map(|b| path_of(*b, LOG_SUFFIX));
-            if report.problems.is_empty() && last < point && !holes_cover(&holes, last + 1, point) {
-                report.problems.push(Problem {
-                    path: newest.unwrap_or_else(|| dir.to_path_buf()),
-                    position: None,
-                    reason: format!(
-                        "the segment files end at seq {last}, but the log held every seq up to                          {point} when it was last closed ({}): records {}..={point} are missing",
-                        krabka_storage::RECOVERY_POINT_FILE_NAME,
-                        last + 1
-                    ),
-                });
-            }
-        }
-        Ok(None) => {}
-        Err(e) => report.problems.push(Problem {
-            path: dir.join(krabka_storage::RECOVERY_POINT_FILE_NAME),
-            position: None,
-            reason: e.to_string(),
-        }),
-    }
-    for h in &holes {
-        writeln!(
-            out,
-            "hole    seq {}..={} moved aside by a repair: {}",
-            h.first,
-            h.last,
-            h.path.display()
-        )
-        .map_err(w)?;
-    }
-    report.holes = holes;
-    for p in &report.problems {
-        writeln!(out, "problem: {p}").map_err(w)?;
-    }
-    Ok(report)
+/// A bad frame (after printing every frame before it) or a failed write to stdout.
+pub fn run_dump(a: &DumpArgs) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let dumped = dump(&a.file, a.values, &mut out);
+    // Everything printed reaches stdout before any failure is reported.
+    let flushed = std::io::Write::flush(&mut out).map_err(|e| output::write_error(&e));
+    dumped.and(flushed)
 }
+
+/// What `krabka verify` advises on corruption. Deleting segments would lose their records (and
+/// every later one), so it never suggests that.
+pub const VERIFY_HINT: &str = "copy the directory aside before changing anything, and restore the named file from a copy \
+     if you have one; otherwise `krabka repair DIR` moves the damaged part aside into \
+     DIR/quarantine/ (the bytes are kept there) and records the missing seqs as a hole; reads \
+     return every record before the damage and fail naming the position";
 
 #[cfg(test)]
 mod tests {

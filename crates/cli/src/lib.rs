@@ -1,10 +1,11 @@
 //! The `krabka` command: run the tiered-log demo, produce and read records, dump and verify
 //! segment files, tier a log to a remote, and benchmark this machine.
 //!
-//! The binary is a thin shell over this library; each subcommand lives in the module named
-//! after it ([`demo`], [`produce`], [`read`], [`inspect`] for `dump` and `verify`, [`repair`], [`tier`],
-//! [`bench`](mod@bench)). Errors are one line naming the path and what to do ([`CliError`]); the process
-//! exits 1 on them and 2 on a usage error.
+//! The binary is a thin shell over this library's one public function, [`main`]; the modules
+//! are private. Each subcommand lives in the module named after it (`demo`, `produce`, `read`,
+//! `inspect` for `dump`, `verify`, `repair`, `tier`, `recover`, `bench`); the tiered log that
+//! `tier`, `read --remote` and `demo` open is opened in one place (`tiered`). Errors are one line
+//! naming the path and what to do; the process exits 1 on them and 2 on a usage error.
 //!
 //! # The libraries underneath, in 15 lines
 //!
@@ -15,7 +16,8 @@
 //! ```
 //! use std::sync::Arc;
 //! use krabka_protocol::Message;
-//! use krabka_remote_storage::{TopicIdPartition, Uuid, metadata::DurableRemoteLogMetadataManager};
+//! use krabka_remote_storage::{TopicIdPartition, Uuid};
+//! use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
 //! use krabka_storage::Options;
 //! use krabka_tiering::{TieredLog, TieringConfig, fs::FsRemoteStorage};
 //!
@@ -36,106 +38,59 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod args;
-pub mod bench;
-pub mod demo;
-pub mod error;
-pub mod generate;
-pub mod human;
-pub mod inspect;
-pub mod interrupt;
-pub mod output;
-pub mod produce;
-pub mod progress;
-pub mod read;
-pub mod reader;
-pub mod recover;
-pub mod remote;
-pub mod repair;
-pub mod tier;
-pub mod workdir;
+mod args;
+mod bench;
+mod demo;
+mod error;
+mod generate;
+mod human;
+mod inspect;
+mod interrupt;
+mod output;
+mod produce;
+mod progress;
+mod read;
+mod reader;
+mod recover;
+mod remote;
+mod repair;
+mod source;
+mod tier;
+mod tiered;
+mod verify;
+mod workdir;
 
-pub use error::CliError;
+use std::process::ExitCode;
+
+use clap::Parser;
 
 use args::{Cli, Command};
 
-/// What `krabka verify` advises on corruption. Deleting segments would lose their records (and
-/// every later one), so it never suggests that.
-pub const VERIFY_HINT: &str = "copy the directory aside before changing anything, and restore the named file from a copy \
-     if you have one; otherwise `krabka repair DIR` moves the damaged part aside into \
-     DIR/quarantine/ (the bytes are kept there) and records the missing seqs as a hole; reads \
-     return every record before the damage and fail naming the position";
+/// Runs the `krabka` command on this process's arguments and returns its exit code: 0, 1 on a
+/// failure (after one line on stderr naming the path and what to do), 130 after Ctrl-C,
+/// SIGTERM or SIGHUP, and 2 on a usage error (clap's convention; `--help` and `--version`
+/// exit 0).
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        // A closed stdout (`krabka read DIR | head`) is the reader's choice, not a failure.
+        Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            output::note(format_args!("error: {e}"));
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
 
 /// Runs one parsed command line.
-///
-/// # Errors
-/// The command's failure, as one line for the user.
-pub fn run(cli: Cli) -> error::Result<()> {
+fn run(cli: Cli) -> error::Result<()> {
     match cli.command {
         Command::Demo(a) => demo::run(&a),
         Command::Produce(a) => produce::run(&a),
         Command::Read(a) => read::run(&a),
-        Command::Dump(a) => {
-            let stdout = std::io::stdout();
-            let mut out = std::io::BufWriter::new(stdout.lock());
-            let dumped = inspect::dump(&a.file, a.values, &mut out);
-            // Everything printed reaches stdout before any failure is reported.
-            let flushed = std::io::Write::flush(&mut out).map_err(|e| output::write_error(&e));
-            dumped.and(flushed)
-        }
-        Command::Verify(a) => {
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
-            let report = inspect::verify(&a.dir, a.quiet, &mut out)?;
-            let range = report.range.map_or_else(
-                || "no records".to_owned(),
-                |(a, b)| format!("seq {a}..={b}"),
-            );
-            let mut summary = format!(
-                "{} segments, {} indexes, {} records ({range}), {}",
-                human::count(report.segments),
-                report.indexes,
-                human::count(report.records),
-                human::bytes(report.bytes)
-            );
-            if !report.holes.is_empty() {
-                let holes: Vec<String> = report
-                    .holes
-                    .iter()
-                    .map(|h| format!("{}..={}", h.first, h.last))
-                    .collect();
-                summary.push_str(&format!(
-                    ", {} hole(s) left by a repair (seq {})",
-                    holes.len(),
-                    holes.join(", ")
-                ));
-            }
-            // The line names a problem of the records (a bad frame, a gap) before one of an
-            // index, which is derived data.
-            let in_log = |p: &&inspect::Problem| {
-                p.path
-                    .extension()
-                    .is_some_and(|e| e == krabka_storage::segment::LOG_SUFFIX)
-            };
-            let first = report
-                .problems
-                .iter()
-                .find(in_log)
-                .or(report.problems.first());
-            match first {
-                None => output::outln!("verify: OK: {summary}"),
-                Some(first) => Err(CliError::new(format!(
-                    "{} problem(s) in {}: {first}{}",
-                    report.problems.len(),
-                    a.dir.display(),
-                    match report.problems.len() {
-                        1 => String::new(),
-                        n => format!(" (and {} more, listed above)", n - 1),
-                    }
-                ))
-                .hint(VERIFY_HINT)),
-            }
-        }
+        Command::Dump(a) => inspect::run_dump(&a),
+        Command::Verify(a) => verify::run(&a),
         Command::Repair(a) => repair::run(&a),
         Command::Tier(a) => tier::run(&a),
         Command::Recover(a) => recover::run(&a),

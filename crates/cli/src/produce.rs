@@ -123,6 +123,43 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
         .sync()
         .and_then(|()| log.close())
         .map_err(|e| storage("cannot sync log", &args.dir, e));
+    report(
+        stopped,
+        synced,
+        &Produced {
+            dir: &args.dir,
+            unit,
+            appended,
+            bytes,
+            range,
+            started,
+        },
+    )
+}
+
+/// What `produce` appended, for its last line.
+struct Produced<'a> {
+    dir: &'a Path,
+    /// `line` (stdin) or `record` (`--generate`).
+    unit: &'static str,
+    appended: u64,
+    bytes: u64,
+    /// The seqs appended, if any.
+    range: Option<(u64, u64)>,
+    started: Instant,
+}
+
+/// The line `produce` ends with, or its error: how it stopped, and whether what was appended
+/// reached stable storage.
+fn report(stopped: Result<(), Stop>, synced: Result<()>, p: &Produced<'_>) -> Result<()> {
+    let Produced {
+        dir,
+        unit,
+        appended,
+        bytes,
+        range,
+        started,
+    } = *p;
     let done = match range {
         Some((a, b)) => format!(
             "appended {} records (seq {a}..={b})",
@@ -130,7 +167,7 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
         ),
         None => "appended no records".to_owned(),
     };
-    let dir = args.dir.display();
+    let dir = dir.display();
     match (stopped, synced) {
         (Ok(()), Ok(())) => {
             let elapsed = started.elapsed();

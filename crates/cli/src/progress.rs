@@ -2,7 +2,6 @@
 //! is a terminal (so pipes, logs and tests get clean output).
 
 use std::io::IsTerminal;
-use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
@@ -22,17 +21,6 @@ pub fn count_bar(label: &str, total: u64) -> ProgressBar {
         total,
         "{prefix:>10} [{bar:30}] {human_pos}/{human_len} {rate} eta {eta}",
     )
-}
-
-/// A spinner with a message, for work of unknown length.
-pub fn spinner(label: &str) -> ProgressBar {
-    let pb = ProgressBar::with_draw_target(None, target());
-    if let Ok(style) = ProgressStyle::with_template("{prefix:>10} {spinner} {msg} ({elapsed})") {
-        pb.set_style(style);
-    }
-    pb.set_prefix(label.to_owned());
-    pb.enable_steady_tick(Duration::from_millis(120));
-    pb
 }
 
 fn bar(label: &str, total: u64, template: &str) -> ProgressBar {

@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::inspect::{show_bytes, timestamp};
 use crate::output::errln;
 use crate::reader::LocalReader;
+use crate::source::{Source, TieredSource};
 use crate::{human, interrupt, output};
 
 /// Time between polls of a caught-up `--follow`.
@@ -32,18 +33,6 @@ pub fn record_line(r: &Record, value_chars: usize) -> String {
     )
 }
 
-/// Source of records for `read`: the local files, or both tiers.
-pub trait Source {
-    /// Up to `max` records from where the previous call stopped; empty when caught up.
-    fn next_records(&mut self, max: usize) -> Result<Vec<Record>>;
-}
-
-impl Source for LocalReader {
-    fn next_records(&mut self, max: usize) -> Result<Vec<Record>> {
-        self.poll(max)
-    }
-}
-
 /// Runs `krabka read`.
 ///
 /// # Errors
@@ -52,7 +41,7 @@ impl Source for LocalReader {
 pub fn run(args: &ReadArgs) -> Result<()> {
     match &args.remote.remote {
         Some(_) => {
-            let mut source = crate::tier::TieredSource::open(&args.dir, &args.remote, args.from)?;
+            let mut source = TieredSource::open(&args.dir, &args.remote, args.from)?;
             print_records(args, &mut source)
         }
         None => {

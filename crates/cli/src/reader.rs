@@ -18,7 +18,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use krabka_storage::Record;
-use krabka_storage::segment::{self, FRAME_HEADER_LEN, INDEX_SUFFIX, LOG_SUFFIX};
+use krabka_storage::segment::{self, FRAME_HEADER_LEN, INDEX_EXTENSION, LOG_EXTENSION};
 
 use crate::error::{CliError, Result};
 use crate::inspect::{Hole, quarantine_holes, segment_bases};
@@ -84,11 +84,6 @@ impl LocalReader {
         }
     }
 
-    /// The seq of the next record [`poll`](Self::poll) returns.
-    pub fn next_seq(&self) -> u64 {
-        self.next_seq
-    }
-
     /// When the last [`poll`](Self::poll) found nothing new: the incomplete frame the newest
     /// segment ends with, if any (a writer in the middle of an append, or a torn write).
     pub fn incomplete_tail(&self) -> Option<&IncompleteTail> {
@@ -96,7 +91,8 @@ impl LocalReader {
     }
 
     fn log_path(&self, base: u64) -> PathBuf {
-        self.dir.join(segment::segment_file_name(base, LOG_SUFFIX))
+        self.dir
+            .join(segment::segment_file_name(base, LOG_EXTENSION))
     }
 
     /// Finds the segment holding `next_seq` and the position to start scanning from.
@@ -153,7 +149,7 @@ impl LocalReader {
     fn ends_before(&self, prev: u64, next: u64) -> bool {
         let index = self
             .dir
-            .join(segment::segment_file_name(prev, INDEX_SUFFIX));
+            .join(segment::segment_file_name(prev, INDEX_EXTENSION));
         let Some(summary) = std::fs::read(index)
             .ok()
             .and_then(|b| segment::verify_index(&b).ok())
@@ -173,7 +169,7 @@ impl LocalReader {
         }
         let index = self
             .dir
-            .join(segment::segment_file_name(base, INDEX_SUFFIX));
+            .join(segment::segment_file_name(base, INDEX_EXTENSION));
         let Some(position) = std::fs::read(&index)
             .ok()
             .and_then(|b| segment::lookup_position(&b, self.next_seq).ok())
@@ -207,7 +203,7 @@ impl LocalReader {
         }
     }
 
-    /// Up to `max` records from [`next_seq`](Self::next_seq); empty when caught up with the
+    /// Up to `max` records from the next seq to read; empty when caught up with the
     /// writer (call again later to follow).
     ///
     /// # Errors
@@ -252,46 +248,10 @@ impl LocalReader {
                 .hint("another process truncated it; run `krabka verify` on the directory"));
             }
             if len > cursor.position {
-                let buf = segment::read_chunk(&file, &path, cursor.position, len, CHUNK)
-                    .map_err(|e| CliError::at("cannot read segment", &path, e))?;
-                match segment::decode_records_at(&buf, cursor.expect, self.next_seq, max) {
-                    Ok(decoded) => {
-                        if let Some(last) = decoded.records.last() {
-                            self.next_seq = last.seq.saturating_add(1);
-                        }
-                        self.cursor = Some(Cursor {
-                            base: cursor.base,
-                            position: cursor.position + decoded.consumed as u64,
-                            expect: decoded.next_seq.unwrap_or(cursor.expect),
-                            from_index: cursor.from_index && decoded.consumed == 0,
-                        });
-                        if !decoded.records.is_empty() {
-                            return Ok(decoded.records);
-                        }
-                        if decoded.consumed > 0 {
-                            continue;
-                        }
-                    }
-                    Err(e) => {
-                        let (at, reason) = match e {
-                            krabka_storage::Error::Corrupt {
-                                position, reason, ..
-                            } => (position, reason),
-                            other => (0, other.to_string()),
-                        };
-                        if at == 0 && cursor.from_index {
-                            errln!(
-                                "note: the index of {} points at byte {} where no valid frame of \
-                                 seq {} starts; scanning the segment from its start",
-                                path.display(),
-                                cursor.position,
-                                cursor.expect
-                            );
-                            self.cursor = Some(Cursor::start_of(cursor.base));
-                            continue;
-                        }
-                        return self.good_then_bad(&buf, cursor, max, at, reason, &path);
-                    }
+                match self.decode_from(cursor, &file, &path, len, max)? {
+                    Chunk::Records(records) => return Ok(records),
+                    Chunk::Again => continue,
+                    Chunk::AtEnd => {}
                 }
             }
             // At the end of the bytes there (or at an incomplete frame): go on to the next
@@ -303,6 +263,61 @@ impl LocalReader {
                 Step::CaughtUp => return Ok(Vec::new()),
             }
         }
+    }
+
+    /// Decodes up to `max` records of the segment at `path` (`len` bytes) from `cursor`.
+    fn decode_from(
+        &mut self,
+        cursor: Cursor,
+        file: &File,
+        path: &Path,
+        len: u64,
+        max: usize,
+    ) -> Result<Chunk> {
+        let buf = segment::read_chunk(file, path, cursor.position, len, CHUNK)
+            .map_err(|e| CliError::at("cannot read segment", path, e))?;
+        match segment::decode_records_at(&buf, cursor.expect, self.next_seq, max) {
+            Ok(decoded) => {
+                if let Some(last) = decoded.records.last() {
+                    self.next_seq = last.seq.saturating_add(1);
+                }
+                self.cursor = Some(Cursor {
+                    base: cursor.base,
+                    position: cursor.position + decoded.consumed as u64,
+                    expect: decoded.next_seq.unwrap_or(cursor.expect),
+                    from_index: cursor.from_index && decoded.consumed == 0,
+                });
+                if !decoded.records.is_empty() {
+                    return Ok(Chunk::Records(decoded.records));
+                }
+                if decoded.consumed > 0 {
+                    return Ok(Chunk::Again);
+                }
+            }
+            Err(e) => {
+                let (at, reason) = match e {
+                    krabka_storage::Error::Corrupt {
+                        position, reason, ..
+                    } => (position, reason),
+                    other => (0, other.to_string()),
+                };
+                if at == 0 && cursor.from_index {
+                    errln!(
+                        "note: the index of {} points at byte {} where no valid frame of \
+                         seq {} starts; scanning the segment from its start",
+                        path.display(),
+                        cursor.position,
+                        cursor.expect
+                    );
+                    self.cursor = Some(Cursor::start_of(cursor.base));
+                    return Ok(Chunk::Again);
+                }
+                return self
+                    .good_then_bad(&buf, cursor, max, at, reason, path)
+                    .map(Chunk::Records);
+            }
+        }
+        Ok(Chunk::AtEnd)
     }
 
     /// The records of `buf` before the bad frame at `at` (they are valid: returned now), and
@@ -363,41 +378,7 @@ impl LocalReader {
     fn next_segment(&mut self, cursor: Cursor, len: u64, path: &Path) -> Result<Step> {
         let bases = segment_bases(&self.dir)?;
         let Some(next_base) = bases.into_iter().find(|b| *b > cursor.base) else {
-            // The log held every seq up to its recovery point, synced, when it was last closed
-            // or rolled: ending below it is lost data, not a write in progress.
-            let point = krabka_storage::read_recovery_point(&self.dir)
-                .map_err(|e| CliError::new(e.to_string()))?;
-            if let Some(point) = point.filter(|p| cursor.expect <= *p) {
-                return Err(CliError::new(format!(
-                    "segment {} ends at byte {} (seq {} is not there), but the log held every seq \
-                     up to {point} when it was last closed ({}): records {}..={point} are missing",
-                    path.display(),
-                    cursor.position,
-                    cursor.expect,
-                    self.dir.join(krabka_storage::RECOVERY_POINT_FILE_NAME).display(),
-                    cursor.expect,
-                ))
-                .hint(format!(
-                    "the file was truncated or torn, or a newer segment was deleted; `krabka repair {}` records the hole",
-                    self.dir.display()
-                )));
-            }
-            if self.next_seq > cursor.expect {
-                // Asked for a seq past the one the next append gets: as `Log::read`, out of range.
-                let first = segment_bases(&self.dir)?
-                    .first()
-                    .copied()
-                    .unwrap_or(cursor.expect);
-                return Err(out_of_range(&self.dir, self.next_seq, first, cursor.expect));
-            }
-            if cursor.position < len {
-                self.tail = Some(IncompleteTail {
-                    path: path.to_path_buf(),
-                    position: cursor.position,
-                    bytes: len - cursor.position,
-                });
-            }
-            return Ok(Step::CaughtUp);
+            return self.after_last_segment(cursor, len, path);
         };
         // A later segment exists, so this one is closed: everything it holds was written before
         // the roll that created the next one. Look at its final length.
@@ -446,6 +427,20 @@ impl LocalReader {
         if let Some(hole) = holes.iter().find(|h| h.contains(cursor.expect)) {
             return Err(quarantined(&self.dir, hole));
         }
+        Err(self.gap_error(cursor, path, final_len, next_base, &next_path))
+    }
+
+    /// `cursor` is at the end of the closed segment at `path`, `final_len` bytes, and the next
+    /// segment, at `next_path`, starts above `cursor.expect`: an empty segment or a seq gap.
+    fn gap_error(
+        &self,
+        cursor: Cursor,
+        path: &Path,
+        final_len: u64,
+        next_base: u64,
+        next_path: &Path,
+    ) -> CliError {
+        let dir = self.dir.display();
         let what = if final_len == 0 {
             format!(
                 "closed segment {} is empty but must hold seq {}..={} (the next segment {} starts at seq {next_base})",
@@ -464,12 +459,63 @@ impl LocalReader {
                 next_path.display()
             )
         };
-        Err(CliError::new(what).hint(format!(
+        CliError::new(what).hint(format!(
             "a segment file was deleted or truncated, or a stray segment-named file was added: restore \
              the missing segment from a copy if you have one; else `krabka repair {dir}` records the \
              missing seqs as a hole (moving a stray file aside)"
-        )))
+        ))
     }
+
+    /// `cursor` is at the end of the readable bytes (`len`) of the newest segment, at `path`:
+    /// caught up, unless the recovery point says records are missing or the seq asked for is
+    /// past the next append's.
+    fn after_last_segment(&mut self, cursor: Cursor, len: u64, path: &Path) -> Result<Step> {
+        // The log held every seq up to its recovery point, synced, when it was last closed
+        // or rolled: ending below it is lost data, not a write in progress.
+        let point = krabka_storage::read_recovery_point(&self.dir)
+            .map_err(|e| CliError::new(e.to_string()))?;
+        if let Some(point) = point.filter(|p| cursor.expect <= *p) {
+            return Err(CliError::new(format!(
+                "segment {} ends at byte {} (seq {} is not there), but the log held every seq \
+                 up to {point} when it was last closed ({}): records {}..={point} are missing",
+                path.display(),
+                cursor.position,
+                cursor.expect,
+                self.dir.join(krabka_storage::RECOVERY_POINT_FILE_NAME).display(),
+                cursor.expect,
+            ))
+            .hint(format!(
+                "the file was truncated or torn, or a newer segment was deleted; `krabka repair {}` records the hole",
+                self.dir.display()
+            )));
+        }
+        if self.next_seq > cursor.expect {
+            // Asked for a seq past the one the next append gets: as `Log::read`, out of range.
+            let first = segment_bases(&self.dir)?
+                .first()
+                .copied()
+                .unwrap_or(cursor.expect);
+            return Err(out_of_range(&self.dir, self.next_seq, first, cursor.expect));
+        }
+        if cursor.position < len {
+            self.tail = Some(IncompleteTail {
+                path: path.to_path_buf(),
+                position: cursor.position,
+                bytes: len - cursor.position,
+            });
+        }
+        Ok(Step::CaughtUp)
+    }
+}
+
+/// What [`LocalReader::decode_from`] found.
+enum Chunk {
+    /// Records to return.
+    Records(Vec<Record>),
+    /// Look again (moved past bytes without a record, or back to the start of the segment).
+    Again,
+    /// At the end of the readable bytes (or at an incomplete frame).
+    AtEnd,
 }
 
 /// What comes after the end of a segment's readable bytes.

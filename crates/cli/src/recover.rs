@@ -1,13 +1,13 @@
 //! `krabka recover`: rebuild a tiered log from its remote tier alone, after the local disk (the
 //! log and its `remote-metadata` directory) is lost. See
-//! `krabka_remote_storage::recovery` for the rules; this prints what it found.
+//! `krabka_tiering::recovery` for the rules; this prints what it found.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use krabka_remote_storage::TopicIdPartition;
-use krabka_remote_storage::metadata::DurableRemoteLogMetadataManager;
-use krabka_remote_storage::recovery::{
+use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
+use krabka_tiering::recovery::{
     LocalLogOutcome, RecoveryOptions, RecoveryReport, RemoteSegmentLister, find_partitions, recover,
 };
 
@@ -15,7 +15,9 @@ use crate::args::RecoverArgs;
 use crate::error::{CliError, Result};
 use crate::human;
 use crate::output::outln;
-use crate::remote::{self, METADATA_DIR};
+use crate::remote;
+use crate::tiered::METADATA_DIR;
+use crate::tiered::topic;
 
 /// Runs `krabka recover`.
 ///
@@ -49,9 +51,9 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
         .concurrency(args.concurrency)
         .clean_orphans(args.clean_orphans)
         .local_log_dir(dir)
-        .map_metadata(krabka_remote_storage::recovery::MapMetadata(Arc::new(
-            move |m| transforming.recover_metadata(m),
-        )));
+        .map_metadata(krabka_tiering::recovery::MapMetadata(Arc::new(move |m| {
+            transforming.recover_metadata(m)
+        })));
     let report = recover(&*lister, &tp, &rlmm, &options).map_err(|e| {
         CliError::new(format!(
             "cannot recover {} from {}: {}",
@@ -62,7 +64,7 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
         .hint("nothing was deleted; fix the cause and run recover again (it is safe to repeat)")
     })?;
     // Later `tier` and `read` runs find the topic here, as for a log tiered from this directory.
-    remote::write_topic_file(dir, &tp)?;
+    topic::write_topic_file(dir, &tp)?;
     print(&report, &spec.describe(), dir, started.elapsed())
 }
 
@@ -73,7 +75,7 @@ fn topic(
     lister: &dyn RemoteSegmentLister,
     remote: &str,
 ) -> Result<TopicIdPartition> {
-    let derived = remote::topic_for(&args.dir);
+    let derived = topic::topic_for(&args.dir);
     if let Some(id) = args.topic_id {
         return Ok(TopicIdPartition::new(
             id,
@@ -81,7 +83,7 @@ fn topic(
             derived.partition(),
         ));
     }
-    if let Some(recorded) = remote::read_topic_file(&args.dir)? {
+    if let Some(recorded) = topic::read_topic_file(&args.dir)? {
         return Ok(recorded);
     }
     let found = find_partitions(lister, derived.topic(), derived.partition()).map_err(|e| {

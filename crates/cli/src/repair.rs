@@ -12,8 +12,9 @@ use krabka_storage::{Log, Options, RecoveryMode, RecoveryReport};
 
 use crate::args::RepairArgs;
 use crate::error::{CliError, Result, storage};
+use crate::human;
 use crate::output::outln;
-use crate::{human, inspect};
+use crate::verify::verify;
 
 /// Runs `krabka repair`.
 ///
@@ -140,7 +141,7 @@ fn is_hole_only(q: &krabka_storage::QuarantinedPiece) -> bool {
 /// What a repair would change, found by the read-only checks of `krabka verify`.
 fn dry_run(dir: &Path) -> Result<()> {
     let mut sink = Vec::new();
-    let report = inspect::verify(dir, true, &mut sink)?;
+    let report = verify(dir, true, &mut sink)?;
     if report.problems.is_empty() {
         return outln!(
             "nothing to repair in {} (dry run; nothing was changed)",

@@ -1,369 +1,20 @@
-//! `krabka tier`, and the tiered log every remote-aware command opens: the local log in `DIR`,
-//! the remote named by `--remote`, and the durable metadata in `DIR/remote-metadata`.
+//! `krabka tier`: copy closed segments to the remote and apply local retention, once or
+//! every `--interval` with `--watch`.
 
-use std::path::Path;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use krabka_remote_storage::metadata::RemoteLogMetadataManager;
-use krabka_remote_storage::{RemoteLogSegmentState, RemoteStorageManager, TopicIdPartition};
-use krabka_storage::{Log, Options, Record, SyncPolicy};
-use krabka_tiering::{TieredLog, TieringConfig, TieringReport};
+use krabka_remote_storage::RemoteStorageManager;
+use krabka_storage::{Options, SyncPolicy};
+use krabka_tiering::{Instrumented, TieringReport, TieringStats, metrics};
 
-use crate::args::{RemoteArgs, RetentionArgs, TierArgs};
+use crate::args::TierArgs;
 use crate::error::{CliError, Result};
 use crate::output::outln;
-use crate::read::Source;
-use crate::remote::{self, RemoteSpec};
+use crate::remote;
+use crate::tiered::{self, tiering_error};
 use crate::{human, interrupt};
-
-/// A tiered log and what the commands report about it.
-pub struct Tiered {
-    /// The log.
-    pub log: TieredLog,
-    /// Its remote segment metadata.
-    pub metadata: Arc<dyn RemoteLogMetadataManager>,
-    /// The topic it is tiered under.
-    pub topic: TopicIdPartition,
-    /// The remote, as named.
-    pub remote: RemoteSpec,
-}
-
-/// A tiering error on `dir` as one line (a log another process holds open says so; damage
-/// names the file, byte and seqs and what to do).
-pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliError {
-    use krabka_tiering::Error as E;
-    let d = dir.display();
-    match e {
-        E::Storage { source, .. } => crate::error::storage(action, dir, *source),
-        e @ E::DamagedSegment { .. } => CliError::at(action, dir, e).hint(format!(
-            "`krabka verify {d}` names every problem; `krabka repair {d}` moves damaged bytes \
-             aside (it deletes nothing)"
-        )),
-        e @ E::LocalLogMismatch { .. } => CliError::at(action, dir, e),
-        e @ E::CorruptRemote { .. } => CliError::at(action, dir, remote::brief(&e.to_string()))
-            .hint("the remote copy is damaged; restore it, or re-copy it from a local segment if one is left"),
-        e => CliError::at(action, dir, remote::brief(&e.to_string()))
-            .hint("check the log directory and that the remote is reachable"),
-    }
-}
-
-/// The CLI's tiering configuration: the library defaults, except that the CLI never deletes
-/// remote data by age (`retention_ms: None`), and the `--local-retention-bytes` and
-/// `--cache-bytes` flags.
-pub fn config(retention: &RetentionArgs) -> TieringConfig {
-    let defaults = TieringConfig::default();
-    TieringConfig {
-        local_retention_bytes: retention
-            .local_retention_bytes
-            .or(defaults.local_retention_bytes),
-        retention_ms: None,
-        cache_bytes: retention.cache_bytes.unwrap_or(defaults.cache_bytes),
-        ..defaults
-    }
-}
-
-/// Opens the tiered log at `log_dir`.
-///
-/// The local log is opened first: it takes the directory's lock, so while another process
-/// (`krabka produce`, `krabka tier --watch`, ...) has the log open this fails with one clear
-/// line saying the directory is in use, before the remote or the metadata are touched.
-///
-/// # Errors
-/// When the log, the remote or the metadata cannot be opened.
-pub fn open(
-    log_dir: &Path,
-    spec: RemoteSpec,
-    remote_args: &RemoteArgs,
-    options: Options,
-    config: TieringConfig,
-) -> Result<Tiered> {
-    let local = open_local(log_dir, options)?;
-    let rsm = remote::open(&spec, remote_args)?;
-    with_remote(log_dir, local, spec, rsm, config)
-}
-
-/// Like [`open`] with the remote connected already: `demo` checks the remote before it creates
-/// anything in its directory, so a refused key or a missing bucket leaves the directory as it
-/// was and the same command can simply be run again.
-///
-/// # Errors
-/// When the log or the metadata cannot be opened.
-pub fn open_with_remote(
-    log_dir: &Path,
-    spec: RemoteSpec,
-    rsm: Arc<dyn RemoteStorageManager>,
-    options: Options,
-    config: TieringConfig,
-) -> Result<Tiered> {
-    let local = open_local(log_dir, options)?;
-    with_remote(log_dir, local, spec, rsm, config)
-}
-
-/// Checks `options` for tiering and opens (and locks) the local log.
-fn open_local(log_dir: &Path, options: Options) -> Result<Log> {
-    krabka_tiering::validate_log_options(&options)
-        .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
-    let log = Log::open(log_dir, options)
-        .map_err(|e| crate::error::storage("cannot open log", log_dir, e))?;
-    crate::error::print_recovery(log.recovery_report());
-    Ok(log)
-}
-
-fn with_remote(
-    log_dir: &Path,
-    local: Log,
-    spec: RemoteSpec,
-    rsm: Arc<dyn RemoteStorageManager>,
-    config: TieringConfig,
-) -> Result<Tiered> {
-    let recorded = remote::read_topic_file(log_dir)?;
-    let metadata_dir = log_dir.join(remote::METADATA_DIR);
-    if !metadata_dir.exists() {
-        // Checked before the metadata store is created: a restored `remote-metadata/` must
-        // not meet a new empty one.
-        check_start_explained(log_dir, &local, None, recorded.is_some())?;
-    }
-    let tiered_before = metadata_dir.exists();
-    let metadata = remote::open_metadata(log_dir)?;
-    let topic = match &recorded {
-        Some(topic) => topic.clone(),
-        // Tiered before the topic file existed: under the topic its name gave.
-        None if tiered_before => remote::topic_for(log_dir),
-        None => remote::new_topic(log_dir),
-    };
-    let known = metadata
-        .list_remote_log_segments(&topic)
-        .map_err(|e| CliError::new(format!("cannot list remote segments: {e}")))?;
-    if known.is_empty() {
-        check_start_explained(log_dir, &local, Some(&topic), recorded.is_some())?;
-    }
-    let log = TieredLog::new(local, rsm, metadata.clone(), topic.clone(), config)
-        .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
-    if recorded.is_none() {
-        remote::write_topic_file(log_dir, &topic)?;
-    }
-    Ok(Tiered {
-        log,
-        metadata,
-        topic,
-        remote: spec,
-    })
-}
-
-/// Refuses a local log that starts above seq 1 when the metadata (`topic`'s segments, or no
-/// metadata at all when `topic` is `None`) knows no remote segment and neither the whole-log
-/// retention point nor a hole a repair recorded explains the start. `krabka produce` never
-/// drops a segment, so such a log lost its `remote-metadata/` (or, with no topic file, its
-/// directory was renamed): tiering on would make the records below the start unreachable.
-fn check_start_explained(
-    log_dir: &Path,
-    local: &Log,
-    topic: Option<&TopicIdPartition>,
-    topic_recorded: bool,
-) -> Result<()> {
-    let start = local
-        .segments()
-        .first()
-        .map_or_else(|| local.next_seq(), |s| s.base_seq);
-    if start <= 1 {
-        return Ok(());
-    }
-    let Ok(retention_point) = krabka_tiering::read_retention_point(log_dir) else {
-        // Unreadable: opening the tiered log names what is wrong with it.
-        return Ok(());
-    };
-    let holes: Vec<_> = local.quarantined().into_iter().map(|(r, _)| r).collect();
-    let mut covered = retention_point.max(1);
-    while let Some(hole) = holes.iter().find(|h| h.contains(&covered)) {
-        covered = hole.end().saturating_add(1);
-    }
-    if covered >= start {
-        return Ok(());
-    }
-    let d = log_dir.display();
-    let metadata = log_dir.join(remote::METADATA_DIR);
-    let m = metadata.display();
-    let what = match topic {
-        None => format!("{m}/ is missing"),
-        Some(topic) if topic_recorded => format!(
-            "{m}/ records no remote segment of its topic `{}` ({})",
-            topic.topic(),
-            log_dir.join(remote::TOPIC_FILE).display()
-        ),
-        Some(topic) => format!(
-            "{m}/ records no remote segment of topic `{}` (the topic is named after the \
-             directory, for a log tiered before {} existed: was the directory renamed?)",
-            topic.topic(),
-            log_dir.join(remote::TOPIC_FILE).display()
-        ),
-    };
-    Err(CliError::new(format!(
-        "cannot open tiered log {d}: its local segments start at seq {start}, but {what}, and no \
-         retention point explains the start: seqs 1..={} would be unreachable; nothing was changed",
-        start - 1
-    ))
-    .hint(if topic.is_some() && !topic_recorded {
-        format!(
-            "rename the directory back to the name it was tiered under, or restore {m}/ from a \
-             copy of the log directory"
-        )
-    } else {
-        format!(
-            "restore {m}/ from a copy of the log directory (it records which segments are remote)"
-        )
-    }))
-}
-
-/// Which seqs live where.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Placement {
-    /// Finished remote segments: `(start, end)` seqs.
-    pub remote: Vec<(u64, u64)>,
-    /// Local segments: `(base, last)` seqs (the active one last, possibly empty).
-    pub local: Vec<(u64, u64)>,
-}
-
-impl Tiered {
-    /// Where every seq lives now.
-    ///
-    /// # Errors
-    /// When the metadata cannot be listed.
-    pub fn placement(&self) -> Result<Placement> {
-        let remote = self
-            .metadata
-            .list_remote_log_segments(&self.topic)
-            .map_err(|e| CliError::new(format!("cannot list remote segments: {e}")))?
-            .into_iter()
-            .filter(|m| m.state() == RemoteLogSegmentState::CopySegmentFinished)
-            .map(|m| (m.start_offset(), m.end_offset()))
-            .collect();
-        let local = self
-            .log
-            .log()
-            .segments()
-            .into_iter()
-            .filter(|s| s.last_seq >= s.base_seq)
-            .map(|s| (s.base_seq, s.last_seq))
-            .collect();
-        Ok(Placement { remote, local })
-    }
-}
-
-impl Placement {
-    /// Lines such as `seq 1..=180000  remote only (171 segments)`.
-    pub fn describe(&self) -> Vec<String> {
-        let local_first = self.local.first().map(|s| s.0);
-        let remote_last = self.remote.last().map(|s| s.1);
-        let mut lines = Vec::new();
-        let mut range = |what: &str, segs: &[(u64, u64)]| {
-            if let (Some(a), Some(b)) = (segs.first(), segs.last()) {
-                lines.push(format!(
-                    "seq {:>9}..={:<9} {what} ({} segment{})",
-                    a.0,
-                    b.1,
-                    segs.len(),
-                    if segs.len() == 1 { "" } else { "s" }
-                ));
-            }
-        };
-        let remote_only: Vec<_> = self
-            .remote
-            .iter()
-            .copied()
-            .filter(|s| local_first.is_none_or(|f| s.1 < f))
-            .collect();
-        let both: Vec<_> = self
-            .local
-            .iter()
-            .copied()
-            .filter(|s| remote_last.is_some_and(|r| s.1 <= r))
-            .collect();
-        let local_only: Vec<_> = self
-            .local
-            .iter()
-            .copied()
-            .filter(|s| remote_last.is_none_or(|r| s.1 > r))
-            .collect();
-        range("remote only", &remote_only);
-        range("local and remote", &both);
-        range("local only (not yet copied, or active)", &local_only);
-        lines
-    }
-}
-
-/// `krabka read --remote`: reads across both tiers.
-pub struct TieredSource {
-    tiered: Tiered,
-    next: u64,
-}
-
-impl TieredSource {
-    /// Opens the tiered log at `dir` to read from `from`.
-    ///
-    /// # Errors
-    /// As [`open`].
-    pub fn open(dir: &Path, remote_args: &RemoteArgs, from: u64) -> Result<Self> {
-        let spec = remote::spec(remote_args)?
-            .ok_or_else(|| CliError::new("--remote is required to read the remote tier"))?;
-        if !dir.is_dir() {
-            return Err(
-                CliError::new(format!("no log directory at {}", dir.display()))
-                    .hint("pass the directory of a krabka log"),
-            );
-        }
-        let tiered = open(
-            dir,
-            spec,
-            remote_args,
-            Options::default(),
-            TieringConfig {
-                retention_ms: None,
-                ..TieringConfig::default()
-            },
-        )?;
-        Ok(Self { tiered, next: from })
-    }
-}
-
-impl Source for TieredSource {
-    fn next_records(&mut self, max: usize) -> Result<Vec<Record>> {
-        let dir = self.tiered.log.log().dir().to_path_buf();
-        let next_append = self.tiered.log.last_seq().saturating_add(1);
-        if self.next == next_append {
-            return Ok(Vec::new());
-        }
-        if self.next > next_append || self.next == 0 {
-            let first = self
-                .tiered
-                .log
-                .first_seq()
-                .unwrap_or_else(|_| self.tiered.log.local_first_seq());
-            if self.next == 0 {
-                return Err(CliError::new(format!(
-                    "seq 0 is not a seq of {}: seqs start at 1",
-                    dir.display()
-                ))
-                .hint(format!("read from {first}, the first seq the log holds")));
-            }
-            return Err(crate::reader::out_of_range(
-                &dir,
-                self.next,
-                first,
-                next_append,
-            ));
-        }
-        let records = self
-            .tiered
-            .log
-            .read(self.next, max)
-            .map_err(|e| tiering_error("cannot read", &dir, e))?;
-        if let Some(last) = records.last() {
-            self.next = last.seq.saturating_add(1);
-        }
-        Ok(records)
-    }
-}
 
 /// One line about a round.
 pub fn describe_round(r: &TieringReport) -> String {
@@ -389,6 +40,48 @@ pub fn describe_round(r: &TieringReport) -> String {
     line
 }
 
+/// Serves the metrics facade's values for Prometheus at `http://addr/metrics`.
+fn serve_metrics(addr: SocketAddr) -> Result<()> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|e| {
+            CliError::new(format!("cannot serve metrics on {addr}: {e}"))
+                .hint("pass a free address, e.g. --metrics-addr 127.0.0.1:9464")
+        })?;
+    metrics::describe();
+    outln!("serving metrics at http://{addr}/metrics")
+}
+
+/// What `--watch` printed last: a line is printed when copy lag, remote bytes or errors
+/// change.
+#[derive(Default)]
+struct Watch {
+    last: Option<(u64, u64, u64, u64)>,
+}
+
+impl Watch {
+    fn show(&mut self, s: &TieringStats) -> Result<()> {
+        let now = (
+            s.copy_lag_segments,
+            s.copy_lag_bytes,
+            s.remote_bytes,
+            s.copy_failures,
+        );
+        if self.last == Some(now) {
+            return Ok(());
+        }
+        self.last = Some(now);
+        outln!(
+            "copy lag {} segment(s) ({}), remote {}, copy errors {}",
+            s.copy_lag_segments,
+            human::bytes(s.copy_lag_bytes),
+            human::bytes(s.remote_bytes),
+            s.copy_failures
+        )
+    }
+}
+
 /// Runs `krabka tier`.
 ///
 /// # Errors
@@ -406,13 +99,17 @@ pub fn run(args: &TierArgs) -> Result<()> {
         sync: SyncPolicy::EveryAppend,
         ..Options::default()
     };
-    let tiered = open(
-        &args.dir,
-        spec,
-        &args.remote,
-        options,
-        config(&args.retention),
-    )?;
+    let config = tiered::config(&args.retention);
+    let tiered = match args.metrics_addr {
+        None => tiered::open(&args.dir, spec, &args.remote, options, config)?,
+        Some(addr) => {
+            serve_metrics(addr)?;
+            // Every remote call measured the same way, whatever the backend.
+            let rsm = remote::open(&spec, &args.remote)?;
+            let rsm: Arc<dyn RemoteStorageManager> = Arc::new(Instrumented::new(rsm));
+            tiered::open_with_remote(&args.dir, spec, rsm, options, config)?
+        }
+    };
     if args.watch {
         interrupt::install();
     }
@@ -422,12 +119,18 @@ pub fn run(args: &TierArgs) -> Result<()> {
         tiered.remote.describe(),
         tiered.topic.topic()
     )?;
+    let mut watch = Watch::default();
     loop {
         let started = Instant::now();
         let report = tiered
             .log
             .run_once()
             .map_err(|e| tiering_error("tiering round failed on", &args.dir, e))?;
+        metrics::record_round(&tiered.topic, &report);
+        metrics::publish_partition(&tiered.log);
+        if args.watch {
+            watch.show(&tiered.log.stats())?;
+        }
         let busy = report.segments_copied + report.local_segments_deleted > 0;
         if busy || !report.failures.is_empty() || !args.watch {
             outln!(

@@ -22,6 +22,10 @@
 //! - A delete is idempotent and removes every file of the segment.
 //! - Topic names are checked with Kafka's rules, so no name can escape the root.
 //!
+//! # Platform
+//! Unix only (Linux, macOS, the BSDs): files are read with the positioned reads of
+//! `std::os::unix::fs::FileExt`, and directories are fsynced through their file handles.
+//!
 //! ```
 //! use krabka_remote_fs::FsRemoteStorage;
 //! use krabka_remote_storage::*;

@@ -12,7 +12,7 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use krabka_remote_s3::S3RemoteStorage;
 use krabka_remote_storage::{
-    LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageManager,
+    IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageManager,
     TopicIdPartition,
 };
 
@@ -158,6 +158,47 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
 
+    // A 16 MiB segment with 1 MiB indexes under the default configuration.
+    let small = support::start_server();
+    let small_storage = S3RemoteStorage::new(small.config()).unwrap();
+    let small_seg = segment_files(dir.path(), "d", 16 << 20, 1 << 20);
+    let small_meta = metadata_of(16 << 20);
+    let mut g = c.benchmark_group("upload_16mib_default_config");
+    g.throughput(Throughput::Bytes(16 << 20)).sample_size(10);
+    g.bench_function("backend_copy_log_segment_data", |b| {
+        b.iter(|| {
+            small_storage
+                .copy_log_segment_data(&small_meta, &small_seg)
+                .unwrap()
+        })
+    });
+    g.finish();
+
+    // Whole-object GETs: a 4 MiB segment fetched from its start, and a 1 MiB index.
+    let small_meta = small_meta.with_custom_metadata(
+        small_storage
+            .copy_log_segment_data(&small_meta, &small_seg)
+            .unwrap(),
+    );
+    let mut g = c.benchmark_group("get_whole_object");
+    g.throughput(Throughput::Bytes(1 << 20)).sample_size(20);
+    g.bench_function("backend_fetch_index_1mib", |b| {
+        b.iter(|| {
+            small_storage
+                .fetch_index(&small_meta, IndexType::Offset)
+                .unwrap()
+        })
+    });
+    g.throughput(Throughput::Bytes(4 << 20));
+    g.bench_function("backend_fetch_log_segment_4mib", |b| {
+        b.iter(|| {
+            small_storage
+                .fetch_log_segment(&small_meta, 0, Some((4 << 20) - 1))
+                .unwrap()
+        })
+    });
+    g.finish();
+
     let m = metadata.with_custom_metadata(storage.copy_log_segment_data(&metadata, &seg).unwrap());
     let mut g = c.benchmark_group("ranged_get_1mib");
     g.throughput(Throughput::Bytes(1 << 20)).sample_size(20);
@@ -169,6 +210,31 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.finish();
+}
+
+/// A segment of `log_len` bytes with two indexes of `index_len` bytes each, under `dir`.
+fn segment_files(
+    dir: &std::path::Path,
+    stem: &str,
+    log_len: usize,
+    index_len: usize,
+) -> LogSegmentData {
+    let paths = ["log", "index", "timeindex"].map(|ext| dir.join(format!("{stem}.{ext}")));
+    for (i, p) in paths.iter().enumerate() {
+        let len = if i == 0 { log_len } else { index_len };
+        let bytes: Vec<u8> = (0..len).map(|j| ((j * 13 + i) % 251) as u8).collect();
+        std::fs::write(p, bytes).unwrap();
+    }
+    let [l, o, t] = paths;
+    LogSegmentData::new(l, o, t)
+}
+
+fn metadata_of(size: u64) -> RemoteLogSegmentMetadata {
+    let tp = TopicIdPartition::new(uuid::Uuid::new_v4(), "bench", 0);
+    RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp), 0, 1)
+        .segment_size_in_bytes(size)
+        .build()
+        .unwrap()
 }
 
 criterion_group! {

@@ -103,14 +103,17 @@ pub struct S3Config {
     pub force_path_style: bool,
     /// Credentials. Default: [`S3Credentials::DefaultChain`].
     pub credentials: S3Credentials,
-    /// Files of at least this many bytes go up as a multipart upload; smaller ones as one
-    /// PutObject. Default 16 MiB; minimum [`MIN_PART_SIZE`] (5 MiB).
+    /// Files of at least this many bytes go up as a multipart upload, whose parts go up in
+    /// parallel; smaller ones as one PutObject. Default 8 MiB (so a 16 MiB segment goes up as
+    /// two parts at once); minimum [`MIN_PART_SIZE`] (5 MiB).
     pub multipart_threshold: u64,
     /// Size of each multipart part (the last may be smaller). Default 8 MiB; minimum
     /// [`MIN_PART_SIZE`] (5 MiB), maximum [`MAX_PART_SIZE`] (5 GiB). Raised automatically
     /// when a file would need more than [`MAX_PARTS`] parts.
     pub part_size: u64,
-    /// Parts uploaded at once. Memory in flight is at most `upload_concurrency × part_size`.
+    /// Requests carrying data in flight at once within one copy: the parts of a multipart
+    /// upload and the PutObjects of the segment's other files (indexes) share this bound.
+    /// Memory in flight is at most `upload_concurrency × max(part_size, multipart_threshold)`.
     /// Default 4; minimum 1.
     pub upload_concurrency: usize,
     /// Time to establish a TCP (and TLS) connection. Default 5 s; minimum 1 ms.
@@ -138,7 +141,7 @@ impl S3Config {
             endpoint_url: None,
             force_path_style: false,
             credentials: S3Credentials::DefaultChain,
-            multipart_threshold: 16 * MIB,
+            multipart_threshold: 8 * MIB,
             part_size: 8 * MIB,
             upload_concurrency: 4,
             connect_timeout: Duration::from_secs(5),

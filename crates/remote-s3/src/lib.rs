@@ -6,11 +6,14 @@
 //!   [`S3Config::from_env`] reads the standard `AWS_*` variables plus `KRABKA_S3_BUCKET` /
 //!   `KRABKA_S3_PREFIX`. Secrets never show in `Debug`.
 //! - [`S3RemoteStorage`] — the backend. Objects follow
-//!   [`krabka_remote_storage::layout`] under the prefix. Copies go up as one PutObject below
-//!   [`S3Config::multipart_threshold`], otherwise as a multipart upload with
-//!   [`S3Config::upload_concurrency`] parts in flight, aborted on any error; every object is
-//!   verified (size, and MD5-derived ETag where the store reports one) before the copy succeeds.
-//!   Fetches are one ranged GET.
+//!   [`krabka_remote_storage::layout`] under the prefix. A copy uploads the segment's files at
+//!   once, at most [`S3Config::upload_concurrency`] requests carrying data in flight: each file
+//!   goes up as one PutObject below [`S3Config::multipart_threshold`], otherwise as a multipart
+//!   upload (aborted on any error). Every request carries a Content-MD5 the store checks, and
+//!   every object is verified before the copy succeeds: the MD5-derived ETag of the upload's
+//!   response is compared with the expected one, and when the store reports no such ETag
+//!   (SSE-KMS, SSE-C, other stores) a HeadObject checks the size. The manifest goes up last.
+//!   Fetches are one ranged GET, read into a buffer sized up front.
 //!
 //! - `test_server` (feature `test-server`) — an S3 server in-process on 127.0.0.1 for tests
 //!   and benchmarks.
@@ -22,6 +25,15 @@
 //! `block_in_place`); from a current-thread runtime they return
 //! [`RemoteStorageError::InvalidArgument`](krabka_remote_storage::RemoteStorageError::InvalidArgument)
 //! instead of blocking the only thread that runs it.
+//!
+//! # Platform
+//! Unix only: multipart parts are read with positioned reads
+//! (`std::os::unix::fs::FileExt`).
+//!
+//! # SDK types
+//! No aws-sdk-s3 type is part of this crate's API: [`S3Config`] holds plain values, and SDK
+//! failures arrive as [`RemoteStorageError`](krabka_remote_storage::RemoteStorageError) (the
+//! SDK error only as its opaque `source`), so an SDK upgrade is not a breaking change here.
 //!
 //! ```no_run
 //! use krabka_remote_s3::{S3Config, S3Credentials, S3RemoteStorage};

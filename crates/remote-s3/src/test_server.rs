@@ -50,11 +50,12 @@ const REBIND_PAUSE: Duration = Duration::from_millis(50);
 /// Multipart uploads open on the server: upload id → key.
 type Uploads = Arc<Mutex<BTreeMap<String, String>>>;
 
-/// s3s-fs plus the upload tracking and part counting.
+/// s3s-fs plus the upload tracking and the part and HeadObject counting.
 struct Tracked {
     fs: s3s_fs::FileSystem,
     uploads: Uploads,
     parts_received: Arc<AtomicUsize>,
+    heads_received: Arc<AtomicUsize>,
 }
 
 fn lock(uploads: &Uploads) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
@@ -91,6 +92,7 @@ impl S3 for Tracked {
         &self,
         r: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
+        self.heads_received.fetch_add(1, Ordering::SeqCst);
         self.fs.head_object(r).await
     }
     async fn delete_object(
@@ -186,6 +188,7 @@ pub struct TestServer {
     _dir: Option<tempfile::TempDir>,
     uploads: Uploads,
     parts_received: Arc<AtomicUsize>,
+    heads_received: Arc<AtomicUsize>,
     running: Option<Running>,
 }
 
@@ -228,6 +231,7 @@ impl TestServer {
             _dir: dir,
             uploads: Arc::default(),
             parts_received: Arc::default(),
+            heads_received: Arc::default(),
             running: None,
         };
         server.run(None)?;
@@ -291,6 +295,11 @@ impl TestServer {
         Arc::clone(&self.parts_received)
     }
 
+    /// How many HeadObject requests it has answered since it was first started.
+    pub fn heads_received(&self) -> usize {
+        self.heads_received.load(Ordering::SeqCst)
+    }
+
     /// Whether it is serving.
     pub fn is_running(&self) -> bool {
         self.running.is_some()
@@ -323,6 +332,7 @@ impl TestServer {
             fs,
             uploads: Arc::clone(&self.uploads),
             parts_received: Arc::clone(&self.parts_received),
+            heads_received: Arc::clone(&self.heads_received),
         };
         let mut builder = s3s::service::S3ServiceBuilder::new(tracked);
         builder.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
@@ -347,6 +357,9 @@ impl TestServer {
                             _ = &mut stop_rx => break,
                             accepted = listener.accept() => {
                                 let Ok((socket, _)) = accepted else { continue };
+                                // As production stores do: without it a small response's tail
+                                // waits for the client's delayed ACK (~40 ms on loopback).
+                                let _ = socket.set_nodelay(true);
                                 let conn = http
                                     .serve_connection(
                                         hyper_util::rt::TokioIo::new(socket),

@@ -71,11 +71,22 @@ pub fn partition_dir(tp: &TopicIdPartition) -> Result<String, RemoteStorageError
 
 /// The file (object) name stem of a segment: `<20-digit start offset>-<segment uuid>`.
 pub fn segment_stem(metadata: &RemoteLogSegmentMetadata) -> String {
-    format!(
-        "{:020}-{}",
+    stem(
         metadata.start_offset(),
-        metadata.remote_log_segment_id().id()
+        metadata.remote_log_segment_id().id(),
     )
+}
+
+fn stem(start: u64, id: uuid::Uuid) -> String {
+    format!("{start:020}-{id}")
+}
+
+/// The key of one of a segment's objects from its parts: `<dir>/<stem><suffix>`, where `dir`
+/// is the [`partition_dir`] and `suffix` one of [`LOG_SUFFIX`], [`MANIFEST_SUFFIX`] or an
+/// [`IndexType::suffix`]. The inverse of [`parse_segment_file_name`] below `dir`; for listings
+/// that know a segment only by its start and uuid.
+pub fn segment_object_key(dir: &str, start: u64, id: uuid::Uuid, suffix: &str) -> String {
+    format!("{dir}/{}{suffix}", stem(start, id))
 }
 
 /// The relative path (key below the prefix) of a segment's `.log` data.
@@ -187,11 +198,11 @@ fn file_key(
     metadata: &RemoteLogSegmentMetadata,
     suffix: &str,
 ) -> Result<String, RemoteStorageError> {
-    Ok(format!(
-        "{}/{}{}",
-        partition_dir(metadata.topic_id_partition())?,
-        segment_stem(metadata),
-        suffix
+    Ok(segment_object_key(
+        &partition_dir(metadata.topic_id_partition())?,
+        metadata.start_offset(),
+        metadata.remote_log_segment_id().id(),
+        suffix,
     ))
 }
 

@@ -1,13 +1,20 @@
 //! The remote tier of krabka: the [`RemoteStorageManager`] SPI every backend implements, its
 //! data model (modeled on Kafka's KIP-405 storage API), and the errors callers act on.
 //!
+//! A leaf crate: it depends on no other krabka crate, so a backend depends on it alone. The
+//! durable metadata manager and the recovery that installs into it and sets up the local log
+//! live in `krabka-tiering` (`krabka_tiering::metadata`, `krabka_tiering::recovery`).
+//!
 //! - [`RemoteStorageManager`] — copy, fetch a byte range, fetch an index, delete.
 //! - [`RemoteLogSegmentMetadata`] and its lifecycle [`RemoteLogSegmentState`].
 //! - [`layout`] — the object layout shared by the filesystem and S3 backends.
-//! - [`metadata`] — [`RemoteLogMetadataManager`](metadata::RemoteLogMetadataManager), in memory
-//!   or durable on a `krabka_storage::Log`.
+//! - [`metadata`] — [`RemoteLogMetadataManager`](metadata::RemoteLogMetadataManager), the
+//!   shared state every manager answers its reads from, the in-memory manager, and the
+//!   [`event`](metadata::event) encoding the durable manager stores.
 //! - [`manifest`] — the self-describing manifest every copy writes last, and
-//!   [`recovery`] — rebuilding a partition's metadata from the remote tier alone.
+//!   [`recovery`] — the [`RemoteSegmentLister`](recovery::RemoteSegmentLister) backends
+//!   implement, and the read-only [`scan`](recovery::scan) that chooses, from the manifests
+//!   alone, the segments that form a partition's log.
 //! - `testkit` (feature `testkit`) — the conformance kit every backend runs, and a
 //!   fault-injecting wrapper for the layers above.
 //! - [`RemoteStorageError`] — one error enum; [`RemoteStorageError::is_retriable`] tells callers

@@ -511,7 +511,6 @@ mod tests {
 mod zstd_tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use krabka_remote_storage::testkit::SplitMix64;
     use krabka_remote_storage::{TopicIdPartition, Uuid};
 
     #[test]
@@ -524,7 +523,7 @@ mod zstd_tests {
             chunk_count: 3,
         };
         let mut random = vec![0u8; 4 * PROBE_BYTES];
-        SplitMix64::new(1).fill(&mut random);
+        fastrand::Rng::with_seed(1).fill(&mut random);
         let (body, entry) = enc.chunk(0, random.clone()).unwrap();
         assert_eq!((entry.encoding, body), (Encoding::Raw, random.clone()));
         // Below the probe size the whole chunk is tried (and kept raw when it does not shrink).

@@ -21,8 +21,8 @@ use crate::config::{Compression, TransformConfig};
 use crate::crypto::DataKey;
 use crate::error::TransformError;
 use crate::format::{
-    ChunkEntry, FLAG_AES_GCM, FLAG_ZSTD, Header, INDEX_SLOTS, chunk_count, header_len,
-    index_object, index_slot,
+    ChunkEntry, EncryptionHeader, FLAG_AES_GCM, FLAG_ZSTD, Header, INDEX_SLOTS, IndexEntry,
+    chunk_count, header_len, index_object, index_slot,
 };
 
 /// A transformed copy, ready for the inner store.
@@ -46,27 +46,19 @@ fn too_large(segment: &RemoteLogSegmentId, object: &str, reason: String) -> Tran
     }
 }
 
+/// Index bodies in `IndexType::ALL` order, transformed.
+type IndexBodies = Vec<(IndexType, Vec<u8>)>;
+
 /// Transforms `data` into scratch files under a fresh directory.
 pub(crate) fn prepare(
     config: &TransformConfig,
     segment: &RemoteLogSegmentId,
     data: &LogSegmentData,
 ) -> Result<Prepared, TransformError> {
-    let scratch = config
-        .scratch_dir()
-        .map_or_else(std::env::temp_dir, Path::to_path_buf);
-    let dir = tempfile::Builder::new()
-        .prefix("krabka-transform-")
-        .tempdir_in(&scratch)
-        .map_err(|e| TransformError::io(segment, scratch.clone(), e))?;
-
+    let dir = scratch_dir(config, segment)?;
     let log_path = &data.log_segment;
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |e| TransformError::io(segment, path, e)
-    };
-    let mut src = File::open(log_path).map_err(io(log_path))?;
-    let size = src.metadata().map_err(io(log_path))?.len();
+    let mut src = File::open(log_path).map_err(io(segment, log_path))?;
+    let size = src.metadata().map_err(io(segment, log_path))?.len();
     let plaintext_size = u32::try_from(size).map_err(|_| {
         too_large(
             segment,
@@ -78,21 +70,7 @@ pub(crate) fn prepare(
     let count = u32::try_from(chunk_count(size, chunk_size))
         .map_err(|_| too_large(segment, "log", "too many chunks".to_owned()))?;
 
-    let keys = config.keys();
-    let (key, encryption) = match keys {
-        Some(keys) => {
-            let (key, encryption_header) = DataKey::generate(keys.as_ref(), segment)?;
-            (Some(key), Some(encryption_header))
-        }
-        None => (None, None),
-    };
-    let mut flags = 0;
-    if matches!(config.compression(), Compression::Zstd { .. }) {
-        flags |= FLAG_ZSTD;
-    }
-    if key.is_some() {
-        flags |= FLAG_AES_GCM;
-    }
+    let (key, encryption, flags) = data_key(config, segment)?;
 
     // Indexes first: the header records their stored lengths and checksums.
     let mut encoder = Encoder {
@@ -101,51 +79,19 @@ pub(crate) fn prepare(
         compressor: Compressor::new(config.compression(), segment)?,
         chunk_count: count,
     };
-    let mut indexes = [None; INDEX_SLOTS];
-    let mut bodies: Vec<(IndexType, Vec<u8>)> = Vec::new();
-    for t in IndexType::ALL {
-        let plain = match data.index_source(t) {
-            None => continue,
-            Some(IndexSource::File(p)) => std::fs::read(p).map_err(io(p))?,
-            Some(IndexSource::Bytes(b)) => b.to_vec(),
-        };
-        let slot = index_slot(t);
-        let (body, entry) = encoder.index(slot, &index_object(t), plain)?;
-        if let Some(s) = indexes.get_mut(slot) {
-            *s = Some(entry);
-        }
-        bodies.push((t, body));
-    }
+    let (indexes, bodies) = transform_indexes(&mut encoder, data)?;
 
     // The `.log`: a hole for the header, then the chunks.
-    let encrypted = key.is_some();
-    let mlen = header_len(encrypted, u64::from(count));
+    let mlen = header_len(key.is_some(), u64::from(count));
     let out_path = dir.path().join("segment.log");
-    let mut dst = File::create(&out_path).map_err(io(&out_path))?;
-    dst.seek(SeekFrom::Start(mlen)).map_err(io(&out_path))?;
-    let chunks = transform_chunks(
+    let (mut dst, chunks, stored_size) = write_chunks(
         config,
         &mut encoder,
         (&mut src, log_path),
-        (&mut dst, &out_path),
+        &out_path,
+        mlen,
         size,
     )?;
-    let mut probe = [0u8; 1];
-    if src.read(&mut probe).map_err(io(log_path))? != 0 {
-        return Err(TransformError::io(
-            segment,
-            log_path.clone(),
-            std::io::Error::other("the segment file grew while it was being copied"),
-        ));
-    }
-    let stored: u64 = mlen + chunks.iter().map(|c| u64::from(c.stored_len)).sum::<u64>();
-    let stored_size = u32::try_from(stored).map_err(|_| {
-        too_large(
-            segment,
-            "log",
-            format!("the transformed object would be {stored} bytes, over u32 positions"),
-        )
-    })?;
 
     let tp = segment.topic_id_partition();
     let mut header = Header {
@@ -164,40 +110,11 @@ pub(crate) fn prepare(
         header.tag = Some(header_tag(key, segment, &header.authenticated_bytes())?);
     }
     let header_bytes = header.encode();
-    dst.seek(SeekFrom::Start(0)).map_err(io(&out_path))?;
-    dst.write_all(&header_bytes).map_err(io(&out_path))?;
-    dst.flush().map_err(io(&out_path))?;
+    write_header(&mut dst, &out_path, &header_bytes, segment)?;
     drop(dst);
 
-    let mut out = LogSegmentData::new(
-        out_path,
-        dir.path().join("segment.index"),
-        dir.path().join("segment.timeindex"),
-    );
-    for (t, body) in bodies {
-        let mut object = Vec::with_capacity(header_bytes.len() + body.len());
-        object.extend_from_slice(&header_bytes);
-        object.extend_from_slice(&body);
-        let path = dir.path().join(format!("segment{}", t.suffix()));
-        match t {
-            IndexType::LeaderEpoch => {
-                out.leader_epoch_index = Bytes::from(object);
-                continue;
-            }
-            IndexType::Transaction => out.transaction_index = Some(path.clone()),
-            IndexType::ProducerSnapshot => out.producer_snapshot_index = Some(path.clone()),
-            _ => {}
-        }
-        std::fs::write(&path, &object).map_err(io(&path))?;
-    }
-
-    let mut offsets = Vec::with_capacity(header.chunks.len() + 1);
-    let mut at = mlen;
-    offsets.push(at);
-    for c in &header.chunks {
-        at += u64::from(c.stored_len);
-        offsets.push(at);
-    }
+    let out = write_index_objects(segment, dir.path(), out_path, &header_bytes, bodies)?;
+    let offsets = chunk_offsets(mlen, &header);
     Ok(Prepared {
         data: out,
         header: header_bytes,
@@ -211,6 +128,177 @@ pub(crate) fn prepare(
     })
 }
 
+/// A fresh directory for the scratch files, under the configured scratch directory.
+fn scratch_dir(
+    config: &TransformConfig,
+    segment: &RemoteLogSegmentId,
+) -> Result<TempDir, TransformError> {
+    let scratch = config
+        .scratch_dir()
+        .map_or_else(std::env::temp_dir, Path::to_path_buf);
+    tempfile::Builder::new()
+        .prefix("krabka-transform-")
+        .tempdir_in(&scratch)
+        .map_err(|e| TransformError::io(segment, scratch.clone(), e))
+}
+
+/// A new data key wrapped for the header when encrypting, and the transform flags.
+fn data_key(
+    config: &TransformConfig,
+    segment: &RemoteLogSegmentId,
+) -> Result<(Option<DataKey>, Option<EncryptionHeader>, u8), TransformError> {
+    let (key, encryption) = match config.keys() {
+        Some(keys) => {
+            let (key, encryption_header) = DataKey::generate(keys.as_ref(), segment)?;
+            (Some(key), Some(encryption_header))
+        }
+        None => (None, None),
+    };
+    let mut flags = 0;
+    if matches!(config.compression(), Compression::Zstd { .. }) {
+        flags |= FLAG_ZSTD;
+    }
+    if key.is_some() {
+        flags |= FLAG_AES_GCM;
+    }
+    Ok((key, encryption, flags))
+}
+
+/// Creates the transformed `.log` at `out_path` and writes its chunks after an `mlen`-byte
+/// hole for the header; returns the file, the chunk table and the object's size.
+fn write_chunks(
+    config: &TransformConfig,
+    encoder: &mut Encoder<'_>,
+    (src, log_path): (&mut File, &PathBuf),
+    out_path: &PathBuf,
+    mlen: u64,
+    size: u64,
+) -> Result<(File, Vec<ChunkEntry>, u32), TransformError> {
+    let segment = encoder.segment;
+    let mut dst = File::create(out_path).map_err(io(segment, out_path))?;
+    dst.seek(SeekFrom::Start(mlen))
+        .map_err(io(segment, out_path))?;
+    let chunks = transform_chunks(config, encoder, (src, log_path), (&mut dst, out_path), size)?;
+    ensure_done(src, log_path, segment)?;
+    let stored: u64 = mlen + chunks.iter().map(|c| u64::from(c.stored_len)).sum::<u64>();
+    let stored_size = u32::try_from(stored).map_err(|_| {
+        too_large(
+            segment,
+            "log",
+            format!("the transformed object would be {stored} bytes, over u32 positions"),
+        )
+    })?;
+    Ok((dst, chunks, stored_size))
+}
+
+/// Writes the encoded header into the hole at the head of the transformed `.log`.
+fn write_header(
+    dst: &mut File,
+    out_path: &Path,
+    header_bytes: &[u8],
+    segment: &RemoteLogSegmentId,
+) -> Result<(), TransformError> {
+    dst.seek(SeekFrom::Start(0))
+        .map_err(io(segment, out_path))?;
+    dst.write_all(header_bytes).map_err(io(segment, out_path))?;
+    dst.flush().map_err(io(segment, out_path))
+}
+
+/// An I/O error on `path` of `segment`'s copy.
+fn io<'a>(
+    segment: &'a RemoteLogSegmentId,
+    path: &Path,
+) -> impl FnOnce(std::io::Error) -> TransformError + 'a {
+    let path = path.to_path_buf();
+    move |e| TransformError::io(segment, path, e)
+}
+
+/// Reads and transforms every index `data` has; returns the header's index table and the
+/// transformed bodies.
+fn transform_indexes(
+    encoder: &mut Encoder<'_>,
+    data: &LogSegmentData,
+) -> Result<([Option<IndexEntry>; INDEX_SLOTS], IndexBodies), TransformError> {
+    let mut indexes = [None; INDEX_SLOTS];
+    let mut bodies: IndexBodies = Vec::new();
+    for t in IndexType::ALL {
+        let plain = match data.index_source(t) {
+            None => continue,
+            Some(IndexSource::File(p)) => std::fs::read(p).map_err(io(encoder.segment, p))?,
+            Some(IndexSource::Bytes(b)) => b.to_vec(),
+        };
+        let slot = index_slot(t);
+        let (body, entry) = encoder.index(slot, &index_object(t), plain)?;
+        if let Some(s) = indexes.get_mut(slot) {
+            *s = Some(entry);
+        }
+        bodies.push((t, body));
+    }
+    Ok((indexes, bodies))
+}
+
+/// Fails when the source `.log` has bytes past those transformed (it grew meanwhile).
+fn ensure_done(
+    src: &mut File,
+    log_path: &Path,
+    segment: &RemoteLogSegmentId,
+) -> Result<(), TransformError> {
+    let mut probe = [0u8; 1];
+    if src.read(&mut probe).map_err(io(segment, log_path))? != 0 {
+        return Err(TransformError::io(
+            segment,
+            log_path.to_path_buf(),
+            std::io::Error::other("the segment file grew while it was being copied"),
+        ));
+    }
+    Ok(())
+}
+
+/// Writes each index object (the header, then its transformed body) under `dir` (the
+/// leader-epoch checkpoint stays in memory); returns the files for the inner store.
+fn write_index_objects(
+    segment: &RemoteLogSegmentId,
+    dir: &Path,
+    log: PathBuf,
+    header_bytes: &[u8],
+    bodies: IndexBodies,
+) -> Result<LogSegmentData, TransformError> {
+    let mut out = LogSegmentData::new(
+        log,
+        dir.join("segment.index"),
+        dir.join("segment.timeindex"),
+    );
+    for (t, body) in bodies {
+        let mut object = Vec::with_capacity(header_bytes.len() + body.len());
+        object.extend_from_slice(header_bytes);
+        object.extend_from_slice(&body);
+        let path = dir.join(format!("segment{}", t.suffix()));
+        match t {
+            IndexType::LeaderEpoch => {
+                out.leader_epoch_index = Bytes::from(object);
+                continue;
+            }
+            IndexType::Transaction => out.transaction_index = Some(path.clone()),
+            IndexType::ProducerSnapshot => out.producer_snapshot_index = Some(path.clone()),
+            _ => {}
+        }
+        std::fs::write(&path, &object).map_err(io(segment, &path))?;
+    }
+    Ok(out)
+}
+
+/// The stored offset of each chunk after a `mlen`-byte header, plus the object's end.
+fn chunk_offsets(mlen: u64, header: &Header) -> Vec<u64> {
+    let mut offsets = Vec::with_capacity(header.chunks.len() + 1);
+    let mut at = mlen;
+    offsets.push(at);
+    for c in &header.chunks {
+        at += u64::from(c.stored_len);
+        offsets.push(at);
+    }
+    offsets
+}
+
 /// Reads, transforms and writes every chunk, in order; returns the chunk table.
 fn transform_chunks(
     config: &TransformConfig,
@@ -219,46 +307,82 @@ fn transform_chunks(
     (dst, dst_path): (&mut File, &PathBuf),
     size: u64,
 ) -> Result<Vec<ChunkEntry>, TransformError> {
-    let segment = encoder.segment;
+    let files = ChunkFiles {
+        segment: encoder.segment,
+        src_path,
+        dst_path,
+        chunk: u64::from(config.chunk_size()),
+        size,
+    };
     let count = encoder.chunk_count;
-    let chunk = u64::from(config.chunk_size());
-    let read = |i: u32, src: &mut File| -> Result<Vec<u8>, TransformError> {
-        let start = u64::from(i) * chunk;
-        let len = chunk.min(size - start) as usize;
-        let mut buf = vec![0u8; len];
-        src.read_exact(&mut buf)
-            .map_err(|e| TransformError::io(segment, src_path.clone(), e))?;
-        Ok(buf)
-    };
-    let write = |dst: &mut File, body: &[u8]| {
-        dst.write_all(body)
-            .map_err(|e| TransformError::io(segment, dst_path.clone(), e))
-    };
-    let mut entries = Vec::with_capacity(count as usize);
     let threads = config.copy_threads().min(count as usize);
     if threads <= 1 {
+        let mut entries = Vec::with_capacity(count as usize);
         for i in 0..count {
-            let (body, entry) = encoder.chunk(i, read(i, src)?)?;
-            write(dst, &body)?;
+            let (body, entry) = encoder.chunk(i, files.read(i, src)?)?;
+            files.write(dst, &body)?;
             entries.push(entry);
         }
         return Ok(entries);
     }
-
     let mut workers = Vec::with_capacity(threads);
     for _ in 0..threads {
         workers.push(Encoder {
-            segment,
+            segment: encoder.segment,
             key: encoder.key,
-            compressor: Compressor::new(config.compression(), segment)?,
+            compressor: Compressor::new(config.compression(), encoder.segment)?,
             chunk_count: count,
         });
     }
+    transform_in_parallel(workers, &files, src, dst, count)
+}
+
+/// The source `.log` and the transformed one, read and written a chunk at a time.
+struct ChunkFiles<'a> {
+    segment: &'a RemoteLogSegmentId,
+    src_path: &'a PathBuf,
+    dst_path: &'a PathBuf,
+    /// Plaintext bytes per chunk.
+    chunk: u64,
+    /// Plaintext bytes in all.
+    size: u64,
+}
+
+impl ChunkFiles<'_> {
+    /// Reads chunk `i` (the next one in `src`).
+    fn read(&self, i: u32, src: &mut File) -> Result<Vec<u8>, TransformError> {
+        let start = u64::from(i) * self.chunk;
+        let len = self.chunk.min(self.size - start) as usize;
+        let mut buf = vec![0u8; len];
+        src.read_exact(&mut buf)
+            .map_err(|e| TransformError::io(self.segment, self.src_path.clone(), e))?;
+        Ok(buf)
+    }
+
+    /// Appends a transformed chunk.
+    fn write(&self, dst: &mut File, body: &[u8]) -> Result<(), TransformError> {
+        dst.write_all(body)
+            .map_err(|e| TransformError::io(self.segment, self.dst_path.clone(), e))
+    }
+}
+
+/// The chunks transformed by `workers` threads, at most two chunks per thread in memory,
+/// written in order as they complete.
+fn transform_in_parallel(
+    workers: Vec<Encoder<'_>>,
+    files: &ChunkFiles<'_>,
+    src: &mut File,
+    dst: &mut File,
+    count: u32,
+) -> Result<Vec<ChunkEntry>, TransformError> {
     type Done = (u32, Result<(Vec<u8>, ChunkEntry), TransformError>);
+    let segment = files.segment;
+    let threads = workers.len();
     let gone = || TransformError::Crypto {
         segment: segment.clone(),
         operation: "a chunk worker thread stopped",
     };
+    let mut entries = Vec::with_capacity(count as usize);
     let (job_tx, job_rx) = mpsc::sync_channel::<(u32, Vec<u8>)>(threads);
     let job_rx = Mutex::new(job_rx);
     let (done_tx, done_rx) = mpsc::channel::<Done>();
@@ -285,14 +409,14 @@ fn transform_chunks(
             while next_write < count {
                 while next_read < count && next_read - next_write < window {
                     job_tx
-                        .send((next_read, read(next_read, src)?))
+                        .send((next_read, files.read(next_read, src)?))
                         .map_err(|_| gone())?;
                     next_read += 1;
                 }
                 let (i, done) = done_rx.recv().map_err(|_| gone())?;
                 pending.insert(i, done?);
                 while let Some((body, entry)) = pending.remove(&next_write) {
-                    write(dst, &body)?;
+                    files.write(dst, &body)?;
                     entries.push(entry);
                     next_write += 1;
                 }

@@ -20,6 +20,9 @@
 //! header's length and digest and the sizes, so a cold ranged read is one small request for
 //! the header (or none, when an index was fetched first) plus one request for the chunks.
 //!
+//! # Platform
+//! Unix only, like the rest of the krabka workspace, which is built and tested on Unix alone.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use krabka_remote_storage::testkit::InMemoryRemoteStorage;

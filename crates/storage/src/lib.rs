@@ -34,7 +34,8 @@
 mod bufs;
 #[doc(hidden)]
 pub mod fault;
-mod index;
+pub mod fsutil;
+pub mod index;
 mod log;
 mod recovery;
 pub mod segment;
@@ -65,6 +66,15 @@ pub const LOCK_FILE_NAME: &str = ".lock";
 /// checkpoint plays the same part). An open that finds fewer records than it names fails with
 /// [`Error::Damaged`], so a deleted or emptied active segment is never taken for a short log.
 pub const RECOVERY_POINT_FILE_NAME: &str = "recovery-point";
+
+/// Name of the file in which [`Log::close`] records durably that the log was shut down
+/// cleanly, with the exact length, last seq and file identity of its active segment: the next
+/// [`Log::open`] then loads the active segment from index files written at close instead of
+/// scanning it ([`RecoveryReport::clean_shutdown`]). Open trusts it only when it is intact and
+/// describes the segment file exactly as it is (a damaged or stale marker means a scan, never an
+/// error), never under [`RecoveryMode::Repair`]; the first append, roll or
+/// [`Log::start_at`] after open removes it before writing.
+pub const CLEAN_SHUTDOWN_FILE_NAME: &str = "clean-shutdown";
 
 /// One stored message and its sequence number.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -302,6 +312,9 @@ pub struct RecoveryReport {
     pub ignored_files: Vec<PathBuf>,
     /// Bytes of `.log` files read by scans during open.
     pub scanned_bytes: u64,
+    /// Whether the active segment was loaded from what the last [`Log::close`] recorded
+    /// ([`CLEAN_SHUTDOWN_FILE_NAME`]) instead of being scanned.
+    pub clean_shutdown: bool,
 }
 
 impl RecoveryReport {

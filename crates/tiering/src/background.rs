@@ -2,7 +2,7 @@
 //! shutdown. Every SPI and metadata call runs on the blocking pool (`spawn_blocking`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use krabka_remote_storage::RemoteLogSegmentMetadata;
@@ -46,6 +46,25 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| Error::Task(e.to_string()))?
+}
+
+/// What an upload's blocking task returns: the SPI result, and whether it also cleaned the
+/// attempt up because the attempt had been abandoned by then.
+type Upload = (
+    Result<Option<krabka_remote_storage::CustomMetadata>, Error>,
+    bool,
+);
+
+/// Resolves when `cancel` turns true; never without a receiver (or once its sender is gone).
+async fn cancelled(cancel: Option<watch::Receiver<bool>>) {
+    match cancel {
+        Some(mut rx) => {
+            if rx.wait_for(|c| *c).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
 }
 
 impl TieredLog {
@@ -131,8 +150,9 @@ impl TieredLog {
                 break;
             }
             let this = self.clone();
+            let deadline = self.config.copy_deadline;
             copies.spawn(async move {
-                let result = this.copy_with_deadline(seg).await;
+                let result = this.copy_with_deadline(seg, deadline, None).await;
                 drop(permit);
                 result
             });
@@ -159,7 +179,15 @@ impl TieredLog {
         Ok(report)
     }
 
-    async fn copy_with_deadline(self: &Arc<Self>, seg: SegmentInfo) -> Result<u64, Error> {
+    /// One copy attempt on the blocking pool, abandoned (and cleaned up once its call
+    /// returns, so no orphan remains) when it runs past `deadline` or when `cancel` turns
+    /// true.
+    pub(crate) async fn copy_with_deadline(
+        self: &Arc<Self>,
+        seg: SegmentInfo,
+        deadline: Duration,
+        cancel: Option<watch::Receiver<bool>>,
+    ) -> Result<u64, Error> {
         let this = self.clone();
         let seg_for_begin = seg.clone();
         let meta = blocking(move || this.begin_copy(&seg_for_begin))
@@ -167,8 +195,26 @@ impl TieredLog {
             .inspect_err(|_| bump(&self.counters.copy_failures, 1))?;
         let this = self.clone();
         let (m, s) = (meta.clone(), seg.clone());
-        let mut upload = tokio::task::spawn_blocking(move || this.upload(&m, &s));
-        let outcome = tokio::time::timeout(self.config.copy_deadline, &mut upload).await;
+        let gave_up = Arc::new(AtomicBool::new(false));
+        let flag = gave_up.clone();
+        // An abandoned attempt is cleaned up by the thread that ran it, as soon as its call
+        // returns: no runtime needs to be alive then (a service may have shut down).
+        let mut upload = tokio::task::spawn_blocking(move || {
+            let result = this.upload(&m, &s);
+            let cleaned = flag.load(Ordering::Acquire);
+            if cleaned {
+                this.discard_after_failure(&m);
+                this.abandoned
+                    .lock()
+                    .remove(&m.remote_log_segment_id().id());
+            }
+            (result, cleaned)
+        });
+        let outcome = tokio::select! {
+            r = tokio::time::timeout(deadline, &mut upload) => r,
+            () = cancelled(cancel) => tokio::time::timeout(Duration::ZERO, &mut upload).await,
+        };
+        let outcome = outcome.map(|joined| joined.map(|(result, _)| result));
         let result = match outcome {
             Ok(Ok(Ok(custom))) => {
                 let this = self.clone();
@@ -178,13 +224,17 @@ impl TieredLog {
             Ok(Ok(Err(e))) => Err(e),
             Ok(Err(join)) => Err(Error::Task(join.to_string())),
             Err(_elapsed) => {
+                self.abandoned
+                    .lock()
+                    .insert(meta.remote_log_segment_id().id());
+                gave_up.store(true, Ordering::Release);
                 self.abandon(meta.clone(), upload);
                 bump(&self.counters.copy_failures, 1);
                 return Err(Error::CopyDeadlineExceeded {
                     segment: meta.remote_log_segment_id().clone(),
                     base_seq: seg.base_seq,
                     last_seq: seg.last_seq,
-                    deadline: self.config.copy_deadline,
+                    deadline,
                 });
             }
         };
@@ -204,16 +254,13 @@ impl TieredLog {
     /// Leaves a late copy running; when its call returns, its objects are deleted. Until then
     /// the attempt is not treated as stale (deleting under a running upload would orphan what
     /// it writes afterwards).
-    fn abandon(
-        self: &Arc<Self>,
-        meta: RemoteLogSegmentMetadata,
-        upload: JoinHandle<Result<Option<krabka_remote_storage::CustomMetadata>, Error>>,
-    ) {
+    fn abandon(self: &Arc<Self>, meta: RemoteLogSegmentMetadata, upload: JoinHandle<Upload>) {
         let uuid = meta.remote_log_segment_id().id();
-        self.abandoned.lock().insert(uuid);
         let this = self.clone();
         let task = tokio::spawn(async move {
-            let _ = upload.await;
+            if let Ok((_, true)) = upload.await {
+                return;
+            }
             let inner = this.clone();
             let _ = blocking(move || {
                 inner.discard_after_failure(&meta);
@@ -228,11 +275,11 @@ impl TieredLog {
     }
 
     /// Forgets abandoned copies whose cleanup has finished.
-    fn prune_abandoned(&self) {
+    pub(crate) fn prune_abandoned(&self) {
         self.abandoned_tasks.lock().retain(|t| !t.is_finished());
     }
 
-    async fn wait_for_abandoned(&self) {
+    pub(crate) async fn wait_for_abandoned(&self) {
         let tasks: Vec<_> = std::mem::take(&mut *self.abandoned_tasks.lock());
         let deadline = self.config.copy_deadline;
         for task in tasks {

@@ -1,14 +1,21 @@
-//! A byte-bounded LRU cache of remote indexes (offset and time) and data chunks.
+//! [`RemoteReadCache`]: a byte-bounded LRU cache of remote indexes (offset and time) and data
+//! chunks, shareable between tiered logs.
 //!
 //! Entries are reference-counted [`Bytes`]; the bound counts their lengths. An entry larger than
 //! the whole budget is not kept. Small and dependency-free: a map from key to entry plus an
-//! ordered map from a use tick to key, so lookup, insert and eviction are `O(log n)`.
+//! ordered map from a use tick to key, so lookup, insert and eviction are `O(log n)`. Keys hold
+//! the remote segment attempt's id (a UUID), so the logs sharing one cache never collide.
+//!
+//! A fetch through [`ByteLru::get_or_fetch`] is single-flight: a reader missing an entry that
+//! another thread (a reader or the read-ahead) is fetching waits for that fetch instead of
+//! issuing its own request.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use uuid::Uuid;
 
 /// What a cached entry holds for one remote segment attempt.
@@ -20,10 +27,107 @@ pub(crate) enum Part {
     TimeIndex,
     /// The aligned data chunk with this number (`position / chunk_bytes`).
     Chunk(u64),
+    /// Frame hints after the chunk-map entry at this byte position.
+    Hints(u64),
 }
 
 /// The key of a cached entry: the remote segment attempt and the part.
 pub(crate) type Key = (Uuid, Part);
+
+/// A snapshot of a [`RemoteReadCache`]'s counters and size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups that found their entry.
+    pub hits: u64,
+    /// Lookups that did not.
+    pub misses: u64,
+    /// Entries dropped to stay within the byte budget (not counting entries of deleted
+    /// segments, which are removed, not evicted).
+    pub evictions: u64,
+    /// Bytes held now.
+    pub bytes: u64,
+    /// Entries held now.
+    pub entries: u64,
+}
+
+/// The remote read cache of one or more [`TieredLog`](crate::TieredLog)s: a byte-bounded LRU
+/// of remote offset and time indexes and aligned data chunks.
+///
+/// Cloning is cheap and yields a handle on the same cache, so many partitions can share one
+/// memory budget: give it to each log with
+/// [`TieredLog::with_cache`](crate::TieredLog::with_cache). Entries are keyed by the remote
+/// segment attempt's id, unique across partitions. Thread safe.
+#[derive(Clone)]
+pub struct RemoteReadCache {
+    inner: Arc<ByteLru>,
+}
+
+impl std::fmt::Debug for RemoteReadCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteReadCache")
+            .field("capacity_bytes", &self.inner.capacity)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl RemoteReadCache {
+    /// A cache holding at most `capacity_bytes` bytes of entries (0 disables caching: every
+    /// remote read fetches).
+    pub fn new(capacity_bytes: u64) -> Self {
+        Self {
+            inner: Arc::new(ByteLru::new(capacity_bytes)),
+        }
+    }
+
+    /// The byte budget.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.inner.capacity
+    }
+
+    /// Counters (since the cache was created, over every log sharing it) and size now.
+    pub fn stats(&self) -> CacheStats {
+        let (bytes, entries) = self.inner.size();
+        CacheStats {
+            hits: self.inner.hits.load(Ordering::Relaxed),
+            misses: self.inner.misses.load(Ordering::Relaxed),
+            evictions: self.inner.evictions.load(Ordering::Relaxed),
+            bytes,
+            entries,
+        }
+    }
+
+    /// Whether `self` and `other` are handles on the same cache.
+    pub fn ptr_eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The shared LRU.
+    pub(crate) fn lru(&self) -> &ByteLru {
+        &self.inner
+    }
+}
+
+/// A fetch in progress: waiters block until it ends (with or without an entry).
+#[derive(Default)]
+struct Flight {
+    done: Mutex<bool>,
+    ended: Condvar,
+}
+
+impl Flight {
+    fn wait(&self) {
+        let mut done = self.done.lock();
+        while !*done {
+            self.ended.wait(&mut done);
+        }
+    }
+
+    fn end(&self) {
+        *self.done.lock() = true;
+        self.ended.notify_all();
+    }
+}
 
 #[derive(Default)]
 struct Inner {
@@ -31,14 +135,39 @@ struct Inner {
     order: BTreeMap<u64, Key>,
     tick: u64,
     bytes: u64,
+    /// Entries being fetched now.
+    flights: HashMap<Key, Arc<Flight>>,
 }
 
-/// The cache. Thread safe; counts hits and misses.
+/// The cache behind a [`RemoteReadCache`]. Thread safe; counts hits, misses and evictions.
 pub(crate) struct ByteLru {
     capacity: u64,
     inner: Mutex<Inner>,
     hits: AtomicU64,
     misses: AtomicU64,
+    evictions: AtomicU64,
+}
+
+/// The right to fetch one entry, given by [`ByteLru::begin_fetch`]: waiters are released when
+/// it is completed or dropped (a failed fetch: they then fetch themselves).
+pub(crate) struct FetchGuard<'a> {
+    lru: &'a ByteLru,
+    key: Key,
+    flight: Arc<Flight>,
+}
+
+impl FetchGuard<'_> {
+    /// Stores the fetched entry and releases the waiters.
+    pub(crate) fn complete(self, value: Bytes) {
+        self.lru.insert(self.key, value);
+    }
+}
+
+impl Drop for FetchGuard<'_> {
+    fn drop(&mut self) {
+        self.lru.inner.lock().flights.remove(&self.key);
+        self.flight.end();
+    }
 }
 
 impl ByteLru {
@@ -49,31 +178,95 @@ impl ByteLru {
             inner: Mutex::new(Inner::default()),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
         }
     }
 
     /// The entry for `key`, marking it most recently used.
     pub(crate) fn get(&self, key: &Key) -> Option<Bytes> {
-        let mut inner = self.inner.lock();
-        inner.tick += 1;
-        let tick = inner.tick;
-        let Inner { map, order, .. } = &mut *inner;
-        match map.get_mut(key) {
-            Some((value, used)) => {
-                order.remove(used);
-                *used = tick;
-                order.insert(tick, *key);
-                let value = value.clone();
+        let found = Self::touch(&mut self.inner.lock(), key);
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    fn touch(inner: &mut Inner, key: &Key) -> Option<Bytes> {
+        let Inner {
+            map, order, tick, ..
+        } = inner;
+        let (value, used) = map.get_mut(key)?;
+        *tick += 1;
+        order.remove(used);
+        *used = *tick;
+        order.insert(*tick, *key);
+        Some(value.clone())
+    }
+
+    /// The entry for `key`, marking it most recently used, without counting a lookup (for
+    /// entries that only help a read along).
+    pub(crate) fn peek(&self, key: &Key) -> Option<Bytes> {
+        Self::touch(&mut self.inner.lock(), key)
+    }
+
+    /// The entry for `key`; on a miss, `fetch` runs (once across threads: a miss while
+    /// another thread fetches the same key waits for it) and its result is cached.
+    pub(crate) fn get_or_fetch<E>(
+        &self,
+        key: Key,
+        fetch: impl FnOnce() -> Result<Bytes, E>,
+    ) -> Result<Bytes, E> {
+        let mut waited = false;
+        loop {
+            let mut inner = self.inner.lock();
+            if let Some(hit) = Self::touch(&mut inner, &key) {
                 drop(inner);
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                Some(value)
+                let counter = if waited { &self.misses } else { &self.hits };
+                counter.fetch_add(1, Ordering::Relaxed);
+                return Ok(hit);
             }
-            None => {
+            if let Some(flight) = inner.flights.get(&key).cloned() {
                 drop(inner);
-                self.misses.fetch_add(1, Ordering::Relaxed);
-                None
+                flight.wait();
+                waited = true;
+                continue;
             }
+            let guard = self.register(&mut inner, key);
+            drop(inner);
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            let value = fetch()?;
+            guard.complete(value.clone());
+            return Ok(value);
         }
+    }
+
+    /// The right to fetch `key`, unless it is cached or being fetched already (for
+    /// read-ahead: neither counts as a lookup nor changes the use order).
+    pub(crate) fn begin_fetch(&self, key: Key) -> Option<FetchGuard<'_>> {
+        let mut inner = self.inner.lock();
+        if inner.map.contains_key(&key) || inner.flights.contains_key(&key) {
+            return None;
+        }
+        Some(self.register(&mut inner, key))
+    }
+
+    fn register(&self, inner: &mut Inner, key: Key) -> FetchGuard<'_> {
+        let flight = Arc::new(Flight::default());
+        inner.flights.insert(key, Arc::clone(&flight));
+        FetchGuard {
+            lru: self,
+            key,
+            flight,
+        }
+    }
+
+    /// Whether `key` is cached or being fetched (no lookup counted, use order unchanged).
+    pub(crate) fn contains(&self, key: &Key) -> bool {
+        let inner = self.inner.lock();
+        inner.map.contains_key(key) || inner.flights.contains_key(key)
     }
 
     /// Stores `value` under `key`, evicting least recently used entries to stay in budget.
@@ -89,17 +282,23 @@ impl ByteLru {
             inner.order.remove(&used);
             inner.bytes -= old.len() as u64;
         }
+        let mut evicted = 0;
         while inner.bytes + len > self.capacity {
             let Some((_, victim)) = inner.order.pop_first() else {
                 break;
             };
             if let Some((old, _)) = inner.map.remove(&victim) {
                 inner.bytes -= old.len() as u64;
+                evicted += 1;
             }
         }
         inner.bytes += len;
         inner.order.insert(tick, key);
         inner.map.insert(key, (value, tick));
+        drop(inner);
+        if evicted > 0 {
+            self.evictions.fetch_add(evicted, Ordering::Relaxed);
+        }
     }
 
     /// Drops every entry of one remote segment attempt (after it is deleted).
@@ -132,6 +331,12 @@ impl ByteLru {
     /// Bytes held now.
     pub(crate) fn bytes(&self) -> u64 {
         self.inner.lock().bytes
+    }
+
+    /// Bytes and entries held now.
+    fn size(&self) -> (u64, u64) {
+        let inner = self.inner.lock();
+        (inner.bytes, inner.map.len() as u64)
     }
 }
 
@@ -179,6 +384,56 @@ mod tests {
         c.remove_segment(Uuid::nil());
         assert_eq!(c.bytes(), 20);
         assert!(c.get(&(other, Part::OffsetIndex)).is_some());
+    }
+
+    #[test]
+    fn evictions_are_counted_and_stats_are_shared_by_clones() {
+        let cache = RemoteReadCache::new(20);
+        let other = cache.clone();
+        cache.lru().insert(key(1), Bytes::from(vec![0; 10]));
+        cache.lru().insert(key(2), Bytes::from(vec![0; 10]));
+        other.lru().insert(key(3), Bytes::from(vec![0; 10]));
+        assert!(other.lru().get(&key(3)).is_some());
+        assert!(cache.lru().get(&key(1)).is_none());
+        let stats = other.stats();
+        assert_eq!(
+            stats,
+            CacheStats {
+                hits: 1,
+                misses: 1,
+                evictions: 1,
+                bytes: 20,
+                entries: 2
+            }
+        );
+        assert!(cache.ptr_eq(&other));
+        assert!(!cache.ptr_eq(&RemoteReadCache::new(20)));
+    }
+
+    #[test]
+    fn concurrent_misses_of_one_key_fetch_once() {
+        let c = ByteLru::new(100);
+        let fetches = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let got = c.get_or_fetch(key(1), || {
+                        fetches.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        Ok::<_, ()>(Bytes::from_static(b"abc"))
+                    });
+                    assert_eq!(got, Ok(Bytes::from_static(b"abc")));
+                });
+            }
+        });
+        assert_eq!(fetches.load(Ordering::Relaxed), 1);
+        assert!(c.begin_fetch(key(1)).is_none(), "cached already");
+        let guard = c.begin_fetch(key(2));
+        assert!(guard.is_some());
+        drop(guard);
+        let failed = c.get_or_fetch(key(2), || Err::<Bytes, _>("boom"));
+        assert_eq!(failed, Err("boom"));
+        assert!(c.inner.lock().flights.is_empty());
     }
 
     proptest! {

@@ -16,9 +16,11 @@
 //! the remote metadata: local retention deletes local segments below the point whether or not
 //! they were copied, so a wrong point would lose records from both tiers.
 
-use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::fs::File;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+
+use krabka_storage::fsutil;
 
 use crate::error::Error;
 
@@ -188,24 +190,20 @@ pub(crate) fn validate(dir: &Path, point: u64, bounds: Bounds) -> Result<(), Err
     ))
 }
 
-/// Durably records `seq` as the retention point in `dir`.
+/// Durably records `seq` as the retention point in `dir` (a temporary file, fsynced, renamed
+/// over the old one, then the directory fsynced).
 pub(crate) fn write(dir: &Path, seq: u64) -> Result<(), Error> {
     let path = path(dir);
     let tmp = dir.join(format!("{LOG_START_FILE}{TMP_SUFFIX}"));
-    let written = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(render(seq).as_bytes())?;
-        f.sync_all()?;
-        drop(f);
-        fs::rename(&tmp, &path)?;
-        File::open(dir)?.sync_all()
-    })();
-    written.map_err(|e| error(&path, format!("cannot write: {e}")))
+    fsutil::write_atomic(&path, &tmp, render(seq).as_bytes())
+        .map_err(|e| error(&path, format!("cannot write: {e}")))
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use std::fs;
+
     use super::*;
 
     #[test]

@@ -82,8 +82,9 @@ pub struct TieringConfig {
     /// Age above which remote segments are deleted (and the log's first seq moves past them).
     /// `None`: no age limit. Default: 7 days. Minimum: 0.
     pub retention_ms: Option<u64>,
-    /// Copies the background task runs at once. Default: 2. Minimum: 1.
-    /// [`TieredLog::run_once`](crate::TieredLog::run_once) always copies one at a time.
+    /// Copies the background task runs at once, and uploads
+    /// [`TieredLog::run_once`](crate::TieredLog::run_once) runs at once (it still finishes
+    /// them in seq order). Default: 2. Minimum: 1.
     pub copy_concurrency: usize,
     /// How long the background task waits for one copy before abandoning it; the segment is
     /// copied again next round under a new id, and the abandoned attempt's objects are deleted
@@ -160,6 +161,132 @@ impl TieringConfig {
     }
 }
 
+/// Default [`ServiceConfig::copy_threads`].
+pub const DEFAULT_COPY_THREADS: usize = 2;
+/// Default [`ServiceConfig::read_threads`].
+pub const DEFAULT_READ_THREADS: usize = 2;
+/// Default [`ServiceConfig::read_queue`].
+pub const DEFAULT_READ_QUEUE: usize = 64;
+/// Default [`ServiceConfig::worker_threads`].
+pub const DEFAULT_WORKER_THREADS: usize = 1;
+/// Default [`ServiceConfig::round_interval`]: 30 seconds.
+pub const DEFAULT_ROUND_INTERVAL: Duration = Duration::from_secs(30);
+/// Default [`ServiceConfig::delete_deadline`]: 2 minutes.
+pub const DEFAULT_DELETE_DEADLINE: Duration = Duration::from_secs(120);
+/// Default [`ServiceConfig::fetch_deadline`]: 30 seconds.
+pub const DEFAULT_FETCH_DEADLINE: Duration = Duration::from_secs(30);
+/// Blocking threads a [`TieringService`](crate::TieringService) allows beyond its two pools:
+/// copies abandoned at their deadline keep their thread until the backend returns, and their
+/// cleanup needs one.
+pub const SPARE_BLOCKING_THREADS: usize = 4;
+
+/// Configuration of a [`TieringService`](crate::TieringService): its pools, queue, deadlines,
+/// quotas and shared cache. Build it with struct update syntax.
+///
+/// Thread budget: `worker_threads` async workers (the scheduler and timers; they never block)
+/// plus at most `copy_threads + read_threads +` [`SPARE_BLOCKING_THREADS`] blocking threads,
+/// whatever the number of partitions. Each local log may add one `krabka-flusher` thread under
+/// `SyncPolicy::Interval`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceConfig {
+    /// Copies, stale cleanups and retention deletes running at once, over all partitions.
+    /// Default: 2. Minimum: 1.
+    pub copy_threads: usize,
+    /// Remote reads running at once. Default: 2. Minimum: 1.
+    pub read_threads: usize,
+    /// Reads waiting for a reader thread; one more is refused with
+    /// [`Error::ReaderQueueFull`]. Default: 64. Minimum: 0.
+    pub read_queue: usize,
+    /// Async worker threads of the service's runtime. Default: 1. Minimum: 1.
+    pub worker_threads: usize,
+    /// Pause between the end of a partition's round and the start of its next one. Default:
+    /// 30 s. Minimum: 1 ms.
+    pub round_interval: Duration,
+    /// How long one segment copy may run before it is abandoned (its objects are deleted when
+    /// the call returns, and the segment is copied again under a new id). Default: 5 minutes.
+    /// Minimum: 1 ms.
+    pub copy_deadline: Duration,
+    /// How long one partition's retention (its remote deletes) may run. Default: 2 minutes.
+    /// Minimum: 1 ms.
+    pub delete_deadline: Duration,
+    /// How long a read through the service may take, queue wait included. Default: 30 s.
+    /// Minimum: 1 ms.
+    pub fetch_deadline: Duration,
+    /// Copy quota in bytes per second over all partitions, charged per segment before its copy
+    /// (Kafka's `remote.log.manager.copy.max.bytes.per.second`). `None`: unlimited. Default:
+    /// `None`. Minimum: 1.
+    pub copy_bytes_per_second: Option<u64>,
+    /// Fetch quota in bytes per second over all partitions, charged per byte fetched (Kafka's
+    /// `remote.log.manager.fetch.max.bytes.per.second`); applies to backends built with
+    /// [`TieringService::instrument`](crate::TieringService::instrument). `None`: unlimited.
+    /// Default: `None`. Minimum: 1.
+    pub fetch_bytes_per_second: Option<u64>,
+    /// Bytes of the remote read cache shared by every partition opened with
+    /// [`TieringService::cache`](crate::TieringService::cache). Default: 64 MiB. Minimum: 0.
+    pub cache_bytes: u64,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            copy_threads: DEFAULT_COPY_THREADS,
+            read_threads: DEFAULT_READ_THREADS,
+            read_queue: DEFAULT_READ_QUEUE,
+            worker_threads: DEFAULT_WORKER_THREADS,
+            round_interval: DEFAULT_ROUND_INTERVAL,
+            copy_deadline: DEFAULT_COPY_DEADLINE,
+            delete_deadline: DEFAULT_DELETE_DEADLINE,
+            fetch_deadline: DEFAULT_FETCH_DEADLINE,
+            copy_bytes_per_second: None,
+            fetch_bytes_per_second: None,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
+}
+
+impl ServiceConfig {
+    /// The most threads the service's runtime starts: workers, both pools, the spare.
+    pub fn max_threads(&self) -> usize {
+        self.worker_threads + self.copy_threads + self.read_threads + SPARE_BLOCKING_THREADS
+    }
+
+    /// Checks every minimum.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the first field out of range.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::InvalidConfig(m));
+        for (name, v) in [
+            ("copy_threads", self.copy_threads),
+            ("read_threads", self.read_threads),
+            ("worker_threads", self.worker_threads),
+        ] {
+            if v == 0 {
+                return bad(format!("{name} must be at least 1"));
+            }
+        }
+        for (name, d) in [
+            ("round_interval", self.round_interval),
+            ("copy_deadline", self.copy_deadline),
+            ("delete_deadline", self.delete_deadline),
+            ("fetch_deadline", self.fetch_deadline),
+        ] {
+            if d < Duration::from_millis(1) {
+                return bad(format!("{name} must be at least 1 ms, got {d:?}"));
+            }
+        }
+        for (name, q) in [
+            ("copy_bytes_per_second", self.copy_bytes_per_second),
+            ("fetch_bytes_per_second", self.fetch_bytes_per_second),
+        ] {
+            if q == Some(0) {
+                return bad(format!("{name} must be at least 1 (or None: unlimited)"));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +342,27 @@ mod tests {
                 matches!(validate_log_options(&bad), Err(Error::InvalidConfig(_))),
                 "{bad:?}"
             );
+        }
+    }
+
+    #[test]
+    fn service_minimums_are_enforced() {
+        assert!(ServiceConfig::default().validate().is_ok());
+        for cfg in [
+            ServiceConfig {
+                copy_threads: 0,
+                ..ServiceConfig::default()
+            },
+            ServiceConfig {
+                fetch_deadline: Duration::ZERO,
+                ..ServiceConfig::default()
+            },
+            ServiceConfig {
+                copy_bytes_per_second: Some(0),
+                ..ServiceConfig::default()
+            },
+        ] {
+            assert!(matches!(cfg.validate(), Err(Error::InvalidConfig(_))));
         }
     }
 }

@@ -150,6 +150,79 @@ pub enum Error {
     /// A blocking task of the background runner panicked or was cancelled.
     #[error("tiering task failed: {0}")]
     Task(String),
+    /// The [`TieringService`](crate::TieringService)'s remote reader queue is full: `limit`
+    /// reads (running and waiting) are already in it. Retry later or raise
+    /// [`ServiceConfig::read_queue`](crate::ServiceConfig::read_queue).
+    #[error("the remote reader queue is full ({limit} reads running or waiting)")]
+    ReaderQueueFull {
+        /// Reads the service accepts at once (`read_threads + read_queue`).
+        limit: usize,
+    },
+    /// The partition is not in the [`TieringService`](crate::TieringService).
+    #[error("partition {0} is not in the tiering service")]
+    UnknownPartition(krabka_remote_storage::TopicIdPartition),
+    /// The partition is already in the [`TieringService`](crate::TieringService).
+    #[error("partition {0} is already in the tiering service")]
+    PartitionExists(krabka_remote_storage::TopicIdPartition),
+    /// The [`TieringService`](crate::TieringService) is shut down (or shutting down).
+    #[error("the tiering service is shut down")]
+    ServiceStopped,
+    /// A remote read through the [`TieringService`](crate::TieringService) ran past
+    /// [`ServiceConfig::fetch_deadline`](crate::ServiceConfig::fetch_deadline); it keeps its
+    /// reader thread until the backend returns, and its result is dropped.
+    #[error("read of {partition} from seq {seq} exceeded its deadline of {deadline:?}")]
+    FetchDeadlineExceeded {
+        /// The partition read.
+        partition: krabka_remote_storage::TopicIdPartition,
+        /// The seq the read started at.
+        seq: u64,
+        /// The deadline.
+        deadline: Duration,
+    },
+    /// Retention of a partition in the [`TieringService`](crate::TieringService) ran past
+    /// [`ServiceConfig::delete_deadline`](crate::ServiceConfig::delete_deadline); the partition
+    /// is not scheduled again until the deletes return, and the next round finishes them.
+    #[error("retention of {partition} exceeded its deadline of {deadline:?}")]
+    DeleteDeadlineExceeded {
+        /// The partition.
+        partition: krabka_remote_storage::TopicIdPartition,
+        /// The deadline.
+        deadline: Duration,
+    },
+    /// The process ran out of file descriptors (`EMFILE`, or `ENFILE` for the whole system).
+    /// Nothing was half written: the operation failed before it changed a file. Raise the
+    /// limit (`ulimit -n`) or lower the descriptors each partition keeps open
+    /// (`krabka_storage::Options::max_open_segments`; see docs/tiering.md).
+    #[error(
+        "out of file descriptors while {context}: the limit is {} (RLIMIT_NOFILE); raise it \
+         (ulimit -n) or open fewer partitions: {source}",
+        limit.map_or_else(|| "unknown".to_owned(), |l| l.to_string())
+    )]
+    TooManyOpenFiles {
+        /// What was being done.
+        context: String,
+        /// The process's soft limit of open files, when it could be read.
+        limit: Option<u64>,
+        /// The I/O error (`EMFILE` or `ENFILE`).
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// `EMFILE` and `ENFILE` on Linux and the BSDs.
+const EMFILE: i32 = 24;
+const ENFILE: i32 = 23;
+
+/// Whether `e` says the process (or system) is out of file descriptors.
+pub(crate) fn is_fd_exhaustion(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(EMFILE | ENFILE))
+}
+
+/// The process's soft `RLIMIT_NOFILE`, read from `/proc/self/limits` (Linux); `None` elsewhere.
+pub fn open_files_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
 }
 
 fn at_byte(position: Option<u64>) -> String {
@@ -167,6 +240,19 @@ fn describe(segment: Option<&RemoteLogSegmentId>, seq: Option<u64>) -> String {
 
 impl Error {
     pub(crate) fn storage(context: impl Into<String>, source: krabka_storage::Error) -> Self {
+        if let krabka_storage::Error::Io { source: io, path } = source {
+            if is_fd_exhaustion(&io) {
+                return Error::TooManyOpenFiles {
+                    context: format!("{} ({})", context.into(), path.display()),
+                    limit: open_files_limit(),
+                    source: io,
+                };
+            }
+            return Error::Storage {
+                context: context.into(),
+                source: Box::new(krabka_storage::Error::Io { path, source: io }),
+            };
+        }
         Error::Storage {
             context: context.into(),
             source: Box::new(source),
@@ -191,6 +277,18 @@ impl Error {
         seq: Option<u64>,
         source: RemoteStorageError,
     ) -> Self {
+        if let RemoteStorageError::Io {
+            source: io,
+            location,
+        } = &source
+            && is_fd_exhaustion(io)
+        {
+            return Error::TooManyOpenFiles {
+                context: format!("remote {operation} of {segment} at {location}"),
+                limit: open_files_limit(),
+                source: std::io::Error::from_raw_os_error(io.raw_os_error().unwrap_or(EMFILE)),
+            };
+        }
         Error::Remote {
             operation,
             segment: Some(segment.clone()),
@@ -210,7 +308,12 @@ impl Error {
     pub fn is_retriable(&self) -> bool {
         match self {
             Error::Remote { source, .. } | Error::Metadata { source, .. } => source.is_retriable(),
-            Error::CopyDeadlineExceeded { .. } | Error::RoundInProgress => true,
+            Error::CopyDeadlineExceeded { .. }
+            | Error::RoundInProgress
+            | Error::ReaderQueueFull { .. }
+            | Error::FetchDeadlineExceeded { .. }
+            | Error::DeleteDeadlineExceeded { .. }
+            | Error::TooManyOpenFiles { .. } => true,
             _ => false,
         }
     }

@@ -11,9 +11,18 @@
 //! - [`TieredLog::run_once`] — one deterministic round, for tests or your own scheduler.
 //! - [`TieredLog::spawn`] — a Tokio background task with bounded copy concurrency and a
 //!   per-copy deadline, stopped with [`TieringHandle::shutdown`].
+//! - [`TieringService`] — many partitions on bounded pools: fair round-robin scheduling,
+//!   copy/delete/fetch deadlines, byte-rate quotas, a shared cache, a bounded reader queue.
+//! - [`Instrumented`] and [`metrics`] — every backend call and every round reported through
+//!   the `metrics` facade and `tracing` spans.
 //! - [`TieredLog::read`] and [`TieredLog::seq_for_timestamp`] — reads and timestamp lookups
 //!   across both tiers; every read is exact or an error.
 //! - [`policy`] — the decisions as pure functions over plain data.
+//! - [`metadata`] — the durable
+//!   [`DurableRemoteLogMetadataManager`](metadata::DurableRemoteLogMetadataManager): every
+//!   metadata event appended to a local log, compacted into snapshot generations.
+//! - [`recovery`] — [`recover`](recovery::recover): rebuild a partition's durable metadata and
+//!   its local log's start from the remote tier alone.
 //!
 //! Integrity: a segment is checked (frames, seqs, indexes) before it is copied and a damaged
 //! one is never copied nor deleted locally; a local log that does not continue the remote tier
@@ -65,20 +74,30 @@ mod cache;
 mod checkpoint;
 mod config;
 mod error;
+mod instrumented;
+pub mod metadata;
+pub mod metrics;
 pub mod policy;
 mod read;
+pub mod recovery;
+mod service;
 mod stats;
 mod tiered;
 mod verify;
 
 pub use background::TieringHandle;
+pub use cache::{CacheStats, RemoteReadCache};
 pub use checkpoint::{LOG_START_FILE, read as read_retention_point};
 pub use config::{
     DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_BYTES, DEFAULT_COPY_CONCURRENCY, DEFAULT_COPY_DEADLINE,
-    DEFAULT_LOCAL_RETENTION_BYTES, DEFAULT_RETENTION_MS, MAX_SEGMENT_BYTES, MIN_CHUNK_BYTES,
-    TieringConfig, validate_log_options,
+    DEFAULT_COPY_THREADS, DEFAULT_DELETE_DEADLINE, DEFAULT_FETCH_DEADLINE,
+    DEFAULT_LOCAL_RETENTION_BYTES, DEFAULT_READ_QUEUE, DEFAULT_READ_THREADS, DEFAULT_RETENTION_MS,
+    DEFAULT_ROUND_INTERVAL, DEFAULT_WORKER_THREADS, MAX_SEGMENT_BYTES, MIN_CHUNK_BYTES,
+    SPARE_BLOCKING_THREADS, ServiceConfig, TieringConfig, validate_log_options,
 };
-pub use error::Error;
+pub use error::{Error, open_files_limit};
+pub use instrumented::Instrumented;
+pub use service::{ByteRateQuota, ShutdownReport, TieringService};
 pub use stats::{RemoteRequests, TieringReport, TieringStats};
 pub use tiered::TieredLog;
 

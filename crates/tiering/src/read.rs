@@ -1,48 +1,19 @@
-//! Reads from the remote tier: offset index once (validated, then cached as its entries), then
-//! aligned chunks through the cache, with every record's seq checked; time indexes (validated,
-//! cached) for timestamp lookups.
+//! Reads from the remote tier: offset index once (validated, then cached), then aligned chunks
+//! through the cache, with every record's seq checked; time indexes (validated, cached) for
+//! timestamp lookups. The index formats are read through `krabka_storage::index` views.
 
 use bytes::{Bytes, BytesMut};
-use krabka_remote_storage::{IndexType, RemoteLogSegmentMetadata, layout};
+use krabka_remote_storage::{IndexType, LOG_SUFFIX, RemoteLogSegmentMetadata, layout};
 use krabka_storage::Record;
-use krabka_storage::segment::{decode_records_at, lookup_time, verify_index, verify_time_index};
+use krabka_storage::index::{OffsetIndexView, TimeIndexView};
+use krabka_storage::segment::{decode_records_at, decode_records_skipping};
 
 use crate::cache::Part;
 use crate::error::Error;
 use crate::stats::bump;
 use crate::tiered::TieredLog;
-
-/// Bytes of the `.index` header before the entries (`docs/format.md`).
-const INDEX_HEADER_LEN: usize = 44;
-/// Bytes of one `.index` entry: seq and byte position, both `u64` little endian.
-const INDEX_ENTRY_LEN: usize = 16;
-/// Bytes of the CRC after the entries.
-const INDEX_CRC_LEN: usize = 4;
-
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    let s = b.get(at..at.checked_add(8)?)?;
-    Some(u64::from_le_bytes(<[u8; 8]>::try_from(s).ok()?))
-}
-
-/// The last `(seq, position)` entry with seq <= `seq` in validated, packed index entries (as
-/// cached by `remote_index`): a binary search, no decoding or CRC.
-pub(crate) fn floor_entry(entries: &[u8], seq: u64) -> Option<(u64, u64)> {
-    let n = entries.len() / INDEX_ENTRY_LEN;
-    let entry = |i: usize| {
-        let at = i * INDEX_ENTRY_LEN;
-        Some((u64_at(entries, at)?, u64_at(entries, at + 8)?))
-    };
-    // First entry whose seq is > `seq`.
-    let (mut lo, mut hi) = (0usize, n);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        match entry(mid) {
-            Some((s, _)) if s <= seq => lo = mid + 1,
-            _ => hi = mid,
-        }
-    }
-    lo.checked_sub(1).and_then(entry)
-}
+use crate::tiered::chunkmap::{self, backend_view};
+use crate::tiered::hints;
 
 /// The key of a segment's object in the shared layout: its `.log` (`None`) or an index.
 pub(crate) fn object_key(meta: &RemoteLogSegmentMetadata, index: Option<IndexType>) -> String {
@@ -51,7 +22,7 @@ pub(crate) fn object_key(meta: &RemoteLogSegmentMetadata, index: Option<IndexTyp
         Some(t) => layout::index_key(meta, t),
     };
     key.unwrap_or_else(|_| {
-        let suffix = index.map_or(".log", IndexType::suffix);
+        let suffix = index.map_or(LOG_SUFFIX, IndexType::suffix);
         format!("{}{suffix}", meta.remote_log_segment_id())
     })
 }
@@ -64,6 +35,150 @@ fn position_and_reason(e: &krabka_storage::Error) -> (Option<u64>, String) {
             position, reason, ..
         } => (Some(*position), reason.clone()),
         other => (None, other.to_string()),
+    }
+}
+
+/// Where a remote read starts decoding: `(seq, byte position)` of a frame.
+enum Start {
+    /// An offset-index entry.
+    Index((u64, u64)),
+    /// A chunk-map entry whose frame hints are not known yet.
+    Map((u64, u64)),
+    /// A frame hint after the chunk-map entry `entry` (read from `entry` when it fails).
+    Hint { hint: (u64, u64), entry: (u64, u64) },
+}
+
+/// [`Error::CorruptRemote`] for a segment's offset index.
+fn index_corrupt(meta: &RemoteLogSegmentMetadata, seq: u64, e: &krabka_storage::Error) -> Error {
+    let (at, why) = position_and_reason(e);
+    index_error(meta, seq, at, why)
+}
+
+fn index_error(
+    meta: &RemoteLogSegmentMetadata,
+    seq: u64,
+    position: Option<u64>,
+    reason: String,
+) -> Error {
+    Error::CorruptRemote {
+        segment: Box::new(meta.remote_log_segment_id().clone()),
+        object: object_key(meta, Some(IndexType::Offset)),
+        position,
+        seq,
+        reason: format!("offset index: {reason}"),
+    }
+}
+
+/// A fetched offset index, validated (CRC, order, and its range and size against the
+/// metadata).
+fn checked_offset_index(
+    meta: &RemoteLogSegmentMetadata,
+    seq: u64,
+    bytes: Vec<u8>,
+) -> Result<OffsetIndexView, Error> {
+    let view = OffsetIndexView::parse(bytes).map_err(|e| index_corrupt(meta, seq, &e))?;
+    let expected = (
+        meta.start_offset(),
+        meta.end_offset(),
+        meta.segment_size_in_bytes(),
+    );
+    let found = (view.base_seq(), view.last_seq(), view.log_size());
+    if found != expected {
+        return Err(index_error(
+            meta,
+            seq,
+            None,
+            format!(
+                "describes seqs {}..={} in {} bytes, the metadata {}..={} in {} bytes",
+                found.0, found.1, found.2, expected.0, expected.1, expected.2
+            ),
+        ));
+    }
+    Ok(view)
+}
+
+/// [`checked_offset_index`] for the read-ahead: the bytes to cache, or `None`.
+fn prefetched_index(meta: &RemoteLogSegmentMetadata, bytes: Vec<u8>) -> Option<Bytes> {
+    checked_offset_index(meta, meta.start_offset(), bytes)
+        .ok()
+        .map(|v| v.as_bytes().clone())
+}
+
+/// The records one remote read has accepted so far, and the checks each batch passes.
+struct RemoteRead<'a> {
+    meta: &'a RemoteLogSegmentMetadata,
+    /// The seq asked for: the first record returned must carry it.
+    seq: u64,
+    out: Vec<Record>,
+}
+
+impl RemoteRead<'_> {
+    /// [`Error::CorruptRemote`] for the segment's `.log` object.
+    fn corrupt(&self, position: Option<u64>, reason: String) -> Error {
+        Error::CorruptRemote {
+            segment: Box::new(self.meta.remote_log_segment_id().clone()),
+            object: object_key(self.meta, None),
+            position,
+            seq: self.seq,
+            reason,
+        }
+    }
+
+    /// Checks a decoded batch (the first record is the seq asked for, none lies past the
+    /// segment's last seq) and moves it to `out`.
+    fn accept(&mut self, records: Vec<Record>) -> Result<(), Error> {
+        if let (true, Some(first)) = (self.out.is_empty(), records.first())
+            && first.seq != self.seq
+        {
+            return Err(self.corrupt(
+                None,
+                format!(
+                    "the first record found is seq {}, not the seq asked for",
+                    first.seq
+                ),
+            ));
+        }
+        let end = self.meta.end_offset();
+        if let Some(past) = records.iter().find(|r| r.seq > end) {
+            return Err(self.corrupt(
+                None,
+                format!("holds seq {} past the segment's last seq {end}", past.seq),
+            ));
+        }
+        self.out.extend(records);
+        Ok(())
+    }
+
+    /// Ends the read at a frame `buf` (starting at byte `buf_start` of the segment) fails to
+    /// decode with `e`: the valid frames before it are delivered first (a short read); with
+    /// none, the error.
+    fn short_read(
+        mut self,
+        buf: &Bytes,
+        buf_start: u64,
+        expect: u64,
+        want: usize,
+        e: &krabka_storage::Error,
+    ) -> Result<Vec<Record>, Error> {
+        let (at, why) = position_and_reason(e);
+        let error = self.corrupt(
+            Some(buf_start + at.unwrap_or(0)),
+            format!("expected the frame of seq {expect} or a later one: {why}"),
+        );
+        let good = at
+            .and_then(|a| usize::try_from(a).ok())
+            .filter(|&a| a > 0)
+            .map(|a| buf.slice(..a.min(buf.len())));
+        if let Some(good) = good
+            && let Ok(d) = decode_records_at(&good, expect, self.seq, want)
+        {
+            self.accept(d.records)?;
+        }
+        if self.out.is_empty() {
+            return Err(error);
+        }
+        tracing::debug!(error = %error, "short remote read before a bad frame");
+        Ok(self.out)
     }
 }
 
@@ -86,170 +201,215 @@ impl TieredLog {
         seq: u64,
         max: usize,
     ) -> Result<Vec<Record>, Error> {
-        let id = meta.remote_log_segment_id();
-        let corrupt = |position: Option<u64>, reason: String| Error::CorruptRemote {
-            segment: Box::new(id.clone()),
-            object: object_key(meta, None),
-            position,
+        match self.start_point(meta, seq, max)? {
+            Start::Index(at) => self.read_from(meta, seq, max, at),
+            Start::Map(entry) => {
+                let out = self.read_from(meta, seq, max, entry)?;
+                self.learn_hints(meta, entry);
+                Ok(out)
+            }
+            Start::Hint { hint, entry } => match self.read_from(meta, seq, max, hint) {
+                Err(e @ Error::CorruptRemote { .. }) => {
+                    tracing::debug!(error = %e, "hinted start failed; reading from the map entry");
+                    self.read_from(meta, seq, max, entry)
+                }
+                other => other,
+            },
+        }
+    }
+
+    /// [`read_remote`](Self::read_remote) decoding from the frame of seq `at.0` at byte
+    /// `at.1`.
+    fn read_from(
+        &self,
+        meta: &RemoteLogSegmentMetadata,
+        seq: u64,
+        max: usize,
+        at: (u64, u64),
+    ) -> Result<Vec<Record>, Error> {
+        let mut read = RemoteRead {
+            meta,
             seq,
-            reason,
+            out: Vec::new(),
         };
         let size = meta.segment_size_in_bytes();
-        let entries = self.remote_index(meta, seq)?;
-        let (mut expect, start) = floor_entry(&entries, seq).unwrap_or((meta.start_offset(), 0));
+        let segment = meta.remote_log_segment_id().id();
+        let (mut expect, start) = at;
         if start >= size {
-            return Err(corrupt(
+            return Err(read.corrupt(
                 None,
                 format!("offset index points at byte {start} of a {size}-byte segment"),
             ));
         }
         let chunk = u64::from(self.config.chunk_bytes);
-        let mut out: Vec<Record> = Vec::new();
         // Undecoded bytes carried over from the previous chunk (a frame cut by the boundary).
         let mut carry = Bytes::new();
         let mut pos = start;
-        let mut sequential = false;
-        // Checks a decoded batch and moves it to `out`.
-        let accept = |out: &mut Vec<Record>, records: Vec<Record>| -> Result<(), Error> {
-            if let (true, Some(first)) = (out.is_empty(), records.first())
-                && first.seq != seq
-            {
-                return Err(corrupt(
-                    None,
-                    format!(
-                        "the first record found is seq {}, not the seq asked for",
-                        first.seq
-                    ),
-                ));
+        // A read continuing an earlier one, or crossing a chunk boundary, is sequential: the
+        // next chunks are fetched ahead while this one is decoded.
+        let mut sequential = self.readahead.continues(seq);
+        while read.out.len() < max && pos < size {
+            if sequential && self.config.prefetch {
+                let next = || self.next_remote(meta);
+                self.readahead.schedule(
+                    &self.rsm,
+                    &self.cache,
+                    meta,
+                    seq,
+                    pos / chunk,
+                    chunk,
+                    next,
+                    prefetched_index,
+                );
             }
-            if let Some(past) = records.iter().find(|r| r.seq > meta.end_offset()) {
-                return Err(corrupt(
-                    None,
-                    format!(
-                        "holds seq {} past the segment's last seq {}",
-                        past.seq,
-                        meta.end_offset()
-                    ),
-                ));
-            }
-            out.extend(records);
-            Ok(())
-        };
-        while out.len() < max && pos < size {
             let buf_start = pos - carry.len() as u64;
-            let n = pos / chunk;
-            let data = self.remote_chunk(meta, n, seq, sequential)?;
-            let offset = usize::try_from(pos - n * chunk).unwrap_or(usize::MAX);
-            let fresh = data
-                .get(offset..)
-                .ok_or_else(|| corrupt(Some(pos), format!("chunk {n} is shorter than expected")))?;
-            let buf = if carry.is_empty() {
-                data.slice_ref(fresh)
-            } else {
-                let mut joined = BytesMut::with_capacity(carry.len() + fresh.len());
-                joined.extend_from_slice(&carry);
-                joined.extend_from_slice(fresh);
-                joined.freeze()
-            };
-            pos = (n + 1) * chunk;
+            let buf = self.bytes_from(&read, pos, &carry)?;
+            pos = (pos / chunk + 1) * chunk;
             // The bytes start at the frame holding `expect` (the index entry's seq, then the
             // seq after the last decoded frame), and seqs are contiguous from there.
-            let want = max - out.len();
-            let decoded = match decode_records_at(&buf, expect, seq, want) {
+            let want = max - read.out.len();
+            // Until the first record asked for, the frames before it (after the first one,
+            // checked in full where the index or chunk map points) are stepped over by length
+            // and seq, as `Log::read` does from an index entry; every record returned is
+            // still fully checked.
+            let decoded = if expect < seq {
+                decode_records_skipping(&buf, expect, seq, want)
+            } else {
+                decode_records_at(&buf, expect, seq, want)
+            };
+            let decoded = match decoded {
                 Ok(d) => d,
-                Err(e) => {
-                    let (at, why) = position_and_reason(&e);
-                    let error = corrupt(
-                        Some(buf_start + at.unwrap_or(0)),
-                        format!("expected the frame of seq {expect} or a later one: {why}"),
-                    );
-                    // The frames before the bad one are valid: deliver them first.
-                    let good = at
-                        .and_then(|a| usize::try_from(a).ok())
-                        .filter(|&a| a > 0)
-                        .map(|a| buf.slice(..a.min(buf.len())));
-                    if let Some(good) = good
-                        && let Ok(d) = decode_records_at(&good, expect, seq, want)
-                    {
-                        accept(&mut out, d.records)?;
-                    }
-                    if out.is_empty() {
-                        return Err(error);
-                    }
-                    tracing::debug!(error = %error, "short remote read before a bad frame");
-                    return Ok(out);
-                }
+                Err(e) => return read.short_read(&buf, buf_start, expect, want, &e),
             };
             if let Some(next) = decoded.next_seq {
                 expect = next;
             }
             let done = decoded.next_seq.is_some_and(|s| s > meta.end_offset());
-            accept(&mut out, decoded.records)?;
+            read.accept(decoded.records)?;
             carry = buf.slice(decoded.consumed.min(buf.len())..);
             if done {
                 break;
             }
             sequential = true;
         }
-        if out.is_empty() && max > 0 {
-            return Err(corrupt(
+        if read.out.is_empty() && max > 0 {
+            return Err(read.corrupt(
                 Some(start),
                 format!("no record at or after seq {seq} in {size} bytes (from byte {start})"),
             ));
         }
-        Ok(out)
+        if let Some(last) = read.out.last() {
+            self.readahead.record(segment, seq, last.seq + 1);
+        }
+        Ok(read.out)
     }
 
-    /// The segment's offset index entries, packed (16 bytes each). On a miss the index is
-    /// fetched, validated once (CRC, order, and its range and size against the metadata) and
-    /// cached without its header and CRC, so later reads only binary-search it.
-    fn remote_index(&self, meta: &RemoteLogSegmentMetadata, seq: u64) -> Result<Bytes, Error> {
+    /// Where to start decoding for `seq`. A point read (`max == 1`) of a segment whose offset
+    /// index is not cached uses the chunk map recorded in its metadata when there is one (and
+    /// the entry's frame hints once learnt), so its only request is the data chunk (and a
+    /// repeated one none); other reads fetch (once, then cached) and validate the offset index.
+    fn start_point(
+        &self,
+        meta: &RemoteLogSegmentMetadata,
+        seq: u64,
+        max: usize,
+    ) -> Result<Start, Error> {
+        let id = meta.remote_log_segment_id().id();
+        if max == 1
+            && !self.cache.lru().contains(&(id, Part::OffsetIndex))
+            && let Some(map) = chunkmap::of(meta)
+        {
+            let entry = chunkmap::floor(&map, meta.start_offset(), seq);
+            let hint = self
+                .cache
+                .lru()
+                .peek(&(id, Part::Hints(entry.1)))
+                .and_then(|h| hints::floor(&h, seq))
+                .filter(|h| h.0 > entry.0 && h.0 <= seq);
+            return Ok(match hint {
+                Some(hint) => Start::Hint { hint, entry },
+                None => Start::Map(entry),
+            });
+        }
+        let index = self.remote_index(meta, seq)?;
+        Ok(Start::Index(
+            index.floor(seq).unwrap_or((meta.start_offset(), 0)),
+        ))
+    }
+
+    /// Learns the frame hints after the chunk-map entry `entry` from its chunk, once cached.
+    fn learn_hints(&self, meta: &RemoteLogSegmentMetadata, entry: (u64, u64)) {
+        let id = meta.remote_log_segment_id().id();
+        let key = (id, Part::Hints(entry.1));
+        let chunk = u64::from(self.config.chunk_bytes);
+        let n = entry.1 / chunk;
+        if self.cache.lru().contains(&key) {
+            return;
+        }
+        let Some(data) = self.cache.lru().peek(&(id, Part::Chunk(n))) else {
+            return;
+        };
+        let found = hints::build(&data, n * chunk, entry, meta.end_offset());
+        if !found.is_empty() {
+            self.cache.lru().insert(key, found);
+        }
+    }
+
+    /// The segment's bytes from `pos` to the end of the chunk holding it, after the `carry`
+    /// left undecoded from the previous chunk.
+    fn bytes_from(&self, read: &RemoteRead<'_>, pos: u64, carry: &Bytes) -> Result<Bytes, Error> {
+        let chunk = u64::from(self.config.chunk_bytes);
+        let n = pos / chunk;
+        let data = self.remote_chunk(read.meta, n, read.seq)?;
+        let offset = usize::try_from(pos - n * chunk).unwrap_or(usize::MAX);
+        let fresh = data.get(offset..).ok_or_else(|| {
+            read.corrupt(Some(pos), format!("chunk {n} is shorter than expected"))
+        })?;
+        if carry.is_empty() {
+            return Ok(data.slice_ref(fresh));
+        }
+        let mut joined = BytesMut::with_capacity(carry.len() + fresh.len());
+        joined.extend_from_slice(carry);
+        joined.extend_from_slice(fresh);
+        Ok(joined.freeze())
+    }
+
+    /// The segment's offset index. On a miss the index is fetched, validated once (CRC, order,
+    /// and its range and size against the metadata) and cached whole; a hit is wrapped again
+    /// without a new CRC check, so later reads only binary-search it.
+    fn remote_index(
+        &self,
+        meta: &RemoteLogSegmentMetadata,
+        seq: u64,
+    ) -> Result<OffsetIndexView, Error> {
         let id = meta.remote_log_segment_id();
         let key = (id.id(), Part::OffsetIndex);
-        if let Some(hit) = self.cache.get(&key) {
-            return Ok(hit);
+        if let Some(hit) = self.cache.lru().get(&key) {
+            return OffsetIndexView::from_parsed_bytes(hit)
+                .map_err(|e| index_corrupt(meta, seq, &e));
         }
         bump(&self.counters.fetch_index, 1);
         let bytes = self
             .rsm
-            .fetch_index(meta, IndexType::Offset)
+            .fetch_index(&backend_view(meta), IndexType::Offset)
             .map_err(|e| Error::remote("fetch_index", id, Some(seq), e))?;
-        let corrupt = |position: Option<u64>, reason: String| Error::CorruptRemote {
-            segment: Box::new(id.clone()),
-            object: object_key(meta, Some(IndexType::Offset)),
-            position,
-            seq,
-            reason: format!("offset index: {reason}"),
-        };
-        let summary = verify_index(&bytes).map_err(|e| {
-            let (at, why) = position_and_reason(&e);
-            corrupt(at, why)
-        })?;
-        let expected = (
-            meta.start_offset(),
-            meta.end_offset(),
-            meta.segment_size_in_bytes(),
-        );
-        let found = (summary.base_seq, summary.last_seq, summary.log_size);
-        if found != expected {
-            return Err(corrupt(
-                None,
-                format!(
-                    "describes seqs {}..={} in {} bytes, the metadata {}..={} in {} bytes",
-                    found.0, found.1, found.2, expected.0, expected.1, expected.2
-                ),
-            ));
+        let view = checked_offset_index(meta, seq, bytes)?;
+        self.cache.lru().insert(key, view.as_bytes().clone());
+        Ok(view)
+    }
+
+    /// The remote segment after `meta` (starting right after it) when a read would go on to
+    /// read it from the remote tier.
+    fn next_remote(&self, meta: &RemoteLogSegmentMetadata) -> Option<RemoteLogSegmentMetadata> {
+        let seq = meta.end_offset().checked_add(1)?;
+        if seq >= self.log.first_seq() {
+            return None;
         }
-        let end = INDEX_HEADER_LEN + summary.entries * INDEX_ENTRY_LEN;
-        if end + INDEX_CRC_LEN != bytes.len() {
-            return Err(corrupt(
-                None,
-                format!("{} entries in {} bytes", summary.entries, bytes.len()),
-            ));
-        }
-        let entries = Bytes::copy_from_slice(bytes.get(INDEX_HEADER_LEN..end).unwrap_or(&[]));
-        self.cache.insert(key, entries.clone());
-        Ok(entries)
+        self.rlmm
+            .remote_log_segment_metadata(&self.tp, seq)
+            .ok()
+            .flatten()
+            .filter(|m| m.start_offset() == seq)
     }
 
     /// The seq from which to scan a finished remote segment for the first record whose
@@ -261,51 +421,15 @@ impl TieredLog {
         meta: &RemoteLogSegmentMetadata,
         ts: i64,
     ) -> Result<Option<u64>, Error> {
-        let id = meta.remote_log_segment_id();
         let seq = meta.start_offset();
         let corrupt = |position: Option<u64>, reason: String| Error::CorruptRemote {
-            segment: Box::new(id.clone()),
+            segment: Box::new(meta.remote_log_segment_id().clone()),
             object: object_key(meta, Some(IndexType::Timestamp)),
             position,
             seq,
             reason: format!("time index: {reason}"),
         };
-        let key = (id.id(), Part::TimeIndex);
-        let bytes = match self.cache.get(&key) {
-            Some(hit) => hit,
-            None => {
-                bump(&self.counters.fetch_index, 1);
-                let bytes = Bytes::from(
-                    self.rsm
-                        .fetch_index(meta, IndexType::Timestamp)
-                        .map_err(|e| Error::remote("fetch_index", id, Some(seq), e))?,
-                );
-                let summary = verify_time_index(&bytes).map_err(|e| {
-                    let (at, why) = position_and_reason(&e);
-                    corrupt(at, why)
-                })?;
-                if (summary.base_seq, summary.max_timestamp)
-                    != (meta.start_offset(), meta.max_timestamp_ms())
-                {
-                    return Err(corrupt(
-                        None,
-                        format!(
-                            "describes base seq {} and max timestamp {}, the metadata {} and {}",
-                            summary.base_seq,
-                            summary.max_timestamp,
-                            meta.start_offset(),
-                            meta.max_timestamp_ms()
-                        ),
-                    ));
-                }
-                self.cache.insert(key, bytes.clone());
-                bytes
-            }
-        };
-        let floor = lookup_time(&bytes, ts).map_err(|e| {
-            let (at, why) = position_and_reason(&e);
-            corrupt(at, why)
-        })?;
+        let floor = self.remote_time_index(meta)?.floor(ts);
         match floor {
             Some(f) if f < meta.start_offset() || f > meta.end_offset() => Err(corrupt(
                 None,
@@ -319,30 +443,76 @@ impl TieredLog {
         }
     }
 
-    /// Chunk `n` of a segment; with `read_ahead`, a miss fetches chunks `n` and `n + 1` in one
-    /// request and caches both. The bytes returned must be exactly the range asked for: an
-    /// object shorter than the metadata's size is [`Error::CorruptRemote`].
+    /// The segment's time index: fetched, validated and checked against the metadata on a
+    /// miss, then cached whole.
+    fn remote_time_index(&self, meta: &RemoteLogSegmentMetadata) -> Result<TimeIndexView, Error> {
+        let id = meta.remote_log_segment_id();
+        let seq = meta.start_offset();
+        let corrupt = |position: Option<u64>, reason: String| Error::CorruptRemote {
+            segment: Box::new(id.clone()),
+            object: object_key(meta, Some(IndexType::Timestamp)),
+            position,
+            seq,
+            reason: format!("time index: {reason}"),
+        };
+        let invalid = |e: krabka_storage::Error| {
+            let (at, why) = position_and_reason(&e);
+            corrupt(at, why)
+        };
+        let key = (id.id(), Part::TimeIndex);
+        if let Some(hit) = self.cache.lru().get(&key) {
+            return TimeIndexView::from_parsed_bytes(hit).map_err(invalid);
+        }
+        bump(&self.counters.fetch_index, 1);
+        let bytes = self
+            .rsm
+            .fetch_index(&backend_view(meta), IndexType::Timestamp)
+            .map_err(|e| Error::remote("fetch_index", id, Some(seq), e))?;
+        let view = TimeIndexView::parse(bytes).map_err(invalid)?;
+        if (view.base_seq(), view.max_timestamp()) != (meta.start_offset(), meta.max_timestamp_ms())
+        {
+            return Err(corrupt(
+                None,
+                format!(
+                    "describes base seq {} and max timestamp {}, the metadata {} and {}",
+                    view.base_seq(),
+                    view.max_timestamp(),
+                    meta.start_offset(),
+                    meta.max_timestamp_ms()
+                ),
+            ));
+        }
+        self.cache.lru().insert(key, view.as_bytes().clone());
+        Ok(view)
+    }
+
+    /// Chunk `n` of a segment, from the cache or fetched (once across threads: a reader
+    /// reaching a chunk the read-ahead is fetching waits for it) and cached.
     fn remote_chunk(
         &self,
         meta: &RemoteLogSegmentMetadata,
         n: u64,
         seq: u64,
-        read_ahead: bool,
+    ) -> Result<Bytes, Error> {
+        let key = (meta.remote_log_segment_id().id(), Part::Chunk(n));
+        self.cache
+            .lru()
+            .get_or_fetch(key, || self.fetch_chunk(meta, n, seq))
+    }
+
+    /// Fetches chunk `n` of a segment. The bytes returned must be exactly the range asked
+    /// for: an object shorter than the metadata's size is [`Error::CorruptRemote`].
+    fn fetch_chunk(
+        &self,
+        meta: &RemoteLogSegmentMetadata,
+        n: u64,
+        seq: u64,
     ) -> Result<Bytes, Error> {
         let id = meta.remote_log_segment_id();
-        let key = (id.id(), Part::Chunk(n));
-        if let Some(hit) = self.cache.get(&key) {
-            return Ok(hit);
-        }
         let chunk = u64::from(self.config.chunk_bytes);
         let size = meta.segment_size_in_bytes();
         let start = n * chunk;
-        let chunks = if read_ahead && self.config.prefetch {
-            2
-        } else {
-            1
-        };
-        let end = (start + chunks * chunk).min(size);
+        let end = (start + chunk).min(size);
         let corrupt = |reason: String| Error::CorruptRemote {
             segment: Box::new(id.clone()),
             object: object_key(meta, None),
@@ -357,7 +527,7 @@ impl TieredLog {
         bump(&self.counters.fetch_log, 1);
         let bytes = self
             .rsm
-            .fetch_log_segment(meta, first, Some(last))
+            .fetch_log_segment(&backend_view(meta), first, Some(last))
             .map_err(|e| Error::remote("fetch_log_segment", id, Some(seq), e))?;
         if bytes.len() as u64 != end - start {
             return Err(corrupt(format!(
@@ -366,39 +536,6 @@ impl TieredLog {
                 bytes.len()
             )));
         }
-        let bytes = Bytes::from(bytes);
-        let split = usize::try_from(chunk)
-            .unwrap_or(usize::MAX)
-            .min(bytes.len());
-        let head = bytes.slice(..split);
-        if bytes.len() > split {
-            self.cache
-                .insert((id.id(), Part::Chunk(n + 1)), bytes.slice(split..));
-        }
-        self.cache.insert(key, head.clone());
-        Ok(head)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn packed(entries: &[(u64, u64)]) -> Vec<u8> {
-        entries
-            .iter()
-            .flat_map(|&(s, p)| s.to_le_bytes().into_iter().chain(p.to_le_bytes()))
-            .collect()
-    }
-
-    #[test]
-    fn floor_entry_finds_the_last_entry_at_or_below() {
-        let e = packed(&[(10, 0), (20, 300), (30, 700)]);
-        assert_eq!(floor_entry(&e, 9), None);
-        assert_eq!(floor_entry(&e, 10), Some((10, 0)));
-        assert_eq!(floor_entry(&e, 29), Some((20, 300)));
-        assert_eq!(floor_entry(&e, 30), Some((30, 700)));
-        assert_eq!(floor_entry(&e, u64::MAX), Some((30, 700)));
-        assert_eq!(floor_entry(&[], 5), None);
+        Ok(Bytes::from(bytes))
     }
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use krabka_remote_fs::FsRemoteStorage;
-use krabka_remote_storage::metadata::DurableRemoteLogMetadataManager;
+use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
 use krabka_tiering::{TieredLog, TieringConfig};
 
 const DIR_VAR: &str = "KRABKA_TIERING_CRASH_DIR";

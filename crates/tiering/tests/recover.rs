@@ -14,16 +14,16 @@ use std::sync::Arc;
 use krabka_protocol::Message;
 use krabka_remote_s3::test_server::TestServer;
 use krabka_remote_s3::{S3Config, S3Credentials, S3RemoteStorage};
-use krabka_remote_storage::metadata::DurableRemoteLogMetadataManager;
-use krabka_remote_storage::recovery::{
-    IgnoreReason, LocalLogOutcome, RecoveryOptions, RecoveryReport, RemoteSegmentLister, recover,
-};
 use krabka_remote_storage::{
     LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageManager,
     TopicIdPartition, Uuid, layout,
 };
 use krabka_storage::Options;
 use krabka_tiering::fs::FsRemoteStorage;
+use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
+use krabka_tiering::recovery::{
+    IgnoreReason, LocalLogOutcome, RecoveryOptions, RecoveryReport, RemoteSegmentLister, recover,
+};
 use krabka_tiering::{TieredLog, TieringConfig};
 
 /// Overwrites an object (relative key) with bytes.

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use krabka_remote_fs::FsRemoteStorage;
-use krabka_remote_storage::metadata::{DurableRemoteLogMetadataManager, RemoteLogMetadataManager};
-use krabka_remote_storage::recovery::{IgnoreReason, RecoveryOptions, recover};
+use krabka_tiering::metadata::{DurableRemoteLogMetadataManager, RemoteLogMetadataManager};
+use krabka_tiering::recovery::{IgnoreReason, RecoveryOptions, recover};
 use krabka_tiering::{TieredLog, TieringConfig};
 
 const DIR_VAR: &str = "KRABKA_RECOVER_CRASH_DIR";

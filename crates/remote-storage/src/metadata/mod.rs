@@ -1,19 +1,22 @@
 //! Remote log metadata: which segments of a partition are in the remote tier, and in what state.
 //!
 //! [`RemoteLogMetadataManager`] is the interface the tiering layer drives; [`MetadataState`] is
-//! the pure, I/O-free bookkeeping both implementations share:
+//! the pure, I/O-free bookkeeping every implementation shares, and [`SharedMetadataState`] its
+//! locked form: a type implementing [`StateBackedManager`] (only the two writes) gets the
+//! whole trait, its reads answered from that one state.
 //! - [`InMemoryRemoteLogMetadataManager`] — for tests and single-process setups;
-//! - [`DurableRemoteLogMetadataManager`] — appends every event to a `krabka_storage::Log` and
-//!   rebuilds its state on open, so the metadata survives a crash exactly like the data.
+//! - the durable manager (`krabka_tiering::metadata::DurableRemoteLogMetadataManager`) appends
+//!   every event, in the [`event`] encoding, to a local log and rebuilds its state on open, so
+//!   the metadata survives a crash exactly like the data.
 
-mod durable;
 pub mod event;
 mod memory;
+mod shared;
 mod state;
 
-pub use durable::{DurableOptions, DurableRemoteLogMetadataManager, TornEventCut};
 pub use memory::{DROPPED_IDS_SLACK, InMemoryRemoteLogMetadataManager};
-pub use state::MetadataState;
+pub use shared::StateBackedManager;
+pub use state::{MetadataState, SharedMetadataState};
 
 use crate::error::RemoteStorageError;
 use crate::model::{

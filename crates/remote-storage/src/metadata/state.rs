@@ -1,7 +1,10 @@
-//! The I/O-free bookkeeping shared by every metadata manager.
+//! The I/O-free bookkeeping shared by every metadata manager, and its locked form
+//! ([`SharedMetadataState`]) the managers answer their reads from.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::{Deref, DerefMut};
 
+use parking_lot::RwLock;
 use uuid::Uuid;
 
 use crate::error::RemoteStorageError;
@@ -261,6 +264,68 @@ impl MetadataState {
     /// Whether there are no live segments.
     pub fn is_empty(&self) -> bool {
         self.partitions.is_empty()
+    }
+}
+
+/// A [`MetadataState`] behind a reader-writer lock: the one state a metadata manager keeps.
+///
+/// Its query methods take the read lock for one answer each; they are the read half of
+/// [`RemoteLogMetadataManager`](super::RemoteLogMetadataManager) for every manager built on it
+/// ([`StateBackedManager`](super::StateBackedManager)). Writers take [`write`](Self::write).
+#[derive(Debug, Default)]
+pub struct SharedMetadataState(RwLock<MetadataState>);
+
+impl SharedMetadataState {
+    /// Wraps `state`.
+    pub fn new(state: MetadataState) -> Self {
+        Self(RwLock::new(state))
+    }
+
+    /// The state, read-locked until the guard is dropped.
+    pub fn read(&self) -> impl Deref<Target = MetadataState> + '_ {
+        self.0.read()
+    }
+
+    /// The state, write-locked until the guard is dropped.
+    pub fn write(&self) -> impl DerefMut<Target = MetadataState> + '_ {
+        self.0.write()
+    }
+
+    /// As [`MetadataState::find`].
+    pub fn find(&self, tp: &TopicIdPartition, offset: u64) -> Option<RemoteLogSegmentMetadata> {
+        self.0.read().find(tp, offset)
+    }
+
+    /// As [`MetadataState::find_ready`].
+    ///
+    /// # Errors
+    /// As [`MetadataState::find_ready`].
+    pub fn find_ready(
+        &self,
+        tp: &TopicIdPartition,
+        offset: u64,
+    ) -> Result<Option<RemoteLogSegmentMetadata>, RemoteStorageError> {
+        self.0.read().find_ready(tp, offset)
+    }
+
+    /// As [`MetadataState::list`].
+    pub fn list(&self, tp: &TopicIdPartition) -> Vec<RemoteLogSegmentMetadata> {
+        self.0.read().list(tp)
+    }
+
+    /// As [`MetadataState::highest_offset`].
+    pub fn highest_offset(&self, tp: &TopicIdPartition) -> Option<u64> {
+        self.0.read().highest_offset(tp)
+    }
+
+    /// As [`MetadataState::size`].
+    pub fn size(&self, tp: &TopicIdPartition) -> u64 {
+        self.0.read().size(tp)
+    }
+
+    /// As [`MetadataState::get`], cloned.
+    pub fn get(&self, id: &RemoteLogSegmentId) -> Option<RemoteLogSegmentMetadata> {
+        self.0.read().get(id).cloned()
     }
 }
 

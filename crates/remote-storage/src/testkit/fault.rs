@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::rng::SplitMix64;
 use crate::error::RemoteStorageError;
 use crate::manager::RemoteStorageManager;
 use crate::model::{CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata};
@@ -174,7 +173,7 @@ impl FaultStats {
 #[derive(Debug)]
 struct Plan {
     faults: Faults,
-    rng: SplitMix64,
+    rng: fastrand::Rng,
     targeted: u64,
 }
 
@@ -214,7 +213,7 @@ impl<R: RemoteStorageManager> FaultInjecting<R> {
             inner,
             enabled: AtomicBool::new(true),
             plan: Mutex::new(Plan {
-                rng: SplitMix64::new(faults.seed),
+                rng: fastrand::Rng::with_seed(faults.seed),
                 faults,
                 targeted: 0,
             }),
@@ -226,7 +225,7 @@ impl<R: RemoteStorageManager> FaultInjecting<R> {
     /// Replaces the faults; the Nth-call count and the PRNG restart from the new settings.
     pub fn set_faults(&self, faults: Faults) {
         let mut plan = self.plan.lock();
-        plan.rng = SplitMix64::new(faults.seed);
+        plan.rng = fastrand::Rng::with_seed(faults.seed);
         plan.faults = faults;
         plan.targeted = 0;
     }
@@ -284,12 +283,12 @@ impl<R: RemoteStorageManager> FaultInjecting<R> {
             plan.targeted += 1;
             let nth = plan.faults.fail_nth == Some(plan.targeted);
             let fraction = plan.faults.fail_fraction;
-            let drawn = fraction > 0.0 && plan.rng.next_f64() < fraction;
+            let drawn = fraction > 0.0 && plan.rng.f64() < fraction;
             let decision = if nth || drawn {
                 let partial = plan.faults.partial_copy_fraction;
                 let after_inner = method == Method::CopyLogSegmentData
                     && partial > 0.0
-                    && plan.rng.next_f64() < partial;
+                    && plan.rng.f64() < partial;
                 Decision::Fail { after_inner }
             } else {
                 Decision::Pass

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use krabka_remote_storage::testkit::SplitMix64;
 use krabka_remote_storage::{
     CustomMetadata, IndexSource, IndexType, LogSegmentData, RemoteLogSegmentId,
     RemoteLogSegmentMetadata, RemoteStorageError, RemoteStorageManager, TopicIdPartition, Uuid,
@@ -217,7 +216,7 @@ pub fn tp() -> TopicIdPartition {
 
 /// Text-like bytes (compressible) when `text`, else pseudo-random bytes.
 pub fn payload(seed: u64, len: usize, text: bool) -> Vec<u8> {
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = fastrand::Rng::with_seed(seed);
     if !text {
         let mut v = vec![0u8; len];
         rng.fill(&mut v);
@@ -235,7 +234,7 @@ pub fn payload(seed: u64, len: usize, text: bool) -> Vec<u8> {
     ];
     let mut v = Vec::with_capacity(len + 64);
     while v.len() < len {
-        let r = rng.next_u64();
+        let r = rng.u64(..);
         let line = format!(
             "{{\"{}\":{},\"{}\":\"{}\",\"n\":{}}}\n",
             words[(r % 8) as usize],

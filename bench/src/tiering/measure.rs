@@ -1,0 +1,304 @@
+//! The krabka side: a tiered log filled and uploaded by one `run_once`, then read cold (cache
+//! off), re-read from its cache and scanned, each read paired with its baseline.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use krabka_remote_storage::metadata::InMemoryRemoteLogMetadataManager;
+use krabka_remote_storage::{
+    LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageManager,
+    TopicIdPartition, Uuid,
+};
+use krabka_storage::segment::verify_segment_files;
+use krabka_storage::{Log, SegmentInfo};
+use krabka_tiering::{TieredLog, TieringConfig};
+
+use super::{COPY_CONCURRENCY, Sizes, fill, mbps, options};
+use crate::Result;
+use crate::report::Histogram;
+use crate::storage::Rng;
+
+fn config(cache_bytes: u64) -> TieringConfig {
+    TieringConfig {
+        local_retention_bytes: Some(0),
+        retention_ms: None,
+        cache_bytes,
+        copy_concurrency: COPY_CONCURRENCY,
+        ..TieringConfig::default()
+    }
+}
+
+/// A tiered log, filled and rolled, its closed segments not yet uploaded.
+pub struct Prepared {
+    log: TieredLog,
+    rsm: Arc<dyn RemoteStorageManager>,
+    rlmm: Arc<InMemoryRemoteLogMetadataManager>,
+    tp: TopicIdPartition,
+    dir: PathBuf,
+    /// The closed segments (what the upload copies), oldest first.
+    pub segments: Vec<SegmentInfo>,
+}
+
+impl Prepared {
+    /// Opens a tiered log in `dir` over `rsm` and fills it with the workload.
+    pub fn new(dir: PathBuf, rsm: Arc<dyn RemoteStorageManager>, s: &Sizes) -> Result<Self> {
+        let rlmm = Arc::new(InMemoryRemoteLogMetadataManager::new());
+        let tp = TopicIdPartition::new(Uuid::new_v4(), "bench", 0);
+        let log = TieredLog::open(
+            &dir,
+            options(s),
+            Arc::clone(&rsm),
+            rlmm.clone(),
+            tp.clone(),
+            config(krabka_tiering::DEFAULT_CACHE_BYTES),
+        )?;
+        fill(|m| Ok(log.append_batch(m).map(drop)?), s)?;
+        log.log().roll()?;
+        let segments = log
+            .log()
+            .segments()
+            .into_iter()
+            .filter(|s| !s.active)
+            .collect();
+        Ok(Self {
+            log,
+            rsm,
+            rlmm,
+            tp,
+            dir,
+            segments,
+        })
+    }
+
+    /// The files a tiering round uploads, `.log`, `.index`, `.timeindex` per segment.
+    pub fn files(&self) -> Vec<(PathBuf, u64)> {
+        self.segments
+            .iter()
+            .flat_map(|s| {
+                [
+                    s.log_path.clone(),
+                    s.index_path.clone(),
+                    s.time_index_path.clone(),
+                ]
+            })
+            .filter_map(|p| std::fs::metadata(&p).ok().map(|m| (p, m.len())))
+            .collect()
+    }
+
+    /// The backend alone (no tiering layer): `copy_log_segment_data` of every segment under a
+    /// fresh id, `width` segments at once; returns MB/s over the same files' bytes.
+    pub fn backend_copy(&self, width: usize) -> Result<f64> {
+        let bytes: u64 = self.files().iter().map(|(_, n)| n).sum();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let copy_one = |seg: &SegmentInfo| -> Result<()> {
+            let id = RemoteLogSegmentId::generate(self.tp.clone());
+            let meta = RemoteLogSegmentMetadata::builder(id, seg.base_seq, seg.last_seq)
+                .segment_size_in_bytes(seg.size)
+                .build()?;
+            let data = LogSegmentData::new(&seg.log_path, &seg.index_path, &seg.time_index_path);
+            self.rsm.copy_log_segment_data(&meta, &data)?;
+            Ok(())
+        };
+        super::settle();
+        let start = Instant::now();
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..width.max(1))
+                .map(|_| {
+                    scope.spawn(|| {
+                        while let Some(seg) = self
+                            .segments
+                            .get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                        {
+                            copy_one(seg)?;
+                        }
+                        Ok::<(), crate::BoxError>(())
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().map_err(|_| "a copy thread panicked")?)
+        })?;
+        Ok(mbps(bytes, start.elapsed().as_secs_f64()))
+    }
+
+    /// The check every segment passes before its copy (`verify_segment_files`: every frame's
+    /// CRC and message, both indexes), one segment after another; returns MB/s.
+    pub fn verify_rate(&self) -> Result<f64> {
+        let start = Instant::now();
+        for s in &self.segments {
+            let v =
+                verify_segment_files(&s.log_path, Some(&s.index_path), Some(&s.time_index_path))?;
+            if let Some(p) = v.problem {
+                return Err(format!("{}: {}", s.log_path.display(), p.reason).into());
+            }
+        }
+        Ok(mbps(self.log_bytes(), start.elapsed().as_secs_f64()))
+    }
+
+    /// Bytes of the closed segments' `.log` files (what a scan of the remote range reads).
+    pub fn log_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size).sum()
+    }
+
+    /// Runs one timed `run_once` (the upload) and closes the log; returns the upload's MB/s,
+    /// over the bytes of every file it uploads, as the baselines count them (`bytes_copied`
+    /// counts the `.log` files only).
+    pub fn upload(self) -> Result<(Uploaded, f64)> {
+        let bytes: u64 = self.files().iter().map(|(_, n)| n).sum();
+        super::settle();
+        let start = Instant::now();
+        let report = self.log.run_once()?;
+        let secs = start.elapsed().as_secs_f64();
+        if let Some(e) = report.failures.first() {
+            return Err(format!("tiering round failed: {e}").into());
+        }
+        self.log.close()?;
+        if report.segments_copied != self.segments.len() as u64 {
+            return Err(format!(
+                "copied {} of {} segments",
+                report.segments_copied,
+                self.segments.len()
+            )
+            .into());
+        }
+        let up = Uploaded {
+            rsm: self.rsm,
+            rlmm: self.rlmm,
+            tp: self.tp,
+            dir: self.dir,
+        };
+        Ok((up, mbps(bytes, secs)))
+    }
+}
+
+/// An uploaded log's parts, to reopen it with a given cache.
+pub struct Uploaded {
+    rsm: Arc<dyn RemoteStorageManager>,
+    rlmm: Arc<InMemoryRemoteLogMetadataManager>,
+    tp: TopicIdPartition,
+    dir: PathBuf,
+}
+
+impl Uploaded {
+    /// A fresh `TieredLog` over the uploaded data with `cache_bytes` of cache (0: none).
+    pub fn open(&self, s: &Sizes, cache_bytes: u64) -> Result<TieredLog> {
+        Ok(TieredLog::open(
+            &self.dir,
+            options(s),
+            Arc::clone(&self.rsm),
+            self.rlmm.clone(),
+            self.tp.clone(),
+            config(cache_bytes),
+        )?)
+    }
+}
+
+/// Random seqs of the remote-only range.
+fn seqs(log: &TieredLog, n: u64) -> Result<Vec<u64>> {
+    let first = log.first_seq()?;
+    let span = log.local_first_seq().saturating_sub(first).max(1);
+    let mut rng = Rng::new();
+    Ok((0..n).map(|_| first + rng.below(span)).collect())
+}
+
+/// Latencies of krabka and of its baseline, and krabka's remote requests per read.
+pub struct Paired {
+    pub krabka: Histogram,
+    pub baseline: Histogram,
+    pub requests_per_read: f64,
+}
+
+fn read_one(log: &TieredLog, seq: u64) -> Result<(Duration, u64)> {
+    let before = log.stats().requests.total();
+    let t = Instant::now();
+    let got = log.read(seq, 1)?;
+    let took = t.elapsed();
+    if got.len() != 1 || got[0].seq != seq {
+        return Err(format!("remote point read of {seq} returned {} records", got.len()).into());
+    }
+    Ok((took, log.stats().requests.total() - before))
+}
+
+/// `read(seq, 1)` at `n` random remote seqs of a log with no cache, each followed by
+/// `baseline(seq)` (its time, if it has one).
+pub fn cold_reads(
+    log: &TieredLog,
+    n: u64,
+    mut baseline: impl FnMut(u64) -> Result<Option<Duration>>,
+) -> Result<Paired> {
+    let mut p = Paired {
+        krabka: Histogram::default(),
+        baseline: Histogram::default(),
+        requests_per_read: 0.0,
+    };
+    let mut requests = 0;
+    for seq in seqs(log, n)? {
+        let (took, r) = read_one(log, seq)?;
+        p.krabka.record(took);
+        requests += r;
+        if let Some(d) = baseline(seq)? {
+            p.baseline.record(d);
+        }
+    }
+    p.requests_per_read = requests as f64 / n.max(1) as f64;
+    Ok(p)
+}
+
+/// Each of `n` random remote seqs read once, then read again timed (the cached re-read), then
+/// the same seq read from the local log `local` (read once before, timed the second time).
+pub fn warm_reads(log: &TieredLog, local: &Log, n: u64) -> Result<Paired> {
+    let mut p = Paired {
+        krabka: Histogram::default(),
+        baseline: Histogram::default(),
+        requests_per_read: 0.0,
+    };
+    let mut requests = 0;
+    for seq in seqs(log, n)? {
+        log.read(seq, 1)?;
+        let (took, r) = read_one(log, seq)?;
+        p.krabka.record(took);
+        requests += r;
+        local.read(seq, 1)?;
+        let t = Instant::now();
+        let got = local.read(seq, 1)?;
+        p.baseline.record(t.elapsed());
+        if got.first().map(|r| r.seq) != Some(seq) {
+            return Err(format!("local read of {seq} missed").into());
+        }
+    }
+    p.requests_per_read = requests as f64 / n.max(1) as f64;
+    Ok(p)
+}
+
+/// Reads `from..to` through `read` (one call per batch); returns the seconds it took.
+pub fn scan(
+    read: impl Fn(u64) -> Result<Vec<krabka_storage::Record>>,
+    from: u64,
+    to: u64,
+) -> Result<f64> {
+    let mut next = from;
+    let start = Instant::now();
+    while next < to {
+        let got = read(next)?;
+        let Some(last) = got.last() else {
+            return Err(format!("scan stopped at {next} of {from}..{to}").into());
+        };
+        next = last.seq + 1;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// The byte range of the `chunk`-byte chunk of its segment's `.log` holding `seq`, as
+/// `(segment index, from, to)` (every record of the workload has the same size).
+pub fn chunk_of(segments: &[SegmentInfo], seq: u64, chunk: u64) -> Option<(usize, u64, u64)> {
+    let (i, s) = segments
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.base_seq <= seq && seq <= s.last_seq)?;
+    let records = s.last_seq - s.base_seq + 1;
+    let pos = (seq - s.base_seq) * s.size / records;
+    let from = pos / chunk * chunk;
+    Some((i, from, (from + chunk).min(s.size)))
+}

@@ -1,0 +1,98 @@
+//! Where `krabka read` takes its records from: the local files ([`LocalReader`]), or both
+//! tiers ([`TieredSource`]).
+
+use std::path::Path;
+
+use krabka_storage::{Options, Record};
+use krabka_tiering::TieringConfig;
+
+use crate::args::RemoteArgs;
+use crate::error::{CliError, Result};
+use crate::reader::LocalReader;
+use crate::remote;
+use crate::tiered::{self, Tiered, tiering_error};
+
+/// Source of records for `read`: the local files, or both tiers.
+pub trait Source {
+    /// Up to `max` records from where the previous call stopped; empty when caught up.
+    fn next_records(&mut self, max: usize) -> Result<Vec<Record>>;
+}
+
+impl Source for LocalReader {
+    fn next_records(&mut self, max: usize) -> Result<Vec<Record>> {
+        self.poll(max)
+    }
+}
+
+/// `krabka read --remote`: reads across both tiers.
+pub struct TieredSource {
+    tiered: Tiered,
+    next: u64,
+}
+
+impl TieredSource {
+    /// Opens the tiered log at `dir` to read from `from`.
+    ///
+    /// # Errors
+    /// As [`tiered::open`].
+    pub fn open(dir: &Path, remote_args: &RemoteArgs, from: u64) -> Result<Self> {
+        let spec = remote::spec(remote_args)?
+            .ok_or_else(|| CliError::new("--remote is required to read the remote tier"))?;
+        if !dir.is_dir() {
+            return Err(
+                CliError::new(format!("no log directory at {}", dir.display()))
+                    .hint("pass the directory of a krabka log"),
+            );
+        }
+        let tiered = tiered::open(
+            dir,
+            spec,
+            remote_args,
+            Options::default(),
+            TieringConfig {
+                retention_ms: None,
+                ..TieringConfig::default()
+            },
+        )?;
+        Ok(Self { tiered, next: from })
+    }
+}
+
+impl Source for TieredSource {
+    fn next_records(&mut self, max: usize) -> Result<Vec<Record>> {
+        let dir = self.tiered.log.log().dir().to_path_buf();
+        let next_append = self.tiered.log.last_seq().saturating_add(1);
+        if self.next == next_append {
+            return Ok(Vec::new());
+        }
+        if self.next > next_append || self.next == 0 {
+            let first = self
+                .tiered
+                .log
+                .first_seq()
+                .unwrap_or_else(|_| self.tiered.log.local_first_seq());
+            if self.next == 0 {
+                return Err(CliError::new(format!(
+                    "seq 0 is not a seq of {}: seqs start at 1",
+                    dir.display()
+                ))
+                .hint(format!("read from {first}, the first seq the log holds")));
+            }
+            return Err(crate::reader::out_of_range(
+                &dir,
+                self.next,
+                first,
+                next_append,
+            ));
+        }
+        let records = self
+            .tiered
+            .log
+            .read(self.next, max)
+            .map_err(|e| tiering_error("cannot read", &dir, e))?;
+        if let Some(last) = records.last() {
+            self.next = last.seq.saturating_add(1);
+        }
+        Ok(records)
+    }
+}

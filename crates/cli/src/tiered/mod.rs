@@ -1,0 +1,334 @@
+//! The tiered log every remote-aware command opens (`tier`, `read --remote`, `demo`): the
+//! local log in `DIR`, the remote named by `--remote`, the durable metadata in
+//! `DIR/remote-metadata`, and the topic recorded in `DIR/topic` ([`topic`]). Opening happens
+//! here, in one place and one order: lock the local log, connect the remote, check the start,
+//! open the metadata, settle the topic.
+
+pub(crate) mod topic;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use krabka_remote_storage::{RemoteLogSegmentState, RemoteStorageManager, TopicIdPartition};
+use krabka_storage::{Log, Options};
+use krabka_tiering::metadata::{
+    DurableRemoteLogMetadataManager, RemoteLogMetadataManager, TornEventCut,
+};
+use krabka_tiering::{TieredLog, TieringConfig};
+
+use crate::args::{RemoteArgs, RetentionArgs};
+use crate::error::{CliError, Result};
+use crate::remote::{self, RemoteSpec};
+
+/// Name of the directory, inside a tiered log's directory, holding the durable record of its
+/// remote segments (itself a small krabka log).
+pub const METADATA_DIR: &str = "remote-metadata";
+
+/// A tiered log and what the commands report about it.
+pub struct Tiered {
+    /// The log.
+    pub log: TieredLog,
+    /// Its remote segment metadata.
+    pub metadata: Arc<dyn RemoteLogMetadataManager>,
+    /// The topic it is tiered under.
+    pub topic: TopicIdPartition,
+    /// The remote, as named.
+    pub remote: RemoteSpec,
+}
+
+/// A tiering error on `dir` as one line (a log another process holds open says so; damage
+/// names the file, byte and seqs and what to do).
+pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliError {
+    use krabka_tiering::Error as E;
+    let d = dir.display();
+    match e {
+        E::Storage { source, .. } => crate::error::storage(action, dir, *source),
+        e @ E::DamagedSegment { .. } => CliError::at(action, dir, e).hint(format!(
+            "`krabka verify {d}` names every problem; `krabka repair {d}` moves damaged bytes \
+             aside (it deletes nothing)"
+        )),
+        e @ E::LocalLogMismatch { .. } => CliError::at(action, dir, e),
+        e @ E::CorruptRemote { .. } => CliError::at(action, dir, remote::brief(&e.to_string()))
+            .hint("the remote copy is damaged; restore it, or re-copy it from a local segment if one is left"),
+        e => CliError::at(action, dir, remote::brief(&e.to_string()))
+            .hint("check the log directory and that the remote is reachable"),
+    }
+}
+
+/// The CLI's tiering configuration: the library defaults, except that the CLI never deletes
+/// remote data by age (`retention_ms: None`), and the `--local-retention-bytes` and
+/// `--cache-bytes` flags.
+pub fn config(retention: &RetentionArgs) -> TieringConfig {
+    let defaults = TieringConfig::default();
+    TieringConfig {
+        local_retention_bytes: retention
+            .local_retention_bytes
+            .or(defaults.local_retention_bytes),
+        retention_ms: None,
+        cache_bytes: retention.cache_bytes.unwrap_or(defaults.cache_bytes),
+        ..defaults
+    }
+}
+
+/// Opens the tiered log at `log_dir`.
+///
+/// The local log is opened first: it takes the directory's lock, so while another process
+/// (`krabka produce`, `krabka tier --watch`, ...) has the log open this fails with one clear
+/// line saying the directory is in use, before the remote or the metadata are touched.
+///
+/// # Errors
+/// When the log, the remote or the metadata cannot be opened.
+pub fn open(
+    log_dir: &Path,
+    spec: RemoteSpec,
+    remote_args: &RemoteArgs,
+    options: Options,
+    config: TieringConfig,
+) -> Result<Tiered> {
+    let local = open_local(log_dir, options)?;
+    let rsm = remote::open(&spec, remote_args)?;
+    with_remote(log_dir, local, spec, rsm, config)
+}
+
+/// Like [`open`] with the remote connected already: `demo` checks the remote before it creates
+/// anything in its directory, so a refused key or a missing bucket leaves the directory as it
+/// was and the same command can simply be run again.
+///
+/// # Errors
+/// When the log or the metadata cannot be opened.
+pub fn open_with_remote(
+    log_dir: &Path,
+    spec: RemoteSpec,
+    rsm: Arc<dyn RemoteStorageManager>,
+    options: Options,
+    config: TieringConfig,
+) -> Result<Tiered> {
+    let local = open_local(log_dir, options)?;
+    with_remote(log_dir, local, spec, rsm, config)
+}
+
+/// Checks `options` for tiering and opens (and locks) the local log.
+fn open_local(log_dir: &Path, options: Options) -> Result<Log> {
+    krabka_tiering::validate_log_options(&options)
+        .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
+    let log = Log::open(log_dir, options)
+        .map_err(|e| crate::error::storage("cannot open log", log_dir, e))?;
+    crate::error::print_recovery(log.recovery_report());
+    Ok(log)
+}
+
+fn with_remote(
+    log_dir: &Path,
+    local: Log,
+    spec: RemoteSpec,
+    rsm: Arc<dyn RemoteStorageManager>,
+    config: TieringConfig,
+) -> Result<Tiered> {
+    let recorded = topic::read_topic_file(log_dir)?;
+    let metadata_dir = log_dir.join(METADATA_DIR);
+    if !metadata_dir.exists() {
+        // Checked before the metadata store is created: a restored `remote-metadata/` must
+        // not meet a new empty one.
+        check_start_explained(log_dir, &local, None, recorded.is_some())?;
+    }
+    let tiered_before = metadata_dir.exists();
+    let metadata = open_metadata(log_dir)?;
+    let topic = match &recorded {
+        Some(topic) => topic.clone(),
+        // Tiered before the topic file existed: under the topic its name gave.
+        None if tiered_before => topic::topic_for(log_dir),
+        None => topic::new_topic(log_dir),
+    };
+    let known = metadata
+        .list_remote_log_segments(&topic)
+        .map_err(|e| CliError::new(format!("cannot list remote segments: {e}")))?;
+    if known.is_empty() {
+        check_start_explained(log_dir, &local, Some(&topic), recorded.is_some())?;
+    }
+    let log = TieredLog::new(local, rsm, metadata.clone(), topic.clone(), config)
+        .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
+    if recorded.is_none() {
+        topic::write_topic_file(log_dir, &topic)?;
+    }
+    Ok(Tiered {
+        log,
+        metadata,
+        topic,
+        remote: spec,
+    })
+}
+
+/// Refuses a local log that starts above seq 1 when the metadata (`topic`'s segments, or no
+/// metadata at all when `topic` is `None`) knows no remote segment and neither the whole-log
+/// retention point nor a hole a repair recorded explains the start. `krabka produce` never
+/// drops a segment, so such a log lost its `remote-metadata/` (or, with no topic file, its
+/// directory was renamed): tiering on would make the records below the start unreachable.
+fn check_start_explained(
+    log_dir: &Path,
+    local: &Log,
+    topic: Option<&TopicIdPartition>,
+    topic_recorded: bool,
+) -> Result<()> {
+    let start = local
+        .segments()
+        .first()
+        .map_or_else(|| local.next_seq(), |s| s.base_seq);
+    if start <= 1 {
+        return Ok(());
+    }
+    let Ok(retention_point) = krabka_tiering::read_retention_point(log_dir) else {
+        // Unreadable: opening the tiered log names what is wrong with it.
+        return Ok(());
+    };
+    let holes: Vec<_> = local.quarantined().into_iter().map(|(r, _)| r).collect();
+    let mut covered = retention_point.max(1);
+    while let Some(hole) = holes.iter().find(|h| h.contains(&covered)) {
+        covered = hole.end().saturating_add(1);
+    }
+    if covered >= start {
+        return Ok(());
+    }
+    let d = log_dir.display();
+    let metadata = log_dir.join(METADATA_DIR);
+    let m = metadata.display();
+    let what = match topic {
+        None => format!("{m}/ is missing"),
+        Some(topic) if topic_recorded => format!(
+            "{m}/ records no remote segment of its topic `{}` ({})",
+            topic.topic(),
+            log_dir.join(topic::TOPIC_FILE).display()
+        ),
+        Some(topic) => format!(
+            "{m}/ records no remote segment of topic `{}` (the topic is named after the \
+             directory, for a log tiered before {} existed: was the directory renamed?)",
+            topic.topic(),
+            log_dir.join(topic::TOPIC_FILE).display()
+        ),
+    };
+    Err(CliError::new(format!(
+        "cannot open tiered log {d}: its local segments start at seq {start}, but {what}, and no \
+         retention point explains the start: seqs 1..={} would be unreachable; nothing was changed",
+        start - 1
+    ))
+    .hint(if topic.is_some() && !topic_recorded {
+        format!(
+            "rename the directory back to the name it was tiered under, or restore {m}/ from a \
+             copy of the log directory"
+        )
+    } else {
+        format!(
+            "restore {m}/ from a copy of the log directory (it records which segments are remote)"
+        )
+    }))
+}
+
+/// Opens the durable record of a log's remote segments, kept in `log_dir/remote-metadata`.
+///
+/// A torn last event that opening cut (an append a crash cut short, never acknowledged) is
+/// printed on stderr like a [`RecoveryReport`](krabka_storage::RecoveryReport) line.
+///
+/// # Errors
+/// When it cannot be opened or is corrupt.
+pub fn open_metadata(log_dir: &Path) -> Result<Arc<dyn RemoteLogMetadataManager>> {
+    let dir = log_dir.join(METADATA_DIR);
+    let rlmm = DurableRemoteLogMetadataManager::open(&dir).map_err(|e| {
+        CliError::at("cannot open remote metadata", &dir, e)
+            .hint("check the directory; it records which segments are remote")
+    })?;
+    if let Some(cut) = rlmm.torn_event_cut() {
+        crate::output::note(format_args!("{}", describe_torn_event_cut(cut)));
+    }
+    Ok(Arc::new(rlmm))
+}
+
+/// The line printed for a torn last event the metadata store cut on open.
+pub fn describe_torn_event_cut(cut: &TornEventCut) -> String {
+    let saved = match &cut.saved_to {
+        Some(to) => format!("; the bytes are kept in {}", to.display()),
+        None => String::new(),
+    };
+    format!(
+        "recovery: remote metadata: cut a torn last event of {} bytes from {} at byte {} ({}){saved}",
+        cut.bytes,
+        cut.path.display(),
+        cut.position,
+        cut.reason
+    )
+}
+
+/// Which seqs live where.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Finished remote segments: `(start, end)` seqs.
+    pub remote: Vec<(u64, u64)>,
+    /// Local segments: `(base, last)` seqs (the active one last, possibly empty).
+    pub local: Vec<(u64, u64)>,
+}
+
+impl Tiered {
+    /// Where every seq lives now.
+    ///
+    /// # Errors
+    /// When the metadata cannot be listed.
+    pub fn placement(&self) -> Result<Placement> {
+        let remote = self
+            .metadata
+            .list_remote_log_segments(&self.topic)
+            .map_err(|e| CliError::new(format!("cannot list remote segments: {e}")))?
+            .into_iter()
+            .filter(|m| m.state() == RemoteLogSegmentState::CopySegmentFinished)
+            .map(|m| (m.start_offset(), m.end_offset()))
+            .collect();
+        let local = self
+            .log
+            .log()
+            .segments()
+            .into_iter()
+            .filter(|s| s.last_seq >= s.base_seq)
+            .map(|s| (s.base_seq, s.last_seq))
+            .collect();
+        Ok(Placement { remote, local })
+    }
+}
+
+impl Placement {
+    /// Lines such as `seq 1..=180000  remote only (171 segments)`.
+    pub fn describe(&self) -> Vec<String> {
+        let local_first = self.local.first().map(|s| s.0);
+        let remote_last = self.remote.last().map(|s| s.1);
+        let mut lines = Vec::new();
+        let mut range = |what: &str, segs: &[(u64, u64)]| {
+            if let (Some(a), Some(b)) = (segs.first(), segs.last()) {
+                lines.push(format!(
+                    "seq {:>9}..={:<9} {what} ({} segment{})",
+                    a.0,
+                    b.1,
+                    segs.len(),
+                    if segs.len() == 1 { "" } else { "s" }
+                ));
+            }
+        };
+        let remote_only: Vec<_> = self
+            .remote
+            .iter()
+            .copied()
+            .filter(|s| local_first.is_none_or(|f| s.1 < f))
+            .collect();
+        let both: Vec<_> = self
+            .local
+            .iter()
+            .copied()
+            .filter(|s| remote_last.is_some_and(|r| s.1 <= r))
+            .collect();
+        let local_only: Vec<_> = self
+            .local
+            .iter()
+            .copied()
+            .filter(|s| remote_last.is_none_or(|r| s.1 > r))
+            .collect();
+        range("remote only", &remote_only);
+        range("local and remote", &both);
+        range("local only (not yet copied, or active)", &local_only);
+        lines
+    }
+}

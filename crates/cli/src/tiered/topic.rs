@@ -1,0 +1,222 @@
+//! `DIR/topic`: the topic a log is tiered under (name, id and partition, with a checksum),
+//! recorded the first time the log is tiered, so a copied or renamed directory still finds its
+//! remote segments.
+
+use std::path::Path;
+
+use krabka_remote_storage::{TopicIdPartition, Uuid};
+
+use crate::error::{CliError, Result};
+
+/// Name of the file, in a tiered log's directory, naming the topic it is tiered under.
+pub const TOPIC_FILE: &str = "topic";
+/// First line of [`TOPIC_FILE`].
+const TOPIC_MAGIC: &str = "krabka-topic 1";
+
+/// CRC-32 (IEEE) of `bytes`: the checksum of [`TOPIC_FILE`].
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// The contents of [`TOPIC_FILE`] for `topic`: name, id and partition, then a CRC-32 of them.
+fn topic_file_text(topic: &TopicIdPartition) -> String {
+    let body = format!(
+        "{TOPIC_MAGIC}\nname {}\nid {}\npartition {}\n",
+        topic.topic(),
+        topic.topic_id(),
+        topic.partition()
+    );
+    let crc = crc32(body.as_bytes());
+    format!("{body}crc32 {crc:08x}\n")
+}
+
+/// Parses the contents of [`TOPIC_FILE`]; `Err` says what is wrong.
+fn parse_topic_file(text: &str) -> std::result::Result<TopicIdPartition, String> {
+    let at = text
+        .rfind("crc32 ")
+        .ok_or_else(|| "it has no checksum line".to_owned())?;
+    let (body, crc_line) = text.split_at(at);
+    let stored = crc_line
+        .strip_prefix("crc32 ")
+        .and_then(|c| c.strip_suffix('\n'))
+        .and_then(|c| u32::from_str_radix(c, 16).ok())
+        .ok_or_else(|| "its checksum line is unreadable".to_owned())?;
+    if crc32(body.as_bytes()) != stored {
+        return Err("its checksum does not match its contents".to_owned());
+    }
+    let mut lines = body.lines();
+    if lines.next() != Some(TOPIC_MAGIC) {
+        return Err(format!("it does not start with `{TOPIC_MAGIC}`"));
+    }
+    let mut field = |key: &str| {
+        lines
+            .next()
+            .and_then(|l| l.strip_prefix(key))
+            .and_then(|v| v.strip_prefix(' '))
+            .map(str::to_owned)
+            .ok_or_else(|| format!("its `{key}` line is missing"))
+    };
+    let name = field("name")?;
+    let id = field("id")?;
+    let partition = field("partition")?;
+    let id = Uuid::parse_str(&id).map_err(|e| format!("its id `{id}` is not a UUID: {e}"))?;
+    let partition = partition
+        .parse::<i32>()
+        .map_err(|e| format!("its partition `{partition}` is not a number: {e}"))?;
+    let topic = TopicIdPartition::new(id, name, partition);
+    topic
+        .validate()
+        .map_err(|e| format!("it names an invalid topic: {e}"))?;
+    Ok(topic)
+}
+
+/// The topic recorded in `log_dir`'s [`TOPIC_FILE`]; `None` when the log has none (it was
+/// never tiered, or was tiered before the file existed).
+///
+/// # Errors
+/// When the file cannot be read or is damaged.
+pub fn read_topic_file(log_dir: &Path) -> Result<Option<TopicIdPartition>> {
+    let path = log_dir.join(TOPIC_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(CliError::at("cannot read", &path, e)
+                .hint("check that you may read the log directory"));
+        }
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    parse_topic_file(&text).map(Some).map_err(|reason| {
+        CliError::new(format!(
+            "damaged topic file {}: {reason}; it names the topic the log is tiered under",
+            path.display()
+        ))
+        .hint(format!(
+            "restore {} from a copy of the log directory; without it the remote segments of \
+             the log cannot be found",
+            path.display()
+        ))
+    })
+}
+
+/// Durably records `topic` in `log_dir`'s [`TOPIC_FILE`] (a temporary file, fsynced, renamed
+/// over it, and the directory fsynced).
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn write_topic_file(log_dir: &Path, topic: &TopicIdPartition) -> Result<()> {
+    let path = log_dir.join(TOPIC_FILE);
+    let tmp = log_dir.join(format!("{TOPIC_FILE}.tmp"));
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, topic_file_text(topic).as_bytes())?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(log_dir)?.sync_all()
+    })();
+    written.map_err(|e| {
+        CliError::at("cannot write", &path, e)
+            .hint("check that the log directory is writable and not full")
+    })
+}
+
+/// The topic of a log tiered for the first time: named after its directory (as
+/// [`topic_for`]), with a fresh random id, so that two logs whose directories share a name
+/// never share a topic on a remote. It is recorded in [`TOPIC_FILE`] and kept from then on,
+/// whatever the directory is called later.
+pub fn new_topic(log_dir: &Path) -> TopicIdPartition {
+    let derived = topic_for(log_dir);
+    TopicIdPartition::new(Uuid::new_v4(), derived.topic(), derived.partition())
+}
+
+/// The topic derived from a log directory's name: that name (made a valid topic name) and an
+/// id derived from it. Logs tiered before [`TOPIC_FILE`] existed were tiered under this topic
+/// (and still are, until the file records it); a new log only takes its name (see
+/// [`new_topic`]).
+pub fn topic_for(log_dir: &Path) -> TopicIdPartition {
+    let name: String = log_dir
+        .canonicalize()
+        .unwrap_or_else(|_| log_dir.to_path_buf())
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(200)
+        .collect();
+    let name = if name.is_empty() || name == "." || name == ".." {
+        "krabka".to_owned()
+    } else {
+        name
+    };
+    // FNV-1a over the name, twice with different offsets: a stable 128-bit id.
+    let fnv = |offset: u64| {
+        name.bytes().fold(offset, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3)
+        })
+    };
+    let id = Uuid::from_u64_pair(fnv(0xcbf2_9ce4_8422_2325), fnv(0x8422_2325_cbf2_9ce4));
+    TopicIdPartition::new(id, name, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_topic_file_round_trips_and_refuses_any_changed_byte() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        assert!(matches!(read_topic_file(dir.path()), Ok(None)));
+        let topic = new_topic(&dir.path().join("my log"));
+        assert_eq!(topic.topic(), "my_log");
+        assert_ne!(
+            topic.topic_id(),
+            topic_for(&dir.path().join("my log")).topic_id()
+        );
+        write_topic_file(dir.path(), &topic).expect("write");
+        let back = read_topic_file(dir.path()).expect("read");
+        assert_eq!(back, Some(topic.clone()));
+        let path = dir.path().join(TOPIC_FILE);
+        let good = std::fs::read(&path).expect("read back");
+        for i in 0..good.len() {
+            let mut bad = good.clone();
+            if let Some(b) = bad.get_mut(i) {
+                *b ^= 0x01;
+            }
+            std::fs::write(&path, &bad).expect("write bad");
+            let e = read_topic_file(dir.path()).expect_err("a changed byte is refused");
+            assert!(e.to_string().contains("damaged topic file"), "{e}");
+        }
+        assert!(parse_topic_file("").is_err());
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+    }
+
+    #[test]
+    fn a_directory_always_gets_the_same_valid_topic() {
+        let a = topic_for(Path::new("/tmp/does-not-exist/my log"));
+        let b = topic_for(Path::new("/tmp/does-not-exist/my log"));
+        assert_eq!(a, b);
+        assert_eq!(a.topic(), "my_log");
+        assert!(a.validate().is_ok());
+        assert_ne!(a, topic_for(Path::new("/x/other")));
+        assert_eq!(topic_for(Path::new("/")).topic(), "krabka");
+    }
+}

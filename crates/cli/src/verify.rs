@@ -1,0 +1,370 @@
+//! `krabka verify`: check every segment and index of a log directory without opening (and so
+//! without recovering or changing) the log.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use krabka_storage::segment::{self, INDEX_EXTENSION, LOG_EXTENSION, TIME_INDEX_EXTENSION};
+
+use crate::args::VerifyArgs;
+use crate::error::{CliError, Result};
+use crate::inspect::{Hole, VERIFY_HINT, holes_cover, quarantine_holes, segment_bases};
+use crate::{human, output, progress};
+
+/// One finding of [`verify`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The file with the problem.
+    pub path: PathBuf,
+    /// Byte position in that file (`None` when the problem is the file's absence or a
+    /// disagreement between files).
+    pub position: Option<u64>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.position {
+            Some(p) => write!(f, "{} at byte {p}: {}", self.path.display(), self.reason),
+            None => write!(f, "{}: {}", self.path.display(), self.reason),
+        }
+    }
+}
+
+/// What [`verify`] checked and found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Segments checked.
+    pub segments: u64,
+    /// Valid records found.
+    pub records: u64,
+    /// Bytes of `.log` files checked.
+    pub bytes: u64,
+    /// Index files checked.
+    pub indexes: u64,
+    /// First and last seq of the valid records.
+    pub range: Option<(u64, u64)>,
+    /// Everything found wrong.
+    pub problems: Vec<Problem>,
+    /// Seqs a repair moved aside (explicit holes; not problems).
+    pub holes: Vec<Hole>,
+}
+
+/// Checks every segment and index of the log at `dir`, printing one line per segment to
+/// `out` (or only problems when `quiet`).
+///
+/// Checks: every frame's length, CRC, message encoding and seq (contiguous, starting at the
+/// file's base seq); that every closed segment has a `.index` and `.timeindex` whose every
+/// entry points at the frame of its seq in the `.log`
+/// ([`verify_segment_files`](segment::verify_segment_files)); that no closed segment is empty;
+/// that segments follow each other without a gap or an overlap, unless a repair recorded the
+/// gap as a hole (listed, not a problem).
+///
+/// # Errors
+/// When the directory cannot be read or a file cannot be opened. Corruption is not an error
+/// here: it is in [`VerifyReport::problems`].
+pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyReport> {
+    let bases = segment_bases(dir)?;
+    if bases.is_empty() {
+        return Err(
+            CliError::new(format!("no segment files (*.log) in {}", dir.display()))
+                .hint("pass the directory of a krabka log"),
+        );
+    }
+    let holes = quarantine_holes(dir)?;
+    let total: u64 = bases
+        .iter()
+        .filter_map(|b| std::fs::metadata(segment_path(dir, *b, LOG_EXTENSION)).ok())
+        .map(|m| m.len())
+        .sum();
+    let bar = progress::bytes_bar("verify", total);
+    let w = |e: std::io::Error| output::write_error(&e);
+    let mut walk = Walk {
+        dir,
+        holes: &holes,
+        report: VerifyReport::default(),
+        expected_next: None,
+        held: Vec::new(),
+    };
+    for (i, &base) in bases.iter().enumerate() {
+        let newest = i + 1 == bases.len();
+        let line = walk.segment(base, newest, quiet, &bar)?;
+        if let Some(line) = line {
+            bar.suspend(|| writeln!(out, "{line}")).map_err(w)?;
+        }
+    }
+    bar.finish_and_clear();
+    let Walk {
+        mut report, held, ..
+    } = walk;
+    check_hole_markers(&holes, &held, &mut report);
+    check_recovery_point(dir, &bases, &holes, &mut report);
+    for h in &holes {
+        writeln!(
+            out,
+            "hole    seq {}..={} moved aside by a repair: {}",
+            h.first,
+            h.last,
+            h.path.display()
+        )
+        .map_err(w)?;
+    }
+    report.holes = holes;
+    for p in &report.problems {
+        writeln!(out, "problem: {p}").map_err(w)?;
+    }
+    Ok(report)
+}
+
+/// The path of the segment file of `base` with `suffix` in `dir`.
+fn segment_path(dir: &Path, base: u64, suffix: &str) -> PathBuf {
+    dir.join(segment::segment_file_name(base, suffix))
+}
+
+/// What [`verify`] carries from one segment to the next.
+struct Walk<'a> {
+    dir: &'a Path,
+    holes: &'a [Hole],
+    report: VerifyReport,
+    /// The seq the next segment must start at; `None` when unknown (past damage).
+    expected_next: Option<u64>,
+    /// `(first, last)` seqs each segment file holds.
+    held: Vec<(u64, u64)>,
+}
+
+impl Walk<'_> {
+    fn problem(&mut self, path: &Path, position: Option<u64>, reason: String) {
+        self.report.problems.push(Problem {
+            path: path.to_path_buf(),
+            position,
+            reason,
+        });
+    }
+
+    /// Checks the segment of `base` (the active one when `newest`) and returns its line, unless
+    /// `quiet` and it has no problem.
+    fn segment(
+        &mut self,
+        base: u64,
+        newest: bool,
+        quiet: bool,
+        bar: &indicatif::ProgressBar,
+    ) -> Result<Option<String>> {
+        let log_path = segment_path(self.dir, base, LOG_EXTENSION);
+        let (index_path, time_path) = (
+            segment_path(self.dir, base, INDEX_EXTENSION),
+            segment_path(self.dir, base, TIME_INDEX_EXTENSION),
+        );
+        let v = if newest {
+            segment::verify_segment_files(&log_path, None, None)
+        } else {
+            segment::verify_segment_files(&log_path, Some(&index_path), Some(&time_path))
+        }
+        .map_err(|e| CliError::new(e.to_string()).hint("check the file's permissions"))?;
+        bar.inc(v.file_bytes);
+        self.report.segments += 1;
+        self.report.records += v.records;
+        self.report.bytes += v.file_bytes;
+        let before = self.report.problems.len();
+        self.seam(base, &log_path);
+        let empty_closed = !newest && v.file_bytes == 0;
+        if empty_closed {
+            self.problem(
+                &log_path,
+                Some(0),
+                format!(
+                    "closed segment is empty (0 bytes): the seqs from {base} up to the next \
+                     segment's start are missing"
+                ),
+            );
+        }
+        let log_problem = v.problem_path.as_deref().is_none_or(|p| p == log_path);
+        if let Some(p) = &v.problem {
+            let path = v.problem_path.clone().unwrap_or_else(|| log_path.clone());
+            if !(empty_closed && log_problem) {
+                self.problem(&path, Some(p.position), p.reason.clone());
+            }
+        }
+        // Past a bad frame the seqs of the rest of the file are unknown, and an empty closed
+        // segment was reported itself: do not report the next seam as a further problem.
+        let last = v.last_seq.unwrap_or(base.saturating_sub(1));
+        let records_unknown = empty_closed || (v.problem.is_some() && log_problem);
+        self.expected_next = (!records_unknown).then(|| last.saturating_add(1));
+        if let (Some(a), Some(b)) = (v.first_seq, v.last_seq) {
+            self.held.push((a, b));
+        }
+        if let Some(first) = v.first_seq {
+            self.report.range = Some(match self.report.range {
+                Some((lo, _)) => (lo, last),
+                None => (first, last),
+            });
+        }
+        let index_state = if newest {
+            "active (indexes written at roll)"
+        } else {
+            self.report.indexes += 2;
+            if v.problem.is_some() && !log_problem {
+                "index problem"
+            } else {
+                "index ok, timeindex ok"
+            }
+        };
+        let corrupt = self.report.problems.len() > before;
+        Ok((!quiet || corrupt).then(|| segment_line(&log_path, &v, corrupt, index_state)))
+    }
+
+    /// Checks that the segment of `base` starts where the previous one ended, unless a repair
+    /// recorded the gap as a hole.
+    fn seam(&mut self, base: u64, log_path: &Path) {
+        let Some(next) = self.expected_next else {
+            return;
+        };
+        if base > next {
+            if !holes_cover(self.holes, next, base - 1) {
+                self.problem(
+                    log_path,
+                    None,
+                    format!(
+                        "seqs {next}..={} are missing: the segment starts at seq {base} but the \
+                         previous one ends at seq {}",
+                        base - 1,
+                        next.saturating_sub(1)
+                    ),
+                );
+            }
+        } else if base < next {
+            self.problem(
+                log_path,
+                None,
+                format!(
+                    "seq overlap: the segment starts at seq {base} but the previous one already \
+                     holds seqs up to {}",
+                    next.saturating_sub(1)
+                ),
+            );
+        }
+    }
+}
+
+/// The line `verify` prints for a segment.
+fn segment_line(
+    log_path: &Path,
+    v: &segment::SegmentVerification,
+    corrupt: bool,
+    index_state: &str,
+) -> String {
+    let status = if corrupt { "CORRUPT" } else { "ok" };
+    let seqs = match (v.first_seq, v.last_seq) {
+        (Some(a), Some(b)) => format!("seq {a}..={b}"),
+        _ => "empty".to_owned(),
+    };
+    format!(
+        "{status:<7} {}  {seqs} ({} records, {})  {index_state}",
+        log_path.display(),
+        human::count(v.records),
+        human::bytes(v.file_bytes),
+    )
+}
+
+/// A hole marker over records the segment files hold contradicts them (open refuses it).
+fn check_hole_markers(holes: &[Hole], held: &[(u64, u64)], report: &mut VerifyReport) {
+    for h in holes {
+        if held.iter().any(|&(a, b)| a <= h.last && h.first <= b) {
+            report.problems.push(Problem {
+                path: h.path.clone(),
+                position: None,
+                reason: format!(
+                    "the hole marker claims seqs {}..={} are missing, but segment files hold some of them",
+                    h.first, h.last
+                ),
+            });
+        }
+    }
+}
+
+/// Segment files that end below the recovery point have lost records.
+fn check_recovery_point(dir: &Path, bases: &[u64], holes: &[Hole], report: &mut VerifyReport) {
+    match krabka_storage::read_recovery_point(dir) {
+        Ok(Some(point)) => {
+            let last = report.range.map_or(0, |(_, last)| last);
+            let newest = bases.last().map(|b| segment_path(dir, *b, LOG_EXTENSION));
+            if report.problems.is_empty() && last < point && !holes_cover(holes, last + 1, point) {
+                report.problems.push(Problem {
+                    path: newest.unwrap_or_else(|| dir.to_path_buf()),
+                    position: None,
+                    reason: format!(
+                        "the segment files end at seq {last}, but the log held every seq up to {point} when it was last closed ({}): records {}..={point} are missing",
+                        krabka_storage::RECOVERY_POINT_FILE_NAME,
+                        last + 1
+                    ),
+                });
+            }
+        }
+        Ok(None) => {}
+        Err(e) => report.problems.push(Problem {
+            path: dir.join(krabka_storage::RECOVERY_POINT_FILE_NAME),
+            position: None,
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// Runs `krabka verify`: a line per segment (unless `--quiet`), then the summary line.
+///
+/// # Errors
+/// The first problem found (one naming the records before one naming an index), with the
+/// count of the others, or a failed write to stdout.
+pub fn run(a: &VerifyArgs) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let report = verify(&a.dir, a.quiet, &mut out)?;
+    let range = report.range.map_or_else(
+        || "no records".to_owned(),
+        |(a, b)| format!("seq {a}..={b}"),
+    );
+    let mut summary = format!(
+        "{} segments, {} indexes, {} records ({range}), {}",
+        human::count(report.segments),
+        report.indexes,
+        human::count(report.records),
+        human::bytes(report.bytes)
+    );
+    if !report.holes.is_empty() {
+        let holes: Vec<String> = report
+            .holes
+            .iter()
+            .map(|h| format!("{}..={}", h.first, h.last))
+            .collect();
+        summary.push_str(&format!(
+            ", {} hole(s) left by a repair (seq {})",
+            holes.len(),
+            holes.join(", ")
+        ));
+    }
+    // The line names a problem of the records (a bad frame, a gap) before one of an
+    // index, which is derived data.
+    let in_log = |p: &&Problem| {
+        p.path
+            .extension()
+            .is_some_and(|e| e == krabka_storage::segment::LOG_EXTENSION)
+    };
+    let first = report
+        .problems
+        .iter()
+        .find(in_log)
+        .or(report.problems.first());
+    match first {
+        None => output::outln!("verify: OK: {summary}"),
+        Some(first) => Err(CliError::new(format!(
+            "{} problem(s) in {}: {first}{}",
+            report.problems.len(),
+            a.dir.display(),
+            match report.problems.len() {
+                1 => String::new(),
+                n => format!(" (and {} more, listed above)", n - 1),
+            }
+        ))
+        .hint(VERIFY_HINT)),
+    }
+}

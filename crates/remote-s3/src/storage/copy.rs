@@ -1,0 +1,70 @@
+//! The copy of a segment: its files uploaded concurrently (bounded), the manifest last.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use krabka_remote_storage::{
+    CustomMetadata, IndexSource, IndexType, LogSegmentData, RemoteLogSegmentMetadata,
+    RemoteStorageError, layout, manifest,
+};
+use tokio::sync::Semaphore;
+
+use super::join::{Task, join_all};
+use super::put::acquire;
+use super::{CUSTOM_TAG, S3RemoteStorage};
+
+impl S3RemoteStorage {
+    /// Uploads the `.log` and every index at once (each request carrying data holds one of
+    /// [`upload_concurrency`](crate::S3Config::upload_concurrency) slots), deletes the optional
+    /// indexes this copy no longer has, and only when all of that is stored and verified
+    /// writes the manifest that says the copy is complete.
+    pub(super) async fn copy_async(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+        data: &LogSegmentData,
+    ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
+        let permits = Arc::new(Semaphore::new(self.config.upload_concurrency));
+        let permits = &permits;
+        let log_key = self.object_key(metadata, None)?;
+        let mut size = 0u64;
+        let mut absent = Vec::new();
+        let mut tasks: Vec<Task<'_, Result<(), RemoteStorageError>>> = Vec::new();
+        let size_slot = &mut size;
+        tasks.push(Box::pin(async move {
+            *size_slot = self
+                .upload_file(&log_key, &data.log_segment, permits)
+                .await?;
+            Ok(())
+        }));
+        for t in IndexType::ALL {
+            let key = self.object_key(metadata, Some(t))?;
+            match data.index_source(t) {
+                Some(IndexSource::File(path)) => tasks.push(Box::pin(async move {
+                    self.upload_file(&key, path, permits).await.map(drop)
+                })),
+                Some(IndexSource::Bytes(bytes)) => tasks.push(Box::pin(async move {
+                    let _permit = acquire(permits).await?;
+                    self.put_bytes(&key, bytes.clone()).await
+                })),
+                None => absent.push(key),
+            }
+        }
+        // A copy under an id already present replaces it: drop optional indexes it no longer
+        // has (other keys than the uploads, so at the same time).
+        tasks.push(Box::pin(self.delete_keys(absent)));
+        // The first error in file order, as a copy one file at a time would report.
+        join_all(tasks)
+            .await
+            .into_iter()
+            .collect::<Result<(), _>>()?;
+        let mut custom = CUSTOM_TAG.to_vec();
+        custom.extend_from_slice(&size.to_le_bytes());
+        let custom = CustomMetadata::new(custom);
+        // Last, once every object above is stored and verified: the manifest that says the
+        // copy is complete, with the custom metadata the caller will record.
+        let manifest = manifest::encode(&metadata.with_custom_metadata(Some(custom.clone())));
+        let key = self.config.key(&layout::manifest_key(metadata)?);
+        self.put_bytes(&key, Bytes::from(manifest)).await?;
+        Ok(Some(custom))
+    }
+}

@@ -1,0 +1,183 @@
+//! Rebuilding a partition's metadata from the remote tier alone, using the
+//! [`manifest`](crate::manifest::encode) every copy writes last: the part every backend
+//! provides ([`RemoteSegmentLister`]) and the part that only reads ([`scan`]). Recording the
+//! result in durable metadata and setting up the local log is `krabka_tiering::recovery`.
+//!
+//! [`scan`] lists the partition's objects through a [`RemoteSegmentLister`] (each backend
+//! implements it: a directory read on a filesystem, paginated `ListObjectsV2` on S3), reads
+//! the manifests with bounded parallelism, validates them, and chooses the segments that form
+//! the log. It reports everything it ignored, and why; it changes nothing.
+//!
+//! Which segments form the log:
+//! 1. **Whole.** The manifest decodes (checksums, version), names the partition and the
+//!    segment its key names, the `.log` object exists with exactly the manifest's size, and the
+//!    offset, time and leader-epoch indexes exist. Objects of a segment with no manifest are an
+//!    interrupted copy or delete and are never used.
+//! 2. **One lineage.** Whole segments are replayed in copy order (the manifest's event time,
+//!    then start seq, then id). A copy overlapping seqs already held by earlier copies starts
+//!    a newer history from its start seq (a newer incarnation of the log, or a re-copy after
+//!    a leader change): every earlier copy holding seqs at or after its start is superseded.
+//! 3. **Contiguous.** The log is the run of those segments ending at the highest seq in which
+//!    each segment starts right after the previous one ends and leader epochs never go back.
+//!    Whole segments before a hole are reported and left in place, not recorded.
+//!
+//! Memory: the listing is folded, page by page, into one small entry per segment (sizes and
+//! which objects exist), which is the only time the listing is held; decoded manifests replace
+//! nothing else.
+
+use std::fmt;
+
+use uuid::Uuid;
+
+use crate::error::RemoteStorageError;
+use crate::layout;
+use crate::model::{IndexType, TopicIdPartition};
+
+mod scan;
+
+pub use scan::{RemoteScan, scan};
+
+/// One object of a listing: its key relative to the backend's root or prefix (as
+/// [`layout`] makes them) and its size in bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedObject {
+    /// The relative key, `<partition dir>/<file name>`.
+    pub key: String,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// What recovery needs from a backend beyond the [`RemoteStorageManager`](crate::RemoteStorageManager)
+/// SPI: listing a partition's objects, reading a small object whole, and deleting one.
+/// Keys are relative to the backend's root or prefix.
+pub trait RemoteSegmentLister: Send + Sync {
+    /// Calls `visit` with every object whose key starts with `<partition_dir>/`, in any order,
+    /// a page at a time (an implementation must not collect the whole listing first). An error
+    /// from `visit` ends the listing and is returned.
+    ///
+    /// # Errors
+    /// A backend error when listing fails, or `visit`'s error.
+    fn list_partition(
+        &self,
+        partition_dir: &str,
+        visit: &mut dyn FnMut(ListedObject) -> Result<(), RemoteStorageError>,
+    ) -> Result<(), RemoteStorageError>;
+
+    /// Calls `visit` with the name of every partition directory (first key component) below
+    /// the root or prefix, a page at a time: how a partition is found when its topic id is
+    /// not known.
+    ///
+    /// # Errors
+    /// A backend error when listing fails, or `visit`'s error.
+    fn list_partition_dirs(
+        &self,
+        visit: &mut dyn FnMut(String) -> Result<(), RemoteStorageError>,
+    ) -> Result<(), RemoteStorageError>;
+
+    /// Reads the whole object `key`.
+    ///
+    /// # Errors
+    /// A backend error; a missing object is an error that is not retriable.
+    fn read_object(&self, key: &str) -> Result<Vec<u8>, RemoteStorageError>;
+
+    /// Deletes the object `key`; absent is success.
+    ///
+    /// # Errors
+    /// A backend error.
+    fn delete_object(&self, key: &str) -> Result<(), RemoteStorageError>;
+}
+
+/// The partitions of topic `topic`, partition `partition` found below the root or prefix (a
+/// topic id each), from the full-form partition directory names.
+///
+/// # Errors
+/// As [`RemoteSegmentLister::list_partition_dirs`].
+pub fn find_partitions(
+    lister: &dyn RemoteSegmentLister,
+    topic: &str,
+    partition: i32,
+) -> Result<Vec<TopicIdPartition>, RemoteStorageError> {
+    let mut found = Vec::new();
+    lister.list_partition_dirs(&mut |name| {
+        if let Some(tp) = layout::parse_partition_dir(&name)
+            && tp.topic() == topic
+            && tp.partition() == partition
+        {
+            found.push(tp);
+        }
+        Ok(())
+    })?;
+    found.sort_by_key(TopicIdPartition::topic_id);
+    found.dedup();
+    Ok(found)
+}
+
+/// Why an object was not used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IgnoreReason {
+    /// The name is not one the layout writes.
+    UnrecognizedName,
+    /// An object of a segment with no manifest: a copy that never finished, or a delete that
+    /// had begun (a delete removes the manifest first).
+    IncompleteCopy,
+    /// The manifest does not decode (checksum, version, fields).
+    CorruptManifest(String),
+    /// The manifest decodes but names another partition or segment than its key.
+    ForeignManifest(String),
+    /// The manifest's `.log` data object is missing.
+    DataMissing,
+    /// The `.log` data object's size is not the manifest's.
+    DataWrongSize {
+        /// The manifest's size.
+        expected: u64,
+        /// The object's size.
+        found: u64,
+    },
+    /// A mandatory index object is missing.
+    IndexMissing(IndexType),
+    /// A later copy (of a newer incarnation of the log, or a re-copy) holds seqs from
+    /// `at_seq` on, and this older copy holds seqs at or after it.
+    Superseded {
+        /// The later segment.
+        by: Uuid,
+        /// Where the later history starts.
+        at_seq: u64,
+    },
+    /// A whole segment that does not join the recovered range: a hole (or a leader epoch that
+    /// goes back) lies between it and the recovered end.
+    NotContiguous(String),
+}
+
+impl fmt::Display for IgnoreReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnrecognizedName => f.write_str("not an object name the layout writes"),
+            Self::IncompleteCopy => {
+                f.write_str("no manifest: an interrupted copy or delete (never used)")
+            }
+            Self::CorruptManifest(why) => write!(f, "corrupt manifest: {why}"),
+            Self::ForeignManifest(why) => write!(f, "manifest does not match its key: {why}"),
+            Self::DataMissing => f.write_str("manifest whose .log data object is missing"),
+            Self::DataWrongSize { expected, found } => write!(
+                f,
+                "manifest says {expected} bytes of .log data, the object has {found}"
+            ),
+            Self::IndexMissing(t) => write!(f, "manifest whose {t} index object is missing"),
+            Self::Superseded { by, at_seq } => write!(
+                f,
+                "superseded by the later copy {by} holding seqs from {at_seq} (an older incarnation)"
+            ),
+            Self::NotContiguous(why) => write!(f, "not contiguous with the recovered range: {why}"),
+        }
+    }
+}
+
+/// One object recovery did not use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IgnoredObject {
+    /// Its relative key (a segment's manifest key for reasons about the whole segment).
+    pub key: String,
+    /// Why.
+    pub reason: IgnoreReason,
+}

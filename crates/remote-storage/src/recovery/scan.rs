@@ -1,0 +1,417 @@
+//! The read-only part of recovery: list, read the manifests, validate, choose (see the
+//! [module docs](super)).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use uuid::Uuid;
+
+use super::{IgnoreReason, IgnoredObject, RemoteSegmentLister};
+use crate::error::RemoteStorageError;
+use crate::layout::{self, SegmentFile};
+use crate::manifest;
+use crate::model::{
+    IndexType, LOG_SUFFIX, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition,
+};
+
+/// What [`scan`] found under a partition.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct RemoteScan {
+    /// Objects listed under the partition.
+    pub objects_listed: u64,
+    /// Manifests read.
+    pub manifests_read: usize,
+    /// The segments that form the log, in seq order, as `CopySegmentFinished` metadata (as
+    /// their manifests hold it).
+    pub chosen: Vec<RemoteLogSegmentMetadata>,
+    /// Whole segments superseded by later copies ([`IgnoreReason::Superseded`]).
+    pub superseded: Vec<RemoteLogSegmentMetadata>,
+    /// Keys of the objects of interrupted copies and deletes (no manifest) and of temporary
+    /// files ([`IgnoreReason::IncompleteCopy`]).
+    pub orphans: Vec<String>,
+    /// Every object not used, with why, sorted by key.
+    pub ignored: Vec<IgnoredObject>,
+}
+
+/// Lists `tp`'s objects through `lister`, reads their manifests `concurrency` at a time
+/// (at least 1) and chooses the segments that form the log (see the [module docs](super)).
+/// Nothing is written or deleted.
+///
+/// # Errors
+/// An invalid partition ([`layout::partition_dir`]); a listing failure; a retriable manifest
+/// read failure (any other read failure only makes that manifest unusable).
+pub fn scan(
+    lister: &dyn RemoteSegmentLister,
+    tp: &TopicIdPartition,
+    concurrency: usize,
+) -> Result<RemoteScan, RemoteStorageError> {
+    let dir = layout::partition_dir(tp)?;
+    let mut ignored = Vec::new();
+    let (listed, objects_listed) = list_segments(lister, &dir, &mut ignored)?;
+    let orphans = orphan_keys(&dir, &listed);
+    ignored.extend(orphans.iter().map(|k| IgnoredObject {
+        key: k.clone(),
+        reason: IgnoreReason::IncompleteCopy,
+    }));
+    let manifests: Vec<(u64, Uuid)> = listed
+        .iter()
+        .filter(|(_, l)| l.manifest)
+        .map(|(k, _)| *k)
+        .collect();
+    let decoded = read_manifests(lister, &dir, &manifests, concurrency.max(1))?;
+    let manifests_read = manifests.len();
+    let mut whole: Vec<RemoteLogSegmentMetadata> = Vec::new();
+    for ((start, id), result) in manifests.iter().zip(decoded) {
+        let checked = result
+            .map_err(IgnoreReason::CorruptManifest)
+            .and_then(|m| check_whole(&m, tp, *start, *id, listed.get(&(*start, *id))));
+        match checked {
+            Ok(finished) => whole.push(finished),
+            Err(reason) => ignored.push(IgnoredObject {
+                key: layout::segment_object_key(&dir, *start, *id, layout::MANIFEST_SUFFIX),
+                reason,
+            }),
+        }
+    }
+    drop(listed);
+    let (chosen, superseded, stranded) = choose(whole);
+    let mut superseded_segments = Vec::new();
+    for (m, reason) in superseded {
+        let key = layout::manifest_key(&m)?;
+        superseded_segments.push(m);
+        ignored.push(IgnoredObject { key, reason });
+    }
+    for (m, why) in stranded {
+        ignored.push(IgnoredObject {
+            key: layout::manifest_key(&m)?,
+            reason: IgnoreReason::NotContiguous(why),
+        });
+    }
+    ignored.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(RemoteScan {
+        objects_listed,
+        manifests_read,
+        chosen,
+        superseded: superseded_segments,
+        orphans,
+        ignored,
+    })
+}
+
+/// Folds the listing of `dir` into one entry per segment; names the layout does not write go
+/// to `ignored`. Returns the entries and how many objects were listed.
+fn list_segments(
+    lister: &dyn RemoteSegmentLister,
+    dir: &str,
+    ignored: &mut Vec<IgnoredObject>,
+) -> Result<(Segments, u64), RemoteStorageError> {
+    let mut listed = Segments::new();
+    let mut objects_listed = 0u64;
+    let prefix = format!("{dir}/");
+    lister.list_partition(dir, &mut |obj| {
+        objects_listed += 1;
+        let name = obj.key.strip_prefix(&prefix).unwrap_or(&obj.key);
+        let Some((start, id, kind)) = layout::parse_segment_file_name(name) else {
+            ignored.push(IgnoredObject {
+                key: obj.key,
+                reason: IgnoreReason::UnrecognizedName,
+            });
+            return Ok(());
+        };
+        let entry = listed.entry((start, id)).or_default();
+        match kind {
+            SegmentFile::Manifest => entry.manifest = true,
+            SegmentFile::Log => entry.log_size = Some(obj.size),
+            SegmentFile::Index(t) => entry.indexes |= index_bit(t),
+            SegmentFile::Temporary => entry.temps.push(name.to_owned()),
+        }
+        Ok(())
+    })?;
+    Ok((listed, objects_listed))
+}
+
+/// The keys of every object of a segment without a manifest, then the temporary files of the
+/// segments with one.
+fn orphan_keys(dir: &str, listed: &Segments) -> Vec<String> {
+    let mut orphans: Vec<String> = Vec::new();
+    for ((start, id), l) in listed {
+        if l.manifest {
+            continue;
+        }
+        if l.log_size.is_some() {
+            orphans.push(layout::segment_object_key(dir, *start, *id, LOG_SUFFIX));
+        }
+        for t in IndexType::ALL {
+            if l.indexes & index_bit(t) != 0 {
+                orphans.push(layout::segment_object_key(dir, *start, *id, t.suffix()));
+            }
+        }
+        orphans.extend(l.temps.iter().map(|n| format!("{dir}/{n}")));
+    }
+    for ((_, _), l) in listed.iter().filter(|(_, l)| l.manifest) {
+        orphans.extend(l.temps.iter().map(|n| format!("{dir}/{n}")));
+    }
+    orphans
+}
+
+/// The listing folded by segment: `(start, id)` to what exists of it.
+type Segments = BTreeMap<(u64, Uuid), Listed>;
+
+/// Per-segment facts gathered from the listing.
+#[derive(Debug, Default)]
+struct Listed {
+    manifest: bool,
+    log_size: Option<u64>,
+    /// Bit `i` set: index `IndexType::ALL[i]` exists.
+    indexes: u8,
+    /// Temporary files of interrupted writes (file names).
+    temps: Vec<String>,
+}
+
+fn index_bit(t: IndexType) -> u8 {
+    let pos = IndexType::ALL.iter().position(|x| *x == t).unwrap_or(0);
+    1u8 << pos
+}
+
+/// Indexes a tiering copy always writes.
+const REQUIRED_INDEXES: [IndexType; 3] = [
+    IndexType::Offset,
+    IndexType::Timestamp,
+    IndexType::LeaderEpoch,
+];
+
+/// Reads and decodes `manifests` with `concurrency` threads. A retriable read failure fails
+/// the whole recovery; any other failure is that manifest's `Err(reason)`.
+#[allow(clippy::type_complexity)]
+fn read_manifests(
+    lister: &dyn RemoteSegmentLister,
+    dir: &str,
+    manifests: &[(u64, Uuid)],
+    concurrency: usize,
+) -> Result<Vec<Result<RemoteLogSegmentMetadata, String>>, RemoteStorageError> {
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let workers = concurrency.min(manifests.len()).max(1);
+    let outcomes: Vec<
+        Result<Vec<(usize, Result<RemoteLogSegmentMetadata, String>)>, RemoteStorageError>,
+    > = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some((start, id)) = manifests.get(i) else {
+                            break;
+                        };
+                        let key =
+                            layout::segment_object_key(dir, *start, *id, layout::MANIFEST_SUFFIX);
+                        match lister.read_object(&key) {
+                            Ok(bytes) if bytes.len() as u64 > manifest::MAX_MANIFEST_LEN => {
+                                out.push((i, Err(format!("{} bytes, too large", bytes.len()))));
+                            }
+                            Ok(bytes) => out.push((
+                                i,
+                                manifest::decode(&bytes, &key).map_err(|e| e.to_string()),
+                            )),
+                            Err(e) if e.is_retriable() => {
+                                stop.store(true, Ordering::Relaxed);
+                                return Err(e);
+                            }
+                            Err(e) => out.push((i, Err(format!("unreadable: {e}")))),
+                        }
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(RemoteStorageError::invalid_argument(
+                        "a manifest reader thread panicked",
+                    ))
+                })
+            })
+            .collect()
+    });
+    let mut results: Vec<Option<Result<RemoteLogSegmentMetadata, String>>> =
+        (0..manifests.len()).map(|_| None).collect();
+    for outcome in outcomes {
+        for (i, r) in outcome? {
+            if let Some(slot) = results.get_mut(i) {
+                *slot = Some(r);
+            }
+        }
+    }
+    Ok(results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err("not read".to_owned())))
+        .collect())
+}
+
+/// Checks that the manifest `m` found under `(start, id)` describes a whole segment of `tp`
+/// and returns it as finished metadata.
+fn check_whole(
+    m: &RemoteLogSegmentMetadata,
+    tp: &TopicIdPartition,
+    start: u64,
+    id: Uuid,
+    listed: Option<&Listed>,
+) -> Result<RemoteLogSegmentMetadata, IgnoreReason> {
+    let sid = m.remote_log_segment_id();
+    if sid.topic_id_partition() != tp || sid.id() != id || m.start_offset() != start {
+        return Err(IgnoreReason::ForeignManifest(format!(
+            "it describes segment {sid} of {} from seq {}",
+            sid.topic_id_partition(),
+            m.start_offset()
+        )));
+    }
+    if m.state() == RemoteLogSegmentState::DeleteSegmentFinished {
+        return Err(IgnoreReason::CorruptManifest(
+            "state DeleteSegmentFinished".to_owned(),
+        ));
+    }
+    let l = listed.ok_or(IgnoreReason::DataMissing)?;
+    match l.log_size {
+        None => return Err(IgnoreReason::DataMissing),
+        Some(found) if found != m.segment_size_in_bytes() => {
+            return Err(IgnoreReason::DataWrongSize {
+                expected: m.segment_size_in_bytes(),
+                found,
+            });
+        }
+        Some(_) => {}
+    }
+    for t in REQUIRED_INDEXES {
+        if l.indexes & index_bit(t) == 0 {
+            return Err(IgnoreReason::IndexMissing(t));
+        }
+    }
+    RemoteLogSegmentMetadata::builder(sid.clone(), m.start_offset(), m.end_offset())
+        .max_timestamp_ms(m.max_timestamp_ms())
+        .broker_id(m.broker_id())
+        .event_timestamp_ms(m.event_timestamp_ms())
+        .segment_leader_epochs(m.segment_leader_epochs().clone())
+        .segment_size_in_bytes(m.segment_size_in_bytes())
+        .custom_metadata(m.custom_metadata().cloned())
+        .state(RemoteLogSegmentState::CopySegmentFinished)
+        .build_strict()
+        .map_err(|e| IgnoreReason::CorruptManifest(e.to_string()))
+}
+
+/// Segments by start seq.
+type ByStart = BTreeMap<u64, RemoteLogSegmentMetadata>;
+/// Superseded segments, with why.
+type Superseded = Vec<(RemoteLogSegmentMetadata, IgnoreReason)>;
+/// Whole segments stranded before a hole, with why.
+type Stranded = Vec<(RemoteLogSegmentMetadata, String)>;
+/// What [`choose`] returns: the log's segments, the superseded ones, the stranded ones.
+type Chosen = (Vec<RemoteLogSegmentMetadata>, Superseded, Stranded);
+
+/// Steps 2 and 3 of the [module docs](super): the recovered segments in seq order, the
+/// superseded ones, and the whole ones stranded before a hole.
+fn choose(whole: Vec<RemoteLogSegmentMetadata>) -> Chosen {
+    let (accepted, superseded) = one_lineage(whole);
+    let (chain, stranded) = contiguous(accepted);
+    (chain, superseded, stranded)
+}
+
+/// Step 2: replays `whole` in copy order; a copy overlapping earlier ones supersedes every
+/// earlier copy holding seqs at or after its start. Returns the survivors by start seq.
+fn one_lineage(mut whole: Vec<RemoteLogSegmentMetadata>) -> (ByStart, Superseded) {
+    whole.sort_by_key(|m| {
+        (
+            m.event_timestamp_ms(),
+            m.start_offset(),
+            m.remote_log_segment_id().id(),
+        )
+    });
+    let mut accepted = ByStart::new();
+    let mut superseded = Vec::new();
+    for m in whole {
+        let overlaps = accepted
+            .range(..=m.end_offset())
+            .next_back()
+            .is_some_and(|(_, prev)| prev.end_offset() >= m.start_offset());
+        if overlaps {
+            // A newer history from m's start: drop every accepted copy holding seqs at or after it.
+            let doomed: Vec<u64> = accepted
+                .iter()
+                .filter(|(_, a)| a.end_offset() >= m.start_offset())
+                .map(|(k, _)| *k)
+                .collect();
+            for k in doomed {
+                if let Some(a) = accepted.remove(&k) {
+                    superseded.push((
+                        a,
+                        IgnoreReason::Superseded {
+                            by: m.remote_log_segment_id().id(),
+                            at_seq: m.start_offset(),
+                        },
+                    ));
+                }
+            }
+        }
+        accepted.insert(m.start_offset(), m);
+    }
+    (accepted, superseded)
+}
+
+/// Step 3: the run of `accepted` ending at the highest seq without a hole or a leader epoch
+/// going back, in seq order; the segments before the break, with why.
+fn contiguous(accepted: ByStart) -> (Vec<RemoteLogSegmentMetadata>, Stranded) {
+    let mut chain: Vec<RemoteLogSegmentMetadata> = Vec::new();
+    let mut stranded = Vec::new();
+    let mut rev = accepted.into_values().rev();
+    if let Some(last) = rev.next() {
+        chain.push(last);
+    }
+    let mut broken: Option<String> = None;
+    for m in rev {
+        if let Some(why) = &broken {
+            stranded.push((m, why.clone()));
+            continue;
+        }
+        let Some(cur) = chain.last() else {
+            break;
+        };
+        match break_between(&m, cur) {
+            Some(why) => {
+                stranded.push((m, why.clone()));
+                broken = Some(why);
+            }
+            None => chain.push(m),
+        }
+    }
+    chain.reverse();
+    (chain, stranded)
+}
+
+/// Why `prev` does not join `cur` (the next segment): a hole or a leader epoch going back.
+fn break_between(
+    prev: &RemoteLogSegmentMetadata,
+    cur: &RemoteLogSegmentMetadata,
+) -> Option<String> {
+    let prev_epoch = prev.segment_leader_epochs().keys().next_back().copied();
+    let cur_epoch = cur.segment_leader_epochs().keys().next().copied();
+    if prev.end_offset().checked_add(1) != Some(cur.start_offset()) {
+        Some(format!(
+            "seqs {}..={} are missing before seq {}",
+            prev.end_offset().saturating_add(1),
+            cur.start_offset().saturating_sub(1),
+            cur.start_offset()
+        ))
+    } else if prev_epoch > cur_epoch {
+        Some(format!(
+            "leader epoch {} at seq {} goes back to {}",
+            prev_epoch.unwrap_or_default(),
+            cur.start_offset(),
+            cur_epoch.unwrap_or_default()
+        ))
+    } else {
+        None
+    }
+}

@@ -1,0 +1,353 @@
+//! Appends: encoding batches into frames, writing them at the end of the active segment,
+//! publishing them to readers, rolling to a new segment, and the index files a roll writes.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::ops::RangeInclusive;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use krabka_protocol::Message;
+
+use super::{Inner, Seg, SegFile, seg_file};
+use crate::fault::{FaultInjector, Op};
+use crate::fsutil::{self, IoResultExt};
+use crate::index::{IndexBuilder, OffsetIndex, TimeIndex};
+use crate::segment::{FRAME_HEADER_LEN, encode_frame_sized, segment_paths};
+use crate::{Error, SyncPolicy};
+
+/// Counts an appender in [`Inner::writers`] while it lives.
+struct Writing<'a>(&'a AtomicUsize);
+
+impl<'a> Writing<'a> {
+    fn enter(writers: &'a AtomicUsize) -> Self {
+        writers.fetch_add(1, Ordering::AcqRel);
+        Writing(writers)
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Appender-private state, under the append lock.
+#[derive(Debug)]
+pub(super) struct Appender {
+    pub(super) active: Arc<SegFile>,
+    /// The active segment's `.log`, open for writing.
+    pub(super) file: Arc<File>,
+    size: u64,
+    pub(super) next_seq: u64,
+    builder: IndexBuilder,
+    /// The frames of the batch being appended (reused).
+    buf: Vec<u8>,
+    /// Encoded lengths of the batch's messages (reused).
+    lens: Vec<usize>,
+    /// Whether the clean-shutdown marker this open trusted is still on disk: it goes before
+    /// the first write.
+    pub(super) clean_marker: bool,
+    /// Whether the first write has yet to remove what a close or a crash may have left: the
+    /// clean-shutdown marker and the active segment's index files.
+    pub(super) leftovers: bool,
+}
+
+impl Appender {
+    /// The appender of the active (last) segment of `segs`, which must be open; `builder`
+    /// holds its index entries so far.
+    pub(super) fn on_active(segs: &[Seg], builder: IndexBuilder) -> Option<Appender> {
+        let active = segs.last()?;
+        Some(Appender {
+            active: Arc::clone(&active.file),
+            file: active.open.clone()?,
+            size: active.size,
+            next_seq: active.last_seq + 1,
+            builder,
+            buf: Vec::new(),
+            lens: Vec::new(),
+            clean_marker: false,
+            leftovers: true,
+        })
+    }
+
+    /// Moves on to a new, empty active segment.
+    fn switch_to(&mut self, sf: Arc<SegFile>, file: Arc<File>, index_interval: u64) {
+        self.active = sf;
+        self.file = file;
+        self.size = 0;
+        self.builder = IndexBuilder::new(index_interval);
+    }
+}
+
+impl Inner {
+    /// Appends `msgs` with contiguous seqs (see [`Log::append_batch`](super::Log::append_batch)).
+    pub(super) fn append_batch(&self, msgs: &[Message]) -> Result<RangeInclusive<u64>, Error> {
+        let writing = Writing::enter(&self.writers);
+        let mut guard = self.appender.lock();
+        self.check_poisoned()?;
+        let ap = &mut *guard;
+        // Check the whole batch first, keeping each message's encoded length for encoding.
+        ap.lens.clear();
+        for m in msgs {
+            let size = m.encoded_len();
+            if size as u64 > self.opts.max_message_bytes {
+                return Err(Error::MessageTooLarge {
+                    size: size as u64,
+                    max: self.opts.max_message_bytes,
+                });
+            }
+            ap.lens.push(size);
+        }
+        if !msgs.is_empty() {
+            self.invalidate_clean_shutdown(ap)?;
+        }
+        let first = ap.next_seq;
+        let mut i = 0;
+        while i < msgs.len() {
+            ap.buf.clear();
+            let start = i;
+            let mut max_ts = i64::MIN;
+            while let (Some(m), Some(&size)) = (msgs.get(i), ap.lens.get(i)) {
+                let len = (FRAME_HEADER_LEN + size) as u64;
+                let used = ap.size + ap.buf.len() as u64;
+                if used > 0 && used + len > self.opts.max_bytes {
+                    break;
+                }
+                let seq = ap.next_seq + (i - start) as u64;
+                encode_frame_sized(seq, m, size, &mut ap.buf);
+                ap.builder.observe(seq, used, len, m.timestamp);
+                max_ts = max_ts.max(m.timestamp);
+                i += 1;
+            }
+            if i == start {
+                self.roll_locked(ap)?;
+                continue;
+            }
+            if let Err(e) = self.write_at(&ap.file, &ap.buf, ap.size) {
+                self.poison();
+                // Best effort: drop a partial write so the file ends at a frame boundary.
+                let _ = ap.file.set_len(ap.size);
+                return Err(Error::io(&ap.active.log_path, e));
+            }
+            let count = (i - start) as u64;
+            let last = ap.next_seq + count - 1;
+            ap.size += ap.buf.len() as u64;
+            ap.next_seq += count;
+            let mut st = self.state.write();
+            if let Some(seg) = st.segs.last_mut() {
+                seg.last_seq = last;
+                seg.size = ap.size;
+                seg.max_timestamp = seg.max_timestamp.max(max_ts);
+                seg.offsets.append(&mut ap.builder.offsets);
+                seg.times.append(&mut ap.builder.times);
+            }
+        }
+        let last = ap.next_seq - 1;
+        drop(guard);
+        drop(writing);
+        if msgs.is_empty() {
+            return Ok(first..=last);
+        }
+        // Outside the append lock: concurrent appenders share the fsync.
+        self.sync_after_append(last, msgs.len() as u64)?;
+        Ok(first..=last)
+    }
+
+    /// Writes `buf` at `pos` of a segment file (through the fault seam).
+    pub(super) fn write_at(&self, f: &File, buf: &[u8], pos: u64) -> io::Result<()> {
+        if let Err(e) = self.faults.check(Op::Write) {
+            // A torn write: half of the bytes land.
+            let _ = f.write_all_at(buf.get(..buf.len() / 2).unwrap_or(&[]), pos);
+            return Err(e);
+        }
+        f.write_all_at(buf, pos)
+    }
+
+    /// Closes the active segment (under the append lock): syncs it, writes its index files and
+    /// opens a new active segment. A no-op on an empty active segment.
+    pub(super) fn roll_locked(&self, ap: &mut Appender) -> Result<(), Error> {
+        if ap.size == 0 {
+            return Ok(());
+        }
+        self.invalidate_clean_shutdown(ap)?;
+        let sync = self.opts.sync != SyncPolicy::Never;
+        let index_bytes = self.close_active(ap, sync)?;
+        let base = ap.next_seq;
+        // A failed creation leaves the log as it was (the closed segment is synced and
+        // indexed, and still the active one); the next append retries the roll.
+        let file = self.create_segment_file(base)?;
+        self.fsync_dir().inspect_err(|_| self.poison())?;
+        if sync {
+            // Every record before `base` is synced: a later open must find them all.
+            self.write_recovery_point(base - 1)
+                .inspect_err(|_| self.poison())?;
+        }
+        if !sync {
+            // Listed before the new segment is published (see `sync_through`).
+            self.unsynced_closed.lock().push(Arc::clone(&ap.active));
+        }
+        let sf = seg_file(&self.dir, base);
+        let file = Arc::new(file);
+        {
+            let mut st = self.state.write();
+            if let Some(old) = st.segs.last_mut() {
+                old.index_bytes = index_bytes;
+                // Closed now: readers reopen it through the cache.
+                old.open = None;
+            }
+            st.segs
+                .push(Seg::empty_active(base, Arc::clone(&sf), Arc::clone(&file)));
+        }
+        if sync {
+            self.sync_state.lock().mark_synced(base - 1);
+        }
+        ap.switch_to(sf, file, self.opts.index_interval_bytes);
+        Ok(())
+    }
+
+    /// The first step of a roll: syncs the active segment's `.log` (when `sync`) and writes its
+    /// index files; returns their size. A failure poisons the log.
+    fn close_active(&self, ap: &Appender, sync: bool) -> Result<u64, Error> {
+        if sync && let Err(e) = self.sync_data(&ap.file, &ap.active.log_path) {
+            self.poison();
+            return Err(Error::io(&ap.active.log_path, e));
+        }
+        let index_bytes = {
+            let st = self.state.read();
+            match st.active() {
+                Some(seg) => write_indexes(seg, sync, &self.faults),
+                None => Ok(0),
+            }
+        };
+        index_bytes.inspect_err(|_| self.poison())
+    }
+
+    /// Creates (truncating) the `.log` of a new segment `base`, through the fault seam; the
+    /// caller syncs the directory.
+    pub(super) fn create_segment_file(&self, base: u64) -> Result<File, Error> {
+        let (log_path, _, _) = segment_paths(&self.dir, base);
+        self.faults
+            .check(Op::Create)
+            .and_then(|()| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&log_path)
+            })
+            .map_err(|e| Error::io(&log_path, e))
+    }
+
+    /// Rolls now (see [`Log::roll`](super::Log::roll)).
+    pub(super) fn roll(&self) -> Result<(), Error> {
+        let mut ap = self.appender.lock();
+        self.check_poisoned()?;
+        self.roll_locked(&mut ap)
+    }
+
+    /// Makes `seq` the seq of the next append of a log without records (see
+    /// [`Log::start_at`](super::Log::start_at)).
+    pub(super) fn start_at(&self, seq: u64) -> Result<(), Error> {
+        let mut guard = self.appender.lock();
+        self.check_poisoned()?;
+        let ap = &mut *guard;
+        if !self.check_start(ap, seq)? {
+            return Ok(());
+        }
+        self.invalidate_clean_shutdown(ap)?;
+        // The old (empty) segment files go first: a crash in between leaves a directory with
+        // no segment, which opens as a new log the caller starts again.
+        let old: Vec<(u64, Arc<SegFile>)> = self
+            .state
+            .read()
+            .segs
+            .iter()
+            .filter(|s| s.hole.is_none())
+            .map(|s| (s.base_seq, Arc::clone(&s.file)))
+            .collect();
+        for (_, f) in &old {
+            for path in [&f.index_path, &f.time_index_path, &f.log_path] {
+                fsutil::remove_if_exists(path).at(path)?;
+            }
+        }
+        self.fsync_dir().inspect_err(|_| self.poison())?;
+        let file = self
+            .create_segment_file(seq)
+            .inspect_err(|_| self.poison())?;
+        self.fsync_dir().inspect_err(|_| self.poison())?;
+        let sf = seg_file(&self.dir, seq);
+        let file = Arc::new(file);
+        self.state.write().segs = vec![Seg::empty_active(seq, Arc::clone(&sf), Arc::clone(&file))];
+        for (base, _) in &old {
+            self.fds.remove(*base);
+        }
+        self.unsynced_closed.lock().clear();
+        self.sync_state.lock().restart_at(seq - 1);
+        ap.switch_to(sf, file, self.opts.index_interval_bytes);
+        ap.next_seq = seq;
+        self.write_recovery_point(seq - 1)
+            .inspect_err(|_| self.poison())?;
+        tracing::info!(dir = %self.dir.display(), seq, "empty log now starts at a new seq");
+        Ok(())
+    }
+
+    /// Whether the log may start at `seq`: `Ok(false)` when it already does, an error when it
+    /// holds records or `seq` is below its next seq.
+    fn check_start(&self, ap: &Appender, seq: u64) -> Result<bool, Error> {
+        let (has_records, last) = {
+            let st = self.state.read();
+            let has = st
+                .segs
+                .iter()
+                .any(|s| s.hole.is_none() && s.last_seq >= s.base_seq);
+            (has, st.last_seq())
+        };
+        if has_records {
+            return Err(Error::NotEmpty {
+                dir: self.dir.clone(),
+                last_seq: last,
+            });
+        }
+        if seq == 0 || seq < ap.next_seq {
+            return Err(Error::InvalidStart {
+                seq,
+                next_seq: ap.next_seq,
+            });
+        }
+        Ok(seq != ap.next_seq)
+    }
+}
+
+/// Writes a closed segment's `.index` and `.timeindex`; returns their total size.
+pub(crate) fn write_indexes(seg: &Seg, sync: bool, faults: &FaultInjector) -> Result<u64, Error> {
+    let idx = OffsetIndex {
+        base_seq: seg.base_seq,
+        last_seq: seg.last_seq,
+        log_size: seg.size,
+        max_timestamp: seg.max_timestamp,
+        entries: seg.offsets.clone(),
+    }
+    .encode();
+    let tidx = TimeIndex {
+        base_seq: seg.base_seq,
+        max_timestamp: seg.max_timestamp,
+        entries: seg.times.clone(),
+    }
+    .encode();
+    write_file(&seg.file.index_path, &idx, sync, faults)?;
+    write_file(&seg.file.time_index_path, &tidx, sync, faults)?;
+    Ok((idx.len() + tidx.len()) as u64)
+}
+
+fn write_file(path: &Path, bytes: &[u8], sync: bool, faults: &FaultInjector) -> Result<(), Error> {
+    let mut f = File::create(path).map_err(|e| Error::io(path, e))?;
+    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    if sync {
+        faults.sync_file(&f, path).map_err(|e| Error::io(path, e))?;
+    }
+    Ok(())
+}

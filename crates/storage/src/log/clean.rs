@@ -1,0 +1,69 @@
+//! The log's side of the clean-shutdown marker (see `recovery::clean`): writing it at the end of
+//! a clean close, and removing it before the first write after an open that trusted it.
+
+use super::Inner;
+use super::append::Appender;
+use crate::Error;
+use crate::fault::Op;
+use crate::fsutil::{self, IoResultExt};
+use crate::log::write_indexes;
+use crate::recovery::{CleanShutdown, remove_clean_shutdown, stamp, write_clean_shutdown};
+
+impl Inner {
+    /// The last step of a clean close, under the append lock, once every record is synced and
+    /// the recovery point written: writes the active segment's index files (synced), stamps and
+    /// syncs its `.log`, then writes the marker describing it. Nothing to do for an empty active
+    /// segment (a scan of it reads nothing) or when the marker this open trusted still holds.
+    pub(super) fn write_clean_shutdown(&self, ap: &Appender) -> Result<(), Error> {
+        if ap.clean_marker {
+            return Ok(());
+        }
+        let st = self.state.read();
+        let Some(seg) = st.active().filter(|s| s.size > 0 && s.open.is_some()) else {
+            return Ok(());
+        };
+        let path = &seg.file.log_path;
+        if ap.file.metadata().at(path)?.len() != seg.size {
+            // Bytes past the published records (cannot happen on a log that is not poisoned):
+            // leave it to the scan.
+            return Ok(());
+        }
+        write_indexes(seg, true, &self.faults)?;
+        stamp(&ap.file, path)?;
+        self.faults
+            .check(Op::Fsync)
+            .and_then(|()| ap.file.sync_all())
+            .at(path)?;
+        let meta = ap.file.metadata().at(path)?;
+        let marker = CleanShutdown::describe(seg.base_seq, seg.last_seq, &meta);
+        self.faults.check(Op::Fsync).at(&self.dir)?;
+        write_clean_shutdown(&self.dir, &marker)
+    }
+
+    /// Before the first write after open: removes the clean-shutdown marker and the active
+    /// segment's index files, which describe the file as a close (or a crash during a roll)
+    /// left it. When open trusted the marker, the directory is synced too, so that no later
+    /// open takes the marker for a description of the file, and a failure poisons the log
+    /// (nothing was written yet); otherwise they describe no file as it is, and removing them
+    /// is tidying up, best effort.
+    pub(super) fn invalidate_clean_shutdown(&self, ap: &mut Appender) -> Result<(), Error> {
+        if !ap.leftovers {
+            return Ok(());
+        }
+        let removed = remove_clean_shutdown(&self.dir).and_then(|()| {
+            for path in [&ap.active.index_path, &ap.active.time_index_path] {
+                fsutil::remove_if_exists(path).at(path)?;
+            }
+            Ok(())
+        });
+        if ap.clean_marker {
+            if let Err(e) = removed.and_then(|()| self.fsync_dir()) {
+                self.poison();
+                return Err(e);
+            }
+            ap.clean_marker = false;
+        }
+        ap.leftovers = false;
+        Ok(())
+    }
+}

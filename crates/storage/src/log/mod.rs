@@ -1,0 +1,476 @@
+//! The [`Log`]: the public facade and the state its concept modules share.
+//!
+//! - [`open`]: locking the directory and building the log from what recovery found;
+//! - [`append`]: appends, rolls and the index files of closed segments;
+//! - [`sync`]: group commit, poisoning and the background flusher;
+//! - [`read`]: reads, the descriptor cache of closed segments and timestamp lookups;
+//! - [`retention`]: dropping whole old segments.
+
+mod append;
+mod clean;
+mod open;
+mod read;
+mod retention;
+mod sync;
+
+use std::fs::File;
+use std::io;
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+
+use krabka_protocol::Message;
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use self::append::Appender;
+pub(crate) use self::append::write_indexes;
+pub(crate) use self::open::load_indexes;
+pub use self::open::{LOCK_RETRY_FOR, create_and_lock, try_lock_exclusive};
+use self::read::FdCache;
+use self::sync::{Flusher, SyncState};
+use crate::bufs::ReadBufs;
+use crate::fault::FaultInjector;
+use crate::segment::segment_paths;
+use crate::{Error, Options, Record, RecoveryReport, SegmentInfo, SyncPolicy};
+
+/// The paths of a segment's files.
+#[derive(Debug)]
+pub(crate) struct SegFile {
+    pub(crate) log_path: PathBuf,
+    pub(crate) index_path: PathBuf,
+    pub(crate) time_index_path: PathBuf,
+}
+
+/// A segment's published state: what readers may see. An explicit hole (seqs a repair moved
+/// aside or found missing) is a `Seg` too, with `hole` set and no data, so seqs stay contiguous
+/// across the list.
+#[derive(Debug)]
+pub(crate) struct Seg {
+    pub(crate) base_seq: u64,
+    pub(crate) file: Arc<SegFile>,
+    /// The open `.log` file of the active segment (shared with the appender); `None` for closed
+    /// segments, whose files are opened on demand through the [`FdCache`].
+    pub(crate) open: Option<Arc<File>>,
+    /// Seq of the last published record (`base_seq - 1` when empty).
+    pub(crate) last_seq: u64,
+    /// Bytes of published frames.
+    pub(crate) size: u64,
+    pub(crate) max_timestamp: i64,
+    pub(crate) offsets: Vec<(u64, u64)>,
+    pub(crate) times: Vec<(i64, u64)>,
+    /// Bytes of its index files on disk (0 for the active segment).
+    pub(crate) index_bytes: u64,
+    /// For an explicit hole: its marker file in the quarantine directory.
+    pub(crate) hole: Option<PathBuf>,
+}
+
+impl Seg {
+    /// A new, empty active segment `base` with files `file`, open for appends as `open`.
+    pub(crate) fn empty_active(base: u64, file: Arc<SegFile>, open: Arc<File>) -> Seg {
+        Seg {
+            base_seq: base,
+            file,
+            open: Some(open),
+            last_seq: base - 1,
+            size: 0,
+            max_timestamp: i64::MIN,
+            offsets: Vec::new(),
+            times: Vec::new(),
+            index_bytes: 0,
+            hole: None,
+        }
+    }
+}
+
+/// What readers see: the segments (and holes), oldest first, the active one last.
+#[derive(Debug)]
+struct State {
+    segs: Vec<Seg>,
+}
+
+impl State {
+    fn active(&self) -> Option<&Seg> {
+        self.segs.last()
+    }
+
+    fn last_seq(&self) -> u64 {
+        self.active().map_or(0, |s| s.last_seq)
+    }
+
+    fn first_seq(&self) -> u64 {
+        if self.last_seq() == 0 {
+            0
+        } else {
+            self.segs.first().map_or(0, |s| s.base_seq)
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.segs.iter().map(|s| s.size + s.index_bytes).sum()
+    }
+
+    /// The real segments (holes left out) as [`Log::segments`] lists them.
+    fn segments(&self) -> Vec<SegmentInfo> {
+        let n = self.segs.len();
+        self.segs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.hole.is_none())
+            .map(|(i, s)| SegmentInfo {
+                base_seq: s.base_seq,
+                last_seq: s.last_seq,
+                max_timestamp: s.max_timestamp,
+                size: s.size,
+                log_path: s.file.log_path.clone(),
+                index_path: s.file.index_path.clone(),
+                time_index_path: s.file.time_index_path.clone(),
+                active: i + 1 == n,
+            })
+            .collect()
+    }
+
+    /// The explicit holes with their marker files.
+    fn quarantined(&self) -> Vec<(RangeInclusive<u64>, PathBuf)> {
+        self.segs
+            .iter()
+            .filter_map(|s| {
+                s.hole
+                    .as_ref()
+                    .map(|p| (s.base_seq..=s.last_seq, p.clone()))
+            })
+            .collect()
+    }
+}
+
+/// An append-only log of [`Message`]s stored in segment files in one directory.
+///
+/// `Log` is `Send + Sync`: share it in an `Arc`. Appends are serialized by an internal lock;
+/// fsyncs happen outside it (so concurrent `EveryAppend` appenders share them), and readers take
+/// only a short-lived lock on the published state, so they never wait on an fsync.
+///
+/// Under [`SyncPolicy::Interval`] the `Log` owns one background thread (named
+/// `krabka-flusher`) that syncs an idle tail; [`Log::close`] and dropping the `Log` stop and
+/// join it. No other policy starts a thread.
+///
+/// Records become visible to readers as soon as they are written to the file, which may be
+/// before they are synced.
+///
+/// A `Log` holds an exclusive lock on the lock file `.lock` in its directory
+/// ([`LOCK_FILE_NAME`](crate::LOCK_FILE_NAME)) from [`Log::open`] until it is closed or
+/// dropped, so a second `Log` on the same directory, in this process or another, fails with
+/// [`Error::Locked`] instead of interleaving writes with the first.
+///
+/// File descriptors: the active segment's file is always open; closed segments' files are
+/// opened when read and kept in a cache of at most [`Options::max_open_segments`].
+#[derive(Debug)]
+pub struct Log {
+    inner: Arc<Inner>,
+    /// The background flusher of [`SyncPolicy::Interval`]; `None` under other policies and
+    /// once stopped.
+    flusher: Option<Flusher>,
+}
+
+/// Everything of a [`Log`] but its flusher thread, shared with that thread.
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    opts: Options,
+    /// The locked lock file; the lock is released when it is closed (with the `Log`).
+    _lock: File,
+    /// Read descriptors of closed segments.
+    fds: FdCache,
+    /// Closed segments rolled without an fsync (under [`SyncPolicy::Never`]) whose `.log` and
+    /// index files the next [`Log::sync`] must fsync.
+    unsynced_closed: Mutex<Vec<Arc<SegFile>>>,
+    state: RwLock<State>,
+    appender: Mutex<Appender>,
+    sync_state: Mutex<SyncState>,
+    sync_done: Condvar,
+    /// Wakes the flusher thread (on the first unsynced append after a sync, and to stop it).
+    flush_wake: Condvar,
+    poisoned: AtomicBool,
+    /// Appenders between entering `append_batch` and publishing their records: a sync leader
+    /// gives them a moment to finish so that its fsync covers their records too.
+    writers: AtomicUsize,
+    report: RecoveryReport,
+    /// Read buffers reused once the records sharing them are dropped.
+    bufs: ReadBufs,
+    /// The I/O seam: every write, fsync and segment creation after open asks it first.
+    faults: FaultInjector,
+}
+
+/// The paths of segment `base`'s files in `dir`.
+pub(crate) fn seg_file(dir: &Path, base: u64) -> Arc<SegFile> {
+    let (log_path, index_path, time_index_path) = segment_paths(dir, base);
+    Arc::new(SegFile {
+        log_path,
+        index_path,
+        time_index_path,
+    })
+}
+
+/// The error for an internal invariant that does not hold: the log always has an active
+/// segment.
+fn no_active_segment(dir: &Path) -> Error {
+    Error::io(dir, io::Error::other("the log has no active segment"))
+}
+
+impl Inner {
+    fn first_seq(&self) -> u64 {
+        self.state.read().first_seq()
+    }
+
+    fn last_seq(&self) -> u64 {
+        self.state.read().last_seq()
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.state.read().active().map_or(1, |a| a.last_seq + 1)
+    }
+}
+
+impl Log {
+    /// Opens the log in `dir`, creating the directory and an empty log if needed.
+    ///
+    /// Recovery: closed segments are loaded from their index files (a segment whose index is
+    /// missing or inconsistent is scanned and its index rebuilt); the active segment is scanned
+    /// (unless the last [`Log::close`] left it exactly as it is now: see
+    /// [`CLEAN_SHUTDOWN_FILE_NAME`](crate::CLEAN_SHUTDOWN_FILE_NAME)), and the first frame with a
+    /// bad length, CRC or seq and everything after it is truncated and synced. What was repaired is in [`Log::recovery_report`] and logged with
+    /// `tracing::warn!`.
+    ///
+    /// Open first takes an exclusive lock on `dir/.lock` (creating the file), held until the
+    /// `Log` is closed or dropped; the lock file is not a segment file and is not reported as a
+    /// stray file.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`], [`Error::NotADirectory`] when `dir` is a file,
+    /// [`Error::Locked`] when another `Log` (in this or another process) has `dir` open,
+    /// [`Error::Io`], and [`Error::Corrupt`] when the segments' seqs have a gap.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Log, Error> {
+        let inner = Arc::new(Inner::open(dir, opts)?);
+        let flusher = match inner.opts.sync {
+            SyncPolicy::Interval(d) => Some(Flusher::start(&inner, d)?),
+            _ => None,
+        };
+        Ok(Log { inner, flusher })
+    }
+
+    /// What [`Log::open`] found and repaired.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.inner.report
+    }
+
+    /// The directory holding the log.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The options in effect (with defaults resolved).
+    pub fn options(&self) -> &Options {
+        &self.inner.opts
+    }
+
+    /// Appends one message and returns its seq.
+    ///
+    /// # Errors
+    /// [`Error::MessageTooLarge`], [`Error::Poisoned`], [`Error::Io`].
+    pub fn append(&self, msg: &Message) -> Result<u64, Error> {
+        self.inner
+            .append_batch(std::slice::from_ref(msg))
+            .map(|r| *r.start())
+    }
+
+    /// Appends messages with contiguous seqs, writing the batch with one write call per segment
+    /// it lands in, and returns their seqs. An empty batch returns an empty range
+    /// (`next..=next - 1`). The whole batch is checked against `max_message_bytes` first, so a
+    /// too-large message rejects the batch without writing any of it.
+    ///
+    /// # Errors
+    /// [`Error::MessageTooLarge`], [`Error::Poisoned`], [`Error::Io`]. A failed write or fsync
+    /// poisons the log. A failed roll (creating the next segment) does not: the log stays as
+    /// it was and the next append retries. When a batch spans a roll and the roll fails, the
+    /// part written before it stays in the log (readable, but not acknowledged).
+    pub fn append_batch(&self, msgs: &[Message]) -> Result<RangeInclusive<u64>, Error> {
+        self.inner.append_batch(msgs)
+    }
+
+    /// The fault injector of this log (tests of failure handling only).
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn faults(&self) -> &crate::fault::FaultInjector {
+        &self.inner.faults
+    }
+
+    /// The highest seq known to be on stable storage (tests of the sync policies only).
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn synced_seq(&self) -> u64 {
+        self.inner.sync_state.lock().synced_seq
+    }
+
+    /// Closes the active segment now (writing its `.index` and `.timeindex`) so it can be
+    /// tiered; the next append goes to a new segment. A no-op when the active segment is empty.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`], [`Error::Io`].
+    pub fn roll(&self) -> Result<(), Error> {
+        self.inner.roll()
+    }
+
+    /// Up to `max` records starting at `from_seq`.
+    ///
+    /// `from_seq == last_seq() + 1` returns an empty `Vec` (a caught-up reader).
+    ///
+    /// # Errors
+    /// [`Error::OutOfRange`] when `from_seq < first_seq()` or `from_seq > last_seq() + 1`;
+    /// [`Error::Corrupt`] when stored bytes are invalid; [`Error::Io`].
+    pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
+        self.inner.read(from_seq, max)
+    }
+
+    /// Seq of the first record (0 for a log that never held a record). After retention it is
+    /// the base seq of the oldest kept segment.
+    pub fn first_seq(&self) -> u64 {
+        self.inner.first_seq()
+    }
+
+    /// Seq of the last record (0 for a log that never held a record).
+    pub fn last_seq(&self) -> u64 {
+        self.inner.last_seq()
+    }
+
+    /// The seq the next append gets: `last_seq() + 1`, or the seq an empty log was started at
+    /// with [`Log::start_at`].
+    pub fn next_seq(&self) -> u64 {
+        self.inner.next_seq()
+    }
+
+    /// The explicit holes in the log's seqs, with their marker files in the quarantine
+    /// directory: seqs a repair ([`RecoveryMode::Repair`](crate::RecoveryMode::Repair)) moved
+    /// aside or found missing. Reads into one fail with [`Error::Quarantined`]. Empty unless
+    /// the log was repaired.
+    pub fn quarantined(&self) -> Vec<(RangeInclusive<u64>, PathBuf)> {
+        self.inner.state.read().quarantined()
+    }
+
+    /// Makes `seq` the seq of the next append of a log that holds no records, like Kafka's
+    /// log start offset after a full truncation: the tiered layer uses it when the local log
+    /// was lost but the remote tier holds seqs up to `seq - 1`, so new records never reuse
+    /// them. The empty segment file is replaced by `seq`'s and the directory synced; a crash in
+    /// between leaves an empty log that starts at 1.
+    ///
+    /// ```
+    /// use krabka_protocol::Message;
+    /// use krabka_storage::{Log, Options};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let log = Log::open(dir.path(), Options::default())?;
+    /// log.start_at(301)?;
+    /// assert_eq!(log.append(&Message::new("x"))?, 301);
+    /// assert!(log.start_at(400).is_err()); // it holds a record now
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NotEmpty`] when the log holds a record; [`Error::InvalidStart`] when `seq` is
+    /// below [`Log::next_seq`] (a no-op when equal); [`Error::Poisoned`]; [`Error::Io`].
+    pub fn start_at(&self, seq: u64) -> Result<(), Error> {
+        self.inner.start_at(seq)
+    }
+
+    /// Total on-disk size of the log's files (`.log`, `.index` and `.timeindex`), in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.inner.state.read().bytes()
+    }
+
+    /// The segments, ordered by base seq; the last one is the active segment.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        self.inner.state.read().segments()
+    }
+
+    /// Forces every appended record to stable storage (whatever the [`SyncPolicy`]): the active
+    /// segment, and under [`SyncPolicy::Never`] also the closed segments (and their index files)
+    /// rolled since the last sync. When it returns `Ok`, every record appended before the call
+    /// survives a power loss.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`]; [`Error::Io`] when the fsync fails (the log is then poisoned).
+    pub fn sync(&self) -> Result<(), Error> {
+        self.inner.sync()
+    }
+
+    /// Syncs every appended record to stable storage, whatever the [`SyncPolicy`] (also
+    /// [`SyncPolicy::Never`]: closed segments not yet synced are synced too), records that the
+    /// log was shut down cleanly ([`CLEAN_SHUTDOWN_FILE_NAME`](crate::CLEAN_SHUTDOWN_FILE_NAME):
+    /// the next open does not scan the active segment), then closes the log and releases its
+    /// directory lock. Dropping a `Log` instead releases the lock without syncing, and the next
+    /// open scans the active segment.
+    ///
+    /// # Errors
+    /// As [`Log::sync`]; the log is closed either way.
+    pub fn close(mut self) -> Result<(), Error> {
+        self.stop_flusher();
+        self.inner.sync()?;
+        let ap = self.inner.appender.lock();
+        self.inner.check_poisoned()?;
+        let last = self.inner.next_seq() - 1;
+        self.inner.write_recovery_point(last)?;
+        self.inner.write_clean_shutdown(&ap)
+    }
+
+    /// Drops whole segments whose records are all below `keep_from`. A segment partly below
+    /// `keep_from` stays, and the active segment is never dropped. Returns the bytes freed.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a file cannot be removed.
+    pub fn delete_before(&self, keep_from: u64) -> Result<u64, Error> {
+        self.inner.delete_before(keep_from)
+    }
+
+    /// Drops the oldest whole segments until [`Log::bytes`] `<= target`, never the active one;
+    /// returns the bytes freed (the log may stay above `target`).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a file cannot be removed.
+    pub fn trim_over_bytes(&self, target: u64) -> Result<u64, Error> {
+        self.inner.trim_over_bytes(target)
+    }
+
+    /// Drops the oldest whole closed segments whose max timestamp is `< ts` (stopping at the
+    /// first that is not); returns the bytes freed.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a file cannot be removed.
+    pub fn delete_older_than(&self, ts: i64) -> Result<u64, Error> {
+        self.inner.delete_older_than(ts)
+    }
+
+    /// The seq of the first record whose timestamp is `>= ts`, found through the time indexes;
+    /// `None` when no record has such a timestamp.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`], [`Error::Io`] from reading the segment.
+    pub fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
+        self.inner.seq_for_timestamp(ts)
+    }
+}
+
+impl Drop for Log {
+    /// Stops and joins the flusher thread; unlike [`Log::close`], does not sync.
+    fn drop(&mut self) {
+        self.stop_flusher();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_is_send_and_sync() {
+        fn is<T: Send + Sync>() {}
+        is::<Log>();
+    }
+}

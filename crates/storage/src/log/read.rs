@@ -1,0 +1,380 @@
+//! Reads: planning a read from the published state, decoding a segment's frames in chunks
+//! (falling back to a scan from its start when an index entry lies), the descriptor cache of
+//! closed segments, and timestamp lookups.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{Inner, Seg, SegFile};
+use crate::index::{floor_entry, time_floor};
+use crate::segment::{decode_chunk, read_frame_chunk};
+use crate::{Error, Record};
+
+/// Read-only file descriptors of closed segments, at most `cap` of them, least recently used
+/// evicted first.
+#[derive(Debug)]
+pub(super) struct FdCache {
+    cap: usize,
+    inner: Mutex<FdCacheInner>,
+}
+
+#[derive(Debug, Default)]
+struct FdCacheInner {
+    /// Base seq → (file, last use).
+    files: HashMap<u64, (Arc<File>, u64)>,
+    tick: u64,
+}
+
+impl FdCache {
+    pub(super) fn new(cap: usize) -> Self {
+        Self {
+            cap: cap.max(1),
+            inner: Mutex::new(FdCacheInner::default()),
+        }
+    }
+
+    /// The open `.log` of the closed segment `base`, opening it (and evicting the least
+    /// recently used one when full) when it is not cached.
+    fn get(&self, base: u64, path: &Path) -> Result<Arc<File>, Error> {
+        {
+            let mut c = self.inner.lock();
+            c.tick += 1;
+            let tick = c.tick;
+            if let Some((f, used)) = c.files.get_mut(&base) {
+                *used = tick;
+                return Ok(Arc::clone(f));
+            }
+        }
+        // Opened outside the lock: other readers keep hitting the cache meanwhile.
+        let file = Arc::new(File::open(path).map_err(|e| Error::io(path, e))?);
+        let mut c = self.inner.lock();
+        c.tick += 1;
+        let tick = c.tick;
+        if !c.files.contains_key(&base) {
+            while c.files.len() >= self.cap {
+                let Some(oldest) = c.files.iter().min_by_key(|(_, (_, t))| *t).map(|(b, _)| *b)
+                else {
+                    break;
+                };
+                c.files.remove(&oldest);
+            }
+        }
+        c.files.insert(base, (Arc::clone(&file), tick));
+        Ok(file)
+    }
+
+    /// Closes the cached file of segment `base` (dropped by retention).
+    pub(super) fn remove(&self, base: u64) {
+        self.inner.lock().files.remove(&base);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.inner.lock().files.len()
+    }
+}
+
+/// Where and how one segment is read, taken from the published state under its lock.
+struct ReadPlan {
+    base: u64,
+    file: Arc<SegFile>,
+    /// The active segment's open file; `None` for a closed segment (opened through the cache).
+    fd: Option<Arc<File>>,
+    /// Byte position to start decoding at (an index entry's, or 0).
+    pos: u64,
+    /// The seq of the frame at `pos`.
+    start_seq: u64,
+    size: u64,
+    last_seq: u64,
+    avg_frame: u64,
+}
+
+impl ReadPlan {
+    fn of(seg: &Seg, seq: u64) -> ReadPlan {
+        let (start_seq, pos) = floor_entry(&seg.offsets, seq).unwrap_or((seg.base_seq, 0));
+        let records = seg.last_seq + 1 - seg.base_seq;
+        ReadPlan {
+            base: seg.base_seq,
+            file: Arc::clone(&seg.file),
+            fd: seg.open.clone(),
+            pos,
+            start_seq,
+            size: seg.size,
+            last_seq: seg.last_seq,
+            avg_frame: seg.size / records.max(1),
+        }
+    }
+}
+
+impl Inner {
+    /// Up to `max` records from `from_seq` (see [`Log::read`](super::Log::read)).
+    pub(super) fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
+        let mut out = Vec::new();
+        match self.check_read(from_seq, max)? {
+            Some(room) => out.reserve_exact(room),
+            None => return Ok(out),
+        }
+        let mut seq = from_seq;
+        while out.len() < max {
+            let Some(plan) = self.plan_read(seq, out.is_empty())? else {
+                break;
+            };
+            let before = out.len();
+            let next = match self.read_planned(plan, seq, max - out.len(), &mut out) {
+                Ok(next) => next,
+                Err(Error::Io { source, .. })
+                    if source.kind() == io::ErrorKind::NotFound && self.first_seq() > seq =>
+                {
+                    // The segment was dropped by retention before its file was opened.
+                    let st = self.state.read();
+                    return Err(Error::OutOfRange {
+                        seq,
+                        first: st.first_seq(),
+                        last: st.last_seq(),
+                    });
+                }
+                // Records decoded before a bad frame are delivered first; a read starting at
+                // the bad frame returns the error.
+                Err(_) if !out.is_empty() => break,
+                Err(e) => return Err(e),
+            };
+            if out.len() == before && next <= seq {
+                break;
+            }
+            seq = next;
+        }
+        Ok(out)
+    }
+
+    /// Checks that a read may start at `from_seq`; returns how many records to make room for,
+    /// or `None` when the read returns nothing (caught up, or `max == 0`).
+    fn check_read(&self, from_seq: u64, max: usize) -> Result<Option<usize>, Error> {
+        let st = self.state.read();
+        let (first, last) = (st.first_seq(), st.last_seq());
+        if from_seq < first || from_seq > last.saturating_add(1) {
+            return Err(Error::OutOfRange {
+                seq: from_seq,
+                first,
+                last,
+            });
+        }
+        if last == 0 || from_seq > last || max == 0 {
+            return Ok(None);
+        }
+        // Room for every record asked for (bounded: `max` may be `usize::MAX`).
+        let available = usize::try_from(last - from_seq + 1).unwrap_or(usize::MAX);
+        Ok(Some(max.min(available).min(64 << 10)))
+    }
+
+    /// The plan for reading the segment holding `seq`; `None` when the read stops here (past
+    /// the end, or at a hole after some records were read). `first` tells whether nothing
+    /// was read yet: a read that starts in a hole fails with [`Error::Quarantined`].
+    fn plan_read(&self, seq: u64, first: bool) -> Result<Option<ReadPlan>, Error> {
+        let st = self.state.read();
+        let i = st.segs.partition_point(|s| s.base_seq <= seq);
+        let Some(seg) = i.checked_sub(1).and_then(|i| st.segs.get(i)) else {
+            // Dropped by retention since the range check.
+            return Err(Error::OutOfRange {
+                seq,
+                first: st.first_seq(),
+                last: st.last_seq(),
+            });
+        };
+        if seq > seg.last_seq {
+            return Ok(None);
+        }
+        if let Some(marker) = &seg.hole {
+            if !first {
+                // Deliver what comes before the hole; the next read names it.
+                return Ok(None);
+            }
+            return Err(Error::Quarantined {
+                first_seq: seg.base_seq,
+                last_seq: seg.last_seq,
+                path: marker.clone(),
+            });
+        }
+        Ok(Some(ReadPlan::of(seg, seq)))
+    }
+
+    /// [`read_segment`](Self::read_segment) by `plan`, again from the segment's start when the
+    /// index entry it started from does not point at the frame it names.
+    fn read_planned(
+        &self,
+        plan: ReadPlan,
+        seq: u64,
+        max: usize,
+        out: &mut Vec<Record>,
+    ) -> Result<u64, Error> {
+        let before = out.len();
+        let result = self.read_segment(&plan, seq, max, out);
+        if let Err(Error::Corrupt { position, .. }) = &result
+            && *position == plan.pos
+            && plan.pos != 0
+            && out.len() == before
+        {
+            // The index entry does not point at the frame it names (an index rewritten
+            // with a valid checksum, or bit rot in it): never trust it over the `.log`,
+            // read the segment from its start instead.
+            tracing::warn!(
+                path = %plan.file.index_path.display(),
+                seq = plan.start_seq,
+                position = plan.pos,
+                "index entry does not match the .log; reading the segment from its start"
+            );
+            let from_start = ReadPlan {
+                pos: 0,
+                start_seq: plan.base,
+                ..plan
+            };
+            return self.read_segment(&from_start, seq, max, out);
+        }
+        result
+    }
+
+    /// Reads records `seq..` of one segment into `out`; returns the seq after the last one read.
+    fn read_segment(
+        &self,
+        plan: &ReadPlan,
+        from_seq: u64,
+        max: usize,
+        out: &mut Vec<Record>,
+    ) -> Result<u64, Error> {
+        let path = &plan.file.log_path;
+        let fd = match &plan.fd {
+            Some(fd) => Arc::clone(fd),
+            None => self.fds.get(plan.base, path)?,
+        };
+        let mut pos = plan.pos;
+        let mut expect = plan.start_seq;
+        let mut need = max;
+        let skip = from_seq.saturating_sub(plan.start_seq);
+        // Frames to reach: when frames are about `avg_frame` long, the chunk ends just past
+        // the last one asked for (a little slack, not a whole extra frame: a short chunk only
+        // costs one more read).
+        let mut want_frames = (need as u64).saturating_add(skip);
+        while need > 0 && pos < plan.size {
+            let left = plan.size - pos;
+            let avg = plan.avg_frame.max(64);
+            let bytes = want_frames.saturating_mul(avg);
+            let want = bytes
+                .saturating_add((bytes / 8).min(avg) + 256)
+                .clamp(1 << 10, 2 << 20)
+                .min(left);
+            let chunk = read_frame_chunk(
+                pos,
+                plan.size,
+                usize::try_from(want).unwrap_or(usize::MAX),
+                |at, len| self.bufs.read_at(&fd, path, at, len),
+            )?;
+            let before = out.len();
+            let (consumed, next_seq) =
+                decode_chunk(&chunk, from_seq, need, Some(expect), true, out)
+                    .map_err(|e| e.into_error(path, pos))?;
+            if consumed == 0 {
+                return Err(Error::Corrupt {
+                    path: path.clone(),
+                    position: pos,
+                    reason: format!("incomplete frame: segment data ends at byte {}", plan.size),
+                });
+            }
+            pos += consumed as u64;
+            if let Some(n) = next_seq {
+                expect = n;
+            }
+            need -= out.len() - before;
+            want_frames = need as u64;
+        }
+        if need > 0 && expect <= plan.last_seq {
+            return Err(Error::Corrupt {
+                path: path.clone(),
+                position: pos,
+                reason: format!(
+                    "segment data ends before seq {expect} (its last seq is {})",
+                    plan.last_seq
+                ),
+            });
+        }
+        Ok(expect)
+    }
+
+    /// The first seq with a timestamp `>= ts` (see
+    /// [`Log::seq_for_timestamp`](super::Log::seq_for_timestamp)).
+    pub(super) fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
+        let candidates: Vec<(u64, u64)> = {
+            let st = self.state.read();
+            st.segs
+                .iter()
+                .filter_map(|s| time_floor(&s.times, s.max_timestamp, ts).map(|f| (f, s.last_seq)))
+                .collect()
+        };
+        for (from, last) in candidates {
+            let mut seq = from;
+            while seq <= last {
+                let batch = match self.read(seq, 256) {
+                    Ok(b) => b,
+                    Err(Error::OutOfRange { .. }) => break,
+                    Err(e) => return Err(e),
+                };
+                let Some(end) = batch.last().map(|r| r.seq) else {
+                    break;
+                };
+                if let Some(r) = batch
+                    .iter()
+                    .find(|r| r.seq <= last && r.message.timestamp >= ts)
+                {
+                    return Ok(Some(r.seq));
+                }
+                seq = end + 1;
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::path::PathBuf;
+
+    use super::*;
+
+    #[test]
+    fn fd_cache_keeps_at_most_cap_files_and_evicts_the_least_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths: Vec<PathBuf> = (1..=5u64)
+            .map(|b| {
+                let p = dir.path().join(format!("{b}"));
+                fs::write(&p, b"x").unwrap();
+                p
+            })
+            .collect();
+        let cache = FdCache::new(3);
+        for (b, p) in (1..=3u64).zip(&paths) {
+            cache.get(b, p).unwrap();
+        }
+        // 1 is used again, so 2 is the least recently used when 4 comes in.
+        let one = cache.get(1, &paths[0]).unwrap();
+        cache.get(4, &paths[3]).unwrap();
+        assert_eq!(cache.len(), 3);
+        let cached: Vec<u64> = {
+            let mut v: Vec<u64> = cache.inner.lock().files.keys().copied().collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(cached, vec![1, 3, 4]);
+        // A hit returns the same open file.
+        assert!(Arc::ptr_eq(&one, &cache.get(1, &paths[0]).unwrap()));
+        cache.remove(1);
+        assert_eq!(cache.len(), 2);
+        // A missing file is an I/O error, and nothing is cached for it.
+        let missing = dir.path().join("missing");
+        assert!(matches!(cache.get(9, &missing), Err(Error::Io { .. })));
+        assert_eq!(cache.len(), 2);
+    }
+}

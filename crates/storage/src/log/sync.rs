@@ -1,0 +1,295 @@
+//! Durability: group commit of fsyncs, poisoning after a failed write or fsync, the recovery
+//! point, and the background flusher of [`SyncPolicy::Interval`].
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{Inner, Log, SegFile, no_active_segment};
+use crate::fault::Op;
+use crate::fsutil::{self, IoResultExt};
+use crate::{Error, SyncPolicy};
+
+/// At most this many extra yields of a sync leader waiting for writing appenders.
+const GATHER_YIELDS: usize = 16;
+
+/// Group-commit state, under `Inner::sync_state`.
+#[derive(Debug)]
+pub(super) struct SyncState {
+    /// Every record up to this seq is on stable storage.
+    pub(super) synced_seq: u64,
+    /// A leader is running an fsync; the others wait on `sync_done`.
+    in_progress: bool,
+    /// Records appended since the last sync (for [`SyncPolicy::EveryN`]).
+    unsynced: u64,
+    last_sync: Instant,
+    /// Under [`SyncPolicy::Interval`]: the highest seq whose append reported it here.
+    written_seq: u64,
+    /// Under [`SyncPolicy::Interval`]: when the oldest append not yet covered by a sync was
+    /// reported; `None` when everything reported is synced.
+    dirty_since: Option<Instant>,
+    /// Tells the flusher thread to exit.
+    pub(super) stop_flusher: bool,
+}
+
+impl SyncState {
+    /// The state of a log just opened, whose records up to `last` are all on disk.
+    pub(super) fn new(last: u64) -> Self {
+        SyncState {
+            synced_seq: last,
+            in_progress: false,
+            unsynced: 0,
+            last_sync: Instant::now(),
+            written_seq: last,
+            dirty_since: None,
+            stop_flusher: false,
+        }
+    }
+
+    /// After the log was restarted at seq `upto + 1` (empty): nothing is left to sync.
+    pub(super) fn restart_at(&mut self, upto: u64) {
+        self.synced_seq = upto;
+        self.written_seq = upto;
+        self.dirty_since = None;
+    }
+
+    /// Records that every seq up to `upto` is durable.
+    pub(super) fn mark_synced(&mut self, upto: u64) {
+        self.synced_seq = self.synced_seq.max(upto);
+        if self.written_seq <= self.synced_seq {
+            self.dirty_since = None;
+        }
+    }
+}
+
+impl Inner {
+    /// After an append of `count` records ending at seq `last`: syncs before the append
+    /// returns when the [`SyncPolicy`] says so (and under [`SyncPolicy::Interval`] tells the
+    /// flusher there is something to sync).
+    pub(super) fn sync_after_append(&self, last: u64, count: u64) -> Result<(), Error> {
+        let due = match self.opts.sync {
+            SyncPolicy::Never => false,
+            SyncPolicy::EveryAppend => true,
+            SyncPolicy::EveryN(n) => {
+                let mut s = self.sync_state.lock();
+                s.unsynced += count;
+                s.unsynced >= n
+            }
+            SyncPolicy::Interval(d) => {
+                let mut s = self.sync_state.lock();
+                s.written_seq = s.written_seq.max(last);
+                if s.synced_seq < last && s.dirty_since.is_none() {
+                    // The flusher syncs this no later than `d` from now.
+                    s.dirty_since = Some(Instant::now());
+                    self.flush_wake.notify_one();
+                }
+                s.last_sync.elapsed() >= d
+            }
+        };
+        if due { self.sync_through(last) } else { Ok(()) }
+    }
+
+    /// `fdatasync` of a segment file (through the fault seam).
+    pub(super) fn sync_data(&self, f: &File, path: &Path) -> io::Result<()> {
+        self.faults.sync_file(f, path)
+    }
+
+    /// Fsyncs the log directory (through the fault seam).
+    pub(super) fn fsync_dir(&self) -> Result<(), Error> {
+        self.faults
+            .check(Op::Fsync)
+            .and_then(|()| fsutil::fsync_dir(&self.dir))
+            .at(&self.dir)
+    }
+
+    /// [`Error::Poisoned`] once a write or fsync failed.
+    pub(super) fn check_poisoned(&self) -> Result<(), Error> {
+        if self.poisoned.load(Ordering::Acquire) {
+            Err(Error::Poisoned {
+                dir: self.dir.clone(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Refuses every later append and sync (see [`Error::Poisoned`]).
+    pub(super) fn poison(&self) {
+        self.poisoned.store(true, Ordering::Release);
+        tracing::warn!(dir = %self.dir.display(), "log poisoned after a failed write or fsync");
+    }
+
+    /// Makes every record up to `target` durable, sharing one fsync among concurrent callers.
+    pub(super) fn sync_through(&self, target: u64) -> Result<(), Error> {
+        let mut s = self.sync_state.lock();
+        loop {
+            self.check_poisoned()?;
+            if s.synced_seq >= target && self.unsynced_closed.lock().is_empty() {
+                return Ok(());
+            }
+            if s.in_progress {
+                self.sync_done.wait(&mut s);
+                continue;
+            }
+            s.in_progress = true;
+            drop(s);
+            self.gather_writers();
+            // Segments before the active one were synced when they were rolled, except under
+            // `SyncPolicy::Never`, where they are listed in `unsynced_closed`. The active
+            // segment is read first: a roll adds the segment it closes to that list before
+            // publishing the new active segment, so every record up to `upto` is in the file
+            // synced here or in a listed one.
+            let active = {
+                let st = self.state.read();
+                st.active()
+                    .and_then(|a| Some((a.open.clone()?, Arc::clone(&a.file), a.last_seq)))
+            };
+            let result = match active {
+                Some((fd, paths, upto)) => {
+                    let closed = std::mem::take(&mut *self.unsynced_closed.lock());
+                    self.sync_closed(&closed).and_then(|()| {
+                        self.sync_data(&fd, &paths.log_path)
+                            .map_err(|e| Error::io(&paths.log_path, e))
+                            .map(|()| upto)
+                    })
+                }
+                None => Err(no_active_segment(&self.dir)),
+            };
+            s = self.sync_state.lock();
+            s.in_progress = false;
+            let upto = match result {
+                Ok(upto) => upto,
+                Err(e) => {
+                    self.poison();
+                    self.sync_done.notify_all();
+                    return Err(e);
+                }
+            };
+            s.mark_synced(upto);
+            s.unsynced = 0;
+            s.last_sync = Instant::now();
+            self.sync_done.notify_all();
+        }
+    }
+
+    /// Before a leader's fsync: lets appenders that are writing (or were just released by the
+    /// previous fsync and are about to append again) publish their records, so that one fsync
+    /// covers them all instead of concurrent appenders splitting into two groups that take
+    /// turns, each fsync covering only the records written during the previous one. Bounded:
+    /// one yield of the CPU (a syscall, negligible next to an fsync), and at most
+    /// `GATHER_YIELDS` more while other appenders are writing.
+    pub(super) fn gather_writers(&self) {
+        std::thread::yield_now();
+        for _ in 0..GATHER_YIELDS {
+            if self.writers.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Fsyncs the `.log`, `.index` and `.timeindex` files of closed segments that were rolled
+    /// without a sync. Files removed by retention meanwhile are skipped.
+    pub(super) fn sync_closed(&self, segs: &[Arc<SegFile>]) -> Result<(), Error> {
+        for seg in segs {
+            for path in [&seg.log_path, &seg.index_path, &seg.time_index_path] {
+                let file = match File::open(path) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(Error::io(path, e)),
+                };
+                self.sync_data(&file, path)
+                    .map_err(|e| Error::io(path, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes every record appended so far durable (see [`Log::sync`]).
+    pub(super) fn sync(&self) -> Result<(), Error> {
+        self.check_poisoned()?;
+        let last = self.last_seq();
+        self.sync_through(last)
+    }
+
+    /// Records durably that the log holds every seq up to `seq` (see
+    /// [`RECOVERY_POINT_FILE_NAME`](crate::RECOVERY_POINT_FILE_NAME)).
+    pub(super) fn write_recovery_point(&self, seq: u64) -> Result<(), Error> {
+        self.faults
+            .check(Op::Fsync)
+            .map_err(|e| Error::io(&self.dir, e))?;
+        crate::recovery::write_recovery_point(&self.dir, seq)
+    }
+}
+
+/// The background thread of [`SyncPolicy::Interval`]: syncs the log once its oldest unsynced
+/// append is `d` old, so an idle log's tail does not stay unsynced.
+#[derive(Debug)]
+pub(super) struct Flusher {
+    handle: JoinHandle<()>,
+}
+
+impl Flusher {
+    pub(super) fn start(inner: &Arc<Inner>, d: Duration) -> Result<Flusher, Error> {
+        let inner = Arc::clone(inner);
+        let dir = inner.dir.clone();
+        let handle = std::thread::Builder::new()
+            .name("krabka-flusher".into())
+            .spawn(move || run_flusher(&inner, d))
+            .map_err(|e| Error::io(&dir, e))?;
+        Ok(Flusher { handle })
+    }
+}
+
+/// The flusher's loop: sleeps on `flush_wake` until the oldest unsynced append is `d` old (or
+/// an append makes the log dirty, or it is told to stop), then syncs through the group commit
+/// path, so it shares fsyncs with appenders and never holds the append lock. Exits when told
+/// to stop. After a failed sync (which poisons the log) it only waits to be stopped.
+fn run_flusher(inner: &Inner, d: Duration) {
+    let mut s = inner.sync_state.lock();
+    loop {
+        if s.stop_flusher {
+            return;
+        }
+        let due = match s.dirty_since {
+            _ if inner.poisoned.load(Ordering::Acquire) => None,
+            // A deadline beyond what `Instant` can hold is never reached.
+            Some(since) => since.checked_add(d),
+            None => None,
+        };
+        let Some(due) = due else {
+            inner.flush_wake.wait(&mut s);
+            continue;
+        };
+        if Instant::now() < due {
+            inner.flush_wake.wait_until(&mut s, due);
+            continue;
+        }
+        drop(s);
+        let target = inner.last_seq();
+        if let Err(e) = inner.sync_through(target) {
+            tracing::warn!(dir = %inner.dir.display(), error = %e, "background sync failed");
+        }
+        s = inner.sync_state.lock();
+    }
+}
+
+impl Log {
+    /// Stops the flusher thread, if any, and waits for it to exit.
+    pub(super) fn stop_flusher(&mut self) {
+        if let Some(f) = self.flusher.take() {
+            {
+                let mut s = self.inner.sync_state.lock();
+                s.stop_flusher = true;
+                self.inner.flush_wake.notify_all();
+            }
+            // The thread only ends by returning (it never panics on purpose); a panic has
+            // nothing left to clean up.
+            let _ = f.handle.join();
+        }
+    }
+}

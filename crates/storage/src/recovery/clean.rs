@@ -1,0 +1,195 @@
+//! The clean-shutdown marker: what lets an open skip the scan of the active segment after a
+//! clean [`Log::close`](crate::Log::close), as Kafka skips log recovery after a clean shutdown.
+//!
+//! `close` syncs every record, writes the active segment's `.index` and `.timeindex` (synced),
+//! stamps the segment file's modification time and syncs it, and then writes this marker
+//! (synced, renamed into place, directory synced). The marker names the active segment's base
+//! seq, its exact length and last seq, and the file's inode and modification time as `close`
+//! left them; it ends with a CRC.
+//!
+//! Open trusts it only when it is intact, the recovery mode is not
+//! [`Repair`](crate::RecoveryMode::Repair), the last segment file has the base seq it names,
+//! the same length, inode and modification time, and its index files describe exactly that
+//! file and last seq. Anything else (a missing, damaged or stale marker) means a scan, as
+//! without a marker; open changes nothing, and the first write removes such a marker. A write to the file after `close` changes its
+//! modification time: the stamp is set a second in the past, so the kernel's clock at any
+//! later write is past it, whatever the granularity of file times.
+//!
+//! A trusted marker stays until the log first changes its files: before the first append, roll
+//! or [`Log::start_at`](crate::Log::start_at) writes a byte, the marker and the active
+//! segment's index files are removed and the directory is synced, so a crash after an append
+//! never finds a marker that no longer describes the file.
+
+use std::fs::{self, File, Metadata};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use crate::fsutil::{self, IoResultExt};
+use crate::{CLEAN_SHUTDOWN_FILE_NAME, Error};
+
+/// The temporary file the marker is written to before it is renamed into place.
+pub(crate) const CLEAN_SHUTDOWN_TMP: &str = "clean-shutdown.tmp";
+
+const MAGIC: [u8; 4] = *b"KCLN";
+const VERSION: u8 = 1;
+/// Magic, version (and 3 zero bytes), five u64 fields, seconds, nanoseconds and the CRC.
+const LEN: usize = 64;
+
+/// What a clean close recorded about the active segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CleanShutdown {
+    pub(crate) base_seq: u64,
+    /// Length of the `.log` file.
+    pub(crate) log_len: u64,
+    pub(crate) last_seq: u64,
+    pub(crate) inode: u64,
+    /// Modification time of the `.log` file: seconds and nanoseconds since the epoch.
+    pub(crate) mtime: (i64, i64),
+}
+
+/// What the marker file holds.
+#[derive(Debug)]
+pub(crate) enum Marker {
+    /// No marker file.
+    Absent,
+    /// A marker file that cannot be read or is damaged: ignored.
+    Unusable,
+    Intact(CleanShutdown),
+}
+
+impl CleanShutdown {
+    /// The marker for the segment `base_seq` whose file's metadata is `meta`.
+    pub(crate) fn describe(base_seq: u64, last_seq: u64, meta: &Metadata) -> Self {
+        Self {
+            base_seq,
+            log_len: meta.len(),
+            last_seq,
+            inode: meta.ino(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+        }
+    }
+
+    /// Whether it describes segment `base` whose file's metadata is `meta` now.
+    pub(crate) fn matches(&self, base: u64, meta: &Metadata) -> bool {
+        self.base_seq == base
+            && self.log_len == meta.len()
+            && self.inode == meta.ino()
+            && self.mtime == (meta.mtime(), meta.mtime_nsec())
+    }
+
+    fn encode(&self) -> [u8; LEN] {
+        let mut buf = [0u8; LEN];
+        buf[..4].copy_from_slice(&MAGIC);
+        buf[4] = VERSION;
+        let words = [
+            self.base_seq,
+            self.log_len,
+            self.last_seq,
+            self.inode,
+            self.mtime.0 as u64,
+            self.mtime.1 as u64,
+        ];
+        for (i, w) in words.iter().enumerate() {
+            let at = 8 + 8 * i;
+            buf[at..at + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        let crc = crc32fast::hash(&buf[..LEN - 4]);
+        buf[LEN - 4..].copy_from_slice(&crc.to_le_bytes());
+        buf
+    }
+
+    fn decode(buf: &[u8]) -> Option<Self> {
+        if buf.len() != LEN || buf.get(..4)? != MAGIC || buf.get(4..8)? != [VERSION, 0, 0, 0] {
+            return None;
+        }
+        let crc = u32::from_le_bytes(buf.get(LEN - 4..)?.try_into().ok()?);
+        if crc32fast::hash(buf.get(..LEN - 4)?) != crc {
+            return None;
+        }
+        let word = |i: usize| -> Option<u64> {
+            let at = 8 + 8 * i;
+            Some(u64::from_le_bytes(buf.get(at..at + 8)?.try_into().ok()?))
+        };
+        Some(Self {
+            base_seq: word(0)?,
+            log_len: word(1)?,
+            last_seq: word(2)?,
+            inode: word(3)?,
+            mtime: (word(4)? as i64, word(5)? as i64),
+        })
+    }
+}
+
+/// Reads the marker of the log in `dir`. Never fails: a marker that cannot be read is
+/// [`Marker::Unusable`], which recovery treats like no marker.
+pub(crate) fn read_clean_shutdown(dir: &Path) -> Marker {
+    match fs::read(dir.join(CLEAN_SHUTDOWN_FILE_NAME)) {
+        Ok(buf) => CleanShutdown::decode(&buf).map_or(Marker::Unusable, Marker::Intact),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Marker::Absent,
+        Err(_) => Marker::Unusable,
+    }
+}
+
+/// Writes the marker through a synced temporary file renamed into place, then syncs `dir`.
+pub(crate) fn write_clean_shutdown(dir: &Path, marker: &CleanShutdown) -> Result<(), Error> {
+    let tmp = dir.join(CLEAN_SHUTDOWN_TMP);
+    let path = dir.join(CLEAN_SHUTDOWN_FILE_NAME);
+    fsutil::write_synced(&tmp, &marker.encode()).at(&tmp)?;
+    fs::rename(&tmp, &path).at(&path)?;
+    fsutil::fsync_dir(dir).at(dir)
+}
+
+/// Removes the marker (when there is one) without syncing the directory.
+pub(crate) fn remove_clean_shutdown(dir: &Path) -> Result<(), Error> {
+    let path = dir.join(CLEAN_SHUTDOWN_FILE_NAME);
+    fsutil::remove_if_exists(&path).at(&path).map(drop)
+}
+
+/// Sets the modification time of a segment file to a second before now (see the module
+/// documentation), so that any later write changes it.
+pub(crate) fn stamp(file: &File, path: &Path) -> Result<(), Error> {
+    let at = SystemTime::now()
+        .checked_sub(Duration::from_secs(1))
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    file.set_modified(at).at(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> CleanShutdown {
+        CleanShutdown {
+            base_seq: 7,
+            log_len: 4096,
+            last_seq: 90,
+            inode: 1234,
+            mtime: (1_700_000_000, 123_456_789),
+        }
+    }
+
+    #[test]
+    fn round_trips_and_every_flipped_byte_is_detected() {
+        let bytes = sample().encode();
+        assert_eq!(CleanShutdown::decode(&bytes), Some(sample()));
+        for i in 0..LEN {
+            let mut b = bytes;
+            b[i] ^= 0x20;
+            assert_eq!(CleanShutdown::decode(&b), None, "byte {i}");
+        }
+        assert_eq!(CleanShutdown::decode(&bytes[..LEN - 1]), None);
+    }
+
+    #[test]
+    fn a_missing_or_garbage_marker_is_not_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(read_clean_shutdown(dir.path()), Marker::Absent));
+        fs::write(dir.path().join(CLEAN_SHUTDOWN_FILE_NAME), b"junk").unwrap();
+        assert!(matches!(read_clean_shutdown(dir.path()), Marker::Unusable));
+        fs::remove_file(dir.path().join(CLEAN_SHUTDOWN_FILE_NAME)).unwrap();
+        fs::create_dir(dir.path().join(CLEAN_SHUTDOWN_FILE_NAME)).unwrap();
+        assert!(matches!(read_clean_shutdown(dir.path()), Marker::Unusable));
+        write_clean_shutdown(dir.path(), &sample()).unwrap_err();
+    }
+}

@@ -1,0 +1,71 @@
+//! Segment files as plain bytes: record frames, file names, decoding and verification.
+//!
+//! Everything here works on byte slices (or reads one file start to end), so a segment fetched
+//! back from a remote store can be decoded without a [`Log`](crate::Log) or a local directory.
+//!
+//! A `.log` file is a run of record frames (layout in `docs/format.md`):
+//!
+//! | offset | size | field |
+//! | --- | --- | --- |
+//! | 0 | 4 | `len`: `u32`, bytes after the CRC field (8 + message length) |
+//! | 4 | 4 | `crc`: CRC-32 (IEEE, `crc32fast`) of the `len` bytes that follow |
+//! | 8 | 8 | `seq`: `u64` sequence number |
+//! | 16 | n | the message in the `krabka-protocol` encoding |
+//!
+//! ```
+//! use krabka_protocol::{Bytes, Message};
+//! use krabka_storage::segment::{decode_records, encode_frame};
+//!
+//! let mut buf = Vec::new();
+//! encode_frame(7, &Message::new("a"), &mut buf);
+//! encode_frame(8, &Message::new("b"), &mut buf);
+//! let whole = buf.len();
+//! buf.extend_from_slice(&[1, 2, 3]); // a torn frame at the tail is not an error
+//! let decoded = decode_records(&Bytes::from(buf), 8, 10)?;
+//! assert_eq!(decoded.records.len(), 1);
+//! assert_eq!(decoded.records[0].seq, 8);
+//! assert_eq!(decoded.consumed, whole);
+//! assert_eq!(decoded.next_seq, Some(9));
+//! # Ok::<(), krabka_storage::Error>(())
+//! ```
+
+mod decode;
+mod dump;
+mod frame;
+mod name;
+mod scan;
+mod verify;
+
+pub(crate) use self::decode::decode_chunk;
+pub use self::decode::{
+    DecodedRecords, decode_records, decode_records_at, decode_records_skipping,
+};
+pub use self::dump::{DumpFrames, DumpedFrame, dump_frames, read_segment_file};
+pub use self::frame::{FRAME_HEADER_LEN, MIN_MESSAGE_LEN, encode_frame, frame_len, read_chunk};
+pub(crate) use self::frame::{FrameError, encode_frame_sized, read_frame_chunk};
+pub(crate) use self::name::segment_paths;
+pub use self::name::{
+    HOLE_SUFFIX, INDEX_EXTENSION, LOG_EXTENSION, QUARANTINE_DIR, TIME_INDEX_EXTENSION,
+    hole_file_name, is_segment_file_name, parse_hole_file_name, parse_segment_file_name,
+    segment_file_name,
+};
+#[doc(hidden)]
+pub(crate) use self::scan::{find_valid_frame_after, scan_file};
+pub use self::verify::{SegmentProblem, SegmentVerification, verify_segment, verify_segment_files};
+pub use crate::index::{
+    IndexSummary, TimeIndexSummary, lookup_position, lookup_time, verify_index, verify_time_index,
+};
+
+/// Frames of records `seqs` (value `v<seq>`, timestamp `seq`), for tests.
+#[cfg(test)]
+pub(crate) fn test_frames(seqs: std::ops::RangeInclusive<u64>) -> Vec<u8> {
+    let mut buf = Vec::new();
+    for s in seqs {
+        encode_frame(
+            s,
+            &krabka_protocol::Message::new(format!("v{s}")).with_timestamp(s as i64),
+            &mut buf,
+        );
+    }
+    buf
+}

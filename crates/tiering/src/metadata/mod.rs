@@ -1,0 +1,29 @@
+//! The durable remote log metadata: [`DurableRemoteLogMetadataManager`], a
+//! [`RemoteLogMetadataManager`] that appends every event (in the SPI's
+//! [`event`](krabka_remote_storage::metadata::event) encoding) to a `krabka_storage::Log` and
+//! rebuilds its state on open, so the metadata survives a crash exactly like the data.
+//!
+//! It keeps its segments in the SPI's
+//! [`SharedMetadataState`](krabka_remote_storage::metadata::SharedMetadataState), as
+//! [`InMemoryRemoteLogMetadataManager`] does: both answer the reads of the trait with the same
+//! code; this one only adds how changes are written.
+//!
+//! - `durable` — the manager and its options;
+//! - `open` — opening a directory: lock, current generation, replay, clean-up;
+//! - `generation` — the `gen-<n>` directories, the `CURRENT` pointer and generation records;
+//! - `replay` — reading a generation's log back strictly;
+//! - `compact` — writing the live segments to the next generation (and recovery's install).
+
+mod compact;
+mod durable;
+mod error;
+mod generation;
+mod open;
+mod replay;
+#[cfg(test)]
+mod tests;
+
+pub use durable::{DurableOptions, DurableRemoteLogMetadataManager, TornEventCut};
+pub use krabka_remote_storage::metadata::{
+    InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager,
+};

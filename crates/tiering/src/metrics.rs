@@ -1,0 +1,234 @@
+//! Metrics through the `metrics` facade: Kafka's tiered-storage metrics
+//! (KIP-405 / KIP-963) under `krabka_*` names, labelled with `topic` and `partition`.
+//!
+//! Nothing is recorded anywhere until the application installs a recorder (for example
+//! `metrics-exporter-prometheus`); without one every call is a no-op. Call [`describe`] once
+//! after installing it to attach units and help texts.
+//!
+//! Who records what:
+//! - [`Instrumented`](crate::Instrumented), the decorator over any backend: requests, errors,
+//!   bytes and latency of every remote call;
+//! - the [`TieringService`](crate::TieringService): reader queue, read time, rounds, quota
+//!   throttling, and after each partition round the sampled gauges of [`publish_partition`];
+//! - [`publish_cache`]: the shared cache's counters.
+//!
+//! Every name is listed in docs/tiering.md ("Metrics").
+
+use std::time::Duration;
+
+use ::metrics::{Label, counter, gauge, histogram};
+use krabka_remote_storage::{RemoteLogSegmentState, TopicIdPartition};
+
+use crate::cache::CacheStats;
+use crate::tiered::TieredLog;
+
+/// Bytes of segments copied to the remote tier (counter).
+pub const COPY_BYTES: &str = "krabka_remote_copy_bytes_total";
+/// Segment copy calls (counter).
+pub const COPY_REQUESTS: &str = "krabka_remote_copy_requests_total";
+/// Segment copy calls that failed (counter).
+pub const COPY_ERRORS: &str = "krabka_remote_copy_errors_total";
+/// Latency of a segment copy call, seconds (histogram).
+pub const COPY_SECONDS: &str = "krabka_remote_copy_seconds";
+/// Bytes of closed local segments not yet safely remote (gauge).
+pub const COPY_LAG_BYTES: &str = "krabka_remote_copy_lag_bytes";
+/// Closed local segments not yet safely remote (gauge).
+pub const COPY_LAG_SEGMENTS: &str = "krabka_remote_copy_lag_segments";
+/// Time a copy waited for the copy quota, seconds (histogram; only waits are recorded).
+pub const COPY_THROTTLE_SECONDS: &str = "krabka_remote_copy_throttle_seconds";
+/// Bytes fetched from the remote tier, data and indexes (counter).
+pub const FETCH_BYTES: &str = "krabka_remote_fetch_bytes_total";
+/// Ranged data fetch calls (counter).
+pub const FETCH_REQUESTS: &str = "krabka_remote_fetch_requests_total";
+/// Index fetch calls (counter).
+pub const FETCH_INDEX_REQUESTS: &str = "krabka_remote_fetch_index_requests_total";
+/// Data and index fetch calls that failed (counter).
+pub const FETCH_ERRORS: &str = "krabka_remote_fetch_errors_total";
+/// Latency of a data or index fetch call, seconds (histogram).
+pub const FETCH_SECONDS: &str = "krabka_remote_fetch_seconds";
+/// Time a fetch waited for the fetch quota, seconds (histogram; only waits are recorded).
+pub const FETCH_THROTTLE_SECONDS: &str = "krabka_remote_fetch_throttle_seconds";
+/// Segment delete calls (counter).
+pub const DELETE_REQUESTS: &str = "krabka_remote_delete_requests_total";
+/// Segment delete calls that failed (counter).
+pub const DELETE_ERRORS: &str = "krabka_remote_delete_errors_total";
+/// Latency of a segment delete call, seconds (histogram).
+pub const DELETE_SECONDS: &str = "krabka_remote_delete_seconds";
+/// Remote segments whose delete started and has not finished (gauge).
+pub const DELETE_LAG_SEGMENTS: &str = "krabka_remote_delete_lag_segments";
+/// Bytes of those segments (gauge).
+pub const DELETE_LAG_BYTES: &str = "krabka_remote_delete_lag_bytes";
+/// Bytes of finished remote segments (gauge).
+pub const REMOTE_LOG_SIZE_BYTES: &str = "krabka_remote_log_size_bytes";
+/// Remote segment metadata entries not yet deleted, in any state (gauge).
+pub const REMOTE_LOG_METADATA_COUNT: &str = "krabka_remote_log_metadata_count";
+/// Reads running or waiting in the service's remote reader pool (gauge, no labels).
+pub const READER_QUEUE_SIZE: &str = "krabka_remote_reader_queue_size";
+/// Reads refused because the reader queue was full (counter, no labels).
+pub const READER_REJECTED: &str = "krabka_remote_reader_rejected_total";
+/// Time of a read through the service, queue wait included, seconds (histogram).
+pub const READ_SECONDS: &str = "krabka_remote_read_seconds";
+/// Reads through the service that failed or missed their deadline (counter).
+pub const READ_ERRORS: &str = "krabka_remote_read_errors_total";
+/// Tiering rounds finished per partition (counter).
+pub const ROUNDS: &str = "krabka_tiering_rounds_total";
+/// Failures reported by tiering rounds (counter).
+pub const ROUND_FAILURES: &str = "krabka_tiering_round_failures_total";
+/// Partitions in the service (gauge, no labels).
+pub const PARTITIONS: &str = "krabka_tiering_partitions";
+/// Remote segments deleted by retention (counter).
+pub const RETENTION_DELETED_SEGMENTS: &str = "krabka_remote_retention_deleted_segments_total";
+/// Cache lookups that found their entry (counter, no labels: the cache is shared).
+pub const CACHE_HITS: &str = "krabka_remote_cache_hits_total";
+/// Cache lookups that did not (counter).
+pub const CACHE_MISSES: &str = "krabka_remote_cache_misses_total";
+/// Cache entries evicted to stay within the byte bound (counter).
+pub const CACHE_EVICTIONS: &str = "krabka_remote_cache_evictions_total";
+/// Bytes held by the cache (gauge).
+pub const CACHE_BYTES: &str = "krabka_remote_cache_bytes";
+/// Bytes of the local log's segment files (gauge).
+pub const LOCAL_LOG_SIZE_BYTES: &str = "krabka_local_log_size_bytes";
+/// Segments of the local log, the active one included (gauge).
+pub const LOCAL_LOG_SEGMENTS: &str = "krabka_local_log_segments";
+/// Seq the next append to the local log gets (gauge; its rate is the append rate).
+pub const LOCAL_LOG_NEXT_SEQ: &str = "krabka_local_log_next_seq";
+
+/// Every metric name above, for documentation and tests.
+pub const ALL: &[&str] = &[
+    COPY_BYTES,
+    COPY_REQUESTS,
+    COPY_ERRORS,
+    COPY_SECONDS,
+    COPY_LAG_BYTES,
+    COPY_LAG_SEGMENTS,
+    COPY_THROTTLE_SECONDS,
+    FETCH_BYTES,
+    FETCH_REQUESTS,
+    FETCH_INDEX_REQUESTS,
+    FETCH_ERRORS,
+    FETCH_SECONDS,
+    FETCH_THROTTLE_SECONDS,
+    DELETE_REQUESTS,
+    DELETE_ERRORS,
+    DELETE_SECONDS,
+    DELETE_LAG_SEGMENTS,
+    DELETE_LAG_BYTES,
+    REMOTE_LOG_SIZE_BYTES,
+    REMOTE_LOG_METADATA_COUNT,
+    READER_QUEUE_SIZE,
+    READER_REJECTED,
+    READ_SECONDS,
+    READ_ERRORS,
+    ROUNDS,
+    ROUND_FAILURES,
+    PARTITIONS,
+    RETENTION_DELETED_SEGMENTS,
+    CACHE_HITS,
+    CACHE_MISSES,
+    CACHE_EVICTIONS,
+    CACHE_BYTES,
+    LOCAL_LOG_SIZE_BYTES,
+    LOCAL_LOG_SEGMENTS,
+    LOCAL_LOG_NEXT_SEQ,
+];
+
+/// The `topic` and `partition` labels of `tp`.
+pub(crate) fn labels(tp: &TopicIdPartition) -> [Label; 2] {
+    [
+        Label::new("topic", tp.topic().to_owned()),
+        Label::new("partition", tp.partition().to_string()),
+    ]
+}
+
+/// Adds `by` to counter `name` of partition `tp`.
+pub(crate) fn add(name: &'static str, tp: &TopicIdPartition, by: u64) {
+    counter!(name, labels(tp).to_vec()).increment(by);
+}
+
+/// Records `elapsed` in histogram `name` of partition `tp`.
+pub(crate) fn time(name: &'static str, tp: &TopicIdPartition, elapsed: Duration) {
+    histogram!(name, labels(tp).to_vec()).record(elapsed.as_secs_f64());
+}
+
+/// Attaches units and help texts to every metric of this crate. Call once after installing a
+/// recorder; harmless without one.
+pub fn describe() {
+    use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    for name in ALL {
+        let unit = if name.ends_with("_seconds") {
+            Unit::Seconds
+        } else if name.contains("bytes") {
+            Unit::Bytes
+        } else {
+            Unit::Count
+        };
+        let help = help(name);
+        if name.ends_with("_seconds") {
+            describe_histogram!(*name, unit, help);
+        } else if name.ends_with("_total") {
+            describe_counter!(*name, unit, help);
+        } else {
+            describe_gauge!(*name, unit, help);
+        }
+    }
+}
+
+fn help(name: &str) -> &'static str {
+    match name {
+        COPY_LAG_BYTES | COPY_LAG_SEGMENTS => "closed local segments not yet safely remote",
+        DELETE_LAG_BYTES | DELETE_LAG_SEGMENTS => "remote segments awaiting deletion",
+        REMOTE_LOG_SIZE_BYTES => "bytes of finished remote segments",
+        REMOTE_LOG_METADATA_COUNT => "remote segment metadata entries",
+        READER_QUEUE_SIZE => "reads running or waiting in the remote reader pool",
+        _ if name.contains("_cache_") => "shared remote read cache",
+        _ if name.starts_with("krabka_local_") => "local log",
+        _ => "remote tier calls",
+    }
+}
+
+/// Publishes the sampled gauges of one partition: copy lag, delete lag, remote size, metadata
+/// count, local log size. Lists the partition's remote metadata once (blocking).
+pub fn publish_partition(log: &TieredLog) {
+    let tp = log.topic_id_partition();
+    let stats = log.stats();
+    let labels = labels(tp);
+    let set = |name: &'static str, v: u64| gauge!(name, labels.to_vec()).set(v as f64);
+    set(COPY_LAG_BYTES, stats.copy_lag_bytes);
+    set(COPY_LAG_SEGMENTS, stats.copy_lag_segments);
+    set(REMOTE_LOG_SIZE_BYTES, stats.remote_bytes);
+    set(LOCAL_LOG_SIZE_BYTES, stats.local_bytes);
+    set(LOCAL_LOG_SEGMENTS, log.log().segments().len() as u64);
+    set(LOCAL_LOG_NEXT_SEQ, log.log().next_seq());
+    if let Ok(list) = log.remote_list() {
+        let pending = list
+            .iter()
+            .filter(|m| m.state() == RemoteLogSegmentState::DeleteSegmentStarted);
+        let (n, bytes) = pending.fold((0u64, 0u64), |(n, b), m| {
+            (n + 1, b + m.segment_size_in_bytes())
+        });
+        set(REMOTE_LOG_METADATA_COUNT, list.len() as u64);
+        set(DELETE_LAG_SEGMENTS, n);
+        set(DELETE_LAG_BYTES, bytes);
+    }
+}
+
+/// Records one finished round of `tp` (for callers running their own rounds with
+/// [`TieredLog::run_once`]; the service records its rounds itself): rounds, failures, remote
+/// segments deleted by retention.
+pub fn record_round(tp: &TopicIdPartition, report: &crate::stats::TieringReport) {
+    add(ROUNDS, tp, 1);
+    add(ROUND_FAILURES, tp, report.failures.len() as u64);
+    add(
+        RETENTION_DELETED_SEGMENTS,
+        tp,
+        report.remote_segments_deleted,
+    );
+}
+
+/// Publishes a cache's counters (hits, misses, evictions as absolute counters; bytes held).
+pub fn publish_cache(stats: &CacheStats) {
+    counter!(CACHE_HITS).absolute(stats.hits);
+    counter!(CACHE_MISSES).absolute(stats.misses);
+    counter!(CACHE_EVICTIONS).absolute(stats.evictions);
+    gauge!(CACHE_BYTES).set(stats.bytes as f64);
+}

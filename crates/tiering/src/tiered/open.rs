@@ -1,0 +1,184 @@
+//! Opening a tiered log: the checks before anything is created, the retention point read
+//! back, and the continuity of the local log with the remote tier.
+
+use std::collections::HashSet;
+use std::ops::RangeInclusive;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use krabka_remote_storage::metadata::RemoteLogMetadataManager;
+use krabka_remote_storage::{
+    RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteStorageManager, TopicIdPartition, layout,
+};
+use krabka_storage::{Log, Options};
+use parking_lot::Mutex;
+
+use super::{NO_COMMIT_BOUND, NOT_BLOCKED, TieredLog, local_segment};
+use crate::cache::RemoteReadCache;
+use crate::checkpoint;
+use crate::config::{TieringConfig, validate_log_options};
+use crate::error::Error;
+use crate::policy::{self, Continuity, LocalSegment};
+use crate::stats::Counters;
+
+impl TieredLog {
+    /// Joins an open local log with a remote tier.
+    ///
+    /// The whole-log retention point is read from the checkpoint file in the log's directory
+    /// ([`LOG_START_FILE`](crate::LOG_START_FILE)), so `first_seq()` never moves backwards
+    /// across restarts. It is checked against the tiers before anything else uses it: local
+    /// retention drops local segments below it whether or not they were copied.
+    ///
+    /// The local log must continue the seqs the metadata records as remote, so that no seq is
+    /// used twice (see [`policy::continuity`]): a local log holding no record (a wiped or new
+    /// directory) is started after the remote end (`Log::start_at`, like Kafka's log start
+    /// offset); a local log that ends before the remote end, starts after it with a gap, or
+    /// whose segments disagree with the remote ones is refused.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a config below a minimum, a topic name that could not
+    /// name remote objects, or log options allowing segments over
+    /// [`MAX_SEGMENT_BYTES`](crate::MAX_SEGMENT_BYTES); [`Error::Checkpoint`] when the
+    /// retention checkpoint cannot be read, or records a point whole-log retention cannot have
+    /// written (past the remote end + 1 while anything is remote, past the local first seq
+    /// when nothing is, past the local next seq), naming the file and both seqs — nothing is
+    /// changed then; [`Error::Metadata`] when the remote segments
+    /// cannot be listed; [`Error::LocalLogMismatch`] when the local log does not continue the
+    /// remote tier; [`Error::Storage`] when starting an empty local log fails.
+    pub fn new(
+        log: Log,
+        rsm: Arc<dyn RemoteStorageManager>,
+        rlmm: Arc<dyn RemoteLogMetadataManager>,
+        topic_id_partition: TopicIdPartition,
+        config: TieringConfig,
+    ) -> Result<Self, Error> {
+        validate_all(log.options(), &topic_id_partition, &config)?;
+        let log_start = checkpoint::read(log.dir())?;
+        validate_log_start(&log, rlmm.as_ref(), &topic_id_partition, log_start)?;
+        let this = Self {
+            epochs: Mutex::new(vec![(config.leader_epoch, 0)]),
+            cache: RemoteReadCache::new(config.cache_bytes),
+            log,
+            rsm,
+            rlmm,
+            tp: topic_id_partition,
+            config,
+            commit_seq: AtomicU64::new(NO_COMMIT_BOUND),
+            log_start: AtomicU64::new(log_start),
+            log_start_write: Mutex::new(()),
+            counters: Counters::default(),
+            readahead: Default::default(),
+            round_running: AtomicBool::new(false),
+            blocked_at: AtomicU64::new(NOT_BLOCKED),
+            abandoned: Mutex::new(HashSet::new()),
+            abandoned_tasks: Mutex::new(Vec::new()),
+        };
+        this.join_remote()?;
+        Ok(this)
+    }
+
+    /// Makes sure the local log continues the remote tier (see [`new`](Self::new)).
+    fn join_remote(&self) -> Result<(), Error> {
+        let local: Vec<LocalSegment> = self.log.segments().iter().map(local_segment).collect();
+        let holes: Vec<RangeInclusive<u64>> =
+            self.log.quarantined().into_iter().map(|(r, _)| r).collect();
+        let view = self.remote_view()?;
+        let log_start = self.log_start.load(Ordering::Acquire);
+        match policy::continuity(&local, &holes, self.log.next_seq(), &view, log_start) {
+            Continuity::Consistent => Ok(()),
+            Continuity::StartAt(seq) => {
+                tracing::info!(partition = %self.tp, dir = %self.log.dir().display(), seq,
+                    "the local log holds no record: it continues after the remote tier");
+                self.log.start_at(seq).map_err(|e| {
+                    Error::storage(format!("starting the empty local log at seq {seq}"), e)
+                })
+            }
+            Continuity::Mismatch { kind, reason } => Err(Error::LocalLogMismatch {
+                dir: self.log.dir().to_path_buf(),
+                kind,
+                reason,
+            }),
+        }
+    }
+
+    /// Opens (or creates) the local log in `dir` with `options` and joins it with a remote tier.
+    ///
+    /// Everything that can be checked without the local log (the tiering config, the topic
+    /// name, the log options' segment size limit) is checked before anything is created.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] when the log cannot be opened; as [`new`](Self::new).
+    pub fn open(
+        dir: impl AsRef<Path>,
+        options: Options,
+        rsm: Arc<dyn RemoteStorageManager>,
+        rlmm: Arc<dyn RemoteLogMetadataManager>,
+        topic_id_partition: TopicIdPartition,
+        config: TieringConfig,
+    ) -> Result<Self, Error> {
+        let dir = dir.as_ref();
+        validate_all(&options, &topic_id_partition, &config)?;
+        let log = Log::open(dir, options)
+            .map_err(|e| Error::storage(format!("opening {}", dir.display()), e))?;
+        Self::new(log, rsm, rlmm, topic_id_partition, config)
+    }
+}
+
+/// Checks the retention point `log_start` read from `log`'s directory against the local log
+/// and the partition's remote segments ([`checkpoint::validate`]) before anything uses it.
+fn validate_log_start(
+    log: &Log,
+    rlmm: &dyn RemoteLogMetadataManager,
+    tp: &TopicIdPartition,
+    log_start: u64,
+) -> Result<(), Error> {
+    if log_start == 0 {
+        return Ok(());
+    }
+    let remote = rlmm
+        .list_remote_log_segments(tp)
+        .map_err(|e| Error::metadata("list", None, e))?;
+    // Whole-log retention only deletes finished segments: the point is the seq after one that
+    // was finished, and is finished or being deleted now (or gone).
+    let remote_end = remote
+        .iter()
+        .filter(|m| {
+            matches!(
+                m.state(),
+                RemoteLogSegmentState::CopySegmentFinished
+                    | RemoteLogSegmentState::DeleteSegmentStarted
+            )
+        })
+        .map(RemoteLogSegmentMetadata::end_offset)
+        .max();
+    let local_first = log
+        .segments()
+        .iter()
+        .filter(|s| s.last_seq >= s.base_seq)
+        .map(|s| s.base_seq)
+        .chain(log.quarantined().iter().map(|(r, _)| *r.start()))
+        .min();
+    checkpoint::validate(
+        log.dir(),
+        log_start,
+        checkpoint::Bounds {
+            remote_end,
+            local_first,
+            local_next: log.next_seq(),
+        },
+    )
+}
+
+/// Every check of [`TieredLog::new`] that needs no I/O: the config's minimums, the local
+/// log options' segment size limit, and the topic name (it must name remote objects).
+fn validate_all(
+    options: &Options,
+    tp: &TopicIdPartition,
+    config: &TieringConfig,
+) -> Result<(), Error> {
+    config.validate()?;
+    validate_log_options(options)?;
+    layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    Ok(())
+}

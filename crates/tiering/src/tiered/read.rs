@@ -1,0 +1,224 @@
+//! Reads across both tiers: records from whichever tier holds them, and timestamp lookups.
+//! The remote segment reader itself is in `crate::read`.
+
+use std::sync::atomic::Ordering;
+
+use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteLogSegmentState};
+use krabka_storage::Record;
+
+use super::TieredLog;
+use crate::error::Error;
+
+impl TieredLog {
+    /// Up to `max` records from `from_seq`, from whichever tier holds them, in order: records
+    /// below [`local_first_seq`](Self::local_first_seq) come from the remote tier, and a read
+    /// continues across remote segments and into the local log.
+    ///
+    /// `from_seq` is checked exactly as `Log::read` checks it, over both tiers, whatever `max`
+    /// (also 0): `from_seq == last_seq() + 1` returns an empty `Vec`. Every read is exact or an
+    /// error: records decoded before a bad frame (local or remote) are returned first, as a
+    /// short read, and a read starting at the bad frame returns the error. A local segment
+    /// that fails (damaged, or a hole left by a repair) is read from its finished remote copy
+    /// when there is one.
+    ///
+    /// # Errors
+    /// [`Error::OutOfRange`] when `from_seq < first_seq()` or `from_seq > last_seq() + 1`;
+    /// [`Error::Remote`] / [`Error::Metadata`] when the remote tier fails;
+    /// [`Error::CorruptRemote`] / [`Error::Storage`] for bad bytes.
+    pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
+        let last = self.log.last_seq();
+        // Only failures list the remote segments (for the error's first seq): a read never
+        // clones every segment's metadata.
+        if from_seq > last.saturating_add(1) || from_seq < self.log_start.load(Ordering::Acquire) {
+            return Err(self.out_of_range(from_seq, last));
+        }
+        if max == 0 {
+            return self.check_readable(from_seq, last).map(|()| Vec::new());
+        }
+        let mut out: Vec<Record> = Vec::new();
+        let mut seq = from_seq;
+        // Retention may move either tier's start while we read; a few retries settle it.
+        let mut misses = 0;
+        while out.len() < max && seq <= last {
+            match self.read_step(seq, max - out.len(), last, &mut misses) {
+                Ok(Some(records)) => {
+                    let Some(next) = records.last().map(|r| r.seq + 1) else {
+                        break;
+                    };
+                    out.extend(records);
+                    seq = next;
+                }
+                Ok(None) => {}
+                // What was read before the failure is delivered; the next read from `seq`
+                // meets the failure again and returns it.
+                Err(e) if !out.is_empty() => {
+                    tracing::debug!(partition = %self.tp, seq, error = %e,
+                        "short read: the records before the failure are returned");
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// One step of [`read`](Self::read) at `seq` (`<= last`): records from the local log or
+    /// from one remote segment; `None` to try again (a tier's start moved).
+    fn read_step(
+        &self,
+        seq: u64,
+        want: usize,
+        last: u64,
+        misses: &mut u32,
+    ) -> Result<Option<Vec<Record>>, Error> {
+        let mut local_failure = None;
+        if seq >= self.log.first_seq() {
+            match self.log.read(seq, want) {
+                Ok(records) => return Ok(Some(records)),
+                Err(krabka_storage::Error::OutOfRange { .. })
+                    if seq < self.log.first_seq() && *misses < 3 =>
+                {
+                    *misses += 1;
+                    return Ok(None);
+                }
+                // A damaged local segment or a repaired hole: its remote copy may hold it.
+                Err(
+                    e @ (krabka_storage::Error::Corrupt { .. }
+                    | krabka_storage::Error::Quarantined { .. }),
+                ) => local_failure = Some(Error::storage(format!("reading from seq {seq}"), e)),
+                Err(e) => return Err(Error::storage(format!("reading from seq {seq}"), e)),
+            }
+        }
+        let found = self
+            .rlmm
+            .remote_log_segment_metadata(&self.tp, seq)
+            .map_err(|e| Error::metadata("lookup", None, e))?;
+        if let Some(failure) = local_failure {
+            return match found {
+                Some(meta) => {
+                    tracing::warn!(partition = %self.tp, seq, error = %failure,
+                        "local read failed; reading the finished remote copy instead");
+                    self.read_remote(&meta, seq, want).map(Some)
+                }
+                None => Err(failure),
+            };
+        }
+        // `None`: not remote (any more). A fetch finding no object: retention deleted the
+        // segment between the lookup and the fetch. Either way, re-check the start.
+        let gone = match found {
+            Some(meta) => match self.read_remote(&meta, seq, want) {
+                Ok(records) => return Ok(Some(records)),
+                Err(e) if e.is_remote_not_found() => Some(e),
+                Err(e) => return Err(e),
+            },
+            None => None,
+        };
+        *misses += 1;
+        let first = self.first_seq()?;
+        if seq < first || *misses > 3 {
+            // Still within the log, yet the remote object is missing: not retention.
+            return Err(match gone {
+                Some(e) if seq >= first => e,
+                _ => Error::OutOfRange { seq, first, last },
+            });
+        }
+        Ok(None)
+    }
+
+    /// Whether a read of one record at `seq` would find it (`read(seq, 0)`): `Ok` for a seq in
+    /// the local log (or `last + 1`) or in a finished remote segment, else `OutOfRange`.
+    fn check_readable(&self, seq: u64, last: u64) -> Result<(), Error> {
+        if seq >= self.log.first_seq() {
+            return Ok(());
+        }
+        let found = self
+            .rlmm
+            .remote_log_segment_metadata(&self.tp, seq)
+            .map_err(|e| Error::metadata("lookup", None, e))?;
+        if found.is_some() || seq >= self.log.first_seq() {
+            return Ok(());
+        }
+        Err(self.out_of_range(seq, last))
+    }
+
+    /// The seq of the first record (in seq order) whose timestamp is `>= ts`, over both
+    /// tiers; `None` when no record has such a timestamp.
+    ///
+    /// Finished remote segments below the local first seq are looked at oldest first: the
+    /// first whose newest timestamp is `>= ts` is searched through its time index (fetched
+    /// once, validated and cached like the offset index) and the records from the seq it
+    /// gives. When no remote segment has such a record, the local log answers
+    /// (`Log::seq_for_timestamp`). Remote costs: one listing of the remote segments, then for
+    /// the segment searched one time-index fetch and the reads of one index interval (cached).
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] when the remote segments cannot be listed; [`Error::Remote`] /
+    /// [`Error::CorruptRemote`] from the remote segment searched; [`Error::Storage`] from the
+    /// local log.
+    pub fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
+        let local_first = self.log.first_seq();
+        let log_start = self.log_start.load(Ordering::Acquire);
+        let mut remote: Vec<RemoteLogSegmentMetadata> = self
+            .remote_list()?
+            .into_iter()
+            .filter(|m| {
+                m.state() == RemoteLogSegmentState::CopySegmentFinished
+                    && m.end_offset() >= log_start
+                    && m.start_offset() < local_first
+            })
+            .collect();
+        remote.sort_by_key(RemoteLogSegmentMetadata::start_offset);
+        for meta in remote.iter().filter(|m| m.max_timestamp_ms() >= ts) {
+            let found = match self.search_remote_time(meta, ts, log_start, local_first) {
+                Err(e) if e.is_remote_not_found() && meta.end_offset() < self.first_seq()? => {
+                    continue; // deleted by retention meanwhile
+                }
+                other => other?,
+            };
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        self.log
+            .seq_for_timestamp(ts)
+            .map_err(|e| Error::storage(format!("looking up timestamp {ts}"), e))
+    }
+
+    /// The first record with a timestamp `>= ts` in one remote segment, at or after
+    /// `log_start` and below `local_first`.
+    fn search_remote_time(
+        &self,
+        meta: &RemoteLogSegmentMetadata,
+        ts: i64,
+        log_start: u64,
+        local_first: u64,
+    ) -> Result<Option<u64>, Error> {
+        let Some(floor) = self.remote_time_floor(meta, ts)? else {
+            return Ok(None);
+        };
+        let mut seq = floor.max(log_start);
+        let end = meta.end_offset().min(local_first.saturating_sub(1));
+        while seq <= end {
+            let want = usize::try_from(end - seq + 1)
+                .unwrap_or(usize::MAX)
+                .min(256);
+            let batch = self.read_remote(meta, seq, want)?;
+            if let Some(r) = batch.iter().find(|r| r.message.timestamp >= ts) {
+                return Ok(Some(r.seq));
+            }
+            let Some(next) = batch.last().map(|r| r.seq + 1) else {
+                break;
+            };
+            seq = next;
+        }
+        Ok(None)
+    }
+
+    /// The [`Error::OutOfRange`] for a read of `seq` (lists the remote segments).
+    fn out_of_range(&self, seq: u64, last: u64) -> Error {
+        match self.first_seq() {
+            Ok(first) => Error::OutOfRange { seq, first, last },
+            Err(e) => e,
+        }
+    }
+}

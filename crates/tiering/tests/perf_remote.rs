@@ -1,0 +1,415 @@
+//! Behaviour behind the remote-tier performance work (request counts and ordering, not
+//! timing): a cold point read is one request, read-ahead survives across read calls,
+//! concurrent copies finish in order and stop at a damaged segment, and logs share a cache.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::setup::*;
+use common::*;
+use krabka_remote_fs::FsRemoteStorage;
+use krabka_remote_storage::{
+    CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageError,
+    RemoteStorageManager,
+};
+use krabka_tiering::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
+use krabka_tiering::{RemoteReadCache, TieredLog, TieringConfig};
+use parking_lot::Mutex;
+
+/// Counts ranged fetches by the thread making them (the reader or a read-ahead thread).
+struct Counting {
+    inner: FsRemoteStorage,
+    fetches: Mutex<Vec<String>>,
+}
+
+impl RemoteStorageManager for Counting {
+    fn copy_log_segment_data(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+        data: &LogSegmentData,
+    ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
+        self.inner.copy_log_segment_data(metadata, data)
+    }
+    fn fetch_log_segment(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+        start_position: u32,
+        end_position: Option<u32>,
+    ) -> Result<Vec<u8>, RemoteStorageError> {
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        self.fetches.lock().push(name);
+        // A remote request takes a while: the reader decodes faster than it fetches.
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        self.inner
+            .fetch_log_segment(metadata, start_position, end_position)
+    }
+    fn fetch_index(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+        index_type: IndexType,
+    ) -> Result<Vec<u8>, RemoteStorageError> {
+        self.inner.fetch_index(metadata, index_type)
+    }
+    fn delete_log_segment_data(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+    ) -> Result<(), RemoteStorageError> {
+        self.inner.delete_log_segment_data(metadata)
+    }
+}
+
+struct Bed {
+    _dir: tempfile::TempDir,
+    rsm: Arc<Counting>,
+    log: TieredLog,
+}
+
+fn bed(max_bytes: u64, config: TieringConfig, records: u64) -> Bed {
+    let dir = tempfile::tempdir().unwrap();
+    let rsm = Arc::new(Counting {
+        inner: FsRemoteStorage::new(dir.path().join("remote")).unwrap(),
+        fetches: Mutex::new(Vec::new()),
+    });
+    let log = TieredLog::open(
+        dir.path().join("local"),
+        options(max_bytes),
+        rsm.clone(),
+        Arc::new(InMemoryRemoteLogMetadataManager::new()),
+        tp(),
+        config,
+    )
+    .unwrap();
+    append(&log, records);
+    let report = log.run_once().unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    Bed {
+        _dir: dir,
+        rsm,
+        log,
+    }
+}
+
+#[test]
+fn a_cold_point_read_is_one_remote_request() {
+    let config = TieringConfig {
+        cache_bytes: 0,
+        ..keep_nothing_locally()
+    };
+    let b = bed(1024, config, 300);
+    assert!(b.log.local_first_seq() > 100);
+    for seq in [1, 17, 50, 99] {
+        let before = b.log.stats().requests;
+        let got = b.log.read(seq, 1).unwrap();
+        assert_eq!(got[0].message.value, message(seq).value);
+        let after = b.log.stats().requests;
+        assert_eq!(
+            after.fetch_index, before.fetch_index,
+            "seq {seq}: no index fetch"
+        );
+        assert_eq!(
+            after.fetch_log,
+            before.fetch_log + 1,
+            "seq {seq}: one data fetch"
+        );
+    }
+    // Chunks smaller than a segment: the chunk map still spares the index fetch.
+    let small = TieringConfig {
+        cache_bytes: 0,
+        chunk_bytes: 256,
+        ..keep_nothing_locally()
+    };
+    let b = bed(1024, small, 300);
+    let before = b.log.stats().requests;
+    for seq in 1..=99 {
+        assert_eq!(b.log.read(seq, 1).unwrap()[0].seq, seq);
+    }
+    let after = b.log.stats().requests;
+    assert_eq!(after.fetch_index, before.fetch_index);
+    // Most records lie within one chunk; a few straddle two.
+    let fetches = after.fetch_log - before.fetch_log;
+    assert!(
+        (99..=140).contains(&fetches),
+        "{fetches} fetches for 99 reads"
+    );
+}
+
+fn scan_in_small_reads(log: &TieredLog, upto: u64) {
+    let mut seq = 1;
+    while seq < upto {
+        let page = log.read(seq, 7).unwrap();
+        for r in &page {
+            assert_eq!(r.seq, seq);
+            assert_eq!(r.message.value, message(seq).value);
+            seq += 1;
+        }
+    }
+}
+
+#[test]
+fn read_ahead_survives_across_read_calls() {
+    let config = |prefetch| TieringConfig {
+        chunk_bytes: 1024,
+        prefetch,
+        ..keep_nothing_locally()
+    };
+    let reader_fetches = |b: &Bed| {
+        let all = b.rsm.fetches.lock();
+        let ahead = all
+            .iter()
+            .filter(|n| n.starts_with("krabka-read-ahead"))
+            .count();
+        (all.len() - ahead, ahead)
+    };
+    let off = bed(64 << 10, config(false), 4000);
+    let upto = off.log.local_first_seq();
+    off.rsm.fetches.lock().clear();
+    scan_in_small_reads(&off.log, upto);
+    let (alone, none) = reader_fetches(&off);
+    assert_eq!(none, 0);
+
+    let on = bed(64 << 10, config(true), 4000);
+    assert_eq!(on.log.local_first_seq(), upto);
+    on.rsm.fetches.lock().clear();
+    scan_in_small_reads(&on.log, upto);
+    let (reader, ahead) = reader_fetches(&on);
+    assert!(ahead > 0, "the read-ahead fetched nothing");
+    assert!(
+        reader * 2 < alone,
+        "the reader still made {reader} of {alone} fetches itself"
+    );
+    // Each chunk is fetched once: the read-ahead never duplicates the reader.
+    assert!(reader + ahead <= alone, "{reader} + {ahead} > {alone}");
+}
+
+#[test]
+fn concurrent_copies_finish_in_order_and_stop_at_a_damaged_segment() {
+    let s = Setup::new();
+    let config = TieringConfig {
+        copy_concurrency: 4,
+        ..keep_nothing_locally()
+    };
+    let log = s.open(config);
+    append(&log, 600);
+    let closed = closed_segments(&log);
+    assert!(closed.len() >= 12, "{} closed segments", closed.len());
+    let damaged = closed[9].clone();
+    flip_third_frame(&damaged.log_path);
+    let report = log.run_once().unwrap();
+    assert_eq!(report.segments_copied, 9, "{report:?}");
+    assert_eq!(report.copy_blocked_at, Some(damaged.base_seq));
+    let remote = s.finished();
+    assert_eq!(remote.len(), 9);
+    // Contiguous from the first seq, all below the damaged segment, nothing left half-done.
+    let mut next = 1;
+    for m in &remote {
+        assert_eq!(m.start_offset(), next);
+        next = m.end_offset() + 1;
+    }
+    assert_eq!(next, damaged.base_seq);
+    let all = s.rlmm.list_remote_log_segments(&tp()).unwrap();
+    assert_eq!(all.len(), 9, "an unfinished attempt was left behind");
+    // Everything below the damaged segment reads back (then a short read stops at it).
+    let below = log.read(1, 10_000).unwrap();
+    assert!(below.len() as u64 >= damaged.base_seq - 1);
+    for r in below.iter().take(damaged.base_seq as usize - 1) {
+        assert_eq!(r.message.value, message(r.seq).value);
+    }
+}
+
+#[test]
+fn two_logs_share_one_cache() {
+    let cache = RemoteReadCache::new(1 << 20);
+    let a = Setup::new();
+    let b = Setup::new();
+    let la = a.open(keep_nothing_locally()).with_cache(cache.clone());
+    let lb = b.open(keep_nothing_locally()).with_cache(cache.clone());
+    assert!(la.cache().ptr_eq(lb.cache()));
+    for log in [&la, &lb] {
+        append(log, 200);
+        log.run_once().unwrap();
+        assert_eq!(read_all_and_check(log, 1), 200);
+    }
+    let stats = cache.stats();
+    assert!(stats.entries >= 4, "{stats:?}");
+    assert!(stats.bytes > 0 && stats.bytes <= 1 << 20);
+    // Same seqs, other partition's segments: both logs read their own records from it.
+    assert_eq!(la.read(5, 1).unwrap()[0].message.value, message(5).value);
+    assert_eq!(lb.read(5, 1).unwrap()[0].message.value, message(5).value);
+    assert!(cache.stats().hits > stats.hits);
+    assert_eq!(la.stats().cache_bytes, cache.stats().bytes);
+}
+
+/// Slow uploads over the filesystem backend, one of them (by first seq) failing after a
+/// longer while: copies after it are in flight when it fails.
+struct SlowCopies {
+    inner: Arc<FsRemoteStorage>,
+    fail_at: Mutex<Option<u64>>,
+    started: Mutex<Vec<u64>>,
+}
+
+impl RemoteStorageManager for SlowCopies {
+    fn copy_log_segment_data(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+        data: &LogSegmentData,
+    ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
+        let seq = metadata.start_offset();
+        self.started.lock().push(seq);
+        let fail = *self.fail_at.lock() == Some(seq);
+        let pause = if fail { 80 } else { 10 };
+        std::thread::sleep(std::time::Duration::from_millis(pause));
+        if fail {
+            return Err(RemoteStorageError::InvalidArgument {
+                message: "injected upload failure".into(),
+            });
+        }
+        self.inner.copy_log_segment_data(metadata, data)
+    }
+    fn fetch_log_segment(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+        start_position: u32,
+        end_position: Option<u32>,
+    ) -> Result<Vec<u8>, RemoteStorageError> {
+        self.inner
+            .fetch_log_segment(metadata, start_position, end_position)
+    }
+    fn fetch_index(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+        index_type: IndexType,
+    ) -> Result<Vec<u8>, RemoteStorageError> {
+        self.inner.fetch_index(metadata, index_type)
+    }
+    fn delete_log_segment_data(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+    ) -> Result<(), RemoteStorageError> {
+        self.inner.delete_log_segment_data(metadata)
+    }
+}
+
+struct SlowBed {
+    _dir: tempfile::TempDir,
+    fs: Arc<FsRemoteStorage>,
+    rsm: Arc<SlowCopies>,
+    rlmm: Arc<InMemoryRemoteLogMetadataManager>,
+    log: TieredLog,
+}
+
+fn slow_bed(records: u64) -> SlowBed {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Arc::new(FsRemoteStorage::new(dir.path().join("remote")).unwrap());
+    let rsm = Arc::new(SlowCopies {
+        inner: fs.clone(),
+        fail_at: Mutex::new(None),
+        started: Mutex::new(Vec::new()),
+    });
+    let rlmm = Arc::new(InMemoryRemoteLogMetadataManager::new());
+    let config = TieringConfig {
+        copy_concurrency: 4,
+        ..keep_nothing_locally()
+    };
+    let log = TieredLog::open(
+        dir.path().join("local"),
+        options(1024),
+        rsm.clone(),
+        rlmm.clone(),
+        tp(),
+        config,
+    )
+    .unwrap();
+    append(&log, records);
+    SlowBed {
+        _dir: dir,
+        fs,
+        rsm,
+        rlmm,
+        log,
+    }
+}
+
+/// Only the segments below `stop` are finished remotely, contiguous from seq 1; the remote
+/// tier holds no object of anything else and no unfinished attempt; the local log still
+/// holds `stop` (retention did not pass it).
+fn assert_stopped_at(b: &SlowBed, stop: u64) {
+    let remote = finished(b.rlmm.as_ref());
+    let mut next = 1;
+    for m in &remote {
+        assert_eq!(m.start_offset(), next);
+        next = m.end_offset() + 1;
+    }
+    assert_eq!(
+        next, stop,
+        "finished remotely up to {next}, expected {stop}"
+    );
+    let (stray, unfinished) = orphans(&b.fs, b.rlmm.as_ref());
+    assert!(
+        stray.is_empty(),
+        "objects of no finished segment: {stray:?}"
+    );
+    assert_eq!(unfinished, 0, "an unfinished attempt was left behind");
+    assert_eq!(
+        b.rlmm.list_remote_log_segments(&tp()).unwrap().len(),
+        remote.len()
+    );
+    assert!(
+        b.log.local_first_seq() <= stop,
+        "local retention passed {stop}"
+    );
+    assert!(b.log.log().segments().iter().any(|s| s.base_seq == stop));
+}
+
+#[test]
+fn a_damaged_segment_among_concurrent_checks_leaves_nothing_after_it_remotely() {
+    let b = slow_bed(600);
+    let closed = closed_segments(&b.log);
+    assert!(closed.len() >= 14, "{} closed segments", closed.len());
+    let damaged = closed[9].clone();
+    flip_third_frame(&damaged.log_path);
+    for round in 0..2 {
+        let report = b.log.run_once().unwrap();
+        let copied = if round == 0 { 9 } else { 0 };
+        assert_eq!(report.segments_copied, copied, "round {round}: {report:?}");
+        assert_eq!(report.copy_blocked_at, Some(damaged.base_seq));
+        assert!(!report.failures.is_empty());
+        assert_stopped_at(&b, damaged.base_seq);
+    }
+    // The damaged segment never reached the backend.
+    assert!(!b.rsm.started.lock().contains(&damaged.base_seq));
+    let below = b.log.read(1, 10_000).unwrap();
+    assert!(below.len() as u64 >= damaged.base_seq - 1);
+    for r in below.iter().take(damaged.base_seq as usize - 1) {
+        assert_eq!(r.message.value, message(r.seq).value);
+    }
+}
+
+#[test]
+fn a_failed_upload_discards_the_concurrent_copies_after_it() {
+    let b = slow_bed(600);
+    let closed = closed_segments(&b.log);
+    let failing = closed[5].base_seq;
+    *b.rsm.fail_at.lock() = Some(failing);
+    let report = b.log.run_once().unwrap();
+    assert_eq!(report.segments_copied, 5, "{report:?}");
+    assert_eq!(report.failures.len(), 1, "{:?}", report.failures);
+    // Younger copies were uploaded while the failing one ran: they were discarded.
+    let started = b.rsm.started.lock().clone();
+    assert!(
+        started.iter().any(|&s| s > failing),
+        "no copy after the failing one started: {started:?}"
+    );
+    assert_stopped_at(&b, failing);
+    // Next round everything is copied, still in order and without leftovers.
+    *b.rsm.fail_at.lock() = None;
+    let report = b.log.run_once().unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let (stray, unfinished) = orphans(&b.fs, b.rlmm.as_ref());
+    assert!(
+        stray.is_empty() && unfinished == 0,
+        "{stray:?} {unfinished}"
+    );
+    assert_eq!(read_all_and_check(&b.log, 1), b.log.last_seq());
+}

@@ -1,0 +1,419 @@
+//! Repository hygiene as ordinary tests, so `cargo test --workspace` (and `cargo xtask ci`)
+//! keeps the architecture from drifting: the direction of the dependencies between the crates,
+//! the size of source files, the configuration reference, and what every published crate ships.
+//!
+//! Each failure says what to fix.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Most lines a source file under `crates/*/src`, `bench/src` or `xtask/src` may have.
+const MAX_FILE_LINES: usize = 600;
+
+/// The layers of the workspace, lowest first. A crate may depend only on crates of lower layers
+/// (its dev-dependencies also on crates of its own layer), except where [`ALLOWED`] is stricter.
+const LAYERS: &[(&str, usize)] = &[
+    ("krabka-protocol", 0),
+    ("krabka-storage", 1),
+    // The SPI: a leaf, see ALLOWED.
+    ("krabka-remote-storage", 2),
+    ("krabka-remote-fs", 3),
+    ("krabka-remote-s3", 3),
+    ("krabka-remote-transform", 3),
+    ("krabka-tiering", 4),
+    ("krabka-cli", 5),
+    ("krabka-bench", 5),
+    ("xtask", 5),
+];
+
+/// Crates whose normal (and build) dependencies among ours are limited to an explicit list.
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("krabka-protocol", &[]),
+    ("krabka-storage", &["krabka-protocol"]),
+    // The SPI depends on no krabka crate: backends implement it without pulling in the log.
+    ("krabka-remote-storage", &[]),
+    ("krabka-remote-fs", &["krabka-remote-storage"]),
+    ("krabka-remote-s3", &["krabka-remote-storage"]),
+    ("krabka-remote-transform", &["krabka-remote-storage"]),
+    ("xtask", &[]),
+];
+
+/// The public configuration types whose every setting docs/configuration.md must name:
+/// (crate directory, type). Their public fields are checked, or, for a type without public
+/// fields, its `with_*` builder methods. Every other `pub struct …Config` found under
+/// `crates/*/src` is checked as well.
+const CONFIG_TYPES: &[(&str, &str)] = &[
+    ("crates/storage", "Options"),
+    ("crates/tiering", "TieringConfig"),
+    ("crates/remote-s3", "S3Config"),
+    ("crates/remote-transform", "TransformConfig"),
+];
+
+fn root() -> PathBuf {
+    let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+fn manifest(dir: &Path) -> toml_edit::DocumentMut {
+    let path = dir.join("Cargo.toml");
+    read(&path)
+        .parse()
+        .unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()))
+}
+
+/// A workspace member: its directory and manifest.
+struct Member {
+    dir: PathBuf,
+    name: String,
+    manifest: toml_edit::DocumentMut,
+}
+
+impl Member {
+    fn published(&self) -> bool {
+        self.manifest["package"]
+            .get("publish")
+            .and_then(toml_edit::Item::as_bool)
+            .unwrap_or(true)
+    }
+
+    /// The packages this member depends on, as `(package, kind)` with kind `normal`, `build`
+    /// or `dev` (target-specific tables included; a renamed dependency by its package name).
+    fn dependencies(&self) -> Vec<(String, &'static str)> {
+        let kinds = [
+            ("dependencies", "normal"),
+            ("build-dependencies", "build"),
+            ("dev-dependencies", "dev"),
+        ];
+        let mut tables: Vec<(&dyn toml_edit::TableLike, &'static str)> = Vec::new();
+        for (key, kind) in kinds {
+            if let Some(t) = self.manifest.get(key).and_then(|i| i.as_table_like()) {
+                tables.push((t, kind));
+            }
+        }
+        if let Some(targets) = self.manifest.get("target").and_then(|i| i.as_table_like()) {
+            for (_, target) in targets.iter() {
+                for (key, kind) in kinds {
+                    if let Some(t) = target.get(key).and_then(|i| i.as_table_like()) {
+                        tables.push((t, kind));
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (table, kind) in tables {
+            for (key, item) in table.iter() {
+                let package = item
+                    .as_table_like()
+                    .and_then(|t| t.get("package"))
+                    .and_then(|p| p.as_str())
+                    .unwrap_or(key);
+                out.push((package.to_owned(), kind));
+            }
+        }
+        out
+    }
+}
+
+fn members() -> Vec<Member> {
+    let root = root();
+    let workspace = manifest(&root);
+    let list = workspace["workspace"]["members"]
+        .as_array()
+        .unwrap_or_else(|| panic!("the root Cargo.toml has no [workspace] members list"));
+    list.iter()
+        .filter_map(|m| m.as_str())
+        .map(|m| {
+            let dir = root.join(m);
+            let manifest = manifest(&dir);
+            let name = manifest["package"]["name"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{m}/Cargo.toml has no package name"))
+                .to_owned();
+            Member {
+                dir,
+                name,
+                manifest,
+            }
+        })
+        .collect()
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn relative(path: &Path) -> String {
+    let root = root();
+    path.strip_prefix(&root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn crates_depend_only_on_lower_layers() {
+    let layers: BTreeMap<&str, usize> = LAYERS.iter().copied().collect();
+    let allowed: BTreeMap<&str, &[&str]> = ALLOWED.iter().copied().collect();
+    let members = members();
+    let ours: BTreeSet<&str> = members.iter().map(|m| m.name.as_str()).collect();
+    let mut problems = Vec::new();
+    for m in &members {
+        let Some(&layer) = layers.get(m.name.as_str()) else {
+            problems.push(format!(
+                "{} is in no layer: add it to LAYERS in xtask/tests/tidy.rs (and to \
+                 docs/ARCHITECTURE.md) at the level of what it depends on",
+                m.name
+            ));
+            continue;
+        };
+        for (dep, kind) in m.dependencies() {
+            if dep == m.name || !ours.contains(dep.as_str()) {
+                continue;
+            }
+            let dep_layer = layers.get(dep.as_str()).copied().unwrap_or(usize::MAX);
+            let higher = if kind == "dev" {
+                dep_layer > layer
+            } else {
+                dep_layer >= layer
+            };
+            let outside_list = kind != "dev"
+                && allowed
+                    .get(m.name.as_str())
+                    .is_some_and(|list| !list.contains(&dep.as_str()));
+            if higher || outside_list {
+                let rule = match allowed.get(m.name.as_str()) {
+                    Some([]) => "must depend on no krabka crate".to_owned(),
+                    Some(list) if kind != "dev" => {
+                        format!("may depend only on {}", list.join(", "))
+                    }
+                    _ => {
+                        "may depend only on crates of lower layers (LAYERS in xtask/tests/tidy.rs)"
+                            .to_owned()
+                    }
+                };
+                problems.push(format!(
+                    "{} has a {kind} dependency on {dep}, but it {rule}: move the code that needs \
+                     {dep} up into a higher crate, or what it uses down into a lower one",
+                    m.name
+                ));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "dependency direction (protocol → storage → remote-storage SPI → remote-fs / remote-s3 / \
+         remote-transform → tiering → cli, bench):\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn no_source_file_is_over_600_lines() {
+    let root = root();
+    let mut files = Vec::new();
+    for m in members() {
+        rust_files(&m.dir.join("src"), &mut files);
+    }
+    files.sort();
+    let offenders: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let lines = read(f).lines().count();
+            (lines > MAX_FILE_LINES).then(|| format!("{} ({lines} lines)", relative(f)))
+        })
+        .collect();
+    assert!(
+        !files.is_empty(),
+        "no source files found under {}",
+        root.display()
+    );
+    assert!(
+        offenders.is_empty(),
+        "source files over {MAX_FILE_LINES} lines; split each by concept into modules \
+         (a `foo.rs` becomes `foo/mod.rs` plus `foo/<concept>.rs`):\n  {}",
+        offenders.join("\n  ")
+    );
+}
+
+/// The body of `pub struct NAME { … }` in one of `files`, and the file it is in.
+fn struct_body(files: &[PathBuf], name: &str) -> Option<(PathBuf, String)> {
+    let open = format!("pub struct {name} {{");
+    files.iter().find_map(|f| {
+        let text = read(f);
+        let at = text.find(&open)?;
+        let body = &text[at + open.len()..];
+        let end = body.find("\n}")?;
+        Some((f.clone(), body[..end].to_owned()))
+    })
+}
+
+/// Names of the public fields in a struct body (`    pub name: Type,`).
+fn public_fields(body: &str) -> Vec<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("    pub "))
+        .filter_map(|l| l.split_once(':').map(|(n, _)| n.trim().to_owned()))
+        .filter(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .collect()
+}
+
+/// Names of the `pub fn with_*` methods of `impl NAME` blocks in `files`.
+fn builder_methods(files: &[PathBuf], name: &str) -> Vec<String> {
+    let open = format!("impl {name} {{");
+    let mut out = Vec::new();
+    for f in files {
+        let text = read(f);
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(&open) {
+            let body = &rest[at + open.len()..];
+            let end = body.find("\n}").unwrap_or(body.len());
+            for l in body[..end].lines() {
+                if let Some(m) = l.trim_start().strip_prefix("pub fn with_")
+                    && let Some((n, _)) = m.split_once(['(', '<'])
+                {
+                    out.push(format!("with_{n}"));
+                }
+            }
+            rest = &body[end..];
+        }
+    }
+    out
+}
+
+#[test]
+fn every_public_config_setting_is_documented() {
+    let root = root();
+    let doc_path = root.join("docs/configuration.md");
+    let doc = read(&doc_path);
+    let mut types: Vec<(String, String)> = CONFIG_TYPES
+        .iter()
+        .map(|(c, t)| ((*c).to_owned(), (*t).to_owned()))
+        .collect();
+    // Any other public `…Config` struct of a library crate.
+    for m in members() {
+        let mut files = Vec::new();
+        rust_files(&m.dir.join("src"), &mut files);
+        for f in files {
+            for l in read(&f).lines() {
+                if let Some(rest) = l.strip_prefix("pub struct ")
+                    && let Some(name) = rest.split([' ', '<', '(', ';']).next()
+                    && name.ends_with("Config")
+                {
+                    let dir = relative(&m.dir);
+                    if !types.iter().any(|(c, t)| *c == dir && t == name) {
+                        types.push((dir, name.to_owned()));
+                    }
+                }
+            }
+        }
+    }
+    let mut problems = Vec::new();
+    for (krate, ty) in &types {
+        let mut files = Vec::new();
+        rust_files(&root.join(krate).join("src"), &mut files);
+        files.sort();
+        let Some((file, body)) = struct_body(&files, ty) else {
+            problems.push(format!(
+                "`pub struct {ty}` not found under {krate}/src: update CONFIG_TYPES in \
+                 xtask/tests/tidy.rs"
+            ));
+            continue;
+        };
+        let fields = public_fields(&body);
+        let (settings, how) = if fields.is_empty() {
+            (builder_methods(&files, ty), "builder method")
+        } else {
+            (fields, "field")
+        };
+        if settings.is_empty() {
+            problems.push(format!(
+                "`{ty}` ({}) has neither public fields nor `with_*` methods: teach \
+                 xtask/tests/tidy.rs how it is configured",
+                relative(&file)
+            ));
+        }
+        for s in settings {
+            let named = doc.contains(&format!("`{s}`")) || doc.contains(&format!("`{s}("));
+            if !named {
+                problems.push(format!(
+                    "{how} `{s}` of `{ty}` ({}) is not in docs/configuration.md: add a row \
+                     with its default and minimum",
+                    relative(&file)
+                ));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "undocumented configuration:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn every_published_crate_ships_readme_licenses_and_docs_rs_metadata() {
+    let root = root();
+    let mut problems = Vec::new();
+    for file in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        if !root.join(file).is_file() {
+            problems.push(format!(
+                "the workspace root has no {file}: add the standard text (copyright \"The \
+                 krabka developers\")"
+            ));
+        }
+    }
+    for m in members().iter().filter(|m| m.published()) {
+        let dir = relative(&m.dir);
+        for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+            if !m.dir.join(file).is_file() {
+                problems.push(format!(
+                    "{} ({dir}) has no {file}: add it{}",
+                    m.name,
+                    if file == "README.md" {
+                        " (what the crate is for, and its platform)"
+                    } else {
+                        ", a copy of the one at the workspace root (cargo packages files of \
+                         the crate directory only)"
+                    }
+                ));
+            }
+        }
+        let readme = m.dir.join("README.md");
+        if readme.is_file() && !read(&readme).contains("Unix") {
+            problems.push(format!(
+                "{dir}/README.md does not state the platform: say that the crate supports \
+                 Unix only"
+            ));
+        }
+        let docs_rs = m.manifest["package"]
+            .get("metadata")
+            .and_then(|meta| meta.get("docs"))
+            .and_then(|docs| docs.get("rs"))
+            .is_some_and(|rs| rs.is_table_like());
+        if !docs_rs {
+            problems.push(format!(
+                "{dir}/Cargo.toml has no [package.metadata.docs.rs]: add one (e.g. \
+                 `all-features = true`) so docs.rs documents every feature"
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "published crates:\n  {}",
+        problems.join("\n  ")
+    );
+}
