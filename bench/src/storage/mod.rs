@@ -174,24 +174,19 @@ pub const CASES: &[Case] = &[
     raw(G_RANDOM, "raw pread", "raw-read-random"),
 ];
 
-/// A small xorshift generator: the same sequence in every case and every process.
+/// The bench's generator with a fixed seed: the same sequence in every case and every process.
 #[derive(Clone)]
-pub struct Rng(u64);
+pub struct Rng(fastrand::Rng);
 
 impl Rng {
     /// A generator with a fixed seed.
     pub fn new() -> Self {
-        Self(0x9E37_79B9_7F4A_7C15)
+        Self(fastrand::Rng::with_seed(0x9E37_79B9_7F4A_7C15))
     }
 
     /// The next value.
     pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
+        self.0.u64(..)
     }
 
     /// A value below `n` (`n > 0`).

@@ -15,19 +15,12 @@ use std::path::{Path, PathBuf};
 use krabka_protocol::Message;
 use krabka_storage::{Log, Options, SyncPolicy};
 
-/// A small deterministic PRNG (xorshift64*), so a failing round can be replayed by its seed.
-struct Rng(u64);
+/// A seeded PRNG, so a failing round can be replayed by its seed.
+struct Rng(fastrand::Rng);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.u64(..n.max(1))
     }
 }
 
@@ -78,7 +71,7 @@ fn pull_the_plug(dir: &Path, durable: &HashMap<PathBuf, u64>, torn: bool, rng: &
 /// power loss, so the next cycle opens trusting the clean-shutdown marker, appends, and loses
 /// power.
 fn run_round(seed: u64, torn: bool, close_some: bool) -> (u64, u64) {
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng(fastrand::Rng::with_seed(seed));
     let dir = tempfile::tempdir().unwrap();
     let mut appended: Vec<Message> = Vec::new();
     let mut acked = 0u64;

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use ::metrics::{Label, counter, gauge, histogram};
 use krabka_remote_storage::{RemoteLogSegmentState, TopicIdPartition};
+use krabka_storage::LogStats;
 
 use crate::cache::CacheStats;
 use crate::tiered::TieredLog;
@@ -92,6 +93,25 @@ pub const LOCAL_LOG_SIZE_BYTES: &str = "krabka_local_log_size_bytes";
 pub const LOCAL_LOG_SEGMENTS: &str = "krabka_local_log_segments";
 /// Seq the next append to the local log gets (gauge; its rate is the append rate).
 pub const LOCAL_LOG_NEXT_SEQ: &str = "krabka_local_log_next_seq";
+/// Records appended to the local log since it was opened (counter).
+pub const LOCAL_LOG_APPENDS: &str = "krabka_local_log_appends_total";
+/// Frame bytes appended to the local log since it was opened (counter).
+pub const LOCAL_LOG_APPENDED_BYTES: &str = "krabka_local_log_appended_bytes_total";
+/// Fsyncs of the local log's segment files since it was opened (counter).
+pub const LOCAL_LOG_FSYNCS: &str = "krabka_local_log_fsyncs_total";
+/// Time spent in those fsyncs, nanoseconds (counter; divided by the rate of
+/// [`LOCAL_LOG_FSYNCS`] it is the mean fsync latency).
+pub const LOCAL_LOG_FSYNC_NANOSECONDS: &str = "krabka_local_log_fsync_nanoseconds_total";
+/// Segments the local log rolled since it was opened (counter).
+pub const LOCAL_LOG_ROLLS: &str = "krabka_local_log_rolls_total";
+/// Local segments deleted by retention since the log was opened (counter).
+pub const LOCAL_LOG_SEGMENTS_DELETED: &str = "krabka_local_log_segments_deleted_total";
+/// Bytes of `.log` files the local log's recovery scanned when it was opened (gauge).
+pub const LOCAL_LOG_RECOVERY_SCANNED_BYTES: &str = "krabka_local_log_recovery_scanned_bytes";
+/// Bytes of the torn tail the local log's recovery cut when it was opened (gauge).
+pub const LOCAL_LOG_RECOVERY_TRUNCATED_BYTES: &str = "krabka_local_log_recovery_truncated_bytes";
+/// 1 when the local log was opened after a clean shutdown (no scan), else 0 (gauge).
+pub const LOCAL_LOG_RECOVERY_CLEAN_SHUTDOWN: &str = "krabka_local_log_recovery_clean_shutdown";
 
 /// Every metric name above, for documentation and tests.
 pub const ALL: &[&str] = &[
@@ -130,6 +150,15 @@ pub const ALL: &[&str] = &[
     LOCAL_LOG_SIZE_BYTES,
     LOCAL_LOG_SEGMENTS,
     LOCAL_LOG_NEXT_SEQ,
+    LOCAL_LOG_APPENDS,
+    LOCAL_LOG_APPENDED_BYTES,
+    LOCAL_LOG_FSYNCS,
+    LOCAL_LOG_FSYNC_NANOSECONDS,
+    LOCAL_LOG_ROLLS,
+    LOCAL_LOG_SEGMENTS_DELETED,
+    LOCAL_LOG_RECOVERY_SCANNED_BYTES,
+    LOCAL_LOG_RECOVERY_TRUNCATED_BYTES,
+    LOCAL_LOG_RECOVERY_CLEAN_SHUTDOWN,
 ];
 
 /// The `topic` and `partition` labels of `tp`.
@@ -157,6 +186,8 @@ pub fn describe() {
     for name in ALL {
         let unit = if name.ends_with("_seconds") {
             Unit::Seconds
+        } else if name.contains("_nanoseconds") {
+            Unit::Nanoseconds
         } else if name.contains("bytes") {
             Unit::Bytes
         } else {
@@ -181,13 +212,16 @@ fn help(name: &str) -> &'static str {
         REMOTE_LOG_METADATA_COUNT => "remote segment metadata entries",
         READER_QUEUE_SIZE => "reads running or waiting in the remote reader pool",
         _ if name.contains("_cache_") => "shared remote read cache",
+        LOCAL_LOG_FSYNC_NANOSECONDS => "time in local log segment fsyncs",
+        _ if name.starts_with("krabka_local_log_recovery_") => "local log recovery at open",
         _ if name.starts_with("krabka_local_") => "local log",
         _ => "remote tier calls",
     }
 }
 
-/// Publishes the sampled gauges of one partition: copy lag, delete lag, remote size, metadata
-/// count, local log size. Lists the partition's remote metadata once (blocking).
+/// Publishes the sampled metrics of one partition: copy lag, delete lag, remote size, metadata
+/// count, and the local log's size, counters (as absolute values) and recovery figures. Lists
+/// the partition's remote metadata once (blocking).
 pub fn publish_partition(log: &TieredLog) {
     let tp = log.topic_id_partition();
     let stats = log.stats();
@@ -199,6 +233,7 @@ pub fn publish_partition(log: &TieredLog) {
     set(LOCAL_LOG_SIZE_BYTES, stats.local_bytes);
     set(LOCAL_LOG_SEGMENTS, log.log().segments().len() as u64);
     set(LOCAL_LOG_NEXT_SEQ, log.log().next_seq());
+    publish_local_log(&log.log().stats(), &labels);
     if let Ok(list) = log.remote_list() {
         let pending = list
             .iter()
@@ -210,6 +245,28 @@ pub fn publish_partition(log: &TieredLog) {
         set(DELETE_LAG_SEGMENTS, n);
         set(DELETE_LAG_BYTES, bytes);
     }
+}
+
+/// Publishes a local log's counters (absolute) and recovery figures with `labels`.
+fn publish_local_log(s: &LogStats, labels: &[Label; 2]) {
+    let total = |name: &'static str, v: u64| counter!(name, labels.to_vec()).absolute(v);
+    total(LOCAL_LOG_APPENDS, s.appends);
+    total(LOCAL_LOG_APPENDED_BYTES, s.appended_bytes);
+    total(LOCAL_LOG_FSYNCS, s.fsyncs);
+    let nanos = u64::try_from(s.fsync_time.as_nanos()).unwrap_or(u64::MAX);
+    total(LOCAL_LOG_FSYNC_NANOSECONDS, nanos);
+    total(LOCAL_LOG_ROLLS, s.rolls);
+    total(LOCAL_LOG_SEGMENTS_DELETED, s.segments_deleted);
+    let set = |name: &'static str, v: u64| gauge!(name, labels.to_vec()).set(v as f64);
+    set(LOCAL_LOG_RECOVERY_SCANNED_BYTES, s.recovery_scanned_bytes);
+    set(
+        LOCAL_LOG_RECOVERY_TRUNCATED_BYTES,
+        s.recovery_truncated_bytes,
+    );
+    set(
+        LOCAL_LOG_RECOVERY_CLEAN_SHUTDOWN,
+        u64::from(s.recovery_clean_shutdown),
+    );
 }
 
 /// Records one finished round of `tp` (for callers running their own rounds with

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use krabka_remote_storage::RemoteStorageManager;
+use krabka_storage::SyncPolicy;
 use krabka_tiering::metrics as m;
 use krabka_tiering::{ServiceConfig, TieredLog, TieringConfig, TieringService};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -122,6 +123,10 @@ fn a_service_reports_every_kafka_equivalent_metric() {
         m::LOCAL_LOG_SIZE_BYTES,
         m::LOCAL_LOG_SEGMENTS,
         m::LOCAL_LOG_NEXT_SEQ,
+        m::LOCAL_LOG_APPENDS,
+        m::LOCAL_LOG_APPENDED_BYTES,
+        m::LOCAL_LOG_ROLLS,
+        m::LOCAL_LOG_SEGMENTS_DELETED,
     ] {
         assert!(get(name) > 0.0, "{name} did not move");
     }
@@ -131,6 +136,11 @@ fn a_service_reports_every_kafka_equivalent_metric() {
         m::COPY_LAG_BYTES,
         m::COPY_LAG_SEGMENTS,
         m::DELETE_LAG_SEGMENTS,
+        m::LOCAL_LOG_FSYNCS,
+        m::LOCAL_LOG_FSYNC_NANOSECONDS,
+        m::LOCAL_LOG_RECOVERY_SCANNED_BYTES,
+        m::LOCAL_LOG_RECOVERY_TRUNCATED_BYTES,
+        m::LOCAL_LOG_RECOVERY_CLEAN_SHUTDOWN,
     ] {
         assert!(
             all.contains_key(&(name.to_owned(), labels.clone())),
@@ -145,4 +155,83 @@ fn a_service_reports_every_kafka_equivalent_metric() {
     let copied: u64 = logs[1].stats().bytes_copied;
     assert_eq!(get(m::COPY_BYTES) as u64, copied);
     svc.shutdown(Duration::from_secs(5));
+}
+
+/// The metrics of partition `tp(9)` that one `publish_partition` of `log` records, through a
+/// recorder of this thread only.
+fn published(log: &TieredLog) -> HashMap<String, f64> {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    ::metrics::with_local_recorder(&recorder, || m::publish_partition(log));
+    let seen = RefCell::new(HashMap::new());
+    collect(&snapshotter, &seen);
+    seen.into_inner()
+        .into_iter()
+        .filter(|((_, labels), _)| labels == "topic=t,partition=9")
+        .map(|((name, _), v)| (name, v))
+        .collect()
+}
+
+#[test]
+fn the_local_log_counters_and_recovery_figures_are_published() {
+    let world = World::new();
+    let open = || {
+        TieredLog::open(
+            world.dir.path().join("p9"),
+            krabka_storage::Options {
+                sync: SyncPolicy::EveryAppend,
+                ..service_util::options(400)
+            },
+            world.fs.clone(),
+            world.rlmm.clone(),
+            tp(9),
+            service_util::config(),
+        )
+        .unwrap()
+    };
+    let log = open();
+    for _ in 0..10 {
+        append(&log, 9, 5);
+    }
+    log.log().roll().unwrap();
+    let stats = log.log().stats();
+    assert!(stats.fsyncs > 0 && stats.rolls > 0, "{stats:?}");
+    let got = published(&log);
+    let value = |name: &str| got.get(name).copied();
+    assert_eq!(value(m::LOCAL_LOG_APPENDS), Some(50.0));
+    assert_eq!(
+        value(m::LOCAL_LOG_APPENDED_BYTES),
+        Some(stats.appended_bytes as f64)
+    );
+    assert_eq!(value(m::LOCAL_LOG_FSYNCS), Some(stats.fsyncs as f64));
+    assert_eq!(
+        value(m::LOCAL_LOG_FSYNC_NANOSECONDS),
+        Some(stats.fsync_time.as_nanos() as f64)
+    );
+    assert_eq!(value(m::LOCAL_LOG_ROLLS), Some(stats.rolls as f64));
+    assert_eq!(value(m::LOCAL_LOG_SEGMENTS_DELETED), Some(0.0));
+    assert_eq!(value(m::LOCAL_LOG_RECOVERY_SCANNED_BYTES), Some(0.0));
+    assert_eq!(value(m::LOCAL_LOG_RECOVERY_CLEAN_SHUTDOWN), Some(0.0));
+
+    // A crash: the next open scans the active segment.
+    append(&log, 9, 5);
+    drop(log);
+    let log = open();
+    let scanned = log.log().stats().recovery_scanned_bytes;
+    assert!(scanned > 0);
+    let got = published(&log);
+    assert_eq!(
+        got.get(m::LOCAL_LOG_RECOVERY_SCANNED_BYTES),
+        Some(&(scanned as f64))
+    );
+    assert_eq!(got.get(m::LOCAL_LOG_APPENDS), Some(&0.0));
+    assert_eq!(got.get(m::LOCAL_LOG_RECOVERY_CLEAN_SHUTDOWN), Some(&0.0));
+
+    // A clean close: the next open trusts it.
+    append(&log, 9, 5);
+    log.close().unwrap();
+    let log = open();
+    let got = published(&log);
+    assert_eq!(got.get(m::LOCAL_LOG_RECOVERY_CLEAN_SHUTDOWN), Some(&1.0));
+    assert_eq!(got.get(m::LOCAL_LOG_RECOVERY_SCANNED_BYTES), Some(&0.0));
 }

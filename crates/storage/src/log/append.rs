@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use krabka_protocol::Message;
 
+use super::stats::Counters;
 use super::{Inner, Seg, SegFile, seg_file};
 use crate::fault::{FaultInjector, Op};
 use crate::fsutil::{self, IoResultExt};
@@ -133,6 +134,7 @@ impl Inner {
                 return Err(Error::io(&ap.active.log_path, e));
             }
             let count = (i - start) as u64;
+            self.counters.written(count, ap.buf.len() as u64);
             let last = ap.next_seq + count - 1;
             ap.size += ap.buf.len() as u64;
             ap.next_seq += count;
@@ -151,6 +153,7 @@ impl Inner {
         if msgs.is_empty() {
             return Ok(first..=last);
         }
+        self.counters.batch();
         // Outside the append lock: concurrent appenders share the fsync.
         self.sync_after_append(last, msgs.len() as u64)?;
         Ok(first..=last)
@@ -205,6 +208,7 @@ impl Inner {
             self.sync_state.lock().mark_synced(base - 1);
         }
         ap.switch_to(sf, file, self.opts.index_interval_bytes);
+        self.counters.rolled();
         Ok(())
     }
 
@@ -218,7 +222,7 @@ impl Inner {
         let index_bytes = {
             let st = self.state.read();
             match st.active() {
-                Some(seg) => write_indexes(seg, sync, &self.faults),
+                Some(seg) => write_indexes(seg, sync, &self.faults, Some(&self.counters)),
                 None => Ok(0),
             }
         };
@@ -322,8 +326,14 @@ impl Inner {
     }
 }
 
-/// Writes a closed segment's `.index` and `.timeindex`; returns their total size.
-pub(crate) fn write_indexes(seg: &Seg, sync: bool, faults: &FaultInjector) -> Result<u64, Error> {
+/// Writes a closed segment's `.index` and `.timeindex`; returns their total size. Their
+/// fsyncs (when `sync`) are counted in `counters` when given.
+pub(crate) fn write_indexes(
+    seg: &Seg,
+    sync: bool,
+    faults: &FaultInjector,
+    counters: Option<&Counters>,
+) -> Result<u64, Error> {
     let idx = OffsetIndex {
         base_seq: seg.base_seq,
         last_seq: seg.last_seq,
@@ -338,16 +348,27 @@ pub(crate) fn write_indexes(seg: &Seg, sync: bool, faults: &FaultInjector) -> Re
         entries: seg.times.clone(),
     }
     .encode();
-    write_file(&seg.file.index_path, &idx, sync, faults)?;
-    write_file(&seg.file.time_index_path, &tidx, sync, faults)?;
+    write_file(&seg.file.index_path, &idx, sync, faults, counters)?;
+    write_file(&seg.file.time_index_path, &tidx, sync, faults, counters)?;
     Ok((idx.len() + tidx.len()) as u64)
 }
 
-fn write_file(path: &Path, bytes: &[u8], sync: bool, faults: &FaultInjector) -> Result<(), Error> {
+fn write_file(
+    path: &Path,
+    bytes: &[u8],
+    sync: bool,
+    faults: &FaultInjector,
+    counters: Option<&Counters>,
+) -> Result<(), Error> {
     let mut f = File::create(path).map_err(|e| Error::io(path, e))?;
     f.write_all(bytes).map_err(|e| Error::io(path, e))?;
     if sync {
-        faults.sync_file(&f, path).map_err(|e| Error::io(path, e))?;
+        let fsync = || faults.sync_file(&f, path);
+        match counters {
+            Some(c) => c.fsync(fsync),
+            None => fsync(),
+        }
+        .map_err(|e| Error::io(path, e))?;
     }
     Ok(())
 }

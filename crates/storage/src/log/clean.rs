@@ -28,11 +28,11 @@ impl Inner {
             // leave it to the scan.
             return Ok(());
         }
-        write_indexes(seg, true, &self.faults)?;
+        write_indexes(seg, true, &self.faults, Some(&self.counters))?;
         stamp(&ap.file, path)?;
         self.faults
             .check(Op::Fsync)
-            .and_then(|()| ap.file.sync_all())
+            .and_then(|()| self.counters.fsync(|| ap.file.sync_all()))
             .at(path)?;
         let meta = ap.file.metadata().at(path)?;
         let marker = CleanShutdown::describe(seg.base_seq, seg.last_seq, &meta);

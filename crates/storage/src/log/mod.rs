@@ -4,13 +4,15 @@
 //! - [`append`]: appends, rolls and the index files of closed segments;
 //! - [`sync`]: group commit, poisoning and the background flusher;
 //! - [`read`]: reads, the descriptor cache of closed segments and timestamp lookups;
-//! - [`retention`]: dropping whole old segments.
+//! - [`retention`]: dropping whole old segments;
+//! - [`stats`]: the counters behind [`Log::stats`].
 
 mod append;
 mod clean;
 mod open;
 mod read;
 mod retention;
+mod stats;
 mod sync;
 
 use std::fs::File;
@@ -28,6 +30,8 @@ pub(crate) use self::append::write_indexes;
 pub(crate) use self::open::load_indexes;
 pub use self::open::{LOCK_RETRY_FOR, create_and_lock, try_lock_exclusive};
 use self::read::FdCache;
+use self::stats::Counters;
+pub use self::stats::LogStats;
 use self::sync::{Flusher, SyncState};
 use crate::bufs::ReadBufs;
 use crate::fault::FaultInjector;
@@ -198,6 +202,8 @@ struct Inner {
     bufs: ReadBufs,
     /// The I/O seam: every write, fsync and segment creation after open asks it first.
     faults: FaultInjector,
+    /// What [`Log::stats`] reports.
+    counters: Counters,
 }
 
 /// The paths of segment `base`'s files in `dir`.
@@ -260,6 +266,12 @@ impl Log {
     /// What [`Log::open`] found and repaired.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.inner.report
+    }
+
+    /// A snapshot of what this handle did since it was opened (appends, fsyncs, rolls,
+    /// retention deletes) and of what open's recovery found. Cheap: a few atomic loads.
+    pub fn stats(&self) -> LogStats {
+        self.inner.counters.snapshot(&self.inner.report)
     }
 
     /// The directory holding the log.

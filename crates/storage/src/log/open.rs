@@ -11,6 +11,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::append::Appender;
 use super::read::FdCache;
+use super::stats::Counters;
 use super::sync::SyncState;
 use super::{Inner, SegFile, State, no_active_segment};
 use crate::bufs::ReadBufs;
@@ -132,6 +133,7 @@ impl Inner {
             report,
             bufs: ReadBufs::default(),
             faults: FaultInjector::default(),
+            counters: Counters::default(),
         })
     }
 }

@@ -56,6 +56,7 @@ impl Inner {
                 fsutil::remove_if_exists(path).at(path)?;
             }
             self.fds.remove(seg.base_seq);
+            self.counters.segment_deleted();
             freed += seg.size + seg.index_bytes;
         }
         self.fsync_dir()?;

@@ -93,9 +93,9 @@ impl Inner {
         if due { self.sync_through(last) } else { Ok(()) }
     }
 
-    /// `fdatasync` of a segment file (through the fault seam).
+    /// `fdatasync` of a segment file (through the fault seam), counted in [`Log::stats`].
     pub(super) fn sync_data(&self, f: &File, path: &Path) -> io::Result<()> {
-        self.faults.sync_file(f, path)
+        self.counters.fsync(|| self.faults.sync_file(f, path))
     }
 
     /// Fsyncs the log directory (through the fault seam).

@@ -148,7 +148,7 @@ impl Recoverer<'_> {
             seg.open = None;
             *active_builder = None;
             if seg.last_seq >= seg.base_seq {
-                seg.index_bytes = write_indexes(seg, true, &FaultInjector::default())?;
+                seg.index_bytes = write_indexes(seg, true, &FaultInjector::default(), None)?;
             }
         }
         if self.segs.last().is_some_and(|s| s.last_seq < s.base_seq) {

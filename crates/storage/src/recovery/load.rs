@@ -321,7 +321,7 @@ impl Recoverer<'_> {
         drop(file);
         if seg.last_seq >= seg.base_seq {
             // What is left is a closed segment now (a hole or the next file follows).
-            seg.index_bytes = write_indexes(&seg, true, &FaultInjector::default())?;
+            seg.index_bytes = write_indexes(&seg, true, &FaultInjector::default(), None)?;
             self.segs.push(seg);
         } else {
             for path in [&sf.index_path, &sf.time_index_path, &sf.log_path] {

@@ -243,7 +243,7 @@ impl Recoverer<'_> {
             if let Some(seg) = self.segs.get_mut(pos) {
                 tracing::warn!(path = %seg.file.log_path.display(), "rebuilt a missing or invalid segment index");
                 seg.index_bytes =
-                    write_indexes(seg, sync_files(self.opts), &FaultInjector::default())?;
+                    write_indexes(seg, sync_files(self.opts), &FaultInjector::default(), None)?;
                 if seg.open.is_none() && !self.report.rebuilt_indexes.contains(&seg.file.log_path) {
                     self.report.rebuilt_indexes.push(seg.file.log_path.clone());
                 }

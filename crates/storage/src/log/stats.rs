@@ -1,0 +1,111 @@
+//! Counters of what a [`Log`](super::Log) did since it was opened, and their snapshot
+//! [`LogStats`]. Plain relaxed atomics: no lock is taken to count.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::RecoveryReport;
+
+/// A snapshot of a [`Log`](crate::Log)'s counters ([`Log::stats`](crate::Log::stats)): what
+/// this handle did since [`Log::open`](crate::Log::open), and what open's recovery found.
+///
+/// The counters only grow while the log is open; a new `Log` on the same directory starts
+/// again from zero. Each counter is read on its own, so a snapshot taken while other threads
+/// append may mix counts from just before and just after an append.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LogStats {
+    /// Records appended (written to the active segment).
+    pub appends: u64,
+    /// Bytes of frames written by appends (headers included; the `.log` bytes appends added).
+    pub appended_bytes: u64,
+    /// Non-empty `append` and `append_batch` calls whose every record was written.
+    pub append_batches: u64,
+    /// Completed fsyncs of segment files (`.log`, `.index`, `.timeindex`) by this handle:
+    /// group commits, the background flusher, [`Log::sync`](crate::Log::sync), rolls and
+    /// [`Log::close`](crate::Log::close). Fsyncs of the directory and of the recovery-point
+    /// and clean-shutdown files are not counted, nor those of recovery during open.
+    pub fsyncs: u64,
+    /// Total time spent in the fsyncs counted by [`fsyncs`](Self::fsyncs).
+    pub fsync_time: Duration,
+    /// Segments closed by a roll ([`Log::roll`](crate::Log::roll) or a full active segment).
+    pub rolls: u64,
+    /// Segments deleted by retention (explicit holes not counted).
+    pub segments_deleted: u64,
+    /// Bytes of `.log` files recovery scanned during open, up to the first bad frame of each
+    /// ([`RecoveryReport::scanned_bytes`]).
+    pub recovery_scanned_bytes: u64,
+    /// Bytes of the torn tail recovery cut from the active segment during open (0 when none;
+    /// [`RecoveryReport::truncated`]).
+    pub recovery_truncated_bytes: u64,
+    /// Whether open trusted the clean-shutdown marker instead of scanning the active segment
+    /// ([`RecoveryReport::clean_shutdown`]).
+    pub recovery_clean_shutdown: bool,
+}
+
+/// The live counters behind [`LogStats`], shared by every thread of a log.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    appends: AtomicU64,
+    appended_bytes: AtomicU64,
+    append_batches: AtomicU64,
+    fsyncs: AtomicU64,
+    fsync_nanos: AtomicU64,
+    rolls: AtomicU64,
+    segments_deleted: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, by: u64) {
+    c.fetch_add(by, Ordering::Relaxed);
+}
+
+impl Counters {
+    /// One write of `records` frames taking `bytes` bytes.
+    pub(crate) fn written(&self, records: u64, bytes: u64) {
+        bump(&self.appends, records);
+        bump(&self.appended_bytes, bytes);
+    }
+
+    /// One batch written in full.
+    pub(crate) fn batch(&self) {
+        bump(&self.append_batches, 1);
+    }
+
+    /// One roll.
+    pub(crate) fn rolled(&self) {
+        bump(&self.rolls, 1);
+    }
+
+    /// One segment deleted by retention.
+    pub(crate) fn segment_deleted(&self) {
+        bump(&self.segments_deleted, 1);
+    }
+
+    /// Runs the fsync `f`, counting it and its time when it succeeds.
+    pub(crate) fn fsync(&self, f: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+        let start = Instant::now();
+        f()?;
+        let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        bump(&self.fsyncs, 1);
+        bump(&self.fsync_nanos, nanos);
+        Ok(())
+    }
+
+    /// The snapshot of these counters, with the recovery figures of `report`.
+    pub(crate) fn snapshot(&self, report: &RecoveryReport) -> LogStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        LogStats {
+            appends: get(&self.appends),
+            appended_bytes: get(&self.appended_bytes),
+            append_batches: get(&self.append_batches),
+            fsyncs: get(&self.fsyncs),
+            fsync_time: Duration::from_nanos(get(&self.fsync_nanos)),
+            rolls: get(&self.rolls),
+            segments_deleted: get(&self.segments_deleted),
+            recovery_scanned_bytes: report.scanned_bytes,
+            recovery_truncated_bytes: report.truncated.as_ref().map_or(0, |t| t.bytes_removed),
+            recovery_clean_shutdown: report.clean_shutdown,
+        }
+    }
+}
