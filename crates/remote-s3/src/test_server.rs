@@ -3,8 +3,9 @@
 //!
 //! It is [s3s-fs](https://crates.io/crates/s3s-fs) served over HTTP with SigV4 checked, plus what
 //! s3s-fs lacks for fault tests: ListMultipartUploads (the file system keeps no listing of open
-//! uploads, so the server tracks them) and a count of the parts it received. It can be stopped
-//! (the port then refuses connections and open ones are cut) and restarted on the same data.
+//! uploads, so the server tracks them), a count of the requests it received, and a delay of
+//! ListMultipartUploads. It can be stopped (the port then refuses connections and open ones are
+//! cut) and restarted on the same data.
 //!
 //! ```no_run
 //! use krabka_remote_s3::S3RemoteStorage;
@@ -19,7 +20,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -50,12 +51,32 @@ const REBIND_PAUSE: Duration = Duration::from_millis(50);
 /// Multipart uploads open on the server: upload id → key.
 type Uploads = Arc<Mutex<BTreeMap<String, String>>>;
 
+/// Requests by operation, and the delay and observation of ListMultipartUploads.
+#[derive(Debug, Default)]
+struct Probe {
+    requests: Mutex<BTreeMap<&'static str, usize>>,
+    list_delay_ms: AtomicU64,
+    parts_when_listed: AtomicUsize,
+}
+
 /// s3s-fs plus the upload tracking and the part and HeadObject counting.
 struct Tracked {
     fs: s3s_fs::FileSystem,
     uploads: Uploads,
     parts_received: Arc<AtomicUsize>,
     heads_received: Arc<AtomicUsize>,
+    probe: Arc<Probe>,
+}
+
+impl Tracked {
+    fn count(&self, operation: &'static str) {
+        let mut requests = self
+            .probe
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *requests.entry(operation).or_default() += 1;
+    }
 }
 
 fn lock(uploads: &Uploads) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
@@ -68,30 +89,35 @@ impl S3 for Tracked {
         &self,
         r: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
+        self.count("CreateBucket");
         self.fs.create_bucket(r).await
     }
     async fn head_bucket(
         &self,
         r: S3Request<HeadBucketInput>,
     ) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.count("HeadBucket");
         self.fs.head_bucket(r).await
     }
     async fn put_object(
         &self,
         r: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
+        self.count("PutObject");
         self.fs.put_object(r).await
     }
     async fn get_object(
         &self,
         r: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
+        self.count("GetObject");
         self.fs.get_object(r).await
     }
     async fn head_object(
         &self,
         r: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
+        self.count("HeadObject");
         self.heads_received.fetch_add(1, Ordering::SeqCst);
         self.fs.head_object(r).await
     }
@@ -99,24 +125,28 @@ impl S3 for Tracked {
         &self,
         r: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        self.count("DeleteObject");
         self.fs.delete_object(r).await
     }
     async fn delete_objects(
         &self,
         r: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        self.count("DeleteObjects");
         self.fs.delete_objects(r).await
     }
     async fn list_objects_v2(
         &self,
         r: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        self.count("ListObjectsV2");
         self.fs.list_objects_v2(r).await
     }
     async fn create_multipart_upload(
         &self,
         r: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        self.count("CreateMultipartUpload");
         let key = r.input.key.clone();
         let out = self.fs.create_multipart_upload(r).await?;
         if let Some(id) = &out.output.upload_id {
@@ -128,6 +158,7 @@ impl S3 for Tracked {
         &self,
         r: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
+        self.count("UploadPart");
         let out = self.fs.upload_part(r).await?;
         self.parts_received.fetch_add(1, Ordering::SeqCst);
         Ok(out)
@@ -136,6 +167,7 @@ impl S3 for Tracked {
         &self,
         r: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        self.count("CompleteMultipartUpload");
         let id = r.input.upload_id.clone();
         let out = self.fs.complete_multipart_upload(r).await?;
         lock(&self.uploads).remove(&id);
@@ -145,6 +177,7 @@ impl S3 for Tracked {
         &self,
         r: S3Request<AbortMultipartUploadInput>,
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        self.count("AbortMultipartUpload");
         let id = r.input.upload_id.clone();
         let out = self.fs.abort_multipart_upload(r).await?;
         lock(&self.uploads).remove(&id);
@@ -154,6 +187,13 @@ impl S3 for Tracked {
         &self,
         r: S3Request<ListMultipartUploadsInput>,
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        self.count("ListMultipartUploads");
+        let delay = self.probe.list_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        let parts = self.parts_received.load(Ordering::SeqCst);
+        self.probe.parts_when_listed.store(parts, Ordering::SeqCst);
         let prefix = r.input.prefix.clone().unwrap_or_default();
         let uploads = lock(&self.uploads)
             .iter()
@@ -189,6 +229,7 @@ pub struct TestServer {
     uploads: Uploads,
     parts_received: Arc<AtomicUsize>,
     heads_received: Arc<AtomicUsize>,
+    probe: Arc<Probe>,
     running: Option<Running>,
 }
 
@@ -232,6 +273,7 @@ impl TestServer {
             uploads: Arc::default(),
             parts_received: Arc::default(),
             heads_received: Arc::default(),
+            probe: Arc::default(),
             running: None,
         };
         server.run(None)?;
@@ -300,6 +342,32 @@ impl TestServer {
         self.heads_received.load(Ordering::SeqCst)
     }
 
+    /// How many requests of each operation (`"PutObject"`, `"ListMultipartUploads"`, ...) it
+    /// has received since it was first started.
+    pub fn requests_received(&self) -> BTreeMap<String, usize> {
+        let requests = self
+            .probe
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        requests
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), *v))
+            .collect()
+    }
+
+    /// Makes each ListMultipartUploads wait `delay` before it reads the open uploads.
+    pub fn set_list_uploads_delay(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.probe.list_delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// How many parts it had received (as [`parts_received`](Self::parts_received)) when the
+    /// last ListMultipartUploads read the open uploads, after its delay.
+    pub fn parts_when_last_listed(&self) -> usize {
+        self.probe.parts_when_listed.load(Ordering::SeqCst)
+    }
+
     /// Whether it is serving.
     pub fn is_running(&self) -> bool {
         self.running.is_some()
@@ -333,6 +401,7 @@ impl TestServer {
             uploads: Arc::clone(&self.uploads),
             parts_received: Arc::clone(&self.parts_received),
             heads_received: Arc::clone(&self.heads_received),
+            probe: Arc::clone(&self.probe),
         };
         let mut builder = s3s::service::S3ServiceBuilder::new(tracked);
         builder.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));

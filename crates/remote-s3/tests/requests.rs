@@ -1,10 +1,16 @@
 //! What a copy sends, against the in-process s3s-fs server: no HeadObject after uploads whose
-//! response ETag settles the check, and a default-sized 16 MiB segment in parallel parts.
+//! response ETag settles the check, a default-sized 16 MiB segment in parallel parts, the
+//! requests of one copy, and the cleanup of an earlier attempt's multipart upload kept off the
+//! copy's critical path.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
 use krabka_remote_s3::S3RemoteStorage;
+use krabka_remote_s3::test_server::TestServer;
 use krabka_remote_storage::{
     IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageManager,
     TopicIdPartition,
@@ -12,8 +18,15 @@ use krabka_remote_storage::{
 
 const MIB: usize = 1 << 20;
 
-/// Copies a `len`-byte segment with two small indexes and reads it back whole.
-fn copy_and_read(storage: &S3RemoteStorage, len: usize) {
+/// A `len`-byte segment with two small indexes, its files in the returned directory.
+fn segment(
+    len: usize,
+) -> (
+    RemoteLogSegmentMetadata,
+    LogSegmentData,
+    Vec<u8>,
+    tempfile::TempDir,
+) {
     let dir = tempfile::tempdir().unwrap();
     let log: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
     let paths = ["r.log", "r.index", "r.timeindex"].map(|n| dir.path().join(n));
@@ -26,13 +39,62 @@ fn copy_and_read(storage: &S3RemoteStorage, len: usize) {
         .segment_size_in_bytes(len as u64)
         .build()
         .unwrap();
-    let data = LogSegmentData::new(l, o, t);
-    let m = m.with_custom_metadata(storage.copy_log_segment_data(&m, &data).unwrap());
+    (m, LogSegmentData::new(l, o, t), log, dir)
+}
+
+/// Copies a `len`-byte segment with two small indexes and reads it back whole; returns the
+/// requests the copy alone sent.
+fn copy_and_read(
+    server: &TestServer,
+    storage: &S3RemoteStorage,
+    len: usize,
+) -> BTreeMap<String, usize> {
+    let (m, data, log, _dir) = segment(len);
+    let before = server.requests_received();
+    let custom = storage.copy_log_segment_data(&m, &data).unwrap();
+    let sent = since(&before, &server.requests_received());
+    let m = m.with_custom_metadata(custom);
     assert!(storage.fetch_log_segment(&m, 0, None).unwrap() == log);
     assert_eq!(
         storage.fetch_index(&m, IndexType::Offset).unwrap(),
         b"offsets"
     );
+    sent
+}
+
+/// The requests in `after` that were not yet in `before`, by operation.
+fn since(
+    before: &BTreeMap<String, usize>,
+    after: &BTreeMap<String, usize>,
+) -> BTreeMap<String, usize> {
+    after
+        .iter()
+        .map(|(op, n)| (op.clone(), n - before.get(op).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    pairs.iter().map(|(op, n)| ((*op).to_owned(), *n)).collect()
+}
+
+/// Opens a multipart upload of `key` behind the backend's back: what a copy that crashed in
+/// the middle of its multipart upload leaves.
+fn open_upload(storage: &S3RemoteStorage, key: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = storage.client();
+    let bucket = support::BUCKET;
+    rt.block_on(
+        client
+            .create_multipart_upload()
+            .bucket(bucket)
+            .key(key)
+            .send(),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -41,11 +103,61 @@ fn copies_verify_from_upload_responses_without_head_object() {
     let storage = S3RemoteStorage::new(server.config().with_prefix("req")).unwrap();
     let (heads, parts) = (server.heads_received(), server.parts_received());
     // Below the multipart threshold: PutObjects only.
-    copy_and_read(&storage, 100_000);
+    let small = copy_and_read(&server, &storage, 100_000);
     assert_eq!(server.heads_received(), heads, "HeadObject after PutObject");
     assert_eq!(server.parts_received(), parts);
+    // The `.log`, two indexes, the leader-epoch checkpoint, the manifest; one DeleteObjects of
+    // the absent optional indexes.
+    assert_eq!(small, counts(&[("DeleteObjects", 1), ("PutObject", 5)]));
     // A 16 MiB segment under the default configuration: two 8 MiB parts.
-    copy_and_read(&storage, 16 * MIB);
+    let large = copy_and_read(&server, &storage, 16 * MIB);
     assert_eq!(server.heads_received(), heads, "HeadObject after multipart");
     assert_eq!(server.parts_received(), parts + 2);
+    let expected = counts(&[
+        ("CompleteMultipartUpload", 1),
+        ("CreateMultipartUpload", 1),
+        ("DeleteObjects", 1),
+        ("ListMultipartUploads", 1),
+        ("PutObject", 4),
+        ("UploadPart", 2),
+    ]);
+    assert_eq!(large, expected);
+}
+
+#[test]
+fn recopy_after_an_interrupted_multipart_upload_aborts_it_off_the_critical_path() {
+    let server = support::start_server();
+    let config = server
+        .config()
+        .with_prefix("stale")
+        .with_multipart(5 * MIB as u64, 5 * MIB as u64);
+    let storage = S3RemoteStorage::new(config).unwrap();
+    let (m, data, log, _dir) = segment(10 * MIB + 7);
+    let key = storage.object_key(&m, None).unwrap();
+    open_upload(&storage, &key);
+    assert_eq!(server.open_uploads("").len(), 1);
+
+    // The cleanup's listing answers only after the copy's own upload is open and its parts
+    // went up: the copy did not wait for it, and it spares the copy's own upload.
+    server.set_list_uploads_delay(Duration::from_secs(2));
+    let parts = server.parts_received();
+    let m = m.with_custom_metadata(storage.copy_log_segment_data(&m, &data).unwrap());
+    assert!(
+        server.parts_when_last_listed() > parts,
+        "no part went up before ListMultipartUploads answered"
+    );
+    assert!(
+        server.open_uploads("").is_empty(),
+        "the interrupted upload was left open"
+    );
+    assert!(storage.fetch_log_segment(&m, 0, None).unwrap() == log);
+
+    // An interrupted re-copy under the same id leaves an upload: deleting the segment aborts it.
+    server.set_list_uploads_delay(Duration::ZERO);
+    open_upload(&storage, &key);
+    storage.delete_log_segment_data(&m).unwrap();
+    assert!(
+        server.open_uploads("").is_empty(),
+        "an upload was left open after delete"
+    );
 }

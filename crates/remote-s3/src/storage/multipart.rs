@@ -1,5 +1,6 @@
 //! Multipart uploads: parts read by position and hashed on the blocking pool, several in
-//! flight, the upload aborted on any error; stale uploads of earlier attempts cleaned up.
+//! flight, the upload aborted on any error; stale uploads of earlier attempts cleaned up beside
+//! it.
 
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -9,10 +10,11 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use krabka_remote_storage::RemoteStorageError;
 use md5::{Digest, Md5};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinSet;
 
 use super::S3RemoteStorage;
+use super::join::{Task, join_all};
 use super::put::{acquire, run_blocking};
 use super::verify::{Reported, hex};
 use crate::errors::{Context, Kind, from_kind, map_sdk};
@@ -35,8 +37,32 @@ impl S3RemoteStorage {
         len: u64,
         permits: &Arc<Semaphore>,
     ) -> Result<(), RemoteStorageError> {
-        self.abort_stale_uploads(key).await;
+        let (own_tx, own_rx) = oneshot::channel();
+        // The cleanup of uploads an earlier attempt left under this key runs beside the upload
+        // (no round trip before the first part), and is done before the copy returns.
+        let tasks: Vec<Task<'_, Result<(), RemoteStorageError>>> = vec![
+            Box::pin(self.upload(key, file, len, permits, own_tx)),
+            Box::pin(async move {
+                self.abort_stale_uploads(key, own_rx).await;
+                Ok(())
+            }),
+        ];
+        join_all(tasks).await.into_iter().collect()
+    }
+
+    /// The upload of [`multipart`](Self::multipart): creates it, passes its id to `own` (so
+    /// the concurrent cleanup spares it), sends the parts, completes and verifies it.
+    async fn upload(
+        &self,
+        key: &str,
+        file: Arc<std::fs::File>,
+        len: u64,
+        permits: &Arc<Semaphore>,
+        own: oneshot::Sender<String>,
+    ) -> Result<(), RemoteStorageError> {
         let upload_id = self.create_upload(key).await?;
+        // The cleanup may have finished already: then nobody listens, which is fine.
+        let _ = own.send(upload_id.clone());
         let result = async {
             let (parts, etag) = self
                 .upload_parts(key, &upload_id, file, len, permits)
@@ -161,8 +187,7 @@ impl S3RemoteStorage {
     }
 
     /// Aborts the multipart uploads open under `prefix` (every one when `exact` is `None`,
-    /// else only those of that exact key), reading at most [`MAX_UPLOAD_LIST_PAGES`] pages of
-    /// ListMultipartUploads. Returns how many it aborted.
+    /// else only those of that exact key). Returns how many it aborted.
     ///
     /// A store without ListMultipartUploads (a permanent error) is skipped: the abort on error
     /// already covers it. A retriable failure, of the listing or of an abort, is returned so the
@@ -172,7 +197,20 @@ impl S3RemoteStorage {
         prefix: &str,
         exact: Option<&str>,
     ) -> Result<usize, RemoteStorageError> {
-        let mut aborted = 0;
+        let uploads = self.list_uploads_under(prefix, exact).await?;
+        self.abort_listed(uploads).await
+    }
+
+    /// The multipart uploads open under `prefix` (only those of key `exact` when given), as
+    /// `(key, upload id)`, from at most [`MAX_UPLOAD_LIST_PAGES`] pages of
+    /// ListMultipartUploads. None when the store has no ListMultipartUploads (a permanent
+    /// error); a retriable failure is returned.
+    async fn list_uploads_under(
+        &self,
+        prefix: &str,
+        exact: Option<&str>,
+    ) -> Result<Vec<(String, String)>, RemoteStorageError> {
+        let mut found = Vec::new();
         let mut key_marker: Option<String> = None;
         let mut upload_id_marker: Option<String> = None;
         for _ in 0..MAX_UPLOAD_LIST_PAGES {
@@ -193,7 +231,7 @@ impl S3RemoteStorage {
                         return Err(err);
                     }
                     tracing::debug!(prefix, error = %err, "ListMultipartUploads unsupported; skipped");
-                    return Ok(aborted);
+                    return Ok(found);
                 }
             };
             for upload in list.uploads() {
@@ -203,34 +241,16 @@ impl S3RemoteStorage {
                 if exact.is_some_and(|e| e != key) || !key.starts_with(prefix) {
                     continue;
                 }
-                let res = self
-                    .client
-                    .abort_multipart_upload()
-                    .bucket(&self.config.bucket)
-                    .key(key)
-                    .upload_id(id)
-                    .send()
-                    .await;
-                match res {
-                    Ok(_) => aborted += 1,
-                    Err(e) => {
-                        let err = map_sdk(e, &self.cx("AbortMultipartUpload", key, None));
-                        if err.is_retriable() {
-                            return Err(err);
-                        }
-                        // NoSuchUpload: it completed or was aborted meanwhile.
-                        tracing::warn!(key, upload_id = id, error = %err, "could not abort a stale multipart upload");
-                    }
-                }
+                found.push((key.to_owned(), id.to_owned()));
             }
             if list.is_truncated() != Some(true) {
-                return Ok(aborted);
+                return Ok(found);
             }
             key_marker = list.next_key_marker().map(str::to_owned);
             upload_id_marker = list.next_upload_id_marker().map(str::to_owned);
             if key_marker.is_none() && upload_id_marker.is_none() {
                 // Truncated without a marker: a next page would repeat this one.
-                return Ok(aborted);
+                return Ok(found);
             }
         }
         tracing::warn!(
@@ -238,13 +258,60 @@ impl S3RemoteStorage {
             pages = MAX_UPLOAD_LIST_PAGES,
             "stopped listing multipart uploads after the page limit"
         );
+        Ok(found)
+    }
+
+    /// Aborts each `(key, upload id)`; returns how many it aborted. A retriable failure is
+    /// returned; any other (NoSuchUpload: completed or aborted meanwhile) is logged.
+    async fn abort_listed(
+        &self,
+        uploads: Vec<(String, String)>,
+    ) -> Result<usize, RemoteStorageError> {
+        let mut aborted = 0;
+        for (key, id) in &uploads {
+            let res = self
+                .client
+                .abort_multipart_upload()
+                .bucket(&self.config.bucket)
+                .key(key)
+                .upload_id(id)
+                .send()
+                .await;
+            match res {
+                Ok(_) => aborted += 1,
+                Err(e) => {
+                    let err = map_sdk(e, &self.cx("AbortMultipartUpload", key, None));
+                    if err.is_retriable() {
+                        return Err(err);
+                    }
+                    tracing::warn!(key, upload_id = id, error = %err, "could not abort a stale multipart upload");
+                }
+            }
+        }
         Ok(aborted)
     }
 
     /// Aborts uploads a failed earlier attempt left under exactly `key`, best effort: a copy
     /// goes ahead even when this fails (a later delete of the segment retries the cleanup).
-    async fn abort_stale_uploads(&self, key: &str) {
-        if let Err(e) = self.abort_uploads_under(key, Some(key)).await {
+    ///
+    /// Runs while the copy's own upload starts: it lists first, then waits for that upload's
+    /// id from `own` and never aborts it. Every other upload the listing saw was initiated
+    /// before this copy's (a copy of one segment id runs once at a time).
+    async fn abort_stale_uploads(&self, key: &str, own: oneshot::Receiver<String>) {
+        let listed = self.list_uploads_under(key, Some(key)).await;
+        // No id when CreateMultipartUpload failed: every upload listed is then stale.
+        let own = own.await.ok();
+        let result = match listed {
+            Ok(uploads) => {
+                let stale = uploads
+                    .into_iter()
+                    .filter(|(_, id)| own.as_deref() != Some(id.as_str()))
+                    .collect();
+                self.abort_listed(stale).await.map(drop)
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
             tracing::warn!(key, error = %e, "could not clean up stale multipart uploads");
         }
     }
