@@ -46,7 +46,9 @@ use std::time::Duration;
 
 use krabka_protocol::Message;
 
-pub use crate::log::{LOCK_RETRY_FOR, Log, LogStats, create_and_lock, try_lock_exclusive};
+pub use crate::log::{
+    FsyncObserver, LOCK_RETRY_FOR, Log, LogStats, create_and_lock, try_lock_exclusive,
+};
 pub use crate::recovery::read_recovery_point;
 
 /// Default [`Options::max_bytes`]: 64 MiB per segment.

@@ -104,6 +104,9 @@ pub const LOCAL_LOG_FSYNCS: &str = "krabka_local_log_fsyncs_total";
 pub const LOCAL_LOG_FSYNC_NANOSECONDS: &str = "krabka_local_log_fsync_nanoseconds_total";
 /// Segments the local log rolled since it was opened (counter).
 pub const LOCAL_LOG_ROLLS: &str = "krabka_local_log_rolls_total";
+/// Histogram: seconds of each local log segment fsync (group commit, flusher, `sync`, roll,
+/// close), per partition; recorded as the fsync returns, for logs a `TieredLog` owns.
+pub const LOCAL_LOG_FSYNC_SECONDS: &str = "krabka_local_log_fsync_seconds";
 /// Local segments deleted by retention since the log was opened (counter).
 pub const LOCAL_LOG_SEGMENTS_DELETED: &str = "krabka_local_log_segments_deleted_total";
 /// Bytes of `.log` files the local log's recovery scanned when it was opened (gauge).
@@ -155,6 +158,7 @@ pub const ALL: &[&str] = &[
     LOCAL_LOG_FSYNCS,
     LOCAL_LOG_FSYNC_NANOSECONDS,
     LOCAL_LOG_ROLLS,
+    LOCAL_LOG_FSYNC_SECONDS,
     LOCAL_LOG_SEGMENTS_DELETED,
     LOCAL_LOG_RECOVERY_SCANNED_BYTES,
     LOCAL_LOG_RECOVERY_TRUNCATED_BYTES,
@@ -213,6 +217,7 @@ fn help(name: &str) -> &'static str {
         READER_QUEUE_SIZE => "reads running or waiting in the remote reader pool",
         _ if name.contains("_cache_") => "shared remote read cache",
         LOCAL_LOG_FSYNC_NANOSECONDS => "time in local log segment fsyncs",
+        LOCAL_LOG_FSYNC_SECONDS => "local log segment fsync latency",
         _ if name.starts_with("krabka_local_log_recovery_") => "local log recovery at open",
         _ if name.starts_with("krabka_local_") => "local log",
         _ => "remote tier calls",

@@ -31,7 +31,7 @@ pub(crate) use self::open::load_indexes;
 pub use self::open::{LOCK_RETRY_FOR, create_and_lock, try_lock_exclusive};
 use self::read::FdCache;
 use self::stats::Counters;
-pub use self::stats::LogStats;
+pub use self::stats::{FsyncObserver, LogStats};
 use self::sync::{Flusher, SyncState};
 use crate::bufs::ReadBufs;
 use crate::fault::FaultInjector;
@@ -272,6 +272,29 @@ impl Log {
     /// retention deletes) and of what open's recovery found. Cheap: a few atomic loads.
     pub fn stats(&self) -> LogStats {
         self.inner.counters.snapshot(&self.inner.report)
+    }
+
+    /// Installs a function told the duration of every fsync of a segment file this handle
+    /// makes (the fsyncs [`LogStats::fsyncs`] counts), e.g. to record a latency histogram.
+    /// One observer per log: returns `false`, and drops `observer`, when one is installed.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use krabka_storage::{Log, Options, SyncPolicy};
+    /// # let dir = tempfile::tempdir()?;
+    /// let log = Log::open(dir.path(), Options { sync: SyncPolicy::EveryAppend, ..Options::default() })?;
+    /// let seen = Arc::new(AtomicU64::new(0));
+    /// let counter = seen.clone();
+    /// assert!(log.set_fsync_observer(Box::new(move |_took| {
+    ///     counter.fetch_add(1, Ordering::Relaxed);
+    /// })));
+    /// log.append(&krabka_protocol::Message::new("a"))?;
+    /// assert_eq!(seen.load(Ordering::Relaxed), log.stats().fsyncs);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_fsync_observer(&self, observer: FsyncObserver) -> bool {
+        self.inner.counters.observe_fsyncs(observer)
     }
 
     /// The directory holding the log.

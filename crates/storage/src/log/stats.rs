@@ -2,6 +2,7 @@
 //! [`LogStats`]. Plain relaxed atomics: no lock is taken to count.
 
 use std::io;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -44,8 +45,13 @@ pub struct LogStats {
     pub recovery_clean_shutdown: bool,
 }
 
+/// A function told the duration of every fsync [`LogStats::fsyncs`] counts
+/// ([`Log::set_fsync_observer`](crate::Log::set_fsync_observer)), e.g. to feed a latency
+/// histogram. It runs on the thread that made the fsync, so it must be cheap.
+pub type FsyncObserver = Box<dyn Fn(Duration) + Send + Sync>;
+
 /// The live counters behind [`LogStats`], shared by every thread of a log.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Counters {
     appends: AtomicU64,
     appended_bytes: AtomicU64,
@@ -54,6 +60,17 @@ pub(crate) struct Counters {
     fsync_nanos: AtomicU64,
     rolls: AtomicU64,
     segments_deleted: AtomicU64,
+    fsync_observer: OnceLock<FsyncObserver>,
+}
+
+impl std::fmt::Debug for Counters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Counters")
+            .field("appends", &self.appends)
+            .field("fsyncs", &self.fsyncs)
+            .field("fsync_observer", &self.fsync_observer.get().is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 fn bump(c: &AtomicU64, by: u64) {
@@ -86,10 +103,19 @@ impl Counters {
     pub(crate) fn fsync(&self, f: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
         let start = Instant::now();
         f()?;
-        let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let elapsed = start.elapsed();
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         bump(&self.fsyncs, 1);
         bump(&self.fsync_nanos, nanos);
+        if let Some(observe) = self.fsync_observer.get() {
+            observe(elapsed);
+        }
         Ok(())
+    }
+
+    /// Installs `observer` unless one is installed; whether it was.
+    pub(crate) fn observe_fsyncs(&self, observer: FsyncObserver) -> bool {
+        self.fsync_observer.set(observer).is_ok()
     }
 
     /// The snapshot of these counters, with the recovery figures of `report`.

@@ -75,6 +75,12 @@ impl TieredLog {
             abandoned_tasks: Mutex::new(Vec::new()),
         };
         this.join_remote()?;
+        // Fsync latency of the local log as a histogram. A log that came with an observer of
+        // its own keeps it (`set_fsync_observer` then returns false).
+        let tp = this.tp.clone();
+        this.log.set_fsync_observer(Box::new(move |took| {
+            crate::metrics::time(crate::metrics::LOCAL_LOG_FSYNC_SECONDS, &tp, took);
+        }));
         Ok(this)
     }
 
