@@ -151,8 +151,10 @@ impl TieredLog {
             }
             let this = self.clone();
             let deadline = self.config.copy_deadline;
+            // Taken here, in plan order: the copies below may begin in any order.
+            let at = self.next_copy_time();
             copies.spawn(async move {
-                let result = this.copy_with_deadline(seg, deadline, None).await;
+                let result = this.copy_with_deadline(seg, at, deadline, None).await;
                 drop(permit);
                 result
             });
@@ -179,18 +181,20 @@ impl TieredLog {
         Ok(report)
     }
 
-    /// One copy attempt on the blocking pool, abandoned (and cleaned up once its call
-    /// returns, so no orphan remains) when it runs past `deadline` or when `cancel` turns
-    /// true.
+    /// One copy attempt on the blocking pool, with event time `at`
+    /// ([`next_copy_time`](Self::next_copy_time), taken in plan order), abandoned (and
+    /// cleaned up once its call returns, so no orphan remains) when it runs past `deadline`
+    /// or when `cancel` turns true.
     pub(crate) async fn copy_with_deadline(
         self: &Arc<Self>,
         seg: SegmentInfo,
+        at: i64,
         deadline: Duration,
         cancel: Option<watch::Receiver<bool>>,
     ) -> Result<u64, Error> {
         let this = self.clone();
         let seg_for_begin = seg.clone();
-        let meta = blocking(move || this.begin_copy(&seg_for_begin))
+        let meta = blocking(move || this.begin_copy(&seg_for_begin, at))
             .await
             .inspect_err(|_| bump(&self.counters.copy_failures, 1))?;
         let this = self.clone();

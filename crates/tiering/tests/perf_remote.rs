@@ -413,3 +413,56 @@ fn a_failed_upload_discards_the_concurrent_copies_after_it() {
     );
     assert_eq!(read_all_and_check(&b.log, 1), b.log.last_seq());
 }
+
+/// Recovery from manifests alone replays copies by their event time (ties by seq), and a copy
+/// overlapping earlier ones starts a newer history. So copies that run at once must carry
+/// times in seq order: were a later segment of the new history copied first, the segment before
+/// it (overlapping the old history) would be taken for an even newer history and supersede it.
+/// Two histories under one topic id, the newer copied 8 at a time: recovery takes the newer
+/// one whole.
+#[test]
+fn a_recovery_after_concurrent_copies_takes_every_segment_of_the_newer_history() {
+    let s = Setup::new();
+    let incarnation = |dir: &std::path::Path, records: u64| {
+        let config = TieringConfig {
+            copy_concurrency: 8,
+            ..keep_nothing_locally()
+        };
+        let rlmm = Arc::new(InMemoryRemoteLogMetadataManager::new());
+        let log =
+            TieredLog::open(dir, options(1024), s.fs.clone(), rlmm.clone(), tp(), config).unwrap();
+        append(&log, records);
+        let report = log.run_once().unwrap();
+        assert!(report.failures.is_empty(), "{:?}", report.failures);
+        log.close().unwrap();
+        finished(rlmm.as_ref())
+    };
+    let old = incarnation(&s.dir.path().join("old"), 900);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let new = incarnation(&s.dir.path().join("new"), 600);
+    assert!(
+        new.len() >= 20 && old.len() > new.len(),
+        "{} {}",
+        new.len(),
+        old.len()
+    );
+    let end = new.last().map(|m| m.end_offset());
+    let work = tempfile::tempdir().unwrap();
+    let rlmm =
+        krabka_tiering::metadata::DurableRemoteLogMetadataManager::open(work.path().join("meta"))
+            .unwrap();
+    let report = krabka_tiering::recovery::recover(
+        s.fs.as_ref(),
+        &tp(),
+        &rlmm,
+        &krabka_tiering::recovery::RecoveryOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(report.seq_range, end.map(|e| 1..=e), "{:?}", report.ignored);
+    assert_eq!(report.segments, new.len());
+    assert_eq!(
+        report.ignored.len(),
+        old.len(),
+        "only the old history is ignored"
+    );
+}

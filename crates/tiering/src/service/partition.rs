@@ -241,9 +241,11 @@ impl Partition {
         let (base, last) = (seg.base_seq, seg.last_seq);
         let cancel = Some(shared.cancel.subscribe());
         let started = Instant::now();
+        // One copy per turn, in seq order: the time is taken in plan order too.
+        let at = self.log.next_copy_time();
         let result = self
             .log
-            .copy_with_deadline(seg, shared.config.copy_deadline, cancel)
+            .copy_with_deadline(seg, at, shared.config.copy_deadline, cancel)
             .instrument(span)
             .await;
         if let Ok(bytes) = result {

@@ -97,7 +97,9 @@ impl TieredLog {
                 {
                     let Some(seg) = plan.next() else { break };
                     let halt = &halt;
-                    pending.push_back(scope.spawn(move || self.check_and_copy(&seg, halt)));
+                    // Taken here, in plan order, not on the copy's thread.
+                    let at = self.next_copy_time();
+                    pending.push_back(scope.spawn(move || self.check_and_copy(&seg, at, halt)));
                 }
                 let Some(copy) = pending.pop_front() else {
                     break;
@@ -123,7 +125,7 @@ impl TieredLog {
     /// One copy's thread: checks `seg` ([`check_before_copy`](Self::check_before_copy)'s
     /// check), then records its attempt and uploads it, unless an older segment of the round
     /// failed first (`halt`).
-    fn check_and_copy(&self, seg: &SegmentInfo, halt: &AtomicU64) -> Outcome {
+    fn check_and_copy(&self, seg: &SegmentInfo, at: i64, halt: &AtomicU64) -> Outcome {
         let older_failed = || halt.load(Ordering::Acquire) < seg.base_seq;
         if older_failed() {
             return Outcome::Skipped;
@@ -137,7 +139,7 @@ impl TieredLog {
         if older_failed() {
             return Outcome::Skipped;
         }
-        let outcome = match self.start_and_upload(seg) {
+        let outcome = match self.start_and_upload(seg, at) {
             Ok(attempt) => Outcome::Uploaded(attempt),
             Err(failed) => Outcome::Failed(failed),
         };
@@ -206,8 +208,8 @@ impl TieredLog {
 
     /// Records a new attempt for `seg` and uploads it; on failure the attempt (when it was
     /// recorded) comes back with the error.
-    fn start_and_upload(&self, seg: &SegmentInfo) -> Result<Attempt, Failed> {
-        let meta = self.begin_copy(seg).map_err(|e| Box::new((None, e)))?;
+    fn start_and_upload(&self, seg: &SegmentInfo, at: i64) -> Result<Attempt, Failed> {
+        let meta = self.begin_copy(seg, at).map_err(|e| Box::new((None, e)))?;
         match self.upload(&meta, seg) {
             Ok(custom) => Ok((meta, custom)),
             Err(e) => Err(Box::new((Some(meta), e))),
@@ -315,7 +317,22 @@ impl TieredLog {
     }
 
     /// Records a new attempt (CopySegmentStarted) for `seg` under a fresh id.
-    pub(crate) fn begin_copy(&self, seg: &SegmentInfo) -> Result<RemoteLogSegmentMetadata, Error> {
+    /// The event time for the next copy attempt: now, or the previous attempt's time when the
+    /// clock is behind it. Call it in plan (seq) order and hand the time to
+    /// [`begin_copy`](Self::begin_copy): recovery orders copies by this time (ties by seq), so
+    /// a younger segment's attempt must never carry an earlier time than an older one's.
+    pub(crate) fn next_copy_time(&self) -> i64 {
+        let now = krabka_remote_storage::now_ms();
+        self.copy_clock.fetch_max(now, Ordering::AcqRel).max(now)
+    }
+
+    /// Records a new attempt for `seg` (CopySegmentStarted) with event time `at`
+    /// ([`next_copy_time`](Self::next_copy_time), taken in plan order).
+    pub(crate) fn begin_copy(
+        &self,
+        seg: &SegmentInfo,
+        at: i64,
+    ) -> Result<RemoteLogSegmentMetadata, Error> {
         let id = RemoteLogSegmentId::generate(self.tp.clone());
         let epochs = policy::segment_leader_epochs(&self.epochs.lock(), seg.base_seq, seg.last_seq);
         let meta = RemoteLogSegmentMetadata::builder(id.clone(), seg.base_seq, seg.last_seq)
@@ -323,6 +340,7 @@ impl TieredLog {
             .broker_id(self.config.broker_id)
             .segment_leader_epochs(epochs)
             .segment_size_in_bytes(seg.size)
+            .event_timestamp_ms(at)
             .build()
             .map_err(|e| Error::metadata("add", Some(&id), e))?;
         self.rlmm

@@ -62,6 +62,10 @@ pub struct TieredLog {
     /// Readers' positions and the threads fetching ahead of sequential ones.
     pub(crate) readahead: readahead::ReadAhead,
     round_running: AtomicBool,
+    /// The event time of the newest copy attempt begun: attempts get non-decreasing times in
+    /// the order their segments were planned, whatever order their threads run in, so a
+    /// recovery from manifests alone replays one incarnation's copies in seq order.
+    copy_clock: std::sync::atomic::AtomicI64,
     /// First seq of the damaged local segment or uncovered hole the latest round stopped
     /// copying at ([`NOT_BLOCKED`]: none). Whole-log and local retention never pass it.
     blocked_at: AtomicU64,

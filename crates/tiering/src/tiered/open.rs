@@ -70,6 +70,7 @@ impl TieredLog {
             counters: Counters::default(),
             readahead: Default::default(),
             round_running: AtomicBool::new(false),
+            copy_clock: std::sync::atomic::AtomicI64::new(0),
             blocked_at: AtomicU64::new(NOT_BLOCKED),
             abandoned: Mutex::new(HashSet::new()),
             abandoned_tasks: Mutex::new(Vec::new()),
