@@ -218,11 +218,35 @@ pub(crate) fn is_fd_exhaustion(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(EMFILE | ENFILE))
 }
 
+/// The limit the last successful [`open_files_limit`] read (0: none yet).
+static LAST_OPEN_FILES_LIMIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The process's soft `RLIMIT_NOFILE`, read from `/proc/self/limits` (Linux); `None` elsewhere.
+/// Reading it takes a descriptor, so when the process has none left the value read last is
+/// returned (every [`TieredLog`](crate::TieredLog) and
+/// [`TieringService`](crate::TieringService) reads it once when it is created).
 pub fn open_files_limit() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
+    use std::sync::atomic::Ordering;
+    let read = || -> Option<u64> {
+        let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+        let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+        line.split_whitespace().nth(3)?.parse().ok()
+    };
+    match read() {
+        Some(limit) => {
+            LAST_OPEN_FILES_LIMIT.store(limit, Ordering::Relaxed);
+            Some(limit)
+        }
+        None => Some(LAST_OPEN_FILES_LIMIT.load(Ordering::Relaxed)).filter(|&l| l != 0),
+    }
+}
+
+/// Reads the descriptor limit once, while descriptors are still to be had, so that an error
+/// when they run out can name it.
+pub(crate) fn note_open_files_limit() {
+    if LAST_OPEN_FILES_LIMIT.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        let _ = open_files_limit();
+    }
 }
 
 fn at_byte(position: Option<u64>) -> String {

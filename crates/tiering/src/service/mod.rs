@@ -100,6 +100,7 @@ impl TieringService {
     /// cannot start (for example, no thread could be spawned).
     pub fn new(config: ServiceConfig) -> Result<Self, Error> {
         config.validate()?;
+        crate::error::note_open_files_limit();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.worker_threads)
             .max_blocking_threads(

@@ -54,6 +54,7 @@ impl TieredLog {
         config: TieringConfig,
     ) -> Result<Self, Error> {
         validate_all(log.options(), &topic_id_partition, &config)?;
+        crate::error::note_open_files_limit();
         let log_start = checkpoint::read(log.dir())?;
         validate_log_start(&log, rlmm.as_ref(), &topic_id_partition, log_start)?;
         let this = Self {
@@ -126,6 +127,7 @@ impl TieredLog {
     ) -> Result<Self, Error> {
         let dir = dir.as_ref();
         validate_all(&options, &topic_id_partition, &config)?;
+        crate::error::note_open_files_limit();
         let log = Log::open(dir, options)
             .map_err(|e| Error::storage(format!("opening {}", dir.display()), e))?;
         Self::new(log, rsm, rlmm, topic_id_partition, config)
