@@ -70,11 +70,13 @@ pub const LOCK_FILE_NAME: &str = ".lock";
 pub const RECOVERY_POINT_FILE_NAME: &str = "recovery-point";
 
 /// Name of the file in which [`Log::close`] records durably that the log was shut down
-/// cleanly, with the exact length, last seq and file identity of its active segment: the next
-/// [`Log::open`] then loads the active segment from index files written at close instead of
-/// scanning it ([`RecoveryReport::clean_shutdown`]). Open trusts it only when it is intact and
-/// describes the segment file exactly as it is (a damaged or stale marker means a scan, never an
-/// error), never under [`RecoveryMode::Repair`]; the first append, roll or
+/// cleanly, with the exact length, last seq and file identity of its active segment and the
+/// seqs, lengths and largest timestamps of every closed one: the next [`Log::open`] then builds
+/// the log from it, scanning nothing and reading no index file (each segment's index entries load
+/// at first use, and are rebuilt by a scan when they do not describe what the marker recorded)
+/// ([`RecoveryReport::clean_shutdown`]). Open trusts it only when it is intact and describes the
+/// segment files exactly as they are (a damaged or stale marker means the full recovery, never
+/// an error), never under [`RecoveryMode::Repair`]; the first append, roll or
 /// [`Log::start_at`] after open removes it before writing.
 pub const CLEAN_SHUTDOWN_FILE_NAME: &str = "clean-shutdown";
 

@@ -1,6 +1,7 @@
-//! The clean-shutdown marker: an open after `Log::close` loads the active segment without a
-//! scan, and only then — a stale, damaged or mismatching marker, a repair, or a crash after an
-//! append always means a scan, and never an error of its own.
+//! The clean-shutdown marker: an open after `Log::close` builds the log from the marker without
+//! a scan or an index read (index entries load at first use), and only then — a stale, damaged
+//! or mismatching marker, a repair, or a crash after an append always means the full recovery,
+//! and never an error of its own.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::fs;
@@ -205,23 +206,100 @@ fn a_damaged_marker_is_ignored_not_trusted_and_not_fatal() {
 }
 
 #[test]
-fn a_marker_whose_index_files_are_gone_or_damaged_means_a_scan() {
+fn index_files_gone_or_damaged_after_a_clean_close_are_rebuilt_by_a_scan_at_first_use() {
     let dir = tempfile::tempdir().unwrap();
-    closed_log(dir.path(), 60);
-    let active = open(dir.path()).segments().pop().unwrap();
+    closed_log(dir.path(), 200);
+    let segs = open(dir.path()).segments();
+    assert!(segs.len() >= 3, "closed segments too: {segs:?}");
+    let (first, active) = (&segs[0], &segs[segs.len() - 1]);
     let saved = fs::read(&active.index_path).unwrap();
+    // Open reads no index file: it trusts the marker; reads rebuild the entries by a scan.
     fs::remove_file(&active.index_path).unwrap();
+    fs::remove_file(&first.time_index_path).unwrap();
     let log = open(dir.path());
-    assert!(!log.recovery_report().clean_shutdown);
-    check_all(&log, 60);
-    log.close().unwrap();
+    assert!(log.recovery_report().clean_shutdown);
+    assert_eq!(log.recovery_report().scanned_bytes, 0);
+    check_all(&log, 200);
+    assert_eq!(log.seq_for_timestamp(3).unwrap(), Some(1));
+    drop(log);
+    // Damaged the other way round; the first append loads the active entries before it
+    // removes the active segment's index files.
     let mut bad = saved;
     let at = bad.len() / 2;
     bad[at] ^= 1;
     fs::write(&active.index_path, bad).unwrap();
+    let mut bad = fs::read(&first.index_path).unwrap();
+    let at = bad.len() - 9;
+    bad[at] ^= 1;
+    fs::write(&first.index_path, bad).unwrap();
     let log = open(dir.path());
-    assert!(!log.recovery_report().clean_shutdown);
-    check_all(&log, 60);
+    assert!(log.recovery_report().clean_shutdown);
+    fill(&log, 40);
+    check_all(&log, 240);
+    log.close().unwrap();
+    let log = open(dir.path());
+    check_all(&log, 240);
+}
+
+#[test]
+fn a_closed_segment_cut_or_grown_after_a_clean_close_means_the_full_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_log(dir.path(), 200);
+    let segs = open(dir.path()).segments();
+    let second = &segs[1];
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(&second.log_path)
+        .unwrap();
+    f.set_len(second.size - 3).unwrap();
+    // Both are found at open, naming the file, as without a marker.
+    for len in [second.size - 3, second.size + 5] {
+        f.set_len(len).unwrap();
+        let err = Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)).unwrap_err();
+        assert!(
+            matches!(&err, Error::Damaged { path, .. } if *path == second.log_path),
+            "{len}: {err}"
+        );
+    }
+}
+
+#[test]
+fn an_active_segment_changed_behind_a_preserved_modification_time_fails_the_first_write() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_log(dir.path(), 200);
+    let active = open(dir.path()).segments().pop().unwrap();
+    let mtime = fs::metadata(&active.log_path).unwrap().modified().unwrap();
+    let mut bytes = fs::read(&active.log_path).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(&active.log_path)
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &bytes, 0).unwrap();
+    f.set_modified(mtime).unwrap();
+    drop(f);
+    fs::remove_file(&active.index_path).unwrap();
+    let log = open(dir.path());
+    assert!(
+        log.recovery_report().clean_shutdown,
+        "the marker cannot tell"
+    );
+    // The entries must be rebuilt by a scan, which finds the damage: the write is refused
+    // naming the file, and the marker is removed so that the next open scans.
+    let err = log.append(&msg(201)).unwrap_err();
+    assert!(
+        matches!(&err, Error::Damaged { path, .. } if *path == active.log_path),
+        "{err}"
+    );
+    assert!(!marker(dir.path()).exists());
+    assert_eq!(fs::metadata(&active.log_path).unwrap().len(), active.size);
+    drop(log);
+    let err = Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)).unwrap_err();
+    assert!(
+        matches!(err, Error::Damaged { .. } | Error::TornTail { .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -263,4 +341,54 @@ fn a_failed_invalidation_poisons_before_writing() {
     drop(log);
     let log = open(dir.path());
     check_all(&log, 20);
+}
+
+#[test]
+fn lazy_index_loads_race_appends_and_retention_without_a_wrong_record() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_log(dir.path(), 400);
+    let log = std::sync::Arc::new(open(dir.path()));
+    assert!(log.recovery_report().clean_shutdown);
+    assert!(log.segments().len() > 5);
+    let readers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let log = std::sync::Arc::clone(&log);
+            std::thread::spawn(move || {
+                let mut rng = fastrand::Rng::with_seed(t);
+                for _ in 0..2000 {
+                    let seq = rng.u64(1..=400);
+                    match log.read(seq, 3) {
+                        Ok(recs) => {
+                            for r in recs {
+                                assert_eq!(r.message, msg(r.seq), "seq {}", r.seq);
+                            }
+                        }
+                        Err(Error::OutOfRange { .. }) => {}
+                        Err(e) => panic!("read {seq}: {e}"),
+                    }
+                    let ts = seq as i64 * 3;
+                    match log.seq_for_timestamp(ts) {
+                        Ok(Some(found)) => {
+                            assert!(found == seq || (found > seq && seq < log.first_seq()));
+                        }
+                        Ok(None) => panic!("no seq for timestamp {ts}"),
+                        Err(e) => panic!("timestamp {ts}: {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    fill(&log, 100);
+    log.delete_before(150).unwrap();
+    fill(&log, 100);
+    for r in readers {
+        r.join().unwrap();
+    }
+    let first = log.first_seq();
+    assert!(first > 1 && first <= 150);
+    let recs = log.read(first, usize::MAX).unwrap();
+    assert_eq!(recs.len() as u64, 600 - first + 1);
+    for r in recs {
+        assert_eq!(r.message, msg(r.seq));
+    }
 }

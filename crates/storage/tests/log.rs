@@ -520,6 +520,25 @@ fn deleted_or_damaged_index_files_are_rebuilt_by_scanning() {
     let n = idx.len();
     idx[n / 2] ^= 0x80;
     fs::write(&segs[2].index_path, idx).unwrap();
+    let damaged: Vec<Vec<u8>> = segs[..3]
+        .iter()
+        .map(|s| fs::read(&s.index_path).unwrap_or_default())
+        .collect();
+    // After the clean close, open reads no index file; the first reads rebuild them.
+    let log = Log::open(dir.path(), opts(1000)).unwrap();
+    assert!(log.recovery_report().clean_shutdown);
+    check_all(&log);
+    for (s, orig) in segs[..3].iter().zip(&originals) {
+        assert_eq!(&fs::read(&s.index_path).unwrap(), orig);
+        assert!(s.time_index_path.exists());
+    }
+    drop(log);
+    // Without the marker (a crash), open rebuilds them and says so.
+    for (s, bytes) in segs[..3].iter().zip(&damaged) {
+        fs::write(&s.index_path, bytes).unwrap();
+    }
+    fs::remove_file(&segs[1].time_index_path).unwrap();
+    fs::remove_file(dir.path().join(krabka_storage::CLEAN_SHUTDOWN_FILE_NAME)).unwrap();
     let log = Log::open(dir.path(), opts(1000)).unwrap();
     let report = log.recovery_report();
     assert_eq!(report.rebuilt_indexes.len(), 3, "{report:?}");

@@ -64,9 +64,20 @@ impl IndexBuilder {
     /// bytes and timestamps since its last entry accounted for.
     pub(crate) fn resume(interval: u64, idx: &OffsetIndex) -> Self {
         let last_pos = idx.entries.last().map(|&(_, pos)| pos);
+        Self::resume_at(interval, last_pos, idx.log_size, idx.max_timestamp)
+    }
+
+    /// A builder for a segment of `log_size` bytes whose last index entry is at `last_pos`
+    /// and whose largest timestamp is `max_ts`.
+    pub(crate) fn resume_at(
+        interval: u64,
+        last_pos: Option<u64>,
+        log_size: u64,
+        max_ts: i64,
+    ) -> Self {
         Self {
-            since: last_pos.map_or(0, |pos| idx.log_size.saturating_sub(pos)),
-            max_ts: idx.max_timestamp,
+            since: last_pos.map_or(0, |pos| log_size.saturating_sub(pos)),
+            max_ts,
             started: last_pos.is_some(),
             ..Self::new(interval)
         }

@@ -334,18 +334,19 @@ pub(crate) fn write_indexes(
     faults: &FaultInjector,
     counters: Option<&Counters>,
 ) -> Result<u64, Error> {
+    let (offsets, times) = seg.all_entries()?;
     let idx = OffsetIndex {
         base_seq: seg.base_seq,
         last_seq: seg.last_seq,
         log_size: seg.size,
         max_timestamp: seg.max_timestamp,
-        entries: seg.offsets.clone(),
+        entries: offsets,
     }
     .encode();
     let tidx = TimeIndex {
         base_seq: seg.base_seq,
         max_timestamp: seg.max_timestamp,
-        entries: seg.times.clone(),
+        entries: times,
     }
     .encode();
     write_file(&seg.file.index_path, &idx, sync, faults, counters)?;

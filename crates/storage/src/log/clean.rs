@@ -7,7 +7,9 @@ use crate::Error;
 use crate::fault::Op;
 use crate::fsutil::{self, IoResultExt};
 use crate::log::write_indexes;
-use crate::recovery::{CleanShutdown, remove_clean_shutdown, stamp, write_clean_shutdown};
+use crate::recovery::{
+    CleanShutdown, ClosedSegment, remove_clean_shutdown, stamp, write_clean_shutdown,
+};
 
 impl Inner {
     /// The last step of a clean close, under the append lock, once every record is synced and
@@ -35,7 +37,26 @@ impl Inner {
             .and_then(|()| self.counters.fsync(|| ap.file.sync_all()))
             .at(path)?;
         let meta = ap.file.metadata().at(path)?;
-        let marker = CleanShutdown::describe(seg.base_seq, seg.last_seq, &meta);
+        let (offsets, _) = seg.all_entries()?;
+        let n = st.segs.len();
+        let marker = CleanShutdown {
+            max_timestamp: seg.max_timestamp,
+            last_index_pos: offsets.last().map(|&(_, pos)| pos),
+            closed: st
+                .segs
+                .iter()
+                .take(n.saturating_sub(1))
+                .filter(|s| s.hole.is_none())
+                .map(|s| ClosedSegment {
+                    base_seq: s.base_seq,
+                    last_seq: s.last_seq,
+                    size: s.size,
+                    max_timestamp: s.max_timestamp,
+                    index_bytes: s.index_bytes,
+                })
+                .collect(),
+            ..CleanShutdown::describe(seg.base_seq, seg.last_seq, &meta)
+        };
         self.faults.check(Op::Fsync).at(&self.dir)?;
         write_clean_shutdown(&self.dir, &marker)
     }
@@ -49,6 +70,25 @@ impl Inner {
     pub(super) fn invalidate_clean_shutdown(&self, ap: &mut Appender) -> Result<(), Error> {
         if !ap.leftovers {
             return Ok(());
+        }
+        if ap.clean_marker {
+            // The active segment's entries on disk are about to go: load them now.
+            // (Loaded outside the state lock first, so readers do not wait for the file reads.)
+            let lazy = self.state.read().active().and_then(|s| s.lazy.clone());
+            let materialized = lazy.map_or(Ok(()), |l| l.load().map(drop)).and_then(|()| {
+                self.state
+                    .write()
+                    .segs
+                    .last_mut()
+                    .map_or(Ok(()), |seg| seg.materialize())
+            });
+            if let Err(e) = materialized {
+                // The segment no longer holds what the marker says: remove the marker, so
+                // that the next open runs a full recovery, and refuse writes until then.
+                let _ = remove_clean_shutdown(&self.dir).and_then(|()| self.fsync_dir());
+                self.poison();
+                return Err(e);
+            }
         }
         let removed = remove_clean_shutdown(&self.dir).and_then(|()| {
             for path in [&ap.active.index_path, &ap.active.time_index_path] {

@@ -9,6 +9,7 @@
 
 mod append;
 mod clean;
+mod lazy;
 mod open;
 mod read;
 mod retention;
@@ -27,6 +28,8 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use self::append::Appender;
 pub(crate) use self::append::write_indexes;
+pub(crate) use self::lazy::LazyIndex;
+use self::lazy::{offset_floor, timestamp_floor};
 pub(crate) use self::open::load_indexes;
 pub use self::open::{LOCK_RETRY_FOR, create_and_lock, try_lock_exclusive};
 use self::read::FdCache;
@@ -35,6 +38,7 @@ pub use self::stats::{FsyncObserver, LogStats};
 use self::sync::{Flusher, SyncState};
 use crate::bufs::ReadBufs;
 use crate::fault::FaultInjector;
+use crate::index::{OffsetEntries, TimeEntries};
 use crate::segment::segment_paths;
 use crate::{Error, Options, Record, RecoveryReport, SegmentInfo, SyncPolicy};
 
@@ -61,6 +65,9 @@ pub(crate) struct Seg {
     /// Bytes of published frames.
     pub(crate) size: u64,
     pub(crate) max_timestamp: i64,
+    /// Index entries on disk that are loaded at first use (after an open that trusted the
+    /// clean-shutdown marker); `offsets` and `times` follow them.
+    pub(crate) lazy: Option<Arc<LazyIndex>>,
     pub(crate) offsets: Vec<(u64, u64)>,
     pub(crate) times: Vec<(i64, u64)>,
     /// Bytes of its index files on disk (0 for the active segment).
@@ -79,11 +86,83 @@ impl Seg {
             last_seq: base - 1,
             size: 0,
             max_timestamp: i64::MIN,
+            lazy: None,
             offsets: Vec::new(),
             times: Vec::new(),
             index_bytes: 0,
             hole: None,
         }
+    }
+
+    /// The last index entry with a seq `<= seq`; `Err` with the lazy index to load first when
+    /// the answer may be in entries not loaded yet.
+    pub(crate) fn offset_floor(&self, seq: u64) -> Result<Option<(u64, u64)>, Arc<LazyIndex>> {
+        match &self.lazy {
+            None => Ok(offset_floor(&[], &self.offsets, seq)),
+            Some(lazy) => match lazy.get() {
+                Some(e) => Ok(offset_floor(&e.offsets, &self.offsets, seq)),
+                None if self.offsets.first().is_some_and(|&(s, _)| s <= seq) => {
+                    Ok(offset_floor(&[], &self.offsets, seq))
+                }
+                None => Err(Arc::clone(lazy)),
+            },
+        }
+    }
+
+    /// The seq to scan from for the first record with a timestamp `>= ts` (`None` when the
+    /// segment holds none); `Err` as for [`offset_floor`](Self::offset_floor).
+    pub(crate) fn time_floor(&self, ts: i64) -> Result<Option<u64>, Arc<LazyIndex>> {
+        if self.max_timestamp < ts {
+            return Ok(None);
+        }
+        match &self.lazy {
+            None => Ok(timestamp_floor(&[], &self.times, self.max_timestamp, ts)),
+            Some(lazy) => match lazy.get() {
+                Some(e) => Ok(timestamp_floor(
+                    &e.times,
+                    &self.times,
+                    self.max_timestamp,
+                    ts,
+                )),
+                None if self.times.first().is_some_and(|&(before, _)| before < ts) => {
+                    Ok(timestamp_floor(&[], &self.times, self.max_timestamp, ts))
+                }
+                None => Err(Arc::clone(lazy)),
+            },
+        }
+    }
+
+    /// Every index entry, the lazy ones (loaded when needed) first.
+    pub(crate) fn all_entries(&self) -> Result<(OffsetEntries, TimeEntries), Error> {
+        let Some(lazy) = &self.lazy else {
+            return Ok((self.offsets.clone(), self.times.clone()));
+        };
+        let loaded = lazy.load()?;
+        let offsets = loaded
+            .offsets
+            .iter()
+            .chain(&self.offsets)
+            .copied()
+            .collect();
+        let times = loaded.times.iter().chain(&self.times).copied().collect();
+        Ok((offsets, times))
+    }
+
+    /// Loads the lazy entries (when there are any) and keeps them in `offsets` and `times`,
+    /// ahead of the entries added since.
+    pub(crate) fn materialize(&mut self) -> Result<(), Error> {
+        let Some(lazy) = self.lazy.clone() else {
+            return Ok(());
+        };
+        let loaded = lazy.load()?;
+        let mut offsets = loaded.offsets.clone();
+        offsets.append(&mut self.offsets);
+        let mut times = loaded.times.clone();
+        times.append(&mut self.times);
+        self.offsets = offsets;
+        self.times = times;
+        self.lazy = None;
+        Ok(())
     }
 }
 

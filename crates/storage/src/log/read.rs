@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::LazyIndex;
 use super::{Inner, Seg, SegFile};
-use crate::index::{floor_entry, time_floor};
 use crate::segment::{decode_chunk, read_frame_chunk};
 use crate::{Error, Record};
 
@@ -79,6 +79,9 @@ impl FdCache {
     }
 }
 
+/// A plan (`None`: the read stops here), or the lazy index to load before planning again.
+type Planned = Result<Option<ReadPlan>, Arc<LazyIndex>>;
+
 /// Where and how one segment is read, taken from the published state under its lock.
 struct ReadPlan {
     base: u64,
@@ -95,10 +98,12 @@ struct ReadPlan {
 }
 
 impl ReadPlan {
-    fn of(seg: &Seg, seq: u64) -> ReadPlan {
-        let (start_seq, pos) = floor_entry(&seg.offsets, seq).unwrap_or((seg.base_seq, 0));
+    /// The plan for reading `seq` from `seg`; `Err` with the lazy index to load first (outside
+    /// the state lock) when its entries are not loaded yet.
+    fn of(seg: &Seg, seq: u64) -> Result<ReadPlan, Arc<LazyIndex>> {
+        let (start_seq, pos) = seg.offset_floor(seq)?.unwrap_or((seg.base_seq, 0));
         let records = seg.last_seq + 1 - seg.base_seq;
-        ReadPlan {
+        Ok(ReadPlan {
             base: seg.base_seq,
             file: Arc::clone(&seg.file),
             fd: seg.open.clone(),
@@ -107,7 +112,7 @@ impl ReadPlan {
             size: seg.size,
             last_seq: seg.last_seq,
             avg_frame: seg.size / records.max(1),
-        }
+        })
     }
 }
 
@@ -175,6 +180,21 @@ impl Inner {
     /// the end, or at a hole after some records were read). `first` tells whether nothing
     /// was read yet: a read that starts in a hole fails with [`Error::Quarantined`].
     fn plan_read(&self, seq: u64, first: bool) -> Result<Option<ReadPlan>, Error> {
+        // Index entries not loaded yet are loaded outside the state lock, so that appends do
+        // not wait for the file reads. Each pass that does not return loads one lazy index for
+        // good, and no lazy index is created after open, so this ends.
+        loop {
+            match self.try_plan_read(seq, first)? {
+                Ok(plan) => return Ok(plan),
+                Err(lazy) => {
+                    lazy.load()?;
+                }
+            }
+        }
+    }
+
+    /// [`plan_read`](Self::plan_read) under one hold of the state lock.
+    fn try_plan_read(&self, seq: u64, first: bool) -> Result<Planned, Error> {
         let st = self.state.read();
         let i = st.segs.partition_point(|s| s.base_seq <= seq);
         let Some(seg) = i.checked_sub(1).and_then(|i| st.segs.get(i)) else {
@@ -186,12 +206,12 @@ impl Inner {
             });
         };
         if seq > seg.last_seq {
-            return Ok(None);
+            return Ok(Ok(None));
         }
         if let Some(marker) = &seg.hole {
             if !first {
                 // Deliver what comes before the hole; the next read names it.
-                return Ok(None);
+                return Ok(Ok(None));
             }
             return Err(Error::Quarantined {
                 first_seq: seg.base_seq,
@@ -199,7 +219,7 @@ impl Inner {
                 path: marker.clone(),
             });
         }
-        Ok(Some(ReadPlan::of(seg, seq)))
+        Ok(ReadPlan::of(seg, seq).map(Some))
     }
 
     /// [`read_segment`](Self::read_segment) by `plan`, again from the segment's start when the
@@ -306,14 +326,20 @@ impl Inner {
     /// The first seq with a timestamp `>= ts` (see
     /// [`Log::seq_for_timestamp`](super::Log::seq_for_timestamp)).
     pub(super) fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
-        let candidates: Vec<(u64, u64)> = {
+        // Segments whose largest timestamp reaches `ts`, oldest first; index entries not loaded
+        // yet are loaded outside the state lock, and only for segments the search reaches.
+        let bases: Vec<u64> = {
             let st = self.state.read();
             st.segs
                 .iter()
-                .filter_map(|s| time_floor(&s.times, s.max_timestamp, ts).map(|f| (f, s.last_seq)))
+                .filter(|s| s.max_timestamp >= ts && s.hole.is_none())
+                .map(|s| s.base_seq)
                 .collect()
         };
-        for (from, last) in candidates {
+        for base in bases {
+            let Some((from, last)) = self.time_floor_of(base, ts)? else {
+                continue;
+            };
             let mut seq = from;
             while seq <= last {
                 let batch = match self.read(seq, 256) {
@@ -334,6 +360,28 @@ impl Inner {
             }
         }
         Ok(None)
+    }
+
+    /// The seq to scan from in segment `base` for the first timestamp `>= ts`, and its last
+    /// seq; `None` when it holds none or is gone. Loads lazy entries outside the state lock (as
+    /// [`plan_read`](Self::plan_read) does, this ends).
+    fn time_floor_of(&self, base: u64, ts: i64) -> Result<Option<(u64, u64)>, Error> {
+        loop {
+            let lazy = {
+                let st = self.state.read();
+                let Ok(i) = st.segs.binary_search_by_key(&base, |s| s.base_seq) else {
+                    return Ok(None);
+                };
+                let Some(seg) = st.segs.get(i) else {
+                    return Ok(None);
+                };
+                match seg.time_floor(ts) {
+                    Ok(floor) => return Ok(floor.map(|f| (f, seg.last_seq))),
+                    Err(lazy) => lazy,
+                }
+            };
+            lazy.load()?;
+        }
     }
 }
 

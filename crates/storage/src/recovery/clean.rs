@@ -21,6 +21,7 @@
 //! never finds a marker that no longer describes the file.
 
 use std::fs::{self, File, Metadata};
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -32,12 +33,19 @@ use crate::{CLEAN_SHUTDOWN_FILE_NAME, Error};
 pub(crate) const CLEAN_SHUTDOWN_TMP: &str = "clean-shutdown.tmp";
 
 const MAGIC: [u8; 4] = *b"KCLN";
-const VERSION: u8 = 1;
-/// Magic, version (and 3 zero bytes), five u64 fields, seconds, nanoseconds and the CRC.
-const LEN: usize = 64;
+const VERSION: u8 = 2;
+/// Magic, version (and 3 zero bytes), then the nine `u64` fields of the active segment.
+const HEADER_LEN: usize = 8 + 9 * 8;
+/// One closed segment: five `u64` fields.
+const CLOSED_LEN: usize = 5 * 8;
+/// The most closed segments a marker describes (a larger marker is not read): 40 MB.
+const MAX_CLOSED: usize = 1 << 20;
+/// `last_index_pos` when the active segment has no index entry.
+const NO_ENTRY: u64 = u64::MAX;
 
-/// What a clean close recorded about the active segment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a clean close recorded about the log: the active segment, and every closed segment, so
+/// that an open which trusts the marker reads no index file (they are loaded at first use).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CleanShutdown {
     pub(crate) base_seq: u64,
     /// Length of the `.log` file.
@@ -46,6 +54,24 @@ pub(crate) struct CleanShutdown {
     pub(crate) inode: u64,
     /// Modification time of the `.log` file: seconds and nanoseconds since the epoch.
     pub(crate) mtime: (i64, i64),
+    /// The largest timestamp in the active segment.
+    pub(crate) max_timestamp: i64,
+    /// Position of the active segment's last index entry (`None` when it has none).
+    pub(crate) last_index_pos: Option<u64>,
+    /// The closed segments, oldest first (holes left out).
+    pub(crate) closed: Vec<ClosedSegment>,
+}
+
+/// What a clean close recorded about one closed segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ClosedSegment {
+    pub(crate) base_seq: u64,
+    pub(crate) last_seq: u64,
+    /// Length of its `.log`.
+    pub(crate) size: u64,
+    pub(crate) max_timestamp: i64,
+    /// Total length of its `.index` and `.timeindex`.
+    pub(crate) index_bytes: u64,
 }
 
 /// What the marker file holds.
@@ -59,7 +85,8 @@ pub(crate) enum Marker {
 }
 
 impl CleanShutdown {
-    /// The marker for the segment `base_seq` whose file's metadata is `meta`.
+    /// The marker for the segment `base_seq` whose file's metadata is `meta`, with no closed
+    /// segment and no index entry yet.
     pub(crate) fn describe(base_seq: u64, last_seq: u64, meta: &Metadata) -> Self {
         Self {
             base_seq,
@@ -67,6 +94,9 @@ impl CleanShutdown {
             last_seq,
             inode: meta.ino(),
             mtime: (meta.mtime(), meta.mtime_nsec()),
+            max_timestamp: i64::MIN,
+            last_index_pos: None,
+            closed: Vec::new(),
         }
     }
 
@@ -78,10 +108,10 @@ impl CleanShutdown {
             && self.mtime == (meta.mtime(), meta.mtime_nsec())
     }
 
-    fn encode(&self) -> [u8; LEN] {
-        let mut buf = [0u8; LEN];
-        buf[..4].copy_from_slice(&MAGIC);
-        buf[4] = VERSION;
+    fn encode(&self) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(HEADER_LEN + CLOSED_LEN * self.closed.len() + 4);
+        buf.extend_from_slice(&MAGIC);
+        buf.extend_from_slice(&[VERSION, 0, 0, 0]);
         let words = [
             self.base_seq,
             self.log_len,
@@ -89,42 +119,89 @@ impl CleanShutdown {
             self.inode,
             self.mtime.0 as u64,
             self.mtime.1 as u64,
+            self.max_timestamp as u64,
+            self.last_index_pos.unwrap_or(NO_ENTRY),
+            self.closed.len() as u64,
         ];
-        for (i, w) in words.iter().enumerate() {
-            let at = 8 + 8 * i;
-            buf[at..at + 8].copy_from_slice(&w.to_le_bytes());
+        words_into(&mut buf, &words);
+        for c in &self.closed {
+            words_into(
+                &mut buf,
+                &[
+                    c.base_seq,
+                    c.last_seq,
+                    c.size,
+                    c.max_timestamp as u64,
+                    c.index_bytes,
+                ],
+            );
         }
-        let crc = crc32fast::hash(&buf[..LEN - 4]);
-        buf[LEN - 4..].copy_from_slice(&crc.to_le_bytes());
+        let crc = crc32fast::hash(&buf);
+        buf.extend_from_slice(&crc.to_le_bytes());
         buf
     }
 
     fn decode(buf: &[u8]) -> Option<Self> {
-        if buf.len() != LEN || buf.get(..4)? != MAGIC || buf.get(4..8)? != [VERSION, 0, 0, 0] {
+        if buf.len() < HEADER_LEN + 4
+            || buf.get(..4)? != MAGIC
+            || buf.get(4..8)? != [VERSION, 0, 0, 0]
+        {
             return None;
         }
-        let crc = u32::from_le_bytes(buf.get(LEN - 4..)?.try_into().ok()?);
-        if crc32fast::hash(buf.get(..LEN - 4)?) != crc {
+        let body_len = buf.len() - 4;
+        let crc = u32::from_le_bytes(buf.get(body_len..)?.try_into().ok()?);
+        if crc32fast::hash(buf.get(..body_len)?) != crc {
             return None;
         }
-        let word = |i: usize| -> Option<u64> {
-            let at = 8 + 8 * i;
+        let word = |at: usize| -> Option<u64> {
             Some(u64::from_le_bytes(buf.get(at..at + 8)?.try_into().ok()?))
         };
+        let head = |i: usize| word(8 + 8 * i);
+        let count = usize::try_from(head(8)?).ok()?;
+        if count > MAX_CLOSED || body_len != HEADER_LEN + CLOSED_LEN * count {
+            return None;
+        }
+        let closed = (0..count)
+            .map(|i| {
+                let at = HEADER_LEN + CLOSED_LEN * i;
+                Some(ClosedSegment {
+                    base_seq: word(at)?,
+                    last_seq: word(at + 8)?,
+                    size: word(at + 16)?,
+                    max_timestamp: word(at + 24)? as i64,
+                    index_bytes: word(at + 32)?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let last_index_pos = head(7)?;
         Some(Self {
-            base_seq: word(0)?,
-            log_len: word(1)?,
-            last_seq: word(2)?,
-            inode: word(3)?,
-            mtime: (word(4)? as i64, word(5)? as i64),
+            base_seq: head(0)?,
+            log_len: head(1)?,
+            last_seq: head(2)?,
+            inode: head(3)?,
+            mtime: (head(4)? as i64, head(5)? as i64),
+            max_timestamp: head(6)? as i64,
+            last_index_pos: (last_index_pos != NO_ENTRY).then_some(last_index_pos),
+            closed,
         })
+    }
+}
+
+fn words_into(buf: &mut Vec<u8>, words: &[u64]) {
+    for w in words {
+        buf.extend_from_slice(&w.to_le_bytes());
     }
 }
 
 /// Reads the marker of the log in `dir`. Never fails: a marker that cannot be read is
 /// [`Marker::Unusable`], which recovery treats like no marker.
 pub(crate) fn read_clean_shutdown(dir: &Path) -> Marker {
-    match fs::read(dir.join(CLEAN_SHUTDOWN_FILE_NAME)) {
+    let limit = (HEADER_LEN + CLOSED_LEN * MAX_CLOSED + 4) as u64;
+    let read = File::open(dir.join(CLEAN_SHUTDOWN_FILE_NAME)).and_then(|f| {
+        let mut buf = Vec::new();
+        f.take(limit + 1).read_to_end(&mut buf).map(|_| buf)
+    });
+    match read {
         Ok(buf) => CleanShutdown::decode(&buf).map_or(Marker::Unusable, Marker::Intact),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Marker::Absent,
         Err(_) => Marker::Unusable,
@@ -166,19 +243,44 @@ mod tests {
             last_seq: 90,
             inode: 1234,
             mtime: (1_700_000_000, 123_456_789),
+            max_timestamp: -5,
+            last_index_pos: Some(4000),
+            closed: vec![
+                ClosedSegment {
+                    base_seq: 1,
+                    last_seq: 3,
+                    size: 300,
+                    max_timestamp: 17,
+                    index_bytes: 96,
+                },
+                ClosedSegment {
+                    base_seq: 4,
+                    last_seq: 6,
+                    size: 310,
+                    max_timestamp: i64::MIN,
+                    index_bytes: 96,
+                },
+            ],
         }
     }
 
     #[test]
     fn round_trips_and_every_flipped_byte_is_detected() {
         let bytes = sample().encode();
+        assert_eq!(bytes.len(), HEADER_LEN + 2 * CLOSED_LEN + 4);
         assert_eq!(CleanShutdown::decode(&bytes), Some(sample()));
-        for i in 0..LEN {
-            let mut b = bytes;
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
             b[i] ^= 0x20;
             assert_eq!(CleanShutdown::decode(&b), None, "byte {i}");
         }
-        assert_eq!(CleanShutdown::decode(&bytes[..LEN - 1]), None);
+        for len in 0..bytes.len() {
+            assert_eq!(CleanShutdown::decode(&bytes[..len]), None, "{len} bytes");
+        }
+        let mut none = sample();
+        none.closed.clear();
+        none.last_index_pos = None;
+        assert_eq!(CleanShutdown::decode(&none.encode()), Some(none));
     }
 
     #[test]

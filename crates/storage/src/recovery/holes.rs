@@ -22,6 +22,7 @@ impl Recoverer<'_> {
             last_seq: last,
             size: 0,
             max_timestamp: i64::MIN,
+            lazy: None,
             offsets: Vec::new(),
             times: Vec::new(),
             index_bytes: 0,

@@ -22,11 +22,14 @@ mod listing;
 mod load;
 mod quarantine;
 mod recovery_point;
+mod trusted;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub(crate) use self::clean::{CleanShutdown, remove_clean_shutdown, stamp, write_clean_shutdown};
+pub(crate) use self::clean::{
+    CleanShutdown, ClosedSegment, remove_clean_shutdown, stamp, write_clean_shutdown,
+};
 use self::clean::{Marker, read_clean_shutdown};
 pub use self::recovery_point::read_recovery_point;
 pub(crate) use self::recovery_point::write_recovery_point;
@@ -97,6 +100,9 @@ pub(crate) fn recover(dir: &Path, opts: &Options) -> Result<Recovered, Error> {
     let mut bases = listing.bases;
     // Absurd base seqs first, before anything is changed.
     r.drop_absurd_bases(&mut bases)?;
+    if let Some(recovered) = r.trust_marker(&bases, &all_holes)? {
+        return Ok(recovered);
+    }
     let mut active_builder = None;
     for (i, &base) in bases.iter().enumerate() {
         let next_base = bases.get(i + 1).copied();

@@ -25,7 +25,22 @@ const NAME_DIGITS: usize = 20;
 /// assert_eq!(segment_file_name(1, LOG_EXTENSION), "00000000000000000001.log");
 /// ```
 pub fn segment_file_name(base_seq: u64, extension: &str) -> String {
-    format!("{base_seq:020}.{extension}")
+    let mut name = String::with_capacity(21 + extension.len());
+    push_padded(&mut name, base_seq);
+    name.push('.');
+    name.push_str(extension);
+    name
+}
+
+/// Appends `n` as 20 zero-padded decimal digits (what `{n:020}` gives, without the
+/// formatting machinery: an open builds three names per segment).
+fn push_padded(out: &mut String, mut n: u64) {
+    let mut digits = [b'0'; 20];
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    out.extend(digits.iter().map(|&d| char::from(d)));
 }
 
 /// Parses a segment file name into its base seq and extension (one of [`LOG_EXTENSION`],
@@ -100,11 +115,10 @@ pub fn parse_hole_file_name(name: &str) -> Option<(u64, u64)> {
 
 /// Paths of a segment's three files in `dir`.
 pub(crate) fn segment_paths(dir: &Path, base_seq: u64) -> (PathBuf, PathBuf, PathBuf) {
-    (
-        dir.join(segment_file_name(base_seq, LOG_EXTENSION)),
-        dir.join(segment_file_name(base_seq, INDEX_EXTENSION)),
-        dir.join(segment_file_name(base_seq, TIME_INDEX_EXTENSION)),
-    )
+    let log = dir.join(segment_file_name(base_seq, LOG_EXTENSION));
+    let index = log.with_extension(INDEX_EXTENSION);
+    let time_index = log.with_extension(TIME_INDEX_EXTENSION);
+    (log, index, time_index)
 }
 
 #[cfg(test)]
@@ -125,5 +139,12 @@ mod tests {
         assert!(is_segment_file_name(&segment_file_name(7, INDEX_EXTENSION)));
         assert!(!is_segment_file_name("00000000000000000001.tmp"));
         assert!(!is_segment_file_name("99999999999999999999.log")); // beyond u64
+        for n in [0, 1, 9, 10, 12345, u64::MAX / 3, u64::MAX] {
+            assert_eq!(segment_file_name(n, LOG_EXTENSION), format!("{n:020}.log"));
+        }
+        let (log, idx, tidx) = segment_paths(Path::new("/d"), 42);
+        assert_eq!(log, Path::new("/d/00000000000000000042.log"));
+        assert_eq!(idx, Path::new("/d/00000000000000000042.index"));
+        assert_eq!(tidx, Path::new("/d/00000000000000000042.timeindex"));
     }
 }
