@@ -145,7 +145,12 @@ impl RemoteRead<'_> {
                 format!("holds seq {} past the segment's last seq {end}", past.seq),
             ));
         }
-        self.out.extend(records);
+        // The first batch is taken as it is (no second buffer, no copy).
+        if self.out.is_empty() {
+            self.out = records;
+        } else {
+            self.out.extend(records);
+        }
         Ok(())
     }
 
@@ -317,9 +322,8 @@ impl TieredLog {
         let id = meta.remote_log_segment_id().id();
         if max == 1
             && !self.cache.lru().contains(&(id, Part::OffsetIndex))
-            && let Some(map) = chunkmap::of(meta)
+            && let Some(entry) = chunkmap::floor_of(meta, seq)
         {
-            let entry = chunkmap::floor(&map, meta.start_offset(), seq);
             let hint = self
                 .cache
                 .lru()

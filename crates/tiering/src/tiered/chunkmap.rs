@@ -101,9 +101,9 @@ pub(crate) fn wrap(
     inner
 }
 
-/// Splits recorded custom metadata into the backend's part and the chunk map; `None` when it
-/// holds no (well-formed) map.
-fn split(cm: &CustomMetadata) -> Option<(Option<CustomMetadata>, &[u8])> {
+/// Splits recorded custom metadata into the backend's part (borrowed: nothing is copied) and
+/// the chunk map; `None` when it holds no (well-formed) map.
+fn split(cm: &CustomMetadata) -> Option<(Option<&[u8]>, &[u8])> {
     let v = cm.value().as_ref();
     let rest = v.strip_prefix(MAGIC)?;
     let mut at = 0;
@@ -114,7 +114,7 @@ fn split(cm: &CustomMetadata) -> Option<(Option<CustomMetadata>, &[u8])> {
             let end = at.checked_add(len)?;
             let bytes = rest.get(at..end)?;
             at = end;
-            Some(CustomMetadata::new(bytes.to_vec()))
+            Some(bytes)
         }
     };
     Some((inner, rest.get(at..)?))
@@ -123,18 +123,21 @@ fn split(cm: &CustomMetadata) -> Option<(Option<CustomMetadata>, &[u8])> {
 /// `meta` as the backend recorded it: without the chunk map around its custom metadata.
 pub(crate) fn backend_view(meta: &RemoteLogSegmentMetadata) -> Cow<'_, RemoteLogSegmentMetadata> {
     match meta.custom_metadata().and_then(split) {
-        Some((inner, _)) => Cow::Owned(meta.with_custom_metadata(inner)),
+        Some((inner, _)) => {
+            Cow::Owned(meta.with_custom_metadata(inner.map(|b| CustomMetadata::new(b.to_vec()))))
+        }
         None => Cow::Borrowed(meta),
     }
 }
 
-/// The chunk map recorded on `meta`, checked: ascending seqs within the segment's and
-/// positions within its size. `None` without one or when it fails a check.
-pub(crate) fn of(meta: &RemoteLogSegmentMetadata) -> Option<ChunkMap> {
+/// Walks the chunk map recorded on `meta` in order, checking it as it goes: ascending seqs
+/// within the segment's and positions within its size, and nothing after the last entry.
+/// `None` without a map or when it fails a check (after `visit` saw the entries before the
+/// failure). Allocates nothing, whatever the backend's part of the custom metadata.
+fn walk(meta: &RemoteLogSegmentMetadata, mut visit: impl FnMut(u64, u64)) -> Option<()> {
     let (_, body) = split(meta.custom_metadata()?)?;
     let mut at = 0;
     let n = get_varint(body, &mut at)?;
-    let mut map = ChunkMap::with_capacity(usize::try_from(n.min(4096)).ok()?);
     let (mut seq, mut pos) = (meta.start_offset(), 0u64);
     for _ in 0..n {
         let dpos = get_varint(body, &mut at)?;
@@ -147,19 +150,24 @@ pub(crate) fn of(meta: &RemoteLogSegmentMetadata) -> Option<ChunkMap> {
         if pos >= meta.segment_size_in_bytes() || seq > meta.end_offset() {
             return None;
         }
-        map.push((seq, pos));
+        visit(seq, pos);
     }
-    (at == body.len()).then_some(map)
+    (at == body.len()).then_some(())
 }
 
-/// Where to start decoding for `seq`: the last map entry at or below it, else the segment's
-/// first frame.
-pub(crate) fn floor(map: &[(u64, u64)], start_seq: u64, seq: u64) -> (u64, u64) {
-    let i = map.partition_point(|&(s, _)| s <= seq);
-    match i.checked_sub(1).and_then(|i| map.get(i)) {
-        Some(&entry) => entry,
-        None => (start_seq, 0),
-    }
+/// Where to start decoding for `seq` by the chunk map recorded on `meta`: its last entry at or
+/// below `seq`, else the segment's first frame. `None` when `meta` has no map or its map fails
+/// a check (ascending seqs within the segment's, positions within its size): the whole map is
+/// checked, as when it is decoded, but nothing is allocated, so a point read costs the same
+/// whatever the backend keeps in its part of the custom metadata.
+pub(crate) fn floor_of(meta: &RemoteLogSegmentMetadata, seq: u64) -> Option<(u64, u64)> {
+    let mut found = (meta.start_offset(), 0);
+    walk(meta, |s, p| {
+        if s <= seq {
+            found = (s, p);
+        }
+    })?;
+    Some(found)
 }
 
 #[cfg(test)]
@@ -177,7 +185,7 @@ mod tests {
         let cm = wrap(inner.clone(), 10, &map, 128).unwrap();
         assert!(cm.value().len() <= 128);
         let (back, body) = split(&cm).unwrap();
-        assert_eq!(back, inner);
+        assert_eq!(back, inner.as_ref().map(|cm| cm.value().as_ref()));
         assert!(!body.is_empty());
         assert_eq!(wrap(inner.clone(), 10, &map, 10), inner);
         let empty = wrap(None, 10, &[], 128).unwrap();
@@ -185,7 +193,7 @@ mod tests {
     }
 
     #[test]
-    fn varints_round_trip_and_floor_picks_the_entry_below() {
+    fn varints_round_trip() {
         let mut out = Vec::new();
         for v in [0, 1, 127, 128, 1 << 40, u64::MAX] {
             put_varint(&mut out, v);
@@ -194,9 +202,54 @@ mod tests {
         for v in [0, 1, 127, 128, 1 << 40, u64::MAX] {
             assert_eq!(get_varint(&out, &mut at), Some(v));
         }
+    }
+
+    /// A segment of seqs 1..=1000 in 10 000 bytes carrying `map` (and `inner`, the backend's
+    /// part) in its custom metadata.
+    fn meta_with(inner: Option<CustomMetadata>, map: &[(u64, u64)]) -> RemoteLogSegmentMetadata {
+        use krabka_remote_storage::{RemoteLogSegmentId, TopicIdPartition, Uuid};
+        let id = RemoteLogSegmentId::generate(TopicIdPartition::new(Uuid::new_v4(), "t", 0));
+        let meta = RemoteLogSegmentMetadata::builder(id, 1, 1000)
+            .segment_size_in_bytes(10_000)
+            .build()
+            .unwrap();
+        meta.with_custom_metadata(wrap(inner, 1, map, 128))
+    }
+
+    #[test]
+    fn floor_picks_the_entry_below_whatever_the_backend_part() {
         let map = vec![(100, 4096), (200, 8192)];
-        assert_eq!(floor(&map, 1, 50), (1, 0));
-        assert_eq!(floor(&map, 1, 100), (100, 4096));
-        assert_eq!(floor(&map, 1, 250), (200, 8192));
+        for inner in [
+            None,
+            Some(CustomMetadata::new(b"s3v1\x01\x02\x03\x04".to_vec())),
+        ] {
+            let meta = meta_with(inner.clone(), &map);
+            assert_eq!(floor_of(&meta, 1), Some((1, 0)));
+            assert_eq!(floor_of(&meta, 99), Some((1, 0)));
+            assert_eq!(floor_of(&meta, 100), Some((100, 4096)));
+            assert_eq!(floor_of(&meta, 199), Some((100, 4096)));
+            assert_eq!(floor_of(&meta, 250), Some((200, 8192)));
+            // The backend still gets its own part back, exactly.
+            assert_eq!(backend_view(&meta).custom_metadata(), inner.as_ref());
+            // No map: positions come from elsewhere.
+            let plain = meta.with_custom_metadata(inner);
+            assert_eq!(floor_of(&plain, 150), None);
+        }
+        // A map past the segment's end (in seqs or bytes), or not ascending, is ignored whole,
+        // also for a seq below the bad entry.
+        for bad in [
+            vec![(100, 4096), (1001, 8192)],
+            vec![(100, 4096), (200, 10_000)],
+            vec![(100, 4096), (100, 8192)],
+        ] {
+            let meta = meta_with(None, &bad);
+            assert_eq!(floor_of(&meta, 150), None, "{bad:?}");
+        }
+        // Trailing bytes after the map.
+        let meta = meta_with(None, &map);
+        let mut v = meta.custom_metadata().unwrap().value().to_vec();
+        v.push(0);
+        let meta = meta.with_custom_metadata(Some(CustomMetadata::new(v)));
+        assert_eq!(floor_of(&meta, 150), None);
     }
 }

@@ -45,7 +45,12 @@ impl TieredLog {
                     let Some(next) = records.last().map(|r| r.seq + 1) else {
                         break;
                     };
-                    out.extend(records);
+                    // The first step's records are taken as they are (no copy).
+                    if out.is_empty() {
+                        out = records;
+                    } else {
+                        out.extend(records);
+                    }
                     seq = next;
                 }
                 Ok(None) => {}
