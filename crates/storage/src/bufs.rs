@@ -28,6 +28,40 @@ pub(crate) struct ReadBufs {
 }
 
 impl ReadBufs {
+    /// Reads up to `len` bytes at `pos` of `file` (fewer only where the file ends), into a
+    /// reused buffer when one is free: a file cut shorter than its records yields the records
+    /// before the cut, and the decoder names the byte where they stop.
+    pub(crate) fn read_available(
+        &self,
+        file: &File,
+        path: &Path,
+        pos: u64,
+        len: usize,
+    ) -> Result<Bytes, Error> {
+        let mut buf = self.take(len);
+        if buf.len() >= len {
+            buf.truncate(len);
+        } else {
+            buf.resize(len, 0);
+        }
+        let mut filled = 0;
+        while let Some(rest) = buf.get_mut(filled..).filter(|r| !r.is_empty()) {
+            match file.read_at(rest, pos + filled as u64) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(path, e)),
+            }
+        }
+        buf.truncate(filled);
+        let cap = buf.capacity();
+        let bytes = buf.freeze();
+        if cap <= MAX_POOLED {
+            self.put(bytes.clone(), cap);
+        }
+        Ok(bytes)
+    }
+
     /// Reads exactly `len` bytes at `pos` of `file`, into a reused buffer when one is free.
     pub(crate) fn read_at(
         &self,
@@ -43,8 +77,21 @@ impl ReadBufs {
         } else {
             buf.resize(len, 0);
         }
-        file.read_exact_at(&mut buf, pos)
-            .map_err(|source| Error::io(path, source))?;
+        file.read_exact_at(&mut buf, pos).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::UnexpectedEof {
+                // The file is shorter than the records it should hold (cut since it was
+                // written): name the byte.
+                Error::Corrupt {
+                    path: path.to_path_buf(),
+                    position: pos,
+                    reason: format!(
+                        "the file ends inside the {len} bytes of records expected from byte {pos}"
+                    ),
+                }
+            } else {
+                Error::io(path, source)
+            }
+        })?;
         let cap = buf.capacity();
         let bytes = buf.freeze();
         if cap <= MAX_POOLED {

@@ -71,8 +71,9 @@ pub const RECOVERY_POINT_FILE_NAME: &str = "recovery-point";
 
 /// Name of the file in which [`Log::close`] records durably that the log was shut down
 /// cleanly, with the exact length, last seq and file identity of its active segment and the
-/// seqs, lengths and largest timestamps of every closed one: the next [`Log::open`] then builds
-/// the log from it, scanning nothing and reading no index file (each segment's index entries load
+/// seqs, lengths and largest timestamps of every closed one, and the modification time the
+/// close gave the directory: the next [`Log::open`] then builds the log from it, scanning
+/// nothing, reading no index file, and listing the directory only if an entry changed (each segment's index entries load
 /// at first use, and are rebuilt by a scan when they do not describe what the marker recorded)
 /// ([`RecoveryReport::clean_shutdown`]). Open trusts it only when it is intact and describes the
 /// segment files exactly as they are (a damaged or stale marker means the full recovery, never

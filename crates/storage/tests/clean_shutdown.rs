@@ -242,25 +242,64 @@ fn index_files_gone_or_damaged_after_a_clean_close_are_rebuilt_by_a_scan_at_firs
 }
 
 #[test]
-fn a_closed_segment_cut_or_grown_after_a_clean_close_means_the_full_recovery() {
-    let dir = tempfile::tempdir().unwrap();
-    closed_log(dir.path(), 200);
-    let segs = open(dir.path()).segments();
-    let second = &segs[1];
-    let f = fs::OpenOptions::new()
-        .write(true)
-        .open(&second.log_path)
-        .unwrap();
-    f.set_len(second.size - 3).unwrap();
-    // Both are found at open, naming the file, as without a marker.
-    for len in [second.size - 3, second.size + 5] {
+fn a_closed_segment_cut_or_grown_after_a_clean_close_never_serves_a_wrong_record() {
+    for delta in [-3i64, 5] {
+        let dir = tempfile::tempdir().unwrap();
+        closed_log(dir.path(), 200);
+        let segs = open(dir.path()).segments();
+        let second = &segs[1];
+        let len = second.size.checked_add_signed(delta).unwrap();
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(&second.log_path)
+            .unwrap();
         f.set_len(len).unwrap();
+        // No directory entry changed: open trusts the marker without listing the directory
+        // or checking lengths. Every record still there reads exactly; a read of one that was
+        // cut off fails naming the file; bytes past the recorded end are never read.
+        let log = open(dir.path());
+        assert!(log.recovery_report().clean_shutdown);
+        assert_eq!(log.read(1, 1).unwrap()[0].message, msg(1));
+        let first = second.base_seq;
+        assert_eq!(log.read(first, 1).unwrap()[0].message, msg(first));
+        let last = second.last_seq;
+        match log.read(last, 1) {
+            Ok(recs) if delta > 0 => assert_eq!(recs[0].message, msg(last)),
+            Ok(recs) => panic!("{delta}: a cut record was served: {recs:?}"),
+            Err(err) => assert!(
+                delta < 0
+                    && matches!(&err, Error::Corrupt { path, .. } if *path == second.log_path),
+                "{delta}: {err}"
+            ),
+        }
+        let third = segs[2].base_seq;
+        assert_eq!(log.read(third, 1).unwrap()[0].message, msg(third));
+        drop(log);
+        // Once an entry of the directory changed, open lists it and checks every length:
+        // the open fails naming the file, as without a marker.
+        fs::write(dir.path().join("stray"), b"x").unwrap();
         let err = Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)).unwrap_err();
         assert!(
             matches!(&err, Error::Damaged { path, .. } if *path == second.log_path),
-            "{len}: {err}"
+            "{delta}: {err}"
         );
+        // A repair moves the damage aside and the rest reads on.
+        let log = Log::open(dir.path(), opts(RecoveryMode::Repair)).unwrap();
+        assert!(!log.recovery_report().quarantined.is_empty());
+        assert_eq!(log.read(third, 1).unwrap()[0].message, msg(third));
     }
+}
+
+#[test]
+fn a_stray_file_after_a_clean_close_is_listed_and_the_marker_still_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_log(dir.path(), 200);
+    fs::write(dir.path().join("notes.txt"), b"x").unwrap();
+    let log = open(dir.path());
+    let report = log.recovery_report();
+    assert!(report.clean_shutdown, "{report:?}");
+    assert_eq!(report.ignored_files, vec![dir.path().join("notes.txt")]);
+    check_all(&log, 200);
 }
 
 #[test]

@@ -464,6 +464,21 @@ fn truncated_closed_segment_fails_open_then_repair_records_the_hole() {
     f.set_len(victim.size - 7).unwrap();
     drop(f);
     let truncated = fs::read(&victim.log_path).unwrap();
+    // After the clean close no directory entry changed: open trusts the marker, and the cut is
+    // found by the read that reaches it, naming the file and the byte.
+    {
+        let log = Log::open(dir.path(), opts(1000)).unwrap();
+        assert!(log.recovery_report().clean_shutdown);
+        assert_eq!(log.read(victim.base_seq, 1).unwrap().len(), 1);
+        let err = log.read(victim.last_seq, 1).unwrap_err();
+        assert!(
+            matches!(&err, Error::Corrupt { path, position, .. }
+                if *path == victim.log_path && *position < victim.size),
+            "{err}"
+        );
+    }
+    // Once a directory entry changed (here: no marker), open checks every length again.
+    fs::remove_file(dir.path().join(krabka_storage::CLEAN_SHUTDOWN_FILE_NAME)).unwrap();
     match Log::open(dir.path(), opts(1000)) {
         Err(Error::Damaged {
             path,

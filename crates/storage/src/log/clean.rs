@@ -8,7 +8,8 @@ use crate::fault::Op;
 use crate::fsutil::{self, IoResultExt};
 use crate::log::write_indexes;
 use crate::recovery::{
-    CleanShutdown, ClosedSegment, remove_clean_shutdown, stamp, write_clean_shutdown,
+    CleanShutdown, ClosedSegment, epoch_parts, remove_clean_shutdown, stamp, stamp_time,
+    write_clean_shutdown,
 };
 
 impl Inner {
@@ -55,6 +56,7 @@ impl Inner {
                     index_bytes: s.index_bytes,
                 })
                 .collect(),
+            dir_mtime: epoch_parts(stamp_time()),
             ..CleanShutdown::describe(seg.base_seq, seg.last_seq, &meta)
         };
         self.faults.check(Op::Fsync).at(&self.dir)?;

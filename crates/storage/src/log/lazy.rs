@@ -36,6 +36,9 @@ pub(crate) struct LazyIndex {
     log_size: u64,
     max_timestamp: i64,
     interval: u64,
+    /// Whether the segment is closed: its `.log` should be exactly `log_size` bytes long (the
+    /// active one may have grown since).
+    closed: bool,
     loaded: OnceLock<Arc<Entries>>,
 }
 
@@ -58,7 +61,16 @@ impl LazyIndex {
             log_size,
             max_timestamp,
             interval,
+            closed: false,
             loaded: OnceLock::new(),
+        }
+    }
+
+    /// The same, for a closed segment (whose length is checked at first use).
+    pub(crate) fn closed(self) -> Self {
+        Self {
+            closed: true,
+            ..self
         }
     }
 
@@ -81,6 +93,28 @@ impl LazyIndex {
     }
 
     fn read(&self) -> Result<Entries, Error> {
+        let path = &self.file.log_path;
+        let damaged = |position: u64, first_seq: u64, reason: String| Error::Damaged {
+            path: path.clone(),
+            position,
+            reason,
+            first_seq,
+            last_seq: self.last_seq.max(first_seq),
+        };
+        // An open that found the directory unchanged did not check the length: a closed `.log`
+        // cut or grown since the close is said here. The index still describes the records
+        // the close left; a read past where the file now ends fails naming the file and the
+        // byte, and bytes past the recorded end are never read.
+        let file = File::open(path).at(path)?;
+        let len = file.metadata().at(path)?.len();
+        if self.closed && len != self.log_size {
+            tracing::warn!(
+                path = %path.display(),
+                len,
+                recorded = self.log_size,
+                "a closed segment's length changed since the clean close (an open with RecoveryMode::Repair moves damage aside)"
+            );
+        }
         if let Some((idx, tidx, _)) = load_indexes(&self.file, self.base_seq, self.log_size)
             && idx.last_seq == self.last_seq
             && idx.max_timestamp == self.max_timestamp
@@ -90,26 +124,16 @@ impl LazyIndex {
                 times: tidx.entries,
             });
         }
-        let path = &self.file.log_path;
         tracing::warn!(
             path = %path.display(),
             "index files missing or not describing the segment as the clean close left it: rebuilding its index in memory by a scan"
         );
-        let file = File::open(path).at(path)?;
-        let len = file.metadata().at(path)?.len();
-        let damaged = |position: u64, first_seq: u64, reason: String| Error::Damaged {
-            path: path.clone(),
-            position,
-            reason,
-            first_seq,
-            last_seq: self.last_seq.max(first_seq),
-        };
         if len < self.log_size {
             return Err(damaged(
                 len,
                 self.base_seq,
                 format!(
-                    "the file is {len} bytes long, but the clean close left {} bytes of records in it",
+                    "the file is {len} bytes long, but the clean close left {} bytes of records in it, and its index files do not describe them",
                     self.log_size
                 ),
             ));

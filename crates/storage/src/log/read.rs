@@ -290,7 +290,7 @@ impl Inner {
                 pos,
                 plan.size,
                 usize::try_from(want).unwrap_or(usize::MAX),
-                |at, len| self.bufs.read_at(&fd, path, at, len),
+                |at, len| self.bufs.read_available(&fd, path, at, len),
             )?;
             let before = out.len();
             let (consumed, next_seq) =

@@ -3,17 +3,19 @@
 //!
 //! `close` syncs every record, writes the active segment's `.index` and `.timeindex` (synced),
 //! stamps the segment file's modification time and syncs it, and then writes this marker
-//! (synced, renamed into place, directory synced). The marker names the active segment's base
-//! seq, its exact length and last seq, and the file's inode and modification time as `close`
-//! left them; it ends with a CRC.
+//! (synced, renamed into place, directory synced), and last sets the directory's modification
+//! time to the one the marker names (a second in the past) and syncs it. The marker names the
+//! active segment's base seq, its exact length and last seq, the file's inode and modification
+//! time as `close` left them, every closed segment's seqs, length, largest timestamp and index
+//! size, and the directory's modification time; it ends with a CRC.
 //!
 //! Open trusts it only when it is intact, the recovery mode is not
-//! [`Repair`](crate::RecoveryMode::Repair), the last segment file has the base seq it names,
-//! the same length, inode and modification time, and its index files describe exactly that
-//! file and last seq. Anything else (a missing, damaged or stale marker) means a scan, as
-//! without a marker; open changes nothing, and the first write removes such a marker. A write to the file after `close` changes its
-//! modification time: the stamp is set a second in the past, so the kernel's clock at any
-//! later write is past it, whatever the granularity of file times.
+//! [`Repair`](crate::RecoveryMode::Repair), and it describes the segment files exactly (see
+//! `recovery::trusted`). Anything else (a missing, damaged or stale marker) means the full
+//! recovery, as without a marker; open changes nothing, and the first write removes such a
+//! marker. A write to the file after `close` changes its modification time, and a created,
+//! removed or renamed entry the directory's: the stamps are set a second in the past, so the
+//! kernel's clock at any later change is past them, whatever the granularity of file times.
 //!
 //! A trusted marker stays until the log first changes its files: before the first append, roll
 //! or [`Log::start_at`](crate::Log::start_at) writes a byte, the marker and the active
@@ -34,8 +36,9 @@ pub(crate) const CLEAN_SHUTDOWN_TMP: &str = "clean-shutdown.tmp";
 
 const MAGIC: [u8; 4] = *b"KCLN";
 const VERSION: u8 = 2;
-/// Magic, version (and 3 zero bytes), then the nine `u64` fields of the active segment.
-const HEADER_LEN: usize = 8 + 9 * 8;
+/// Magic, version (and 3 zero bytes), then the eleven `u64` fields of the active segment and
+/// the directory.
+const HEADER_LEN: usize = 8 + 11 * 8;
 /// One closed segment: five `u64` fields.
 const CLOSED_LEN: usize = 5 * 8;
 /// The most closed segments a marker describes (a larger marker is not read): 40 MB.
@@ -60,6 +63,9 @@ pub(crate) struct CleanShutdown {
     pub(crate) last_index_pos: Option<u64>,
     /// The closed segments, oldest first (holes left out).
     pub(crate) closed: Vec<ClosedSegment>,
+    /// The modification time the close gave the log directory (seconds, nanoseconds): while it
+    /// holds, no file was created, removed or renamed in the directory since.
+    pub(crate) dir_mtime: (i64, i64),
 }
 
 /// What a clean close recorded about one closed segment.
@@ -97,7 +103,13 @@ impl CleanShutdown {
             max_timestamp: i64::MIN,
             last_index_pos: None,
             closed: Vec::new(),
+            dir_mtime: (0, 0),
         }
+    }
+
+    /// Whether the directory `meta` still has the modification time the close gave it.
+    pub(crate) fn dir_unchanged(&self, meta: &Metadata) -> bool {
+        self.dir_mtime == (meta.mtime(), meta.mtime_nsec())
     }
 
     /// Whether it describes segment `base` whose file's metadata is `meta` now.
@@ -122,6 +134,8 @@ impl CleanShutdown {
             self.max_timestamp as u64,
             self.last_index_pos.unwrap_or(NO_ENTRY),
             self.closed.len() as u64,
+            self.dir_mtime.0 as u64,
+            self.dir_mtime.1 as u64,
         ];
         words_into(&mut buf, &words);
         for c in &self.closed {
@@ -183,6 +197,7 @@ impl CleanShutdown {
             max_timestamp: head(6)? as i64,
             last_index_pos: (last_index_pos != NO_ENTRY).then_some(last_index_pos),
             closed,
+            dir_mtime: (head(9)? as i64, head(10)? as i64),
         })
     }
 }
@@ -214,7 +229,40 @@ pub(crate) fn write_clean_shutdown(dir: &Path, marker: &CleanShutdown) -> Result
     let path = dir.join(CLEAN_SHUTDOWN_FILE_NAME);
     fsutil::write_synced(&tmp, &marker.encode()).at(&tmp)?;
     fs::rename(&tmp, &path).at(&path)?;
-    fsutil::fsync_dir(dir).at(dir)
+    fsutil::fsync_dir(dir).at(dir)?;
+    // Last: give the directory the modification time the marker names (a second in the past,
+    // so any later change of an entry moves it). Best effort: if it does not hold, the next
+    // open lists the directory, as it would without it.
+    let (secs, nanos) = marker.dir_mtime;
+    let at = u64::try_from(secs)
+        .ok()
+        .zip(u32::try_from(nanos).ok())
+        .map(|(s, n)| SystemTime::UNIX_EPOCH + Duration::new(s, n));
+    if let Some(at) = at
+        && File::open(dir).and_then(|d| d.set_modified(at)).is_ok()
+    {
+        fsutil::fsync_dir(dir).at(dir)?;
+    }
+    Ok(())
+}
+
+/// The time a clean close stamps on the files and the directory it describes: a second before
+/// now (see the module documentation), as seconds and nanoseconds since the epoch.
+pub(crate) fn stamp_time() -> SystemTime {
+    SystemTime::now()
+        .checked_sub(Duration::from_secs(1))
+        .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+/// `at` as seconds and nanoseconds since the epoch (as file metadata gives them).
+pub(crate) fn epoch_parts(at: SystemTime) -> (i64, i64) {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or((0, 0), |d| {
+            (
+                i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                i64::from(d.subsec_nanos()),
+            )
+        })
 }
 
 /// Removes the marker (when there is one) without syncing the directory.
@@ -226,10 +274,7 @@ pub(crate) fn remove_clean_shutdown(dir: &Path) -> Result<(), Error> {
 /// Sets the modification time of a segment file to a second before now (see the module
 /// documentation), so that any later write changes it.
 pub(crate) fn stamp(file: &File, path: &Path) -> Result<(), Error> {
-    let at = SystemTime::now()
-        .checked_sub(Duration::from_secs(1))
-        .unwrap_or(SystemTime::UNIX_EPOCH);
-    file.set_modified(at).at(path)
+    file.set_modified(stamp_time()).at(path)
 }
 
 #[cfg(test)]
@@ -243,6 +288,7 @@ mod tests {
             last_seq: 90,
             inode: 1234,
             mtime: (1_700_000_000, 123_456_789),
+            dir_mtime: (1_700_000_001, 5),
             max_timestamp: -5,
             last_index_pos: Some(4000),
             closed: vec![

@@ -28,7 +28,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub(crate) use self::clean::{
-    CleanShutdown, ClosedSegment, remove_clean_shutdown, stamp, write_clean_shutdown,
+    CleanShutdown, ClosedSegment, epoch_parts, remove_clean_shutdown, stamp, stamp_time,
+    write_clean_shutdown,
 };
 use self::clean::{Marker, read_clean_shutdown};
 pub use self::recovery_point::read_recovery_point;
@@ -93,6 +94,9 @@ pub(crate) fn recover(dir: &Path, opts: &Options) -> Result<Recovered, Error> {
     };
     r.point = r.read_point()?;
     r.marker = read_clean_shutdown(dir);
+    if let Some(recovered) = r.trust_unchanged_dir()? {
+        return Ok(recovered);
+    }
     let listing = r.list()?;
     r.move_bad_entries()?;
     let all_holes = listing.holes.clone();
@@ -100,7 +104,7 @@ pub(crate) fn recover(dir: &Path, opts: &Options) -> Result<Recovered, Error> {
     let mut bases = listing.bases;
     // Absurd base seqs first, before anything is changed.
     r.drop_absurd_bases(&mut bases)?;
-    if let Some(recovered) = r.trust_marker(&bases, &all_holes)? {
+    if let Some(recovered) = r.trust_marker(&bases, &all_holes, true)? {
         return Ok(recovered);
     }
     let mut active_builder = None;

@@ -5,10 +5,14 @@
 //!
 //! Trusted only when the marker is intact, the mode is not
 //! [`Repair`](crate::RecoveryMode::Repair), there is no hole marker, the segment files are
-//! exactly the marker's (same bases, contiguous seqs), every closed `.log` has the length the
-//! close left, the active `.log` matches the marker (length, inode, modification time), and the
-//! recovery point is not past the marker's last seq. Anything else falls back to the full
-//! recovery, which still uses the marker for the active segment where it can.
+//! exactly the marker's (same bases, contiguous seqs), the active `.log` matches the marker
+//! (length, inode, modification time), and the recovery point is not past the marker's last
+//! seq. When the directory still has the modification time the close gave it, no entry was
+//! created, removed or renamed since, so the directory is not even listed; otherwise it is
+//! listed and every closed `.log` must also have the length the close left. Anything else falls
+//! back to the full recovery, which still uses the marker for the active segment where it can.
+//! (A closed `.log` cut or grown while the directory stayed unchanged is found at its first
+//! use, see `log::lazy`.)
 
 use std::fs;
 use std::sync::Arc;
@@ -19,15 +23,40 @@ use crate::Error;
 use crate::fsutil::{self, IoResultExt};
 use crate::index::IndexBuilder;
 use crate::log::{LazyIndex, Seg, seg_file};
-use crate::segment::segment_paths;
+use crate::segment::{QUARANTINE_DIR, segment_paths};
 
 impl Recoverer<'_> {
+    /// The log as the marker describes it without listing the directory, when the directory
+    /// still has the modification time the close gave it (no entry was created, removed or
+    /// renamed since) and there is no quarantine directory; `None` otherwise.
+    pub(super) fn trust_unchanged_dir(&mut self) -> Result<Option<Recovered>, Error> {
+        let Marker::Intact(m) = &self.marker else {
+            return Ok(None);
+        };
+        if self.repair() {
+            return Ok(None);
+        }
+        let unchanged = fs::metadata(self.dir).is_ok_and(|meta| m.dir_unchanged(&meta));
+        if !unchanged || fs::symlink_metadata(self.dir.join(QUARANTINE_DIR)).is_ok() {
+            return Ok(None);
+        }
+        let bases: Vec<u64> = m
+            .closed
+            .iter()
+            .map(|c| c.base_seq)
+            .chain([m.base_seq])
+            .collect();
+        self.trust_marker(&bases, &[], false)
+    }
+
     /// The log as the marker describes it, when it can be trusted (see the module
-    /// documentation); `None` to run the full recovery.
+    /// documentation); `None` to run the full recovery. `check_lengths`: whether to check each
+    /// closed `.log`'s length now (else at its first use).
     pub(super) fn trust_marker(
         &mut self,
         bases: &[u64],
         holes: &[Hole],
+        check_lengths: bool,
     ) -> Result<Option<Recovered>, Error> {
         let Marker::Intact(m) = &self.marker else {
             return Ok(None);
@@ -35,10 +64,11 @@ impl Recoverer<'_> {
         if self.repair() || !holes.is_empty() || !describes(m, bases) || self.point > m.last_seq {
             return Ok(None);
         }
-        let lengths_hold = m.closed.iter().all(|c| {
-            fs::metadata(segment_paths(self.dir, c.base_seq).0)
-                .is_ok_and(|meta| meta.is_file() && meta.len() == c.size)
-        });
+        let lengths_hold = !check_lengths
+            || m.closed.iter().all(|c| {
+                fs::metadata(segment_paths(self.dir, c.base_seq).0)
+                    .is_ok_and(|meta| meta.is_file() && meta.len() == c.size)
+            });
         if !lengths_hold {
             return Ok(None);
         }
@@ -61,7 +91,8 @@ impl Recoverer<'_> {
                     c.size,
                     c.max_timestamp,
                     interval,
-                );
+                )
+                .closed();
                 Seg {
                     base_seq: c.base_seq,
                     file,
