@@ -112,6 +112,11 @@ struct RemoteRead<'a> {
     out: Vec<Record>,
 }
 
+/// How much of the next chunk a read that starts afresh fetches with its first chunk (at most a
+/// chunk; 6 % more bytes on the default 1 MiB chunk): a point read of a record that crosses the
+/// chunk boundary then costs one request, not two.
+pub(crate) const RUN_ON_BYTES: u64 = 64 << 10;
+
 impl RemoteRead<'_> {
     /// [`Error::CorruptRemote`] for the segment's `.log` object.
     fn corrupt(&self, position: Option<u64>, reason: String) -> Error {
@@ -268,8 +273,11 @@ impl TieredLog {
                 );
             }
             let buf_start = pos - carry.len() as u64;
-            let buf = self.bytes_from(&read, pos, &carry)?;
-            pos = (pos / chunk + 1) * chunk;
+            // A point read, or one that does not continue another, fetches its chunk with a
+            // little of the next one, so that a record crossing the boundary costs no second
+            // request.
+            let buf = self.bytes_from(&read, pos, &carry, max == 1 || !sequential)?;
+            let boundary = (pos / chunk + 1) * chunk;
             // The bytes start at the frame holding `expect` (the index entry's seq, then the
             // seq after the last decoded frame), and seqs are contiguous from there.
             let want = max - read.out.len();
@@ -291,7 +299,20 @@ impl TieredLog {
             }
             let done = decoded.next_seq.is_some_and(|s| s > meta.end_offset());
             read.accept(decoded.records)?;
-            carry = buf.slice(decoded.consumed.min(buf.len())..);
+            // Go on after the last frame decoded: from there when it is past the chunk
+            // boundary (bytes fetched with the chunk ran on), else from the boundary, carrying
+            // the undecoded bytes before it.
+            let consumed = decoded.consumed.min(buf.len());
+            let next = buf_start + consumed as u64;
+            if next >= boundary {
+                pos = next;
+                carry = Bytes::new();
+            } else {
+                pos = boundary;
+                let cut =
+                    usize::try_from(boundary - buf_start).map_or(buf.len(), |c| c.min(buf.len()));
+                carry = buf.slice(consumed..cut.max(consumed));
+            }
             if done {
                 break;
             }
@@ -361,10 +382,16 @@ impl TieredLog {
 
     /// The segment's bytes from `pos` to the end of the chunk holding it, after the `carry`
     /// left undecoded from the previous chunk.
-    fn bytes_from(&self, read: &RemoteRead<'_>, pos: u64, carry: &Bytes) -> Result<Bytes, Error> {
+    fn bytes_from(
+        &self,
+        read: &RemoteRead<'_>,
+        pos: u64,
+        carry: &Bytes,
+        run_on: bool,
+    ) -> Result<Bytes, Error> {
         let chunk = u64::from(self.config.chunk_bytes);
         let n = pos / chunk;
-        let data = self.remote_chunk(read.meta, n, read.seq)?;
+        let data = self.remote_chunk(read.meta, n, read.seq, run_on)?;
         let offset = usize::try_from(pos - n * chunk).unwrap_or(usize::MAX);
         let fresh = data.get(offset..).ok_or_else(|| {
             read.corrupt(Some(pos), format!("chunk {n} is shorter than expected"))
@@ -497,26 +524,31 @@ impl TieredLog {
         meta: &RemoteLogSegmentMetadata,
         n: u64,
         seq: u64,
+        run_on: bool,
     ) -> Result<Bytes, Error> {
         let key = (meta.remote_log_segment_id().id(), Part::Chunk(n));
         self.cache
             .lru()
-            .get_or_fetch(key, || self.fetch_chunk(meta, n, seq))
+            .get_or_fetch(key, || self.fetch_chunk(meta, n, seq, run_on))
     }
 
-    /// Fetches chunk `n` of a segment. The bytes returned must be exactly the range asked
-    /// for: an object shorter than the metadata's size is [`Error::CorruptRemote`].
+    /// Fetches chunk `n` of a segment, and with `run_on` also up to [`RUN_ON_BYTES`] of the
+    /// next one (the cached chunk is then that much longer). The bytes returned must be exactly
+    /// the range asked for: an object shorter than the metadata's size is
+    /// [`Error::CorruptRemote`].
     fn fetch_chunk(
         &self,
         meta: &RemoteLogSegmentMetadata,
         n: u64,
         seq: u64,
+        run_on: bool,
     ) -> Result<Bytes, Error> {
         let id = meta.remote_log_segment_id();
         let chunk = u64::from(self.config.chunk_bytes);
         let size = meta.segment_size_in_bytes();
         let start = n * chunk;
-        let end = (start + chunk).min(size);
+        let extra = if run_on { RUN_ON_BYTES.min(chunk) } else { 0 };
+        let end = (start + chunk + extra).min(size);
         let corrupt = |reason: String| Error::CorruptRemote {
             segment: Box::new(id.clone()),
             object: object_key(meta, None),
