@@ -6,76 +6,42 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::setup::*;
 use common::*;
 use krabka_remote_fs::FsRemoteStorage;
-use krabka_remote_storage::{
-    CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageError,
-    RemoteStorageManager,
-};
+use krabka_remote_storage::RemoteStorageError;
+use krabka_remote_storage::testkit::{Instrumented, Method};
 use krabka_tiering::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
 use krabka_tiering::{RemoteReadCache, TieredLog, TieringConfig};
 use parking_lot::Mutex;
 
-/// Counts ranged fetches by the thread making them (the reader or a read-ahead thread).
-struct Counting {
-    inner: FsRemoteStorage,
-    fetches: Mutex<Vec<String>>,
-}
-
-impl RemoteStorageManager for Counting {
-    fn copy_log_segment_data(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        data: &LogSegmentData,
-    ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
-        self.inner.copy_log_segment_data(metadata, data)
-    }
-    fn fetch_log_segment(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        start_position: u32,
-        end_position: Option<u32>,
-    ) -> Result<Vec<u8>, RemoteStorageError> {
-        let name = std::thread::current().name().unwrap_or("").to_string();
-        self.fetches.lock().push(name);
-        // A remote request takes a while: the reader decodes faster than it fetches.
-        std::thread::sleep(std::time::Duration::from_millis(1));
-        self.inner
-            .fetch_log_segment(metadata, start_position, end_position)
-    }
-    fn fetch_index(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        index_type: IndexType,
-    ) -> Result<Vec<u8>, RemoteStorageError> {
-        self.inner.fetch_index(metadata, index_type)
-    }
-    fn delete_log_segment_data(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-    ) -> Result<(), RemoteStorageError> {
-        self.inner.delete_log_segment_data(metadata)
-    }
-}
-
 struct Bed {
     _dir: tempfile::TempDir,
-    rsm: Arc<Counting>,
+    /// The thread making each ranged fetch: the reader or a read-ahead thread.
+    fetches: Arc<Mutex<Vec<String>>>,
     log: TieredLog,
 }
 
 fn bed(max_bytes: u64, config: TieringConfig, records: u64) -> Bed {
     let dir = tempfile::tempdir().unwrap();
-    let rsm = Arc::new(Counting {
-        inner: FsRemoteStorage::new(dir.path().join("remote")).unwrap(),
-        fetches: Mutex::new(Vec::new()),
-    });
+    let fetches = Arc::new(Mutex::new(Vec::new()));
+    let by_thread = fetches.clone();
+    let rsm = Instrumented::new(FsRemoteStorage::new(dir.path().join("remote")).unwrap())
+        .with_hook(move |call| {
+            if call.method == Method::FetchLogSegment {
+                let name = std::thread::current().name().unwrap_or("").to_string();
+                by_thread.lock().push(name);
+            }
+            Ok(())
+        })
+        // A remote request takes a while: the reader decodes faster than it fetches.
+        .with_delay(&[Method::FetchLogSegment], Duration::from_millis(1));
     let log = TieredLog::open(
         dir.path().join("local"),
         options(max_bytes),
-        rsm.clone(),
+        Arc::new(rsm),
         Arc::new(InMemoryRemoteLogMetadataManager::new()),
         tp(),
         config,
@@ -86,7 +52,7 @@ fn bed(max_bytes: u64, config: TieringConfig, records: u64) -> Bed {
     assert!(report.failures.is_empty(), "{:?}", report.failures);
     Bed {
         _dir: dir,
-        rsm,
+        fetches,
         log,
     }
 }
@@ -174,7 +140,7 @@ fn read_ahead_survives_across_read_calls() {
         ..keep_nothing_locally()
     };
     let reader_fetches = |b: &Bed| {
-        let all = b.rsm.fetches.lock();
+        let all = b.fetches.lock();
         let ahead = all
             .iter()
             .filter(|n| n.starts_with("krabka-read-ahead"))
@@ -183,14 +149,14 @@ fn read_ahead_survives_across_read_calls() {
     };
     let off = bed(64 << 10, config(false), 4000);
     let upto = off.log.local_first_seq();
-    off.rsm.fetches.lock().clear();
+    off.fetches.lock().clear();
     scan_in_small_reads(&off.log, upto);
     let (alone, none) = reader_fetches(&off);
     assert_eq!(none, 0);
 
     let on = bed(64 << 10, config(true), 4000);
     assert_eq!(on.log.local_first_seq(), upto);
-    on.rsm.fetches.lock().clear();
+    on.fetches.lock().clear();
     scan_in_small_reads(&on.log, upto);
     let (reader, ahead) = reader_fetches(&on);
     assert!(ahead > 0, "the read-ahead fetched nothing");
@@ -260,72 +226,41 @@ fn two_logs_share_one_cache() {
     assert_eq!(la.stats().cache_bytes, cache.stats().bytes);
 }
 
-/// Slow uploads over the filesystem backend, one of them (by first seq) failing after a
-/// longer while: copies after it are in flight when it fails.
-struct SlowCopies {
-    inner: Arc<FsRemoteStorage>,
-    fail_at: Mutex<Option<u64>>,
-    started: Mutex<Vec<u64>>,
-}
-
-impl RemoteStorageManager for SlowCopies {
-    fn copy_log_segment_data(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        data: &LogSegmentData,
-    ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
-        let seq = metadata.start_offset();
-        self.started.lock().push(seq);
-        let fail = *self.fail_at.lock() == Some(seq);
-        let pause = if fail { 80 } else { 10 };
-        std::thread::sleep(std::time::Duration::from_millis(pause));
-        if fail {
-            return Err(RemoteStorageError::InvalidArgument {
-                message: "injected upload failure".into(),
-            });
-        }
-        self.inner.copy_log_segment_data(metadata, data)
-    }
-    fn fetch_log_segment(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        start_position: u32,
-        end_position: Option<u32>,
-    ) -> Result<Vec<u8>, RemoteStorageError> {
-        self.inner
-            .fetch_log_segment(metadata, start_position, end_position)
-    }
-    fn fetch_index(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        index_type: IndexType,
-    ) -> Result<Vec<u8>, RemoteStorageError> {
-        self.inner.fetch_index(metadata, index_type)
-    }
-    fn delete_log_segment_data(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-    ) -> Result<(), RemoteStorageError> {
-        self.inner.delete_log_segment_data(metadata)
-    }
-}
-
 struct SlowBed {
     _dir: tempfile::TempDir,
     fs: Arc<FsRemoteStorage>,
-    rsm: Arc<SlowCopies>,
+    /// The upload (by first seq) that fails.
+    fail_at: Arc<Mutex<Option<u64>>>,
+    /// The first seq of every upload started.
+    started: Arc<Mutex<Vec<u64>>>,
     rlmm: Arc<InMemoryRemoteLogMetadataManager>,
     log: TieredLog,
 }
 
+/// Slow uploads over the filesystem backend, one of them (by first seq) failing after a
+/// longer while: copies after it are in flight when it fails.
 fn slow_bed(records: u64) -> SlowBed {
     let dir = tempfile::tempdir().unwrap();
     let fs = Arc::new(FsRemoteStorage::new(dir.path().join("remote")).unwrap());
-    let rsm = Arc::new(SlowCopies {
-        inner: fs.clone(),
-        fail_at: Mutex::new(None),
-        started: Mutex::new(Vec::new()),
-    });
+    let fail_at = Arc::new(Mutex::new(None));
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let (failing, starts) = (fail_at.clone(), started.clone());
+    let rsm = Instrumented::new(fs.clone())
+        .with_hook(move |call| {
+            if call.method != Method::CopyLogSegmentData {
+                return Ok(());
+            }
+            let seq = call.metadata.start_offset();
+            starts.lock().push(seq);
+            if *failing.lock() != Some(seq) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(80));
+            Err(RemoteStorageError::InvalidArgument {
+                message: "injected upload failure".into(),
+            })
+        })
+        .with_delay(&[Method::CopyLogSegmentData], Duration::from_millis(10));
     let rlmm = Arc::new(InMemoryRemoteLogMetadataManager::new());
     let config = TieringConfig {
         copy_concurrency: 4,
@@ -334,7 +269,7 @@ fn slow_bed(records: u64) -> SlowBed {
     let log = TieredLog::open(
         dir.path().join("local"),
         options(1024),
-        rsm.clone(),
+        Arc::new(rsm),
         rlmm.clone(),
         tp(),
         config,
@@ -344,7 +279,8 @@ fn slow_bed(records: u64) -> SlowBed {
     SlowBed {
         _dir: dir,
         fs,
-        rsm,
+        fail_at,
+        started,
         rlmm,
         log,
     }
@@ -397,7 +333,7 @@ fn a_damaged_segment_among_concurrent_checks_leaves_nothing_after_it_remotely() 
         assert_stopped_at(&b, damaged.base_seq);
     }
     // The damaged segment never reached the backend.
-    assert!(!b.rsm.started.lock().contains(&damaged.base_seq));
+    assert!(!b.started.lock().contains(&damaged.base_seq));
     let below = b.log.read(1, 10_000).unwrap();
     assert!(below.len() as u64 >= damaged.base_seq - 1);
     for r in below.iter().take(damaged.base_seq as usize - 1) {
@@ -410,19 +346,19 @@ fn a_failed_upload_discards_the_concurrent_copies_after_it() {
     let b = slow_bed(600);
     let closed = closed_segments(&b.log);
     let failing = closed[5].base_seq;
-    *b.rsm.fail_at.lock() = Some(failing);
+    *b.fail_at.lock() = Some(failing);
     let report = b.log.run_once().unwrap();
     assert_eq!(report.segments_copied, 5, "{report:?}");
     assert_eq!(report.failures.len(), 1, "{:?}", report.failures);
     // Younger copies were uploaded while the failing one ran: they were discarded.
-    let started = b.rsm.started.lock().clone();
+    let started = b.started.lock().clone();
     assert!(
         started.iter().any(|&s| s > failing),
         "no copy after the failing one started: {started:?}"
     );
     assert_stopped_at(&b, failing);
     // Next round everything is copied, still in order and without leftovers.
-    *b.rsm.fail_at.lock() = None;
+    *b.fail_at.lock() = None;
     let report = b.log.run_once().unwrap();
     assert!(report.failures.is_empty(), "{:?}", report.failures);
     let (stray, unfinished) = orphans(&b.fs, b.rlmm.as_ref());

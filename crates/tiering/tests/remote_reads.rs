@@ -13,28 +13,29 @@ use common::*;
 use krabka_protocol::{Bytes, Message};
 use krabka_remote_fs::FsRemoteStorage;
 use krabka_remote_storage::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
+use krabka_remote_storage::testkit::{Instrumented, Method};
 use krabka_remote_storage::{
-    CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata,
-    RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState, RemoteStorageError,
-    RemoteStorageManager, TopicIdPartition, layout,
+    IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState, RemoteStorageError, RemoteStorageManager, TopicIdPartition, layout,
 };
 use krabka_storage::segment::{decode_records, encode_frame};
 use krabka_storage::{Log, Options};
 use krabka_tiering::{Error, MAX_SEGMENT_BYTES, TieredLog, TieringConfig, policy};
 
-/// A filesystem remote that, when armed, deletes a segment the way retention does
+/// A filesystem remote that, when `armed`, deletes a segment the way retention does
 /// (metadata DeleteSegmentStarted, objects, DeleteSegmentFinished) right before the next fetch:
 /// after the reader looked the segment up, before its fetch.
-struct RetentionRace {
-    inner: FsRemoteStorage,
+fn retention_race(
+    fs: Arc<FsRemoteStorage>,
     rlmm: Arc<InMemoryRemoteLogMetadataManager>,
-    armed: Mutex<Option<RemoteLogSegmentMetadata>>,
-}
-
-impl RetentionRace {
-    fn race(&self) {
-        let Some(meta) = self.armed.lock().unwrap().take() else {
-            return;
+    armed: Arc<Mutex<Option<RemoteLogSegmentMetadata>>>,
+) -> Instrumented<Arc<FsRemoteStorage>> {
+    Instrumented::new(fs.clone()).with_hook(move |call| {
+        if !matches!(call.method, Method::FetchLogSegment | Method::FetchIndex) {
+            return Ok(());
+        }
+        let Some(meta) = armed.lock().unwrap().take() else {
+            return Ok(());
         };
         let id = meta.remote_log_segment_id().clone();
         for state in [
@@ -42,54 +43,17 @@ impl RetentionRace {
             RemoteLogSegmentState::DeleteSegmentFinished,
         ] {
             if state == RemoteLogSegmentState::DeleteSegmentFinished {
-                self.inner.delete_log_segment_data(&meta).unwrap();
+                fs.delete_log_segment_data(&meta).unwrap();
             }
-            self.rlmm
-                .update_remote_log_segment_metadata(&RemoteLogSegmentMetadataUpdate::to_state(
-                    id.clone(),
-                    state,
-                    0,
-                ))
-                .unwrap();
+            rlmm.update_remote_log_segment_metadata(&RemoteLogSegmentMetadataUpdate::to_state(
+                id.clone(),
+                state,
+                0,
+            ))
+            .unwrap();
         }
-    }
-}
-
-impl RemoteStorageManager for RetentionRace {
-    fn copy_log_segment_data(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        data: &LogSegmentData,
-    ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
-        self.inner.copy_log_segment_data(metadata, data)
-    }
-
-    fn fetch_log_segment(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        start_position: u32,
-        end_position: Option<u32>,
-    ) -> Result<Vec<u8>, RemoteStorageError> {
-        self.race();
-        self.inner
-            .fetch_log_segment(metadata, start_position, end_position)
-    }
-
-    fn fetch_index(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        index_type: IndexType,
-    ) -> Result<Vec<u8>, RemoteStorageError> {
-        self.race();
-        self.inner.fetch_index(metadata, index_type)
-    }
-
-    fn delete_log_segment_data(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-    ) -> Result<(), RemoteStorageError> {
-        self.inner.delete_log_segment_data(metadata)
-    }
+        Ok(())
+    })
 }
 
 fn keep_nothing_locally() -> TieringConfig {
@@ -115,15 +79,13 @@ fn finished(rlmm: &dyn RemoteLogMetadataManager) -> Vec<RemoteLogSegmentMetadata
 fn a_read_racing_remote_retention_is_out_of_range_not_a_remote_error() {
     let dir = tempfile::tempdir().unwrap();
     let rlmm = Arc::new(InMemoryRemoteLogMetadataManager::new());
-    let rsm = Arc::new(RetentionRace {
-        inner: FsRemoteStorage::new(dir.path().join("remote")).unwrap(),
-        rlmm: rlmm.clone(),
-        armed: Mutex::new(None),
-    });
+    let fs = Arc::new(FsRemoteStorage::new(dir.path().join("remote")).unwrap());
+    let armed = Arc::new(Mutex::new(None));
+    let rsm = retention_race(fs.clone(), rlmm.clone(), armed.clone());
     let log = TieredLog::open(
         dir.path().join("local"),
         options(1024),
-        rsm.clone(),
+        Arc::new(rsm),
         rlmm.clone(),
         tp(),
         keep_nothing_locally(),
@@ -136,7 +98,7 @@ fn a_read_racing_remote_retention_is_out_of_range_not_a_remote_error() {
     assert!(log.local_first_seq() > segs[2].end_offset());
 
     // Retention deletes the first segment between the reader's lookup and its fetch.
-    *rsm.armed.lock().unwrap() = Some(segs[0].clone());
+    *armed.lock().unwrap() = Some(segs[0].clone());
     match log.read(1, 10) {
         Err(Error::OutOfRange { seq, first, .. }) => {
             assert_eq!((seq, first), (1, segs[1].start_offset()));
@@ -148,7 +110,7 @@ fn a_read_racing_remote_retention_is_out_of_range_not_a_remote_error() {
     assert_eq!(next[0].seq, segs[1].start_offset());
 
     // Objects missing while the metadata still says Finished is not retention: a remote error.
-    rsm.inner.delete_log_segment_data(&segs[2]).unwrap();
+    fs.delete_log_segment_data(&segs[2]).unwrap();
     let err = log.read(segs[2].start_offset(), 1).unwrap_err();
     assert!(err.is_remote_not_found(), "{err:?}");
 }

@@ -13,12 +13,15 @@
 //! assert!(testkit::CHECKS.len() >= 10);
 //! ```
 //!
-//! Also here: [`FaultInjecting`], a decorator that fails or stalls chosen calls, and
-//! [`InMemoryRemoteStorage`], a map-backed reference backend.
+//! Also here: [`FaultInjecting`], a decorator that fails or stalls chosen calls,
+//! [`Instrumented`], a decorator that counts calls and fetched bytes, slows chosen methods down
+//! and runs a test's hook before each call, and [`InMemoryRemoteStorage`], a map-backed
+//! reference backend.
 
 mod checks;
 mod fault;
 mod fixtures;
+mod instrumented;
 mod memory;
 
 pub use checks::{
@@ -30,6 +33,7 @@ pub use checks::{
     recopy_under_the_same_id_replaces_cleanly, zero_byte_segment,
 };
 pub use fault::{FaultInjecting, FaultStats, Faults, Method};
+pub use instrumented::{Call, CallCounts, Instrumented};
 pub use memory::InMemoryRemoteStorage;
 
 use crate::manager::RemoteStorageManager;

@@ -1,11 +1,10 @@
-//! Test doubles: a map-backed store whose objects tests can read and damage, a counting
-//! wrapper, segment fixtures and configurations.
+//! Test doubles: a map-backed store whose objects tests can read and damage, segment fixtures
+//! and configurations.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use krabka_remote_storage::{
@@ -114,90 +113,6 @@ impl RemoteStorageManager for MapStore {
         let id = metadata.remote_log_segment_id();
         self.objects.lock().retain(|(i, _), _| i != id);
         Ok(())
-    }
-}
-
-/// Requests and bytes that went through to the inner store.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    pub fetch_log: u64,
-    pub fetch_log_bytes: u64,
-    pub fetch_index: u64,
-    pub fetch_index_bytes: u64,
-}
-
-/// Counts every fetch and the bytes it returned.
-pub struct Counting {
-    inner: Arc<dyn RemoteStorageManager>,
-    fetch_log: AtomicU64,
-    fetch_log_bytes: AtomicU64,
-    fetch_index: AtomicU64,
-    fetch_index_bytes: AtomicU64,
-}
-
-impl Counting {
-    pub fn new(inner: Arc<dyn RemoteStorageManager>) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            fetch_log: AtomicU64::new(0),
-            fetch_log_bytes: AtomicU64::new(0),
-            fetch_index: AtomicU64::new(0),
-            fetch_index_bytes: AtomicU64::new(0),
-        })
-    }
-
-    /// The counts so far, reset to zero.
-    pub fn take(&self) -> Counts {
-        Counts {
-            fetch_log: self.fetch_log.swap(0, Ordering::Relaxed),
-            fetch_log_bytes: self.fetch_log_bytes.swap(0, Ordering::Relaxed),
-            fetch_index: self.fetch_index.swap(0, Ordering::Relaxed),
-            fetch_index_bytes: self.fetch_index_bytes.swap(0, Ordering::Relaxed),
-        }
-    }
-}
-
-impl RemoteStorageManager for Counting {
-    fn copy_log_segment_data(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        data: &LogSegmentData,
-    ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
-        self.inner.copy_log_segment_data(metadata, data)
-    }
-
-    fn fetch_log_segment(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        start_position: u32,
-        end_position: Option<u32>,
-    ) -> Result<Vec<u8>, RemoteStorageError> {
-        self.fetch_log.fetch_add(1, Ordering::Relaxed);
-        let r = self
-            .inner
-            .fetch_log_segment(metadata, start_position, end_position)?;
-        self.fetch_log_bytes
-            .fetch_add(r.len() as u64, Ordering::Relaxed);
-        Ok(r)
-    }
-
-    fn fetch_index(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        index_type: IndexType,
-    ) -> Result<Vec<u8>, RemoteStorageError> {
-        self.fetch_index.fetch_add(1, Ordering::Relaxed);
-        let r = self.inner.fetch_index(metadata, index_type)?;
-        self.fetch_index_bytes
-            .fetch_add(r.len() as u64, Ordering::Relaxed);
-        Ok(r)
-    }
-
-    fn delete_log_segment_data(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-    ) -> Result<(), RemoteStorageError> {
-        self.inner.delete_log_segment_data(metadata)
     }
 }
 
