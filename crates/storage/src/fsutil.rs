@@ -85,6 +85,15 @@ pub fn write_atomic(path: &Path, tmp: &Path, bytes: &[u8]) -> io::Result<()> {
     fsync_dir(parent_dir(path))
 }
 
+/// [`write_atomic`], with each step's error naming its own path (the temporary file, the final
+/// path, the directory) as this crate's [`Error::Io`].
+pub(crate) fn write_atomic_named(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<(), Error> {
+    write_synced(tmp, bytes).at(tmp)?;
+    fs::rename(tmp, path).at(path)?;
+    let dir = parent_dir(path);
+    fsync_dir(dir).at(dir)
+}
+
 /// The directory holding `path` (`.` for a bare file name).
 fn parent_dir(path: &Path) -> &Path {
     match path.parent() {

@@ -431,3 +431,34 @@ fn lazy_index_loads_race_appends_and_retention_without_a_wrong_record() {
         assert_eq!(r.message, msg(r.seq));
     }
 }
+
+#[test]
+fn a_trusted_open_describes_the_log_exactly_as_a_full_recovery_does() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_log(dir.path(), 300);
+    let trusted = open(dir.path());
+    assert!(trusted.recovery_report().clean_shutdown);
+    let (segs, bytes, first, last) = (
+        trusted.segments(),
+        trusted.bytes(),
+        trusted.first_seq(),
+        trusted.last_seq(),
+    );
+    let by_time: Vec<_> = [0, 3, 150, 299 * 3, 900, 901]
+        .iter()
+        .map(|&ts| trusted.seq_for_timestamp(ts).unwrap())
+        .collect();
+    drop(trusted);
+    fs::remove_file(marker(dir.path())).unwrap();
+    let full = open(dir.path());
+    assert!(!full.recovery_report().clean_shutdown);
+    assert_eq!(full.segments(), segs);
+    assert_eq!(full.bytes(), bytes);
+    assert_eq!((full.first_seq(), full.last_seq()), (first, last));
+    let again: Vec<_> = [0, 3, 150, 299 * 3, 900, 901]
+        .iter()
+        .map(|&ts| full.seq_for_timestamp(ts).unwrap())
+        .collect();
+    assert_eq!(again, by_time);
+    assert_eq!(by_time[5], None);
+}

@@ -22,7 +22,7 @@
 //! segment's index files are removed and the directory is synced, so a crash after an append
 //! never finds a marker that no longer describes the file.
 
-use std::fs::{self, File, Metadata};
+use std::fs::{File, Metadata};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -227,9 +227,7 @@ pub(crate) fn read_clean_shutdown(dir: &Path) -> Marker {
 pub(crate) fn write_clean_shutdown(dir: &Path, marker: &CleanShutdown) -> Result<(), Error> {
     let tmp = dir.join(CLEAN_SHUTDOWN_TMP);
     let path = dir.join(CLEAN_SHUTDOWN_FILE_NAME);
-    fsutil::write_synced(&tmp, &marker.encode()).at(&tmp)?;
-    fs::rename(&tmp, &path).at(&path)?;
-    fsutil::fsync_dir(dir).at(dir)?;
+    fsutil::write_atomic_named(&path, &tmp, &marker.encode())?;
     // Last: give the directory the modification time the marker names (a second in the past,
     // so any later change of an entry moves it). Best effort: if it does not hold, the next
     // open lists the directory, as it would without it.
@@ -279,6 +277,8 @@ pub(crate) fn stamp(file: &File, path: &Path) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     fn sample() -> CleanShutdown {

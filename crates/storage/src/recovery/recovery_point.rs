@@ -24,10 +24,7 @@ pub(crate) fn write_recovery_point(dir: &Path, seq: u64) -> Result<(), Error> {
     buf.extend_from_slice(&crc.to_le_bytes());
     let tmp = dir.join(RECOVERY_POINT_TMP);
     let path = dir.join(RECOVERY_POINT_FILE_NAME);
-    // `fsutil::write_atomic`, step by step so each error names its own path.
-    fsutil::write_synced(&tmp, &buf).at(&tmp)?;
-    fs::rename(&tmp, &path).at(&path)?;
-    fsutil::fsync_dir(dir).at(dir)
+    fsutil::write_atomic_named(&path, &tmp, &buf)
 }
 
 /// Reads the recovery point of the log in `dir` (its
