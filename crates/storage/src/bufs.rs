@@ -40,6 +40,7 @@ impl ReadBufs {
     ) -> Result<Bytes, Error> {
         let mut buf = self.take(len);
         if buf.len() >= len {
+            // Already initialized by an earlier read: no zero-fill needed.
             buf.truncate(len);
         } else {
             buf.resize(len, 0);
@@ -62,7 +63,8 @@ impl ReadBufs {
         Ok(bytes)
     }
 
-    /// Reads exactly `len` bytes at `pos` of `file`, into a reused buffer when one is free.
+    /// Reads exactly `len` bytes at `pos` of `file`, into a reused buffer when one is free; a
+    /// file that ends sooner (cut since it was written) is [`Error::Corrupt`] naming the byte.
     pub(crate) fn read_at(
         &self,
         file: &File,
@@ -70,32 +72,15 @@ impl ReadBufs {
         pos: u64,
         len: usize,
     ) -> Result<Bytes, Error> {
-        let mut buf = self.take(len);
-        if buf.len() >= len {
-            // Already initialized by an earlier read: no zero-fill needed.
-            buf.truncate(len);
-        } else {
-            buf.resize(len, 0);
-        }
-        file.read_exact_at(&mut buf, pos).map_err(|source| {
-            if source.kind() == std::io::ErrorKind::UnexpectedEof {
-                // The file is shorter than the records it should hold (cut since it was
-                // written): name the byte.
-                Error::Corrupt {
-                    path: path.to_path_buf(),
-                    position: pos,
-                    reason: format!(
-                        "the file ends inside the {len} bytes of records expected from byte {pos}"
-                    ),
-                }
-            } else {
-                Error::io(path, source)
-            }
-        })?;
-        let cap = buf.capacity();
-        let bytes = buf.freeze();
-        if cap <= MAX_POOLED {
-            self.put(bytes.clone(), cap);
+        let bytes = self.read_available(file, path, pos, len)?;
+        if bytes.len() < len {
+            return Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                position: pos,
+                reason: format!(
+                    "the file ends inside the {len} bytes of records expected from byte {pos}"
+                ),
+            });
         }
         Ok(bytes)
     }

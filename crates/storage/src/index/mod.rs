@@ -211,6 +211,31 @@ impl TimeIndex {
     }
 }
 
+/// The bytes of a segment's `.index` and `.timeindex` for segment `base_seq..=last_seq` with
+/// `log_size` bytes of records and largest timestamp `max_timestamp`.
+pub(crate) fn encode_indexes(
+    base_seq: u64,
+    last_seq: u64,
+    log_size: u64,
+    max_timestamp: i64,
+    offsets: OffsetEntries,
+    times: TimeEntries,
+) -> (Vec<u8>, Vec<u8>) {
+    let idx = OffsetIndex {
+        base_seq,
+        last_seq,
+        log_size,
+        max_timestamp,
+        entries: offsets,
+    };
+    let tidx = TimeIndex {
+        base_seq,
+        max_timestamp,
+        entries: times,
+    };
+    (idx.encode(), tidx.encode())
+}
+
 /// The last `(seq, position)` entry with seq <= `seq`, or `(base, 0)`-like `None` when none.
 pub(crate) fn floor_entry(entries: &[(u64, u64)], seq: u64) -> Option<(u64, u64)> {
     let i = count_at_or_below(entries, seq);

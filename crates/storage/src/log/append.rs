@@ -15,7 +15,7 @@ use super::stats::Counters;
 use super::{Inner, Seg, SegFile, seg_file};
 use crate::fault::{FaultInjector, Op};
 use crate::fsutil::{self, IoResultExt};
-use crate::index::{IndexBuilder, OffsetIndex, TimeIndex};
+use crate::index::{IndexBuilder, encode_indexes};
 use crate::segment::{FRAME_HEADER_LEN, encode_frame_sized, segment_paths};
 use crate::{Error, SyncPolicy};
 
@@ -335,20 +335,14 @@ pub(crate) fn write_indexes(
     counters: Option<&Counters>,
 ) -> Result<u64, Error> {
     let (offsets, times) = seg.all_entries()?;
-    let idx = OffsetIndex {
-        base_seq: seg.base_seq,
-        last_seq: seg.last_seq,
-        log_size: seg.size,
-        max_timestamp: seg.max_timestamp,
-        entries: offsets,
-    }
-    .encode();
-    let tidx = TimeIndex {
-        base_seq: seg.base_seq,
-        max_timestamp: seg.max_timestamp,
-        entries: times,
-    }
-    .encode();
+    let (idx, tidx) = encode_indexes(
+        seg.base_seq,
+        seg.last_seq,
+        seg.size,
+        seg.max_timestamp,
+        offsets,
+        times,
+    );
     write_file(&seg.file.index_path, &idx, sync, faults, counters)?;
     write_file(&seg.file.time_index_path, &tidx, sync, faults, counters)?;
     Ok((idx.len() + tidx.len()) as u64)

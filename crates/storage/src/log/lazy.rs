@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 use super::{SegFile, load_indexes};
 use crate::Error;
 use crate::fsutil::{self, IoResultExt};
-use crate::index::{OffsetEntries, OffsetIndex, TimeEntries, TimeIndex, floor_entry, time_floor};
+use crate::index::{OffsetEntries, TimeEntries, encode_indexes, floor_entry, time_floor};
 use crate::segment::scan_file;
 
 /// A segment's index entries: `(seq, position)` and `(largest timestamp before, seq)`.
@@ -170,20 +170,14 @@ impl LazyIndex {
     /// temporary file renamed into place, so a concurrent reader of them sees the old file or
     /// the new one). Best effort: the entries in memory are what the log uses.
     fn rewrite(&self, entries: &Entries) {
-        let idx = OffsetIndex {
-            base_seq: self.base_seq,
-            last_seq: self.last_seq,
-            log_size: self.log_size,
-            max_timestamp: self.max_timestamp,
-            entries: entries.offsets.clone(),
-        }
-        .encode();
-        let tidx = TimeIndex {
-            base_seq: self.base_seq,
-            max_timestamp: self.max_timestamp,
-            entries: entries.times.clone(),
-        }
-        .encode();
+        let (idx, tidx) = encode_indexes(
+            self.base_seq,
+            self.last_seq,
+            self.log_size,
+            self.max_timestamp,
+            entries.offsets.clone(),
+            entries.times.clone(),
+        );
         for (path, bytes) in [
             (&self.file.index_path, idx),
             (&self.file.time_index_path, tidx),

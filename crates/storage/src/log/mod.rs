@@ -151,17 +151,10 @@ impl Seg {
     /// Loads the lazy entries (when there are any) and keeps them in `offsets` and `times`,
     /// ahead of the entries added since.
     pub(crate) fn materialize(&mut self) -> Result<(), Error> {
-        let Some(lazy) = self.lazy.clone() else {
-            return Ok(());
-        };
-        let loaded = lazy.load()?;
-        let mut offsets = loaded.offsets.clone();
-        offsets.append(&mut self.offsets);
-        let mut times = loaded.times.clone();
-        times.append(&mut self.times);
-        self.offsets = offsets;
-        self.times = times;
-        self.lazy = None;
+        if self.lazy.is_some() {
+            (self.offsets, self.times) = self.all_entries()?;
+            self.lazy = None;
+        }
         Ok(())
     }
 }
