@@ -13,23 +13,43 @@ use crate::report::{Histogram, Measurement};
 use crate::{BoxError, Result};
 
 fn krabka_log(dir: &Path, sync: SyncPolicy) -> Result<Log> {
-    Ok(Log::open(
-        dir,
-        Options {
-            max_bytes: SEGMENT_BYTES,
-            sync,
-            ..Options::default()
-        },
-    )?)
+    Ok(Log::open(dir, krabka_options(sync))?)
 }
 
-/// Builds a krabka log of `w.records` records (untimed).
-fn fill_krabka(dir: &Path, w: &Workload, v: &Bytes) -> Result<Log> {
-    let log = krabka_log(dir, SyncPolicy::Never)?;
+fn krabka_options(sync: SyncPolicy) -> Options {
+    Options {
+        max_bytes: SEGMENT_BYTES,
+        sync,
+        ..Options::default()
+    }
+}
+
+/// Builds a krabka log of `w.records` records (untimed) with `opts`.
+fn fill_krabka_with(dir: &Path, w: &Workload, v: &Bytes, opts: Options) -> Result<Log> {
+    let log = Log::open(dir, opts)?;
     for b in 0..batches(w.records) {
         log.append_batch(&batch_of(v, b * BATCH as u64))?;
     }
     Ok(log)
+}
+
+/// Builds a krabka log of `w.records` records (untimed).
+fn fill_krabka(dir: &Path, w: &Workload, v: &Bytes) -> Result<Log> {
+    fill_krabka_with(dir, w, v, krabka_options(SyncPolicy::Never))
+}
+
+/// Point reads of random seqs of `log`, timed one by one.
+fn random_reads(log: &Log, reads: u64, vlen: usize) -> Result<Measurement> {
+    let last = log.last_seq();
+    let mut rng = Rng::new();
+    timed(reads, 1, vlen, |_| {
+        let got = log.read(1 + rng.below(last), 1)?;
+        if got.len() == 1 {
+            Ok(())
+        } else {
+            Err("krabka point read returned no record".into())
+        }
+    })
 }
 
 /// Runs one `krabka-*` case.
@@ -95,18 +115,14 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
             }
             Ok(Measurement::new(bytes, records, start.elapsed(), &hist))
         }
-        "krabka-read-random" => {
-            let log = fill_krabka(dir, w, v)?;
-            let last = log.last_seq();
-            let mut rng = Rng::new();
-            timed(reads, 1, vlen, |_| {
-                let got = log.read(1 + rng.below(last), 1)?;
-                if got.len() == 1 {
-                    Ok(())
-                } else {
-                    Err("krabka point read returned no record".into())
-                }
-            })
+        "krabka-read-random" => random_reads(&fill_krabka(dir, w, v)?, reads, vlen),
+        "krabka-read-random-dense" => {
+            // An index entry per record, as commitlog keeps (Kafka's index.interval.bytes = 1).
+            let opts = Options {
+                index_interval_bytes: 1,
+                ..krabka_options(SyncPolicy::Never)
+            };
+            random_reads(&fill_krabka_with(dir, w, v, opts)?, reads, vlen)
         }
         other => Err(BoxError::from(format!("unknown storage case {other}"))),
     }

@@ -125,6 +125,7 @@ pub const CASES: &[Case] = &[
     krabka(G_BATCH, "krabka append_batch", "krabka-batch"),
     case(G_BATCH, "commitlog append(MessageBuf)", "commitlog-batch"),
     raw(G_BATCH, "raw write of 100", "raw-batch"),
+    raw(G_BATCH, "raw write of 100 + CRC-32 each", "raw-batch-crc"),
     krabka(G_SYNC1, "krabka append, EveryAppend", "krabka-sync1"),
     case(G_SYNC1, "okaywal entry commit", "okaywal-sync1"),
     case(
@@ -164,7 +165,17 @@ pub const CASES: &[Case] = &[
     case(G_SEQ, "commitlog read(off, 1 MiB)", "commitlog-read-seq"),
     case(G_SEQ, "okaywal recovery scan", "okaywal-read-seq"),
     raw(G_SEQ, "raw read, 1 MiB", "raw-read-seq"),
+    raw(
+        G_SEQ,
+        "raw read, 1 MiB + CRC-32 per record",
+        "raw-read-seq-crc",
+    ),
     krabka(G_RANDOM, "krabka read(seq, 1)", "krabka-read-random"),
+    krabka(
+        G_RANDOM,
+        "krabka read(seq, 1), index_interval_bytes 1",
+        "krabka-read-random-dense",
+    ),
     case(
         G_RANDOM,
         "commitlog read(off, 1 record)",

@@ -72,6 +72,20 @@ pub(super) fn run(id: &str, p: &Params, dir: &Path) -> Result<Measurement> {
                 Ok(f.sync_data()?)
             })
         }
+        "raw-batch-crc" => {
+            // The floor of any log that checksums each record: the raw batch write plus a
+            // CRC-32 of each value, computed before the write as a framing writer must.
+            let mut f = raw_file(dir, "raw")?;
+            let buf = v.repeat(BATCH);
+            timed(nb, BATCH as u64, vlen, |_| {
+                let mut acc = 0u32;
+                for value in buf.chunks(vlen.max(1)) {
+                    acc ^= crc32fast::hash(value);
+                }
+                std::hint::black_box(acc);
+                Ok(f.write_all(&buf)?)
+            })
+        }
         "raw-batch-sync" => {
             let mut f = raw_file(dir, "raw")?;
             let buf = v.repeat(BATCH);
@@ -81,6 +95,7 @@ pub(super) fn run(id: &str, p: &Params, dir: &Path) -> Result<Measurement> {
             })
         }
         "raw-read-seq" | "raw-read-random" => read(id, p, dir),
+        "raw-read-seq-crc" => read_checked(p, dir),
         other => Err(BoxError::from(format!("unknown storage case {other}"))),
     }
 }
@@ -130,4 +145,64 @@ fn read(id: &str, p: &Params, dir: &Path) -> Result<Measurement> {
             Ok(f.read_exact_at(&mut buf, rng.below(total) * vlen as u64)?)
         })
     }
+}
+
+/// The floor of any reader that checks each record: a file of `[len u32][CRC-32 u32][value]`
+/// frames (written untimed), read through in [`READ_CHUNK_BYTES`](super::READ_CHUNK_BYTES)
+/// calls, each frame's CRC checked and nothing decoded.
+fn read_checked(p: &Params, dir: &Path) -> Result<Measurement> {
+    let Params {
+        ref v,
+        vlen,
+        nb,
+        per_read,
+        ..
+    } = *p;
+    let path = dir.join("raw");
+    {
+        let mut frame = Vec::with_capacity(8 + vlen);
+        frame.extend_from_slice(&u32::try_from(vlen)?.to_le_bytes());
+        frame.extend_from_slice(&crc32fast::hash(v).to_le_bytes());
+        frame.extend_from_slice(v);
+        let buf = frame.repeat(BATCH);
+        let mut f = raw_file(dir, "raw")?;
+        for _ in 0..nb {
+            f.write_all(&buf)?;
+        }
+    }
+    let f = File::open(&path)?;
+    let mut buf = vec![0u8; per_read * (vlen + 8)];
+    let mut hist = Histogram::default();
+    let (mut bytes, mut records, mut pos) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    loop {
+        let t = Instant::now();
+        let got = f.read_at(&mut buf, pos)?;
+        if got == 0 {
+            break;
+        }
+        let mut at = 0usize;
+        while let Some(header) = buf.get(at..at + 8) {
+            let len = u32::from_le_bytes(header[..4].try_into()?) as usize;
+            let stored = u32::from_le_bytes(header[4..].try_into()?);
+            let Some(value) = buf
+                .get(at + 8..at + 8 + len)
+                .filter(|_| at + 8 + len <= got)
+            else {
+                break;
+            };
+            if crc32fast::hash(value) != stored {
+                return Err(format!("CRC mismatch at byte {}", pos + at as u64).into());
+            }
+            bytes += len as u64;
+            records += 1;
+            at += 8 + len;
+        }
+        hist.record(t.elapsed());
+        if at == 0 {
+            return Err(format!("frame at byte {pos} longer than the read buffer").into());
+        }
+        pos += at as u64;
+    }
+    Ok(Measurement::new(bytes, records, start.elapsed(), &hist))
 }

@@ -236,10 +236,15 @@ pub(crate) fn encode_indexes(
     (idx.encode(), tidx.encode())
 }
 
-/// The last `(seq, position)` entry with seq <= `seq`, or `(base, 0)`-like `None` when none.
-pub(crate) fn floor_entry(entries: &[(u64, u64)], seq: u64) -> Option<(u64, u64)> {
+/// An offset index floor entry `(seq, position)` and the entry after it, for reading one seq.
+pub(crate) type IndexBounds = (Option<(u64, u64)>, Option<(u64, u64)>);
+
+/// The last `(seq, position)` entry with seq <= `seq` (`None` when there is none: read from
+/// the segment's start), and the entry after it (the first with seq > `seq`), if any.
+pub(crate) fn floor_and_next(entries: &[(u64, u64)], seq: u64) -> IndexBounds {
     let i = count_at_or_below(entries, seq);
-    i.checked_sub(1).and_then(|i| entries.get(i)).copied()
+    let floor = i.checked_sub(1).and_then(|i| entries.get(i)).copied();
+    (floor, entries.get(i).copied())
 }
 
 /// How many entries have a seq `<= seq` (entries sorted by seq): the result of
@@ -262,6 +267,14 @@ fn count_at_or_below(entries: &[(u64, u64)], seq: u64) -> usize {
     let span = u128::from(last - first);
     let guess = u128::from(seq - first) * (entries.len() as u128 - 1) / span;
     let guess = usize::try_from(guess).unwrap_or(0);
+    // Evenly spread entries (a dense index of equal-sized records) put the answer right at
+    // the guess: two neighbouring entries, usually one cache line.
+    if let (Some(&(at, _)), Some(&(after, _))) = (entries.get(guess), entries.get(guess + 1))
+        && at <= seq
+        && seq < after
+    {
+        return guess + 1;
+    }
     let lo = guess.saturating_sub(SLACK);
     let hi = guess.saturating_add(SLACK + 1).min(entries.len());
     // Every entry before `lo` is <= seq when entries[lo] is; every one from `hi` on is > seq
@@ -355,18 +368,23 @@ mod tests {
     }
 
     #[test]
-    fn floor_entry_agrees_with_a_binary_search_on_even_and_skewed_indexes() {
+    fn floor_and_next_agree_with_a_binary_search_on_even_dense_and_skewed_indexes() {
         let even: Vec<(u64, u64)> = (0..500u64).map(|i| (10 + i * 7, i * 100)).collect();
+        // An entry per seq: the guess is the answer.
+        let dense: Vec<(u64, u64)> = (0..500u64).map(|i| (10 + i, i * 100)).collect();
         // Seqs bunched at the start and spread out later: the guess lands far off.
         let skewed: Vec<(u64, u64)> = (0..300u64)
             .map(|i| (5 + if i < 250 { i } else { 250 + (i - 249) * 1000 }, i))
             .collect();
-        for entries in [even, skewed, vec![(3, 0)], Vec::new()] {
+        for entries in [even, dense, skewed, vec![(3, 0)], Vec::new()] {
             let top = entries.last().map_or(10, |e| e.0 + 10);
             for seq in 0..top {
                 let i = entries.partition_point(|&(s, _)| s <= seq);
-                let want = i.checked_sub(1).map(|i| entries[i]);
-                assert_eq!(floor_entry(&entries, seq), want, "seq {seq}");
+                let want = (
+                    i.checked_sub(1).map(|i| entries[i]),
+                    entries.get(i).copied(),
+                );
+                assert_eq!(floor_and_next(&entries, seq), want, "seq {seq}");
             }
         }
     }
@@ -416,7 +434,11 @@ mod tests {
         assert_eq!(view.summary(), verify_index(&idx.encode()).unwrap());
         assert_eq!(view.len(), idx.entries.len());
         for seq in 0..40 {
-            assert_eq!(view.floor(seq), floor_entry(&idx.entries, seq), "seq {seq}");
+            assert_eq!(
+                view.floor(seq),
+                floor_and_next(&idx.entries, seq).0,
+                "seq {seq}"
+            );
         }
         assert_eq!(view.floor(u64::MAX), idx.entries.last().copied());
         assert_eq!(view.entry(view.len()), None);

@@ -16,7 +16,9 @@ use std::sync::{Arc, OnceLock};
 use super::{SegFile, load_indexes};
 use crate::Error;
 use crate::fsutil::{self, IoResultExt};
-use crate::index::{OffsetEntries, TimeEntries, encode_indexes, floor_entry, time_floor};
+use crate::index::{
+    IndexBounds, OffsetEntries, TimeEntries, encode_indexes, floor_and_next, time_floor,
+};
 use crate::segment::scan_file;
 
 /// A segment's index entries: `(seq, position)` and `(largest timestamp before, seq)`.
@@ -192,15 +194,14 @@ impl LazyIndex {
 }
 
 /// The floor entry for `seq` over `prefix` (the loaded on-disk entries) followed by `tail`
-/// (entries added since the open).
-pub(crate) fn offset_floor(
-    prefix: &[(u64, u64)],
-    tail: &[(u64, u64)],
-    seq: u64,
-) -> Option<(u64, u64)> {
+/// (entries added since the open), and the entry after it (see [`floor_and_next`]).
+pub(crate) fn offset_floor(prefix: &[(u64, u64)], tail: &[(u64, u64)], seq: u64) -> IndexBounds {
     match tail.first() {
-        Some(&(first, _)) if first <= seq => floor_entry(tail, seq),
-        _ => floor_entry(prefix, seq),
+        Some(&(first, _)) if first <= seq => floor_and_next(tail, seq),
+        first_of_tail => {
+            let (floor, next) = floor_and_next(prefix, seq);
+            (floor, next.or(first_of_tail.copied()))
+        }
     }
 }
 

@@ -94,9 +94,12 @@ impl Seg {
         }
     }
 
-    /// The last index entry with a seq `<= seq`; `Err` with the lazy index to load first when
-    /// the answer may be in entries not loaded yet.
-    pub(crate) fn offset_floor(&self, seq: u64) -> Result<Option<(u64, u64)>, Arc<LazyIndex>> {
+    /// The last index entry with a seq `<= seq` and the entry after it; `Err` with the lazy
+    /// index to load first when the answer may be in entries not loaded yet.
+    pub(crate) fn offset_floor(
+        &self,
+        seq: u64,
+    ) -> Result<crate::index::IndexBounds, Arc<LazyIndex>> {
         match &self.lazy {
             None => Ok(offset_floor(&[], &self.offsets, seq)),
             Some(lazy) => match lazy.get() {

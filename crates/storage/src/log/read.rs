@@ -95,13 +95,17 @@ struct ReadPlan {
     size: u64,
     last_seq: u64,
     avg_frame: u64,
+    /// The index entry after the one at `pos` (`(seq, position)`): the frames before its seq
+    /// end at its position, which bounds the first chunk of a read that ends before it.
+    next: Option<(u64, u64)>,
 }
 
 impl ReadPlan {
     /// The plan for reading `seq` from `seg`; `Err` with the lazy index to load first (outside
     /// the state lock) when its entries are not loaded yet.
     fn of(seg: &Seg, seq: u64) -> Result<ReadPlan, Arc<LazyIndex>> {
-        let (start_seq, pos) = seg.offset_floor(seq)?.unwrap_or((seg.base_seq, 0));
+        let (floor, next) = seg.offset_floor(seq)?;
+        let (start_seq, pos) = floor.unwrap_or((seg.base_seq, 0));
         let records = seg.last_seq + 1 - seg.base_seq;
         Ok(ReadPlan {
             base: seg.base_seq,
@@ -112,6 +116,7 @@ impl ReadPlan {
             size: seg.size,
             last_seq: seg.last_seq,
             avg_frame: seg.size / records.max(1),
+            next,
         })
     }
 }
@@ -278,14 +283,29 @@ impl Inner {
         // the last one asked for (a little slack, not a whole extra frame: a short chunk only
         // costs one more read).
         let mut want_frames = (need as u64).saturating_add(skip);
+        // When every frame asked for comes before the next index entry, the first chunk need
+        // not go past that entry's position, and ends exactly there when the last frame asked
+        // for is the one just before it (a point read through a dense index reads one frame).
+        // An entry that lies only costs another read: a frame cut off by the chunk is read
+        // again from its start (at least 64 bytes are read, so its length is always seen).
+        let mut bound = plan.next.and_then(|(next_seq, next_pos)| {
+            let past_wanted = from_seq.saturating_add(need as u64);
+            (past_wanted <= next_seq && next_pos > pos)
+                .then_some((next_pos - pos, past_wanted == next_seq))
+        });
         while need > 0 && pos < plan.size {
             let left = plan.size - pos;
             let avg = plan.avg_frame.max(64);
             let bytes = want_frames.saturating_mul(avg);
-            let want = bytes
+            let estimate = bytes
                 .saturating_add((bytes / 8).min(avg) + 256)
-                .clamp(1 << 10, 2 << 20)
-                .min(left);
+                .clamp(1 << 10, 2 << 20);
+            let want = match bound.take() {
+                Some((to_next, true)) => to_next.max(64),
+                Some((to_next, false)) => estimate.min(to_next).max(64),
+                None => estimate,
+            }
+            .min(left);
             let chunk = read_frame_chunk(
                 pos,
                 plan.size,
