@@ -194,12 +194,23 @@ impl Inner {
         }
         let sf = seg_file(&self.dir, base);
         let file = Arc::new(file);
+        // The closed segment's entries no longer grow: exact-sized copies (made under the read
+        // lock, so readers are not held up by the copy; only this appender changes them) drop
+        // the slack of their growth, up to half of their memory.
+        let exact = {
+            let st = self.state.read();
+            st.active().map(|seg| (seg.offsets.to_vec(), seg.times.to_vec()))
+        };
         {
             let mut st = self.state.write();
             if let Some(old) = st.segs.last_mut() {
                 old.index_bytes = index_bytes;
                 // Closed now: readers reopen it through the cache.
                 old.open = None;
+                if let Some((offsets, times)) = exact {
+                    old.offsets = offsets;
+                    old.times = times;
+                }
             }
             st.segs
                 .push(Seg::empty_active(base, Arc::clone(&sf), Arc::clone(&file)));
