@@ -13,22 +13,6 @@ pub const TOPIC_FILE: &str = "topic";
 /// First line of [`TOPIC_FILE`].
 const TOPIC_MAGIC: &str = "krabka-topic 1";
 
-/// CRC-32 (IEEE) of `bytes`: the checksum of [`TOPIC_FILE`].
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in bytes {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
-}
-
 /// The contents of [`TOPIC_FILE`] for `topic`: name, id and partition, then a CRC-32 of them.
 fn topic_file_text(topic: &TopicIdPartition) -> String {
     let body = format!(
@@ -37,7 +21,7 @@ fn topic_file_text(topic: &TopicIdPartition) -> String {
         topic.topic_id(),
         topic.partition()
     );
-    let crc = crc32(body.as_bytes());
+    let crc = crc32fast::hash(body.as_bytes());
     format!("{body}crc32 {crc:08x}\n")
 }
 
@@ -52,7 +36,7 @@ fn parse_topic_file(text: &str) -> std::result::Result<TopicIdPartition, String>
         .and_then(|c| c.strip_suffix('\n'))
         .and_then(|c| u32::from_str_radix(c, 16).ok())
         .ok_or_else(|| "its checksum line is unreadable".to_owned())?;
-    if crc32(body.as_bytes()) != stored {
+    if crc32fast::hash(body.as_bytes()) != stored {
         return Err("its checksum does not match its contents".to_owned());
     }
     let mut lines = body.lines();
@@ -206,7 +190,7 @@ mod tests {
             assert!(e.to_string().contains("damaged topic file"), "{e}");
         }
         assert!(parse_topic_file("").is_err());
-        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32fast::hash(b"123456789"), 0xCBF4_3926);
     }
 
     #[test]

@@ -199,7 +199,8 @@ impl Inner {
         // the slack of their growth, up to half of their memory.
         let exact = {
             let st = self.state.read();
-            st.active().map(|seg| (seg.offsets.to_vec(), seg.times.to_vec()))
+            st.active()
+                .map(|seg| (seg.offsets.to_vec(), seg.times.to_vec()))
         };
         {
             let mut st = self.state.write();
