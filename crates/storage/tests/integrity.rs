@@ -337,6 +337,19 @@ fn reads_through_a_dense_index_whose_positions_lie_are_exact() {
         for (path, bytes) in &lies {
             assert_eq!(&fs::read(path).unwrap(), bytes, "{}", path.display());
         }
+        // Appends after the open: reads around the last loaded entry and the first new one.
+        for seq in RECORDS + 1..=RECORDS + 5 {
+            assert_eq!(log.append(&msg(seq)).unwrap(), seq);
+        }
+        for seq in RECORDS - 5..=RECORDS + 5 {
+            for max in 1..=3 {
+                let got = log.read(seq, max).unwrap();
+                assert_eq!(got.len(), max.min((RECORDS + 6 - seq) as usize));
+                for (r, s) in got.iter().zip(seq..) {
+                    assert_eq!((r.seq, &r.message), (s, &msg(s)), "shift {shift}");
+                }
+            }
+        }
     }
 }
 
