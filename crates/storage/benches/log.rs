@@ -148,10 +148,20 @@ fn append_sync(c: &mut Criterion) {
 
 /// A log of about `bytes` of 1 KiB records, and its record count.
 fn build_log(dir: &Path, bytes: u64, max_bytes: u64) -> (Log, u64) {
+    build_log_with(
+        dir,
+        bytes,
+        max_bytes,
+        Options::default().index_interval_bytes,
+    )
+}
+
+fn build_log_with(dir: &Path, bytes: u64, max_bytes: u64, interval: u64) -> (Log, u64) {
     let log = Log::open(
         dir,
         Options {
             max_bytes,
+            index_interval_bytes: interval,
             ..opts(SyncPolicy::Never)
         },
     )
@@ -252,6 +262,39 @@ fn open(c: &mut Criterion) {
     g.finish();
 }
 
+/// `verify_segment_files` (every frame's CRC and message, both indexes against the frames) of
+/// one closed segment, with the default and a dense index, against reading its `.log`.
+fn verify(c: &mut Criterion) {
+    let bytes = (data_bytes() / 4).max(1 << 20);
+    let mut g = c.benchmark_group("verify_segment");
+    g.throughput(Throughput::Bytes(bytes));
+    for (name, interval) in [("krabka_default_index", 4096), ("krabka_dense_index", 1)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _) = build_log_with(dir.path(), bytes, bytes, interval);
+        log.roll().unwrap();
+        let seg = log.segments()[0].clone();
+        drop(log);
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let v = krabka_storage::segment::verify_segment_files(
+                    &seg.log_path,
+                    Some(&seg.index_path),
+                    Some(&seg.time_index_path),
+                )
+                .unwrap();
+                assert!(v.problem.is_none(), "{:?}", v.problem);
+                black_box(v)
+            })
+        });
+        if interval == 1 {
+            g.bench_function("raw_read", |b| {
+                b.iter(|| black_box(std::fs::read(&seg.log_path).unwrap()))
+            });
+        }
+    }
+    g.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -259,5 +302,5 @@ fn config() -> Criterion {
         .sample_size(20)
 }
 
-criterion_group! { name = benches; config = config(); targets = append, append_sync, reads, open }
+criterion_group! { name = benches; config = config(); targets = append, append_sync, reads, open, verify }
 criterion_main!(benches);
