@@ -89,7 +89,9 @@ pub struct Message {
 impl Message {
     /// Creates a message with the given value, stamped with the current wall-clock time
     /// ([`now_ms`]), no key and no headers. [`with_timestamp`](Self::with_timestamp) overrides
-    /// the stamp (for example with an event time).
+    /// the stamp (for example with an event time); a caller that always sets its own
+    /// timestamps can skip the clock read with a literal:
+    /// `Message { timestamp, value, ..Message::default() }`.
     ///
     /// ```
     /// use krabka_protocol::{Message, now_ms};
