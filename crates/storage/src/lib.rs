@@ -178,7 +178,7 @@ pub struct Options {
     /// [`Error::InvalidOptions`]).
     ///
     /// `1` gives an entry per record (a dense index, as Kafka's `index.interval.bytes = 1`): a
-    /// point read then reads exactly its record's frame, about 1.3× the point reads per second
+    /// point read then reads exactly its record's frame, 1.1–1.4× the point reads per second
     /// of the default at 100 B–1 KiB records (docs/benchmarks.md), at the cost of up to 32
     /// bytes of memory and of index files per record (an offset entry, and a time entry when
     /// the timestamp grows) against one per 4 KiB.
