@@ -14,6 +14,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use krabka_storage::testkit;
+
 const RECORDS: u64 = 300;
 
 fn krabka(args: &[&str], stdin: Option<&str>) -> Output {
@@ -219,18 +221,11 @@ fn target(kind: Kind, case: &Case) -> PathBuf {
 }
 
 fn flip(path: &Path, at: usize) {
-    let mut b = fs::read(path).unwrap();
-    b[at] ^= 0x5a;
-    fs::write(path, b).unwrap();
+    testkit::xor_byte(path, at as u64, 0x5a).unwrap();
 }
 
 fn set_len(path: &Path, len: u64) {
-    fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .unwrap()
-        .set_len(len)
-        .unwrap();
+    testkit::set_len(path, len).unwrap();
 }
 
 /// Applies `damage`; false when it means nothing for this file.

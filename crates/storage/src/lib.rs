@@ -39,6 +39,8 @@ pub mod index;
 mod log;
 mod recovery;
 pub mod segment;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -8,14 +8,14 @@
 //! `KRABKA_ATTACK_CLEAN_DIR` set.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::Write;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use krabka_protocol::Message;
+use krabka_storage::testkit::{Damage, damage};
 use krabka_storage::{CLEAN_SHUTDOWN_FILE_NAME, Log, Options, RecoveryMode, SyncPolicy};
 
 const DIR_VAR: &str = "KRABKA_ATTACK_CLEAN_DIR";
@@ -160,57 +160,6 @@ fn set_mtime(path: &Path, t: SystemTime) {
         .unwrap();
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Damage {
-    FlipFirst,
-    FlipMiddle,
-    FlipLast,
-    TruncateOne,
-    TruncateHalf,
-    ExtendZeros,
-    ExtendGarbage,
-    Delete,
-}
-
-const DAMAGES: [Damage; 8] = [
-    Damage::FlipFirst,
-    Damage::FlipMiddle,
-    Damage::FlipLast,
-    Damage::TruncateOne,
-    Damage::TruncateHalf,
-    Damage::ExtendZeros,
-    Damage::ExtendGarbage,
-    Damage::Delete,
-];
-
-fn damage(path: &Path, d: Damage) {
-    let len = fs::metadata(path).unwrap().len();
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let flip = |at: u64| {
-        let mut b = [0u8; 1];
-        f.read_exact_at(&mut b, at).unwrap();
-        b[0] ^= 0x5a;
-        f.write_all_at(&b, at).unwrap();
-    };
-    match d {
-        Damage::FlipFirst => flip(0),
-        Damage::FlipMiddle => flip(len / 2),
-        Damage::FlipLast => flip(len - 1),
-        Damage::TruncateOne => f.set_len(len - 1).unwrap(),
-        Damage::TruncateHalf => f.set_len(len / 2).unwrap(),
-        Damage::ExtendZeros => f.set_len(len + 100).unwrap(),
-        Damage::ExtendGarbage => f.write_all_at(&[0xa7; 77], len).unwrap(),
-        Damage::Delete => {
-            drop(f);
-            fs::remove_file(path).unwrap();
-        }
-    }
-}
-
 #[test]
 fn every_damage_to_every_file_after_a_clean_close_is_caught_or_harmless() {
     let started = Instant::now();
@@ -226,7 +175,7 @@ fn every_damage_to_every_file_after_a_clean_close_is_caught_or_harmless() {
         "marker",
     ];
     for target in targets {
-        for d in DAMAGES {
+        for d in Damage::ALL {
             for keep_mtime in [false, true] {
                 assert!(started.elapsed() < Duration::from_secs(120));
                 let dir = tempfile::tempdir().unwrap();
@@ -247,7 +196,7 @@ fn every_damage_to_every_file_after_a_clean_close_is_caught_or_harmless() {
                 assert!(path.exists(), "{}", path.display());
                 let log_mtime = fs::metadata(&active.log_path).unwrap().modified().unwrap();
                 let own_mtime = fs::metadata(&path).unwrap().modified().unwrap();
-                damage(&path, d);
+                damage(&path, d).unwrap();
                 if keep_mtime && path.exists() {
                     // A tool that preserves times (rsync -t, cp -p, touch -r).
                     set_mtime(&path, own_mtime);

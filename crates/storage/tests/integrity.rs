@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use krabka_protocol::Message;
 use krabka_storage::segment::{self, QUARANTINE_DIR, verify_segment_files};
+use krabka_storage::testkit;
 use krabka_storage::{Error, Log, Options, RecoveryMode, SegmentInfo, SyncPolicy};
 
 const RECORDS: u64 = 60;
@@ -42,18 +43,11 @@ fn setup(dir: &Path) -> Vec<SegmentInfo> {
 }
 
 fn flip(path: &Path, at: usize) {
-    let mut b = fs::read(path).unwrap();
-    b[at] ^= 0x5a;
-    fs::write(path, b).unwrap();
+    testkit::xor_byte(path, at as u64, 0x5a).unwrap();
 }
 
 fn truncate(path: &Path, len: u64) {
-    fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .unwrap()
-        .set_len(len)
-        .unwrap();
+    testkit::set_len(path, len).unwrap();
 }
 
 // ---- the numbered items of the integrity issue, at the level of the library ----

@@ -12,10 +12,8 @@
 mod common;
 mod service_util;
 
-use std::fs::OpenOptions;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +22,7 @@ use common::{append, message, options, orphans, tp};
 use krabka_remote_fs::FsRemoteStorage;
 use krabka_remote_storage::testkit::{FaultInjecting, Faults, Method};
 use krabka_remote_storage::{RemoteStorageManager, layout};
+use krabka_storage::testkit::{Damage, damage};
 use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
 use krabka_tiering::{ServiceConfig, TieredLog, TieringConfig, TieringService};
 
@@ -36,42 +35,6 @@ fn config(chunk_bytes: u32, concurrency: usize) -> TieringConfig {
         chunk_bytes,
         copy_concurrency: concurrency,
         ..TieringConfig::default()
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Damage {
-    FlipFirst,
-    FlipMiddle,
-    FlipLast,
-    TruncateOne,
-    TruncateHalf,
-    Delete,
-}
-
-fn damage(path: &Path, d: Damage) {
-    let len = std::fs::metadata(path).unwrap().len();
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let flip = |at: u64| {
-        let mut b = [0u8; 1];
-        f.read_exact_at(&mut b, at).unwrap();
-        b[0] ^= 0x5a;
-        f.write_all_at(&b, at).unwrap();
-    };
-    match d {
-        Damage::FlipFirst => flip(0),
-        Damage::FlipMiddle => flip(len / 2),
-        Damage::FlipLast => flip(len - 1),
-        Damage::TruncateOne => f.set_len(len - 1).unwrap(),
-        Damage::TruncateHalf => f.set_len(len / 2).unwrap(),
-        Damage::Delete => {
-            drop(f);
-            std::fs::remove_file(path).unwrap();
-        }
     }
 }
 
@@ -202,7 +165,7 @@ fn damaged_remote_objects_read_exactly_or_fail_naming_the_object() {
                     .find(|k| k.ends_with(suffix) && !k.ends_with(".timeindex"))
                     .unwrap();
                 let path = s.remote_root().join(&key);
-                damage(&path, d);
+                damage(&path, d).unwrap();
                 let name = Path::new(&key)
                     .file_name()
                     .unwrap()
@@ -324,24 +287,17 @@ fn attack_tiering_child_copies_until_killed() {
 
 #[test]
 fn sigkill_during_concurrent_copies_leaves_no_orphans() {
-    let exe = std::env::current_exe().unwrap();
     let started = Instant::now();
     let mut problems = Vec::new();
     for round in 0u64..8 {
         assert!(started.elapsed() < Duration::from_secs(240));
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(&exe)
-            .args([
-                "--ignored",
-                "--exact",
-                "attack_tiering_child_copies_until_killed",
-                "--test-threads=1",
-            ])
-            .env(DIR_VAR, dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = common::spawn_child(
+            "attack_tiering_child_copies_until_killed",
+            DIR_VAR,
+            dir.path(),
+            Stdio::null(),
+        );
         std::thread::sleep(Duration::from_millis(400 + 211 * round));
         child.kill().unwrap(); // SIGKILL
         assert!(!child.wait().unwrap().success(), "round {round}");

@@ -9,7 +9,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -77,23 +77,15 @@ impl XorShift {
 #[test]
 fn sigkill_at_random_points_keeps_acknowledged_records() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
     let acked = Arc::new(AtomicU64::new(0));
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     for round in 0..12 {
-        let mut child = Command::new(&exe)
-            .args([
-                "--ignored",
-                "--exact",
-                "crash_child_appends_and_tiers_until_killed",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(DIR_VAR, dir.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = common::spawn_child(
+            "crash_child_appends_and_tiers_until_killed",
+            DIR_VAR,
+            dir.path(),
+            Stdio::piped(),
+        );
         let stdout = child.stdout.take().unwrap();
         let seen = acked.clone();
         let reader = std::thread::spawn(move || {

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use RemoteLogSegmentState::*;
 use krabka_remote_storage::*;
 use krabka_storage::segment::{dump_frames, read_segment_file, segment_file_name};
+use krabka_storage::testkit;
 use krabka_tiering::metadata::{
     DurableOptions, DurableRemoteLogMetadataManager, RemoteLogMetadataManager,
 };
@@ -124,18 +125,11 @@ fn fill(dir: &Path) -> Filled {
 }
 
 fn flip(path: &Path, at: usize) {
-    let mut bytes = fs::read(path).unwrap();
-    bytes[at] ^= 0x01;
-    fs::write(path, bytes).unwrap();
+    testkit::xor_byte(path, at as u64, 0x1).unwrap();
 }
 
 fn truncate(path: &Path, len: u64) {
-    fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .unwrap()
-        .set_len(len)
-        .unwrap();
+    testkit::set_len(path, len).unwrap();
 }
 
 /// Start of the log's last frame and its length.

@@ -11,7 +11,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,22 +58,15 @@ fn recover_crash_child_tiers_until_killed() {
 
 #[test]
 fn sigkill_then_disk_loss_recovers_whole_segments_only() {
-    let exe = std::env::current_exe().unwrap();
     let mut recovered_total = 0;
     for round in 0u64..6 {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(&exe)
-            .args([
-                "--ignored",
-                "--exact",
-                "recover_crash_child_tiers_until_killed",
-                "--test-threads=1",
-            ])
-            .env(DIR_VAR, dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = common::spawn_child(
+            "recover_crash_child_tiers_until_killed",
+            DIR_VAR,
+            dir.path(),
+            Stdio::null(),
+        );
         std::thread::sleep(Duration::from_millis(700 + 173 * round));
         child.kill().unwrap(); // SIGKILL
         assert!(!child.wait().unwrap().success(), "round {round}");

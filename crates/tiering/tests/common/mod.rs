@@ -4,7 +4,8 @@
 pub mod setup;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 
 use krabka_protocol::Message;
 use krabka_remote_fs::FsRemoteStorage;
@@ -101,4 +102,23 @@ pub fn assert_below_local_is_remote(log: &TieredLog, rlmm: &dyn RemoteLogMetadat
         next >= local_first,
         "seqs {next}..{local_first} are neither local nor finished remote"
     );
+}
+
+/// Starts this test binary again running only the ignored test `child_test`, with `dir_var`
+/// set to `dir`: the process a crash test kills. `stdout` is where the child's output goes
+/// (`Stdio::piped()` to read what it acknowledged, `Stdio::null()` otherwise).
+pub fn spawn_child(child_test: &str, dir_var: &str, dir: &Path, stdout: Stdio) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            child_test,
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(dir_var, dir)
+        .stdout(stdout)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
