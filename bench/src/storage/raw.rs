@@ -171,7 +171,8 @@ fn read_checked(p: &Params, dir: &Path) -> Result<Measurement> {
         }
     }
     let f = File::open(&path)?;
-    let mut buf = vec![0u8; per_read * (vlen + 8)];
+    // The same read size as `raw-read-seq` (room for one frame at the least).
+    let mut buf = vec![0u8; (per_read * vlen).max(vlen + 8)];
     let mut hist = Histogram::default();
     let (mut bytes, mut records, mut pos) = (0u64, 0u64, 0u64);
     let start = Instant::now();
@@ -179,6 +180,7 @@ fn read_checked(p: &Params, dir: &Path) -> Result<Measurement> {
         let t = Instant::now();
         let got = f.read_at(&mut buf, pos)?;
         if got == 0 {
+            hist.record(t.elapsed());
             break;
         }
         let mut at = 0usize;

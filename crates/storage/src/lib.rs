@@ -180,10 +180,11 @@ pub struct Options {
     /// [`Error::InvalidOptions`]).
     ///
     /// `1` gives an entry per record (a dense index, as Kafka's `index.interval.bytes = 1`): a
-    /// point read then reads exactly its record's frame, 1.1–1.4× the point reads per second
-    /// of the default at 100 B–1 KiB records (docs/benchmarks.md), at the cost of up to 32
-    /// bytes of memory and of index files per record (an offset entry, and a time entry when
-    /// the timestamp grows) against one per 4 KiB.
+    /// point read then reads just its record's frame (at least 64 bytes; the last record of a
+    /// segment, which has no next entry, reads as with a sparse index), 1.1–1.4× the point
+    /// reads per second of the default at 100 B–1 KiB records (docs/benchmarks.md), at the
+    /// cost of 32 bytes of memory and of index files per record (an offset and a time entry)
+    /// against 32 per 4 KiB.
     pub index_interval_bytes: u64,
     /// When records are synced to stable storage. Default: [`SyncPolicy::EveryAppend`].
     pub sync: SyncPolicy,

@@ -59,8 +59,9 @@ impl Damage {
 /// Applies `d` to the file at `path`.
 ///
 /// # Errors
-/// The file cannot be opened, read, written or removed; a flip or cut of an empty file is
-/// [`io::ErrorKind::InvalidInput`].
+/// The file cannot be opened, read, written or removed. On an empty file every flip and
+/// [`Damage::TruncateOne`] fail ([`io::ErrorKind::InvalidInput`] or
+/// [`io::ErrorKind::UnexpectedEof`]); [`Damage::TruncateHalf`] leaves it as it is.
 pub fn damage(path: &Path, d: Damage) -> io::Result<()> {
     if d == Damage::Delete {
         return fs::remove_file(path);

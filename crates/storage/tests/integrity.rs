@@ -331,7 +331,8 @@ fn reads_through_a_dense_index_whose_positions_lie_are_exact() {
         for (path, bytes) in &lies {
             assert_eq!(&fs::read(path).unwrap(), bytes, "{}", path.display());
         }
-        // Appends after the open: reads around the last loaded entry and the first new one.
+        // Appends after the open (the first loads the active segment's lying entries and
+        // keeps them): reads across the old records and the new ones.
         for seq in RECORDS + 1..=RECORDS + 5 {
             assert_eq!(log.append(&msg(seq)).unwrap(), seq);
         }

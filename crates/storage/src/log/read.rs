@@ -252,9 +252,11 @@ impl Inner {
                 position = plan.pos,
                 "index entry does not match the .log; reading the segment from its start"
             );
+            // The entry after the floor is from the same index: it does not size these reads.
             let from_start = ReadPlan {
                 pos: 0,
                 start_seq: plan.base,
+                next: None,
                 ..plan
             };
             return self.read_segment(&from_start, seq, max, out);
@@ -287,7 +289,8 @@ impl Inner {
         // not go past that entry's position, and ends exactly there when the last frame asked
         // for is the one just before it (a point read through a dense index reads one frame).
         // An entry that lies only costs another read: a frame cut off by the chunk is read
-        // again from its start (at least 64 bytes are read, so its length is always seen).
+        // again from its start (at least 64 bytes are read, so its length is always seen, and
+        // at most 2 MiB, as any chunk).
         let mut bound = plan.next.and_then(|(next_seq, next_pos)| {
             let past_wanted = from_seq.saturating_add(need as u64);
             (past_wanted <= next_seq && next_pos > pos)
@@ -301,7 +304,7 @@ impl Inner {
                 .saturating_add((bytes / 8).min(avg) + 256)
                 .clamp(1 << 10, 2 << 20);
             let want = match bound.take() {
-                Some((to_next, true)) => to_next.max(64),
+                Some((to_next, true)) => to_next.clamp(64, 2 << 20),
                 Some((to_next, false)) => estimate.min(to_next).max(64),
                 None => estimate,
             }
