@@ -74,11 +74,7 @@ pub fn damage(path: &Path, d: Damage) -> io::Result<()> {
             format!("{} is empty", path.display()),
         )
     });
-    let flip = |at: u64| {
-        let mut b = [0u8; 1];
-        f.read_exact_at(&mut b, at)?;
-        f.write_all_at(&[b[0] ^ 0x5a], at)
-    };
+    let flip = |at: u64| xor_byte(path, at, 0x5a);
     match d {
         Damage::FlipFirst => flip(0),
         Damage::FlipMiddle => flip(len / 2),
