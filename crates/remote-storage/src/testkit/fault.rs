@@ -31,7 +31,8 @@ impl Method {
         Method::DeleteLogSegmentData,
     ];
 
-    fn index(self) -> usize {
+    /// The method's position in [`Method::ALL`], for per-method counter arrays.
+    pub(super) fn index(self) -> usize {
         match self {
             Method::CopyLogSegmentData => 0,
             Method::FetchLogSegment => 1,

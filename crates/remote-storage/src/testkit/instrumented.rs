@@ -56,15 +56,6 @@ type Hook = Box<dyn Fn(&Call<'_>) -> Result<(), RemoteStorageError> + Send + Syn
 
 const METHODS: usize = Method::ALL.len();
 
-fn slot(method: Method) -> usize {
-    match method {
-        Method::CopyLogSegmentData => 0,
-        Method::FetchLogSegment => 1,
-        Method::FetchIndex => 2,
-        Method::DeleteLogSegmentData => 3,
-    }
-}
-
 /// A [`RemoteStorageManager`] that forwards every call to another while counting calls (and
 /// the bytes fetches return), optionally sleeping before chosen methods (a slow backend), and
 /// running a hook before each call that may record it, act on the side, or fail it.
@@ -127,7 +118,7 @@ impl<R: RemoteStorageManager> Instrumented<R> {
     #[must_use]
     pub fn with_delay(mut self, methods: &[Method], delay: Duration) -> Self {
         for &m in methods {
-            self.delays[slot(m)] = Some(delay);
+            self.delays[m.index()] = Some(delay);
         }
         self
     }
@@ -146,7 +137,7 @@ impl<R: RemoteStorageManager> Instrumented<R> {
 
     /// Calls of `method` so far (since the last [`take`](Self::take)).
     pub fn calls(&self, method: Method) -> u64 {
-        self.calls[slot(method)].load(Ordering::SeqCst)
+        self.calls[method.index()].load(Ordering::SeqCst)
     }
 
     /// All counters.
@@ -163,7 +154,7 @@ impl<R: RemoteStorageManager> Instrumented<R> {
 
     /// All counters, each reset to zero as it is read.
     pub fn take(&self) -> CallCounts {
-        let take = |m| self.calls[slot(m)].swap(0, Ordering::SeqCst);
+        let take = |m: Method| self.calls[m.index()].swap(0, Ordering::SeqCst);
         CallCounts {
             copy: take(Method::CopyLogSegmentData),
             fetch_log: take(Method::FetchLogSegment),
@@ -189,11 +180,11 @@ impl<R: RemoteStorageManager> Instrumented<R> {
         method: Method,
         metadata: &RemoteLogSegmentMetadata,
     ) -> Result<(), RemoteStorageError> {
-        self.calls[slot(method)].fetch_add(1, Ordering::SeqCst);
+        self.calls[method.index()].fetch_add(1, Ordering::SeqCst);
         if let Some(hook) = &self.hook {
             hook(&Call { method, metadata })?;
         }
-        if let Some(delay) = self.delays[slot(method)] {
+        if let Some(delay) = self.delays[method.index()] {
             std::thread::sleep(delay);
         }
         Ok(())
