@@ -6,13 +6,16 @@
 //! ordered map from a use tick to key, so lookup, insert and eviction are `O(log n)`. Keys hold
 //! the remote segment attempt's id (a UUID), so the logs sharing one cache never collide.
 //!
-//! A fetch through [`ByteLru::get_or_fetch`] is single-flight: a reader missing an entry that
-//! another thread (a reader or the read-ahead) is fetching waits for that fetch instead of
+//! Every remote fetch of an entry (chunks, offset and time indexes) is single-flight: readers
+//! fetch through [`ByteLru::get_or_fetch`] and the read-ahead through [`ByteLru::begin_fetch`],
+//! both registering the fetch before its request, so a reader missing an entry another thread
+//! is fetching waits for that fetch (bounded by its deadline) and takes its result instead of
 //! issuing its own request.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
@@ -31,6 +34,17 @@ pub(crate) enum Part {
     Hints(u64),
 }
 
+impl Part {
+    /// The index a part holds (`None`: data of the `.log`, or hints learnt from it).
+    pub(crate) fn index_type(self) -> Option<krabka_remote_storage::IndexType> {
+        match self {
+            Part::OffsetIndex => Some(krabka_remote_storage::IndexType::Offset),
+            Part::TimeIndex => Some(krabka_remote_storage::IndexType::Timestamp),
+            Part::Chunk(_) | Part::Hints(_) => None,
+        }
+    }
+}
+
 /// The key of a cached entry: the remote segment attempt and the part.
 pub(crate) type Key = (Uuid, Part);
 
@@ -41,6 +55,9 @@ pub struct CacheStats {
     pub hits: u64,
     /// Lookups that did not.
     pub misses: u64,
+    /// Misses that found the same entry being fetched by another thread (a reader or the
+    /// read-ahead) and waited for that fetch instead of sending a request of their own.
+    pub waits: u64,
     /// Entries dropped to stay within the byte budget (not counting entries of deleted
     /// segments, which are removed, not evicted).
     pub evictions: u64,
@@ -91,6 +108,7 @@ impl RemoteReadCache {
         CacheStats {
             hits: self.inner.hits.load(Ordering::Relaxed),
             misses: self.inner.misses.load(Ordering::Relaxed),
+            waits: self.inner.waits.load(Ordering::Relaxed),
             evictions: self.inner.evictions.load(Ordering::Relaxed),
             bytes,
             entries,
@@ -108,25 +126,74 @@ impl RemoteReadCache {
     }
 }
 
-/// A fetch in progress: waiters block until it ends (with or without an entry).
+/// A fetch in progress: waiters block until it ends, and take its entry when it fetched one.
 #[derive(Default)]
 struct Flight {
-    done: Mutex<bool>,
+    state: Mutex<FlightState>,
     ended: Condvar,
 }
 
+/// How a [`Flight`] stands.
+#[derive(Default)]
+enum FlightState {
+    /// Still fetching.
+    #[default]
+    Running,
+    /// Ended with this entry.
+    Fetched(Bytes),
+    /// Ended without one (the fetch failed, or its result was refused).
+    Failed,
+}
+
+/// What a waiter got from a [`Flight`].
+enum Waited {
+    /// The entry the flight fetched (whether or not the cache could keep it).
+    Fetched(Bytes),
+    /// The flight failed: the waiter fetches itself and reports what goes wrong.
+    Failed,
+    /// The flight had not ended by the deadline.
+    TimedOut,
+}
+
 impl Flight {
-    fn wait(&self) {
-        let mut done = self.done.lock();
-        while !*done {
-            self.ended.wait(&mut done);
+    /// Waits until the flight ends or `until` passes.
+    fn wait(&self, until: Instant) -> Waited {
+        let mut state = self.state.lock();
+        loop {
+            match &*state {
+                FlightState::Fetched(value) => return Waited::Fetched(value.clone()),
+                FlightState::Failed => return Waited::Failed,
+                FlightState::Running => {}
+            }
+            if self.ended.wait_until(&mut state, until).timed_out() {
+                return match &*state {
+                    FlightState::Fetched(value) => Waited::Fetched(value.clone()),
+                    FlightState::Failed => Waited::Failed,
+                    FlightState::Running => Waited::TimedOut,
+                };
+            }
         }
     }
 
-    fn end(&self) {
-        *self.done.lock() = true;
+    fn end(&self, value: Option<Bytes>) {
+        *self.state.lock() = match value {
+            Some(value) => FlightState::Fetched(value),
+            None => FlightState::Failed,
+        };
         self.ended.notify_all();
     }
+}
+
+/// The longest wait [`ByteLru::get_or_fetch`] honours (a longer one is cut to it).
+const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Why [`ByteLru::get_or_fetch`] gave no entry.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FetchError<E> {
+    /// This caller's own fetch failed.
+    Fetch(E),
+    /// Another thread's fetch of the same entry was still running after the wait allowed.
+    WaitTimedOut(Duration),
 }
 
 #[derive(Default)]
@@ -145,6 +212,7 @@ pub(crate) struct ByteLru {
     inner: Mutex<Inner>,
     hits: AtomicU64,
     misses: AtomicU64,
+    waits: AtomicU64,
     evictions: AtomicU64,
 }
 
@@ -154,19 +222,22 @@ pub(crate) struct FetchGuard<'a> {
     lru: &'a ByteLru,
     key: Key,
     flight: Arc<Flight>,
+    value: Option<Bytes>,
 }
 
 impl FetchGuard<'_> {
-    /// Stores the fetched entry and releases the waiters.
-    pub(crate) fn complete(self, value: Bytes) {
-        self.lru.insert(self.key, value);
+    /// Stores the fetched entry and hands it to the waiters.
+    pub(crate) fn complete(mut self, value: Bytes) {
+        // Cached before the flight ends: a reader arriving in between finds one or the other.
+        self.lru.insert(self.key, value.clone());
+        self.value = Some(value);
     }
 }
 
 impl Drop for FetchGuard<'_> {
     fn drop(&mut self) {
         self.lru.inner.lock().flights.remove(&self.key);
-        self.flight.end();
+        self.flight.end(self.value.take());
     }
 }
 
@@ -178,11 +249,14 @@ impl ByteLru {
             inner: Mutex::new(Inner::default()),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
         }
     }
 
-    /// The entry for `key`, marking it most recently used.
+    /// The entry for `key`, marking it most recently used (reads fetch through
+    /// [`get_or_fetch`](Self::get_or_fetch) instead).
+    #[cfg(test)]
     pub(crate) fn get(&self, key: &Key) -> Option<Bytes> {
         let found = Self::touch(&mut self.inner.lock(), key);
         let counter = if found.is_some() {
@@ -212,13 +286,22 @@ impl ByteLru {
         Self::touch(&mut self.inner.lock(), key)
     }
 
-    /// The entry for `key`; on a miss, `fetch` runs (once across threads: a miss while
-    /// another thread fetches the same key waits for it) and its result is cached.
+    /// The entry for `key`; on a miss, `fetch` runs and its result is cached.
+    ///
+    /// Single-flight across threads: a miss while another thread (a reader or the read-ahead)
+    /// fetches the same key waits for that fetch, at most `wait` in all, and takes its entry
+    /// (even one the cache cannot keep); when that fetch failed, this caller fetches itself
+    /// and reports its own error. A wait that runs out is [`FetchError::WaitTimedOut`]: the
+    /// other fetch is left running, and no second request is made for the same bytes.
     pub(crate) fn get_or_fetch<E>(
         &self,
         key: Key,
+        wait: Duration,
         fetch: impl FnOnce() -> Result<Bytes, E>,
-    ) -> Result<Bytes, E> {
+    ) -> Result<Bytes, FetchError<E>> {
+        // Capped at a year so that any `wait` gives a representable instant.
+        let now = Instant::now();
+        let until = now.checked_add(wait.min(MAX_WAIT)).unwrap_or(now);
         let mut waited = false;
         loop {
             let mut inner = self.inner.lock();
@@ -230,14 +313,27 @@ impl ByteLru {
             }
             if let Some(flight) = inner.flights.get(&key).cloned() {
                 drop(inner);
-                flight.wait();
+                if !waited {
+                    self.waits.fetch_add(1, Ordering::Relaxed);
+                }
                 waited = true;
-                continue;
+                let outcome = flight.wait(until);
+                match outcome {
+                    Waited::Fetched(value) => {
+                        self.misses.fetch_add(1, Ordering::Relaxed);
+                        return Ok(value);
+                    }
+                    Waited::Failed => continue,
+                    Waited::TimedOut => {
+                        self.misses.fetch_add(1, Ordering::Relaxed);
+                        return Err(FetchError::WaitTimedOut(wait));
+                    }
+                }
             }
             let guard = self.register(&mut inner, key);
             drop(inner);
             self.misses.fetch_add(1, Ordering::Relaxed);
-            let value = fetch()?;
+            let value = fetch().map_err(FetchError::Fetch)?;
             guard.complete(value.clone());
             return Ok(value);
         }
@@ -260,6 +356,7 @@ impl ByteLru {
             lru: self,
             key,
             flight,
+            value: None,
         }
     }
 
@@ -401,6 +498,7 @@ mod tests {
             CacheStats {
                 hits: 1,
                 misses: 1,
+                waits: 0,
                 evictions: 1,
                 bytes: 20,
                 entries: 2
@@ -410,6 +508,8 @@ mod tests {
         assert!(!cache.ptr_eq(&RemoteReadCache::new(20)));
     }
 
+    const WAIT: Duration = Duration::from_secs(10);
+
     #[test]
     fn concurrent_misses_of_one_key_fetch_once() {
         let c = ByteLru::new(100);
@@ -417,9 +517,9 @@ mod tests {
         std::thread::scope(|s| {
             for _ in 0..8 {
                 s.spawn(|| {
-                    let got = c.get_or_fetch(key(1), || {
+                    let got = c.get_or_fetch(key(1), WAIT, || {
                         fetches.fetch_add(1, Ordering::Relaxed);
-                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        std::thread::sleep(Duration::from_millis(20));
                         Ok::<_, ()>(Bytes::from_static(b"abc"))
                     });
                     assert_eq!(got, Ok(Bytes::from_static(b"abc")));
@@ -431,9 +531,84 @@ mod tests {
         let guard = c.begin_fetch(key(2));
         assert!(guard.is_some());
         drop(guard);
-        let failed = c.get_or_fetch(key(2), || Err::<Bytes, _>("boom"));
-        assert_eq!(failed, Err("boom"));
+        let failed = c.get_or_fetch(key(2), WAIT, || Err::<Bytes, _>("boom"));
+        assert_eq!(failed, Err(FetchError::Fetch("boom")));
         assert!(c.inner.lock().flights.is_empty());
+    }
+
+    /// Runs `waiter` on another thread while `key` is being fetched here (the fetch is
+    /// registered first), and ends that fetch with `value` once the waiter waits.
+    fn race_one_fetch(
+        c: &ByteLru,
+        value: Option<Bytes>,
+        waiter: impl FnOnce() -> Result<Bytes, FetchError<&'static str>> + Send,
+    ) -> Result<Bytes, FetchError<&'static str>> {
+        let guard = c
+            .begin_fetch(key(1))
+            .expect("nothing cached or fetched yet");
+        std::thread::scope(|s| {
+            let waiting = s.spawn(waiter);
+            let until = Instant::now() + WAIT;
+            while c.waits.load(Ordering::Relaxed) == 0 && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(
+                c.waits.load(Ordering::Relaxed),
+                1,
+                "the waiter never waited"
+            );
+            match value {
+                Some(v) => guard.complete(v),
+                None => drop(guard),
+            }
+            waiting.join().expect("waiter panicked")
+        })
+    }
+
+    #[test]
+    fn a_waiter_takes_the_flights_entry_even_when_the_cache_cannot_keep_it() {
+        // A zero budget keeps nothing: the waiter still gets the bytes fetched, not a second
+        // request.
+        let c = ByteLru::new(0);
+        let got = race_one_fetch(&c, Some(Bytes::from_static(b"fetched")), || {
+            c.get_or_fetch(key(1), WAIT, || Err("a second request was sent"))
+        });
+        assert_eq!(got, Ok(Bytes::from_static(b"fetched")));
+        assert_eq!(c.bytes(), 0);
+    }
+
+    #[test]
+    fn a_waiter_whose_flight_failed_fetches_itself_and_reports_its_own_error() {
+        let c = ByteLru::new(100);
+        let own = AtomicU64::new(0);
+        let got = race_one_fetch(&c, None, || {
+            c.get_or_fetch(key(1), WAIT, || {
+                own.fetch_add(1, Ordering::Relaxed);
+                Err("the waiter's own fetch failed")
+            })
+        });
+        assert_eq!(got, Err(FetchError::Fetch("the waiter's own fetch failed")));
+        assert_eq!(own.load(Ordering::Relaxed), 1);
+        assert!(c.inner.lock().flights.is_empty());
+    }
+
+    #[test]
+    fn a_wait_past_its_deadline_is_cut_short_and_sends_no_request() {
+        let c = ByteLru::new(100);
+        let guard = c.begin_fetch(key(1)).expect("nothing cached yet");
+        let got = c.get_or_fetch(key(1), Duration::from_millis(30), || {
+            Err("a second request was sent")
+        });
+        assert_eq!(
+            got,
+            Err(FetchError::WaitTimedOut(Duration::from_millis(30)))
+        );
+        // The stalled fetch still ends normally, and then serves.
+        guard.complete(Bytes::from_static(b"late"));
+        assert_eq!(c.get(&key(1)), Some(Bytes::from_static(b"late")));
+        // An absurd wait is cut to a representable one, not a panic.
+        let hit = c.get_or_fetch(key(1), Duration::MAX, || Err("cached"));
+        assert_eq!(hit, Ok(Bytes::from_static(b"late")));
     }
 
     proptest! {

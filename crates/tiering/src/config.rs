@@ -16,6 +16,8 @@ pub const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 pub const DEFAULT_COPY_CONCURRENCY: usize = 2;
 /// Default [`TieringConfig::copy_deadline`]: 5 minutes.
 pub const DEFAULT_COPY_DEADLINE: Duration = Duration::from_secs(300);
+/// Largest accepted [`TieringConfig::fetch_deadline`]: one day.
+pub const MAX_FETCH_DEADLINE: Duration = Duration::from_secs(24 * 3600);
 /// Default [`TieringConfig::cache_bytes`]: 64 MiB.
 pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
 /// Default [`TieringConfig::chunk_bytes`]: 1 MiB.
@@ -90,14 +92,23 @@ pub struct TieringConfig {
     /// copied again next round under a new id, and the abandoned attempt's objects are deleted
     /// when its call returns. Default: 5 minutes. Minimum: 1 ms.
     pub copy_deadline: Duration,
+    /// How long a read waits for a fetch of the same remote chunk or index that another thread
+    /// (a reader or the read-ahead) started: every remote fetch is single-flight, so a reader
+    /// missing an entry being fetched waits for that fetch and takes its result, instead of
+    /// sending a second request for the same bytes. Past this the read fails with
+    /// [`Error::FetchWaitExceeded`](crate::Error::FetchWaitExceeded) (a fetch that failed is
+    /// retried by the waiter at once, which then reports its own error). Default: 30 seconds.
+    /// Minimum: 1 ms. Maximum: one day.
+    pub fetch_deadline: Duration,
     /// Bytes of the LRU cache of remote offset indexes and data chunks. Default: 64 MiB.
     /// Minimum: 0 (no caching: every remote read fetches).
     pub cache_bytes: u64,
     /// Size of the aligned chunks remote data is fetched and cached in. Default: 1 MiB.
     /// Minimum: 64 bytes.
     pub chunk_bytes: u32,
-    /// Whether a read that runs past the end of a chunk fetches the following two chunks in one
-    /// request (read-ahead for sequential scans). Default: `true`.
+    /// Whether a sequential remote read (one continuing an earlier read, or crossing a chunk
+    /// boundary) has the next chunks fetched in the background, across segment boundaries (the
+    /// next segment's offset index too). Default: `true`.
     pub prefetch: bool,
     /// Broker (process) id recorded on remote metadata. Default: 0.
     pub broker_id: i32,
@@ -119,6 +130,7 @@ impl Default for TieringConfig {
             retention_ms: Some(DEFAULT_RETENTION_MS),
             copy_concurrency: DEFAULT_COPY_CONCURRENCY,
             copy_deadline: DEFAULT_COPY_DEADLINE,
+            fetch_deadline: DEFAULT_FETCH_DEADLINE,
             cache_bytes: DEFAULT_CACHE_BYTES,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
             prefetch: true,
@@ -143,6 +155,14 @@ impl TieringConfig {
             return bad(format!(
                 "copy_deadline must be at least 1 ms, got {:?}",
                 self.copy_deadline
+            ));
+        }
+        if self.fetch_deadline < Duration::from_millis(1)
+            || self.fetch_deadline > MAX_FETCH_DEADLINE
+        {
+            return bad(format!(
+                "fetch_deadline must be between 1 ms and {MAX_FETCH_DEADLINE:?}, got {:?}",
+                self.fetch_deadline
             ));
         }
         if self.chunk_bytes < MIN_CHUNK_BYTES {
@@ -173,7 +193,7 @@ pub const DEFAULT_WORKER_THREADS: usize = 1;
 pub const DEFAULT_ROUND_INTERVAL: Duration = Duration::from_secs(30);
 /// Default [`ServiceConfig::delete_deadline`]: 2 minutes.
 pub const DEFAULT_DELETE_DEADLINE: Duration = Duration::from_secs(120);
-/// Default [`ServiceConfig::fetch_deadline`]: 30 seconds.
+/// Default [`ServiceConfig::fetch_deadline`] and [`TieringConfig::fetch_deadline`]: 30 seconds.
 pub const DEFAULT_FETCH_DEADLINE: Duration = Duration::from_secs(30);
 /// Blocking threads a [`TieringService`](crate::TieringService) allows beyond its two pools:
 /// copies abandoned at their deadline keep their thread until the backend returns, and their

@@ -74,6 +74,24 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A read found the remote object it needs being fetched by another thread (a reader or
+    /// the read-ahead) and waited for that fetch past
+    /// [`TieringConfig::fetch_deadline`](crate::TieringConfig::fetch_deadline); the read is cut
+    /// short with this error, and the other fetch is left to finish (its result is cached).
+    #[error(
+        "reading seq {seq}: waited {waited:?} for another fetch of remote object {object} \
+         (segment {segment}) and it had not ended"
+    )]
+    FetchWaitExceeded {
+        /// The remote segment attempt (boxed to keep the error small).
+        segment: Box<RemoteLogSegmentId>,
+        /// The object being fetched: its key in the shared layout.
+        object: String,
+        /// The seq being read.
+        seq: u64,
+        /// How long the read waited.
+        waited: Duration,
+    },
     /// A local segment failed the check made before its copy (bad frame, seqs other than the
     /// log lists, size or index disagreeing with the `.log`), or a repair left a hole
     /// (`krabka_storage::Log::quarantined`) that no remote segment covers. It is not copied,

@@ -83,6 +83,9 @@ pub const RETENTION_DELETED_SEGMENTS: &str = "krabka_remote_retention_deleted_se
 pub const CACHE_HITS: &str = "krabka_remote_cache_hits_total";
 /// Cache lookups that did not (counter).
 pub const CACHE_MISSES: &str = "krabka_remote_cache_misses_total";
+/// Cache misses that waited for another thread's fetch of the same entry instead of sending
+/// their own request (counter): the requests single-flight saved.
+pub const CACHE_WAITS: &str = "krabka_remote_cache_waits_total";
 /// Cache entries evicted to stay within the byte bound (counter).
 pub const CACHE_EVICTIONS: &str = "krabka_remote_cache_evictions_total";
 /// Bytes held by the cache (gauge).
@@ -148,6 +151,7 @@ pub const ALL: &[&str] = &[
     RETENTION_DELETED_SEGMENTS,
     CACHE_HITS,
     CACHE_MISSES,
+    CACHE_WAITS,
     CACHE_EVICTIONS,
     CACHE_BYTES,
     LOCAL_LOG_SIZE_BYTES,
@@ -287,10 +291,12 @@ pub fn record_round(tp: &TopicIdPartition, report: &crate::stats::TieringReport)
     );
 }
 
-/// Publishes a cache's counters (hits, misses, evictions as absolute counters; bytes held).
+/// Publishes a cache's counters (hits, misses, waits, evictions as absolute counters; bytes
+/// held).
 pub fn publish_cache(stats: &CacheStats) {
     counter!(CACHE_HITS).absolute(stats.hits);
     counter!(CACHE_MISSES).absolute(stats.misses);
+    counter!(CACHE_WAITS).absolute(stats.waits);
     counter!(CACHE_EVICTIONS).absolute(stats.evictions);
     gauge!(CACHE_BYTES).set(stats.bytes as f64);
 }

@@ -8,7 +8,7 @@ use krabka_storage::Record;
 use krabka_storage::index::{OffsetIndexView, TimeIndexView};
 use krabka_storage::segment::{decode_records_at, decode_records_skipping};
 
-use crate::cache::Part;
+use crate::cache::{FetchError, Part};
 use crate::error::Error;
 use crate::stats::bump;
 use crate::tiered::TieredLog;
@@ -405,28 +405,55 @@ impl TieredLog {
         Ok(joined.freeze())
     }
 
-    /// The segment's offset index. On a miss the index is fetched, validated once (CRC, order,
-    /// and its range and size against the metadata) and cached whole; a hit is wrapped again
-    /// without a new CRC check, so later reads only binary-search it.
+    /// The segment's offset index. On a miss the index is fetched (single-flight: a fetch of
+    /// it in progress, by another reader or the read-ahead, is waited for and its result
+    /// taken), validated once (CRC, order, and its range and size against the metadata) and
+    /// cached whole; a hit is wrapped again without a new CRC check, so later reads only
+    /// binary-search it.
     fn remote_index(
         &self,
         meta: &RemoteLogSegmentMetadata,
         seq: u64,
     ) -> Result<OffsetIndexView, Error> {
         let id = meta.remote_log_segment_id();
-        let key = (id.id(), Part::OffsetIndex);
-        if let Some(hit) = self.cache.lru().get(&key) {
-            return OffsetIndexView::from_parsed_bytes(hit)
-                .map_err(|e| index_corrupt(meta, seq, &e));
-        }
-        bump(&self.counters.fetch_index, 1);
-        let bytes = self
-            .rsm
-            .fetch_index(&backend_view(meta), IndexType::Offset)
-            .map_err(|e| Error::remote("fetch_index", id, Some(seq), e))?;
-        let view = checked_offset_index(meta, seq, bytes)?;
-        self.cache.lru().insert(key, view.as_bytes().clone());
-        Ok(view)
+        let bytes = self.single_flight(meta, Part::OffsetIndex, seq, || {
+            bump(&self.counters.fetch_index, 1);
+            let bytes = self
+                .rsm
+                .fetch_index(&backend_view(meta), IndexType::Offset)
+                .map_err(|e| Error::remote("fetch_index", id, Some(seq), e))?;
+            Ok(checked_offset_index(meta, seq, bytes)?.as_bytes().clone())
+        })?;
+        OffsetIndexView::from_parsed_bytes(bytes).map_err(|e| index_corrupt(meta, seq, &e))
+    }
+
+    /// Entry `part` of a segment from the cache, or fetched by `fetch` and cached: the one path
+    /// of every remote fetch a read makes. Single-flight with the other readers and the
+    /// read-ahead: a fetch of the same entry in progress is waited for, at most
+    /// [`TieringConfig::fetch_deadline`](crate::TieringConfig::fetch_deadline)
+    /// ([`Error::FetchWaitExceeded`] past it), and its result taken; when it failed, `fetch`
+    /// runs here and reports its own error. `fetch` returns only checked bytes.
+    fn single_flight(
+        &self,
+        meta: &RemoteLogSegmentMetadata,
+        part: Part,
+        seq: u64,
+        fetch: impl FnOnce() -> Result<Bytes, Error>,
+    ) -> Result<Bytes, Error> {
+        let id = meta.remote_log_segment_id();
+        let wait = self.config.fetch_deadline;
+        self.cache
+            .lru()
+            .get_or_fetch((id.id(), part), wait, fetch)
+            .map_err(|e| match e {
+                FetchError::Fetch(e) => e,
+                FetchError::WaitTimedOut(waited) => Error::FetchWaitExceeded {
+                    segment: Box::new(id.clone()),
+                    object: object_key(meta, part.index_type()),
+                    seq,
+                    waited,
+                },
+            })
     }
 
     /// The remote segment after `meta` (starting right after it) when a read would go on to
@@ -490,35 +517,35 @@ impl TieredLog {
             let (at, why) = position_and_reason(&e);
             corrupt(at, why)
         };
-        let key = (id.id(), Part::TimeIndex);
-        if let Some(hit) = self.cache.lru().get(&key) {
-            return TimeIndexView::from_parsed_bytes(hit).map_err(invalid);
-        }
-        bump(&self.counters.fetch_index, 1);
-        let bytes = self
-            .rsm
-            .fetch_index(&backend_view(meta), IndexType::Timestamp)
-            .map_err(|e| Error::remote("fetch_index", id, Some(seq), e))?;
-        let view = TimeIndexView::parse(bytes).map_err(invalid)?;
-        if (view.base_seq(), view.max_timestamp()) != (meta.start_offset(), meta.max_timestamp_ms())
-        {
-            return Err(corrupt(
-                None,
-                format!(
-                    "describes base seq {} and max timestamp {}, the metadata {} and {}",
-                    view.base_seq(),
-                    view.max_timestamp(),
-                    meta.start_offset(),
-                    meta.max_timestamp_ms()
-                ),
-            ));
-        }
-        self.cache.lru().insert(key, view.as_bytes().clone());
-        Ok(view)
+        let bytes = self.single_flight(meta, Part::TimeIndex, seq, || {
+            bump(&self.counters.fetch_index, 1);
+            let bytes = self
+                .rsm
+                .fetch_index(&backend_view(meta), IndexType::Timestamp)
+                .map_err(|e| Error::remote("fetch_index", id, Some(seq), e))?;
+            let view = TimeIndexView::parse(bytes).map_err(invalid)?;
+            if (view.base_seq(), view.max_timestamp())
+                != (meta.start_offset(), meta.max_timestamp_ms())
+            {
+                return Err(corrupt(
+                    None,
+                    format!(
+                        "describes base seq {} and max timestamp {}, the metadata {} and {}",
+                        view.base_seq(),
+                        view.max_timestamp(),
+                        meta.start_offset(),
+                        meta.max_timestamp_ms()
+                    ),
+                ));
+            }
+            Ok(view.as_bytes().clone())
+        })?;
+        TimeIndexView::from_parsed_bytes(bytes).map_err(invalid)
     }
 
-    /// Chunk `n` of a segment, from the cache or fetched (once across threads: a reader
-    /// reaching a chunk the read-ahead is fetching waits for it) and cached.
+    /// Chunk `n` of a segment, from the cache or fetched and cached, through
+    /// [`single_flight`](Self::single_flight) (a reader reaching a chunk the read-ahead is
+    /// fetching waits for it).
     fn remote_chunk(
         &self,
         meta: &RemoteLogSegmentMetadata,
@@ -526,10 +553,9 @@ impl TieredLog {
         seq: u64,
         run_on: bool,
     ) -> Result<Bytes, Error> {
-        let key = (meta.remote_log_segment_id().id(), Part::Chunk(n));
-        self.cache
-            .lru()
-            .get_or_fetch(key, || self.fetch_chunk(meta, n, seq, run_on))
+        self.single_flight(meta, Part::Chunk(n), seq, || {
+            self.fetch_chunk(meta, n, seq, run_on)
+        })
     }
 
     /// Fetches chunk `n` of a segment, and with `run_on` also up to [`RUN_ON_BYTES`] of the

@@ -50,6 +50,8 @@ pub struct Call<'a> {
     pub method: Method,
     /// The segment it is about.
     pub metadata: &'a RemoteLogSegmentMetadata,
+    /// The index asked for, for [`Method::FetchIndex`] (`None` for the other methods).
+    pub index: Option<IndexType>,
 }
 
 type Hook = Box<dyn Fn(&Call<'_>) -> Result<(), RemoteStorageError> + Send + Sync>;
@@ -179,10 +181,15 @@ impl<R: RemoteStorageManager> Instrumented<R> {
         &self,
         method: Method,
         metadata: &RemoteLogSegmentMetadata,
+        index: Option<IndexType>,
     ) -> Result<(), RemoteStorageError> {
         self.calls[method.index()].fetch_add(1, Ordering::SeqCst);
         if let Some(hook) = &self.hook {
-            hook(&Call { method, metadata })?;
+            hook(&Call {
+                method,
+                metadata,
+                index,
+            })?;
         }
         if let Some(delay) = self.delays[method.index()] {
             std::thread::sleep(delay);
@@ -197,7 +204,7 @@ impl<R: RemoteStorageManager> RemoteStorageManager for Instrumented<R> {
         metadata: &RemoteLogSegmentMetadata,
         data: &LogSegmentData,
     ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
-        self.before(Method::CopyLogSegmentData, metadata)?;
+        self.before(Method::CopyLogSegmentData, metadata, None)?;
         self.inner.copy_log_segment_data(metadata, data)
     }
 
@@ -207,7 +214,7 @@ impl<R: RemoteStorageManager> RemoteStorageManager for Instrumented<R> {
         start_position: u32,
         end_position: Option<u32>,
     ) -> Result<Vec<u8>, RemoteStorageError> {
-        self.before(Method::FetchLogSegment, metadata)?;
+        self.before(Method::FetchLogSegment, metadata, None)?;
         let bytes = self
             .inner
             .fetch_log_segment(metadata, start_position, end_position)?;
@@ -221,7 +228,7 @@ impl<R: RemoteStorageManager> RemoteStorageManager for Instrumented<R> {
         metadata: &RemoteLogSegmentMetadata,
         index_type: IndexType,
     ) -> Result<Vec<u8>, RemoteStorageError> {
-        self.before(Method::FetchIndex, metadata)?;
+        self.before(Method::FetchIndex, metadata, Some(index_type))?;
         let bytes = self.inner.fetch_index(metadata, index_type)?;
         self.fetch_index_bytes
             .fetch_add(bytes.len() as u64, Ordering::SeqCst);
@@ -232,7 +239,7 @@ impl<R: RemoteStorageManager> RemoteStorageManager for Instrumented<R> {
         &self,
         metadata: &RemoteLogSegmentMetadata,
     ) -> Result<(), RemoteStorageError> {
-        self.before(Method::DeleteLogSegmentData, metadata)?;
+        self.before(Method::DeleteLogSegmentData, metadata, None)?;
         self.inner.delete_log_segment_data(metadata)
     }
 }
