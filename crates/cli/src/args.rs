@@ -228,8 +228,9 @@ pub struct RecoverArgs {
     /// (e.g. the directory was renamed).
     #[arg(long, value_name = "UUID")]
     pub topic_id: Option<krabka_remote_storage::Uuid>,
-    /// Delete the objects of interrupted copies and deletes (no manifest) and of superseded
-    /// older copies. Without it nothing is ever deleted.
+    /// Delete the objects of abandoned copies (begun over 7 hours ago and never finished), of
+    /// deletes in progress and of superseded older copies. A copy in progress and segment
+    /// objects without a manifest are never deleted. Without it nothing is ever deleted.
     #[arg(long)]
     pub clean_orphans: bool,
     /// Manifests read at once.

@@ -2,6 +2,7 @@
 //! log and its `remote-metadata` directory) is lost. See
 //! `krabka_tiering::recovery` for the rules; this prints what it found.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -34,6 +35,7 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
         return Err(CliError::new("--concurrency must be at least 1"));
     }
     let dir = &args.dir;
+    refuse_if_in_use(dir)?;
     let lister = remote::open_lister(&spec, args.remote.endpoint.as_deref())?;
     let tp = topic(args, &*lister, &spec.describe())?;
     std::fs::create_dir_all(dir).map_err(|e| CliError::at("cannot create", dir, e))?;
@@ -76,22 +78,54 @@ fn topic(
     remote: &str,
 ) -> Result<TopicIdPartition> {
     let derived = topic::topic_for(&args.dir);
+    let recorded = topic::read_topic_file(&args.dir)?;
+    let listed = || {
+        find_partitions(lister, derived.topic(), derived.partition()).map_err(|e| {
+            CliError::new(format!(
+                "cannot list the partitions on {remote}: {}",
+                remote::brief(&e.to_string())
+            ))
+        })
+    };
     if let Some(id) = args.topic_id {
-        return Ok(TopicIdPartition::new(
-            id,
-            derived.topic(),
-            derived.partition(),
-        ));
+        let asked = TopicIdPartition::new(id, derived.topic(), derived.partition());
+        // Never rebind a directory that records another partition: its log would no longer
+        // open under the identity it was written with.
+        if let Some(recorded) = recorded.filter(|r| *r != asked) {
+            return Err(CliError::new(format!(
+                "{} records partition {recorded} (topic id {}), not topic id {id}",
+                args.dir.display(),
+                recorded.topic_id()
+            ))
+            .hint("recover another partition into a new directory, or drop --topic-id"));
+        }
+        let found = listed()?;
+        if !found.contains(&asked) {
+            return Err(CliError::new(format!(
+                "no partition of topic `{}` (partition {}) with topic id {id} on {remote}{}",
+                derived.topic(),
+                derived.partition(),
+                if found.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (found topic ids {})",
+                        found
+                            .iter()
+                            .map(|t| t.topic_id().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            ))
+            .hint("check --topic-id and the directory name (the topic is named after it)"));
+        }
+        return Ok(asked);
     }
-    if let Some(recorded) = topic::read_topic_file(&args.dir)? {
+    if let Some(recorded) = recorded {
         return Ok(recorded);
     }
-    let found = find_partitions(lister, derived.topic(), derived.partition()).map_err(|e| {
-        CliError::new(format!(
-            "cannot list the partitions on {remote}: {}",
-            remote::brief(&e.to_string())
-        ))
-    })?;
+    let found = listed()?;
     match found.as_slice() {
         [one] => Ok(one.clone()),
         [] => Err(CliError::new(format!(
@@ -110,6 +144,26 @@ fn topic(
                 .join(", ")
         ))
         .hint("pass the one to recover with --topic-id")),
+    }
+}
+
+/// Refuses to run beside a process that holds the log directory (a running `tier` or
+/// `produce`): recover rebuilds a log, it never joins a live one.
+fn refuse_if_in_use(dir: &Path) -> Result<()> {
+    let lock = dir.join(krabka_storage::LOCK_FILE_NAME);
+    if !lock.exists() {
+        return Ok(());
+    }
+    match krabka_storage::create_and_lock(&lock) {
+        Ok(_released_at_once) => Ok(()),
+        Err(std::fs::TryLockError::WouldBlock) => Err(CliError::new(format!(
+            "{} is in use by another krabka process (it holds the log's lock file {}): \
+             recover rebuilds a lost log and never runs beside a live one",
+            dir.display(),
+            krabka_storage::LOCK_FILE_NAME
+        ))
+        .hint("nothing was changed; to rehearse a recovery, recover into another directory")),
+        Err(std::fs::TryLockError::Error(e)) => Err(CliError::at("cannot lock", &lock, e)),
     }
 }
 
@@ -162,6 +216,15 @@ fn print(
             dir.display()
         )?,
         _ => {}
+    }
+    if !report.rebuilt.is_empty() {
+        outln!(
+            "  rebuilt         {} segments whose manifest was missing, from their objects:",
+            report.rebuilt.len()
+        )?;
+        for key in &report.rebuilt {
+            outln!("    {key}")?;
+        }
     }
     if report.ignored.is_empty() {
         outln!("  ignored         nothing")?;

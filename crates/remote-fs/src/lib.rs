@@ -206,6 +206,16 @@ impl FsRemoteStorage {
     /// Writes `source` to `final_path` atomically: temp file, fsync, rename. The caller fsyncs
     /// the directory once for all files.
     fn put(&self, final_path: &Path, source: IndexSource<'_>) -> Result<(), RemoteStorageError> {
+        self.put_with(final_path, source, true)
+    }
+
+    /// [`put`](Self::put), with the temp file fsynced only when `sync`.
+    fn put_with(
+        &self,
+        final_path: &Path,
+        source: IndexSource<'_>,
+        sync: bool,
+    ) -> Result<(), RemoteStorageError> {
         let tmp = self.tmp_path(final_path);
         let result = (|| {
             let mut out = OpenOptions::new()
@@ -225,8 +235,10 @@ impl FsRemoteStorage {
                     .write_all(b)
                     .map_err(|e| RemoteStorageError::io(tmp.display(), e))?,
             }
-            out.sync_all()
-                .map_err(|e| RemoteStorageError::io(tmp.display(), e))?;
+            if sync {
+                out.sync_all()
+                    .map_err(|e| RemoteStorageError::io(tmp.display(), e))?;
+            }
             fs::rename(&tmp, final_path)
                 .map_err(|e| RemoteStorageError::io(final_path.display(), e))
         })();
@@ -279,6 +291,14 @@ impl RemoteStorageManager for FsRemoteStorage {
     ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
         let dir = self.path(&layout::partition_dir(metadata.topic_id_partition())?);
         self.ensure_partition_dir(&dir)?;
+        let manifest_path = self.path(&layout::manifest_key(metadata)?);
+        // Before the first byte: the in-progress manifest (writer and start), so no cleanup
+        // takes this copy's objects for an orphan while it may still finish. Visible at once
+        // to any process; not fsynced on its own: after a power loss it may be lost or torn
+        // (the directory fsync below makes its name durable), and objects with no manifest or
+        // an unreadable one are kept by every cleanup, never deleted.
+        let started = Bytes::from(manifest::encode_in_progress(metadata));
+        self.put_with(&manifest_path, IndexSource::Bytes(&started), false)?;
         self.put(
             &self.path(&layout::log_key(metadata)?),
             IndexSource::File(&data.log_segment),
@@ -297,10 +317,7 @@ impl RemoteStorageManager for FsRemoteStorage {
         // fsync) before the manifest that says the copy is complete appears.
         sync_dir(&dir)?;
         let manifest = Bytes::from(manifest::encode(metadata));
-        self.put(
-            &self.path(&layout::manifest_key(metadata)?),
-            IndexSource::Bytes(&manifest),
-        )?;
+        self.put(&manifest_path, IndexSource::Bytes(&manifest))?;
         sync_dir(&dir)?;
         Ok(None)
     }
@@ -357,19 +374,31 @@ impl RemoteStorageManager for FsRemoteStorage {
         metadata: &RemoteLogSegmentMetadata,
     ) -> Result<(), RemoteStorageError> {
         let dir = self.path(&layout::partition_dir(metadata.topic_id_partition())?);
-        // The manifest goes first, durably: a crash part-way never leaves a manifest that
-        // points at deleted data.
-        if Self::remove(&self.path(&layout::manifest_key(metadata)?))? {
-            sync_dir(&dir)?;
+        if !dir.is_dir() {
+            return Ok(());
         }
-        let mut removed = false;
-        for key in layout::all_keys(metadata)? {
-            removed |= Self::remove(&self.path(&key))?;
+        // First, durably: the deleting manifest in place of whatever manifest is there, so a
+        // delete cut short is never taken for a complete or an in-progress copy.
+        let manifest_path = self.path(&layout::manifest_key(metadata)?);
+        let deleting = Bytes::from(manifest::encode_deleting(metadata));
+        if self
+            .put(&manifest_path, IndexSource::Bytes(&deleting))
+            .is_err()
+        {
+            // A full disk must not stop the delete that frees it: the manifest goes first
+            // instead, and a crash before the data is gone leaves objects with no manifest,
+            // which recovery keeps and reports (nothing of a live segment is lost).
+            Self::remove(&manifest_path)?;
         }
-        removed |= Self::remove_stray_temps(&dir, &layout::segment_stem(metadata))?;
-        if removed {
-            sync_dir(&dir)?;
+        sync_dir(&dir)?;
+        for key in layout::data_keys(metadata)? {
+            Self::remove(&self.path(&key))?;
         }
+        Self::remove_stray_temps(&dir, &layout::segment_stem(metadata))?;
+        sync_dir(&dir)?;
+        // Last: the manifest.
+        Self::remove(&manifest_path)?;
+        sync_dir(&dir)?;
         Ok(())
     }
 }
@@ -390,9 +419,13 @@ impl RemoteSegmentLister for FsRemoteStorage {
         };
         for entry in entries {
             let entry = entry.map_err(|e| RemoteStorageError::io(dir.display(), e))?;
-            let meta = entry
-                .metadata()
-                .map_err(|e| RemoteStorageError::io(entry.path().display(), e))?;
+            let meta = match entry.metadata() {
+                Ok(meta) => meta,
+                // Renamed or removed since the directory was read (a writer's temporary file
+                // moved into place, a delete): gone, as from an S3 listing made a moment later.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(RemoteStorageError::io(entry.path().display(), e)),
+            };
             if !meta.is_file() {
                 continue;
             }

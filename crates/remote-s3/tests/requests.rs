@@ -106,9 +106,10 @@ fn copies_verify_from_upload_responses_without_head_object() {
     let small = copy_and_read(&server, &storage, 100_000);
     assert_eq!(server.heads_received(), heads, "HeadObject after PutObject");
     assert_eq!(server.parts_received(), parts);
-    // The `.log`, two indexes, the leader-epoch checkpoint, the manifest; one DeleteObjects of
-    // the absent optional indexes.
-    assert_eq!(small, counts(&[("DeleteObjects", 1), ("PutObject", 5)]));
+    // The in-progress manifest (before the first byte), the `.log`, two indexes, the
+    // leader-epoch checkpoint, the complete manifest; one DeleteObjects of the absent optional
+    // indexes. (Before in-progress manifests a copy was 5 PutObjects: +1 request per copy.)
+    assert_eq!(small, counts(&[("DeleteObjects", 1), ("PutObject", 6)]));
     // A 16 MiB segment under the default configuration: two 8 MiB parts.
     let large = copy_and_read(&server, &storage, 16 * MIB);
     assert_eq!(server.heads_received(), heads, "HeadObject after multipart");
@@ -118,7 +119,7 @@ fn copies_verify_from_upload_responses_without_head_object() {
         ("CreateMultipartUpload", 1),
         ("DeleteObjects", 1),
         ("ListMultipartUploads", 1),
-        ("PutObject", 4),
+        ("PutObject", 5),
         ("UploadPart", 2),
     ]);
     assert_eq!(large, expected);
@@ -160,4 +161,29 @@ fn recopy_after_an_interrupted_multipart_upload_aborts_it_off_the_critical_path(
         server.open_uploads("").is_empty(),
         "an upload was left open after delete"
     );
+}
+
+#[test]
+fn a_delete_marks_the_manifest_deleting_first_and_removes_it_last() {
+    let server = support::start_server();
+    let storage = S3RemoteStorage::new(server.config().with_prefix("del")).unwrap();
+    let (m, data, _log, _dir) = segment(1000);
+    let m = m.with_custom_metadata(storage.copy_log_segment_data(&m, &data).unwrap());
+    let before = server.requests_received();
+    storage.delete_log_segment_data(&m).unwrap();
+    // The deleting manifest, the data and indexes in one DeleteObjects, the listing of
+    // interrupted uploads, the manifest in a DeleteObjects of its own. (Before deleting
+    // manifests: 2 DeleteObjects and the listing; +1 request per delete.)
+    assert_eq!(
+        since(&before, &server.requests_received()),
+        counts(&[
+            ("DeleteObjects", 2),
+            ("ListMultipartUploads", 1),
+            ("PutObject", 1)
+        ])
+    );
+    assert!(matches!(
+        storage.fetch_log_segment(&m, 0, None),
+        Err(krabka_remote_storage::RemoteStorageError::SegmentNotFound { .. })
+    ));
 }

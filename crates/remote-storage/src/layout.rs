@@ -108,21 +108,31 @@ pub fn index_key(
     file_key(metadata, index_type.suffix())
 }
 
-/// Every relative path a segment may occupy: its manifest (first, the order a delete follows),
-/// its `.log` and each index type.
+/// Every relative path a segment may occupy: its `.log`, each index type, and its manifest
+/// last (the order a delete follows: see [`crate::manifest`]).
 ///
 /// # Errors
 /// As [`partition_dir`].
 pub fn all_keys(metadata: &RemoteLogSegmentMetadata) -> Result<Vec<String>, RemoteStorageError> {
-    let mut keys = vec![manifest_key(metadata)?, log_key(metadata)?];
+    let mut keys = data_keys(metadata)?;
+    keys.push(manifest_key(metadata)?);
+    Ok(keys)
+}
+
+/// A segment's `.log` and index keys: [`all_keys`] without the manifest.
+///
+/// # Errors
+/// As [`partition_dir`].
+pub fn data_keys(metadata: &RemoteLogSegmentMetadata) -> Result<Vec<String>, RemoteStorageError> {
+    let mut keys = vec![log_key(metadata)?];
     for t in IndexType::ALL {
         keys.push(index_key(metadata, t)?);
     }
     Ok(keys)
 }
 
-/// Suffix of a segment's manifest (see [`crate::manifest`]): the object a copy writes last and
-/// a delete removes first, so its presence means a complete copy.
+/// Suffix of a segment's manifest (see [`crate::manifest`]): the object a copy writes first (in
+/// progress) and last (complete), and a delete rewrites first (deleting) and removes last.
 pub const MANIFEST_SUFFIX: &str = ".manifest";
 
 /// The relative path (key below the prefix) of a segment's manifest.
@@ -340,7 +350,7 @@ mod tests {
             let name = k.rsplit('/').next().unwrap();
             let (start, id, kind) = parse_segment_file_name(name).unwrap();
             assert_eq!((start, id), (42, seg));
-            assert_eq!(kind == SegmentFile::Manifest, i == 0);
+            assert_eq!(kind == SegmentFile::Manifest, i == 6);
         }
         let tmp = format!("{name}.tmp-12-3");
         assert_eq!(

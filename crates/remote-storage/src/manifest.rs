@@ -2,47 +2,131 @@
 //! the segment's full [`RemoteLogSegmentMetadata`], so the remote tier describes itself and the
 //! metadata can be rebuilt from the bucket alone ([`crate::recovery`]).
 //!
-//! A copy writes the manifest **last**, after the data and every index are durable, so a
-//! manifest always means a complete copy; a delete removes it **first**, so a manifest never
-//! points at deleted data. Its key is [`layout::manifest_key`](crate::layout::manifest_key).
+//! The manifest also says where the segment's objects stand, by the state it records
+//! ([`ManifestState`]), so that cleanup never has to guess:
+//! - a copy writes an **in-progress** manifest ([`encode_in_progress`], state
+//!   `CopySegmentStarted`, with its writer's broker id, leader epochs and start time) **before**
+//!   its first byte, and the **complete** manifest ([`encode`], state `CopySegmentFinished`)
+//!   **last**, after the data and every index are durable, in place of the first;
+//! - a delete replaces it with a **deleting** manifest ([`encode_deleting`], state
+//!   `DeleteSegmentStarted`) **first**, removes the data and indexes, and removes the manifest
+//!   **last**.
+//!
+//! So a complete manifest always means a complete copy; an in-progress one a copy that may still
+//! be running until [`copy_abandoned_at`] (its writer never records it as finished after that);
+//! a deleting one a delete that may be finished by anyone; and segment objects with no manifest
+//! at all are not a state any writer leaves (a lost manifest, or a copy by a version before
+//! these states): recovery keeps them. Its key is
+//! [`layout::manifest_key`](crate::layout::manifest_key).
 //!
 //! ```text
-//! magic "KRSM" | version u8 (=1) | 3 zero bytes | body length u32 | body | crc32 u32
+//! magic "KRSM" | version u8 (=2) | 3 zero bytes | body length u32 | body | crc32 u32
 //! ```
 //! The body is the segment's metadata encoded as a metadata *add* event (the durable
 //! metadata's event encoding, with its own CRC); the trailing CRC-32 covers every byte before
-//! it. Specified byte by byte in `docs/format.md`.
+//! it. Version 1 manifests (written only when a copy was complete) are still read, as complete.
+//! Specified byte by byte in `docs/format.md`.
 //!
 //! ```
 //! use krabka_remote_storage::*;
+//! use krabka_remote_storage::manifest::{self, ManifestState};
 //!
 //! let tp = TopicIdPartition::new(Uuid::new_v4(), "orders", 0);
 //! let m = RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp), 0, 9)
 //!     .segment_size_in_bytes(100)
 //!     .build()?;
 //! let bytes = manifest::encode(&m);
-//! assert_eq!(manifest::decode(&bytes, "k")?, m);
+//! let read = manifest::decode(&bytes, "k")?;
+//! assert_eq!(ManifestState::of(&read), ManifestState::Complete);
+//! assert_eq!(read.start_offset(), 0);
+//! let started = manifest::decode(&manifest::encode_in_progress(&m), "k")?;
+//! assert_eq!(ManifestState::of(&started), ManifestState::InProgress);
 //! assert!(manifest::decode(&bytes[..bytes.len() - 1], "k").is_err());
 //! # Ok::<(), RemoteStorageError>(())
 //! ```
 
 use crate::error::RemoteStorageError;
 use crate::metadata::event::MetadataEvent;
-use crate::model::RemoteLogSegmentMetadata;
+use crate::model::{RemoteLogSegmentMetadata, RemoteLogSegmentState};
 
 /// The first four bytes of every manifest.
 pub const MANIFEST_MAGIC: &[u8; 4] = b"KRSM";
-/// The manifest format version written by [`encode`].
-pub const MANIFEST_VERSION: u8 = 1;
+/// The manifest format version written by [`encode`], [`encode_in_progress`] and
+/// [`encode_deleting`].
+pub const MANIFEST_VERSION: u8 = 2;
+/// The first manifest version: written only for complete copies (whatever state its body
+/// records); [`decode`] reads it as complete.
+pub const MANIFEST_VERSION_1: u8 = 1;
+
+/// How long after its start (the in-progress manifest's event time) a copy may still finish:
+/// 6 hours. A writer never records a copy as finished when its upload returns later than this
+/// (it discards the attempt instead), so after it the copy's objects are unneeded.
+pub const COPY_ABANDON_AFTER_MS: i64 = 6 * 3600 * 1000;
+
+/// How far apart the clocks of a writer and of a cleanup on another machine are assumed to be
+/// at most: 1 hour, added to [`COPY_ABANDON_AFTER_MS`] before a cleanup deletes an in-progress
+/// copy.
+pub const CLOCK_SKEW_ALLOWANCE_MS: i64 = 3600 * 1000;
+
+/// The wall-clock time (ms) from which a cleanup may delete the objects of a copy whose
+/// in-progress manifest is `metadata`: its start plus [`COPY_ABANDON_AFTER_MS`] plus
+/// [`CLOCK_SKEW_ALLOWANCE_MS`].
+pub fn copy_abandoned_at(metadata: &RemoteLogSegmentMetadata) -> i64 {
+    metadata
+        .event_timestamp_ms()
+        .saturating_add(COPY_ABANDON_AFTER_MS)
+        .saturating_add(CLOCK_SKEW_ALLOWANCE_MS)
+}
+
+/// Where a segment's objects stand, as its manifest says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ManifestState {
+    /// A copy has begun and may still be running (until [`copy_abandoned_at`]).
+    InProgress,
+    /// The copy is complete: the data and every index are durable.
+    Complete,
+    /// A delete has begun: the segment is gone for every reader, and anyone may finish it.
+    Deleting,
+}
+
+impl ManifestState {
+    /// The state a decoded manifest's metadata records.
+    pub fn of(metadata: &RemoteLogSegmentMetadata) -> Self {
+        match metadata.state() {
+            RemoteLogSegmentState::CopySegmentStarted => Self::InProgress,
+            RemoteLogSegmentState::CopySegmentFinished => Self::Complete,
+            RemoteLogSegmentState::DeleteSegmentStarted
+            | RemoteLogSegmentState::DeleteSegmentFinished => Self::Deleting,
+        }
+    }
+}
 /// Magic, version, reserved bytes and body length.
 const HEADER_LEN: usize = 4 + 1 + 3 + 4;
 /// The largest manifest [`decode`] accepts: far above any real one (a 249-byte topic name and
 /// capped custom metadata), so a listing can never make recovery read a huge object as one.
 pub const MAX_MANIFEST_LEN: u64 = 64 * 1024;
 
-/// Encodes the manifest of a segment (as copied, with the custom metadata its copy returned).
+/// Encodes the **complete** manifest of a segment (as copied, with the custom metadata its copy
+/// returned; state `CopySegmentFinished`), written last by a copy.
 pub fn encode(metadata: &RemoteLogSegmentMetadata) -> Vec<u8> {
-    let body = MetadataEvent::Add(metadata.clone()).encode();
+    encode_in(metadata, RemoteLogSegmentState::CopySegmentFinished)
+}
+
+/// Encodes the **in-progress** manifest of a copy (state `CopySegmentStarted`), written before
+/// its first byte: the copy's writer (broker id, leader epochs) and start (event time).
+pub fn encode_in_progress(metadata: &RemoteLogSegmentMetadata) -> Vec<u8> {
+    encode_in(metadata, RemoteLogSegmentState::CopySegmentStarted)
+}
+
+/// Encodes the **deleting** manifest of a segment (state `DeleteSegmentStarted`), written
+/// first by a delete in place of the manifest there.
+pub fn encode_deleting(metadata: &RemoteLogSegmentMetadata) -> Vec<u8> {
+    encode_in(metadata, RemoteLogSegmentState::DeleteSegmentStarted)
+}
+
+fn encode_in(metadata: &RemoteLogSegmentMetadata, state: RemoteLogSegmentState) -> Vec<u8> {
+    let body = MetadataEvent::Add(metadata.with_state(state)).encode();
     let mut out = Vec::with_capacity(HEADER_LEN + body.len() + 4);
     out.extend_from_slice(MANIFEST_MAGIC);
     out.push(MANIFEST_VERSION);
@@ -54,7 +138,9 @@ pub fn encode(metadata: &RemoteLogSegmentMetadata) -> Vec<u8> {
     out
 }
 
-/// Decodes and checks a manifest read from `location` (named in the error).
+/// Decodes and checks a manifest read from `location` (named in the error). The metadata's
+/// state is the manifest's ([`ManifestState::of`]); a version 1 manifest's is
+/// `CopySegmentFinished`.
 ///
 /// # Errors
 /// [`RemoteStorageError::Corrupt`] naming `location` and what is wrong: too short, bad magic,
@@ -88,7 +174,7 @@ pub fn decode(
         return Err(corrupt("bad magic".to_owned()));
     }
     let version = content.get(4).copied().unwrap_or(0);
-    if version != MANIFEST_VERSION {
+    if version != MANIFEST_VERSION && version != MANIFEST_VERSION_1 {
         return Err(corrupt(format!("unsupported version {version}")));
     }
     if content.get(5..8) != Some([0u8; 3].as_slice()) {
@@ -107,6 +193,9 @@ pub fn decode(
         )));
     }
     match MetadataEvent::decode(body) {
+        Ok(MetadataEvent::Add(m)) if version == MANIFEST_VERSION_1 => {
+            Ok(m.with_state(RemoteLogSegmentState::CopySegmentFinished))
+        }
         Ok(MetadataEvent::Add(m)) => Ok(m),
         Ok(other) => Err(corrupt(format!(
             "body is not segment metadata but {other:?}"
@@ -139,7 +228,49 @@ mod tests {
         let m = sample();
         let bytes = encode(&m);
         assert_eq!(&bytes[..4], MANIFEST_MAGIC);
-        assert_eq!(decode(&bytes, "x").unwrap(), m);
+        assert_eq!(bytes[4], MANIFEST_VERSION);
+        let finished = m.with_state(RemoteLogSegmentState::CopySegmentFinished);
+        assert_eq!(decode(&bytes, "x").unwrap(), finished);
+        for (bytes, state) in [
+            (encode_in_progress(&m), ManifestState::InProgress),
+            (encode(&m), ManifestState::Complete),
+            (encode_deleting(&m), ManifestState::Deleting),
+        ] {
+            let read = decode(&bytes, "x").unwrap();
+            assert_eq!(ManifestState::of(&read), state);
+            assert_eq!(read.with_state(m.state()), m);
+        }
+    }
+
+    #[test]
+    fn a_version_1_manifest_reads_as_complete_whatever_state_its_body_holds() {
+        // Version 1 copies wrote the metadata as given to the copy (CopySegmentStarted), and
+        // only once the copy was complete.
+        let m = sample();
+        assert_eq!(m.state(), RemoteLogSegmentState::CopySegmentStarted);
+        let mut bytes = encode_in_progress(&m);
+        bytes[4] = MANIFEST_VERSION_1;
+        let len = bytes.len();
+        let crc = crc32fast::hash(&bytes[..len - 4]);
+        bytes[len - 4..].copy_from_slice(&crc.to_le_bytes());
+        let read = decode(&bytes, "x").unwrap();
+        assert_eq!(ManifestState::of(&read), ManifestState::Complete);
+        bytes[4] = 3;
+        let crc = crc32fast::hash(&bytes[..len - 4]);
+        bytes[len - 4..].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            decode(&bytes, "x"),
+            Err(RemoteStorageError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn an_in_progress_copy_is_abandoned_after_its_limit_and_the_skew_allowance() {
+        let m = sample();
+        assert_eq!(
+            copy_abandoned_at(&m),
+            1234 + COPY_ABANDON_AFTER_MS + CLOCK_SKEW_ALLOWANCE_MS
+        );
     }
 
     #[test]

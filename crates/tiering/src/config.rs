@@ -90,7 +90,9 @@ pub struct TieringConfig {
     pub copy_concurrency: usize,
     /// How long the background task waits for one copy before abandoning it; the segment is
     /// copied again next round under a new id, and the abandoned attempt's objects are deleted
-    /// when its call returns. Default: 5 minutes. Minimum: 1 ms.
+    /// when its call returns. Default: 5 minutes. Minimum: 1 ms. Maximum: 6 hours
+    /// ([`COPY_ABANDON_AFTER_MS`](krabka_remote_storage::manifest::COPY_ABANDON_AFTER_MS): a
+    /// copy older than that is never recorded as finished, by any engine).
     pub copy_deadline: Duration,
     /// How long a read waits for a fetch of the same remote chunk or index that another thread
     /// (a reader or the read-ahead) started: every remote fetch is single-flight, so a reader
@@ -151,9 +153,13 @@ impl TieringConfig {
         if self.copy_concurrency == 0 {
             return bad("copy_concurrency must be at least 1".into());
         }
-        if self.copy_deadline < Duration::from_millis(1) {
+        let abandon = Duration::from_millis(
+            krabka_remote_storage::manifest::COPY_ABANDON_AFTER_MS.unsigned_abs(),
+        );
+        if self.copy_deadline < Duration::from_millis(1) || self.copy_deadline > abandon {
             return bad(format!(
-                "copy_deadline must be at least 1 ms, got {:?}",
+                "copy_deadline must be between 1 ms and {abandon:?} (after which a copy counts \
+                 as abandoned in the remote tier), got {:?}",
                 self.copy_deadline
             ));
         }
@@ -224,7 +230,7 @@ pub struct ServiceConfig {
     pub round_interval: Duration,
     /// How long one segment copy may run before it is abandoned (its objects are deleted when
     /// the call returns, and the segment is copied again under a new id). Default: 5 minutes.
-    /// Minimum: 1 ms.
+    /// Minimum: 1 ms. Maximum: 6 hours (as [`TieringConfig::copy_deadline`]).
     pub copy_deadline: Duration,
     /// How long one partition's retention (its remote deletes) may run. Default: 2 minutes.
     /// Minimum: 1 ms.
@@ -294,6 +300,16 @@ impl ServiceConfig {
             if d < Duration::from_millis(1) {
                 return bad(format!("{name} must be at least 1 ms, got {d:?}"));
             }
+        }
+        let abandon = Duration::from_millis(
+            krabka_remote_storage::manifest::COPY_ABANDON_AFTER_MS.unsigned_abs(),
+        );
+        if self.copy_deadline > abandon {
+            return bad(format!(
+                "copy_deadline must be at most {abandon:?} (after which a copy counts as \
+                 abandoned in the remote tier), got {:?}",
+                self.copy_deadline
+            ));
         }
         for (name, q) in [
             ("copy_bytes_per_second", self.copy_bytes_per_second),

@@ -2,7 +2,7 @@
 //! the remote tier alone, using the
 //! [`manifest`](krabka_remote_storage::manifest::encode) every copy writes last.
 //!
-//! [`recover`] runs the SPI's read-only [`scan`]: it
+//! [`recover`] runs the SPI's read-only [`scan_with`]: it
 //! lists the partition's objects through a [`RemoteSegmentLister`] (each backend implements
 //! it: a directory read on a filesystem, paginated `ListObjectsV2` on S3), reads the manifests
 //! with bounded parallelism, validates them, and chooses the segments that form the log (the
@@ -16,10 +16,15 @@
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
-use krabka_remote_storage::layout;
+use std::collections::BTreeMap;
+
 use krabka_remote_storage::metadata::RemoteLogMetadataManager;
-use krabka_remote_storage::recovery::{RemoteScan, scan};
-use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteStorageError, TopicIdPartition};
+use krabka_remote_storage::recovery::{RemoteScan, Unmanifested, scan_with};
+use krabka_remote_storage::{
+    IndexType, LOG_SUFFIX, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState,
+    RemoteStorageError, TopicIdPartition, layout,
+};
+use krabka_storage::index::{OffsetIndexView, TimeIndexView};
 use uuid::Uuid;
 
 use crate::metadata::DurableRemoteLogMetadataManager;
@@ -37,9 +42,13 @@ pub const DEFAULT_RECOVERY_CONCURRENCY: usize = 16;
 pub struct RecoveryOptions {
     /// Manifests read at once (at least 1). Default [`DEFAULT_RECOVERY_CONCURRENCY`].
     pub concurrency: usize,
-    /// Delete the objects of interrupted copies and deletes (no manifest) and of superseded
-    /// older copies ([`IgnoreReason::IncompleteCopy`], [`IgnoreReason::Superseded`]; a
-    /// superseded segment's manifest goes first). Nothing else is ever deleted. Default off.
+    /// Delete the objects no writer or reader can need: abandoned copies (an in-progress
+    /// manifest older than
+    /// [`copy_abandoned_at`](krabka_remote_storage::manifest::copy_abandoned_at)), deletes in
+    /// progress, temporary files next to them or to complete segments, and superseded older
+    /// copies ([`IgnoreReason::AbandonedCopy`], [`IgnoreReason::DeleteInProgress`],
+    /// [`IgnoreReason::IncompleteCopy`], [`IgnoreReason::Superseded`]). A copy in progress and
+    /// segment objects without a manifest are never deleted. Default off.
     pub clean_orphans: bool,
     /// The partition's local log directory: when set, an empty local log there (created if
     /// missing) is started right after the recovered remote end (`Log::start_at`).
@@ -137,6 +146,10 @@ pub struct RecoveryReport {
     pub objects_listed: u64,
     /// Manifests read.
     pub manifests_read: usize,
+    /// Manifest keys of segments whose manifest was missing and whose metadata was rebuilt
+    /// from their objects (their indexes and leader-epoch checkpoint); the manifest is not
+    /// written back, so a later run rebuilds it again.
+    pub rebuilt: Vec<String>,
     /// Segments that form the recovered log (and are recorded as finished).
     pub segments: usize,
     /// Their seqs, `None` when no segment was recovered.
@@ -171,15 +184,23 @@ pub fn recover(
     metadata: &DurableRemoteLogMetadataManager,
     options: &RecoveryOptions,
 ) -> Result<RecoveryReport, RemoteStorageError> {
+    let rebuild = |lost: &Unmanifested| rebuild_metadata(lister, lost);
     let RemoteScan {
         objects_listed,
         manifests_read,
         chosen,
         superseded,
         orphans,
+        rebuilt,
         ignored,
         ..
-    } = scan(lister, tp, options.concurrency)?;
+    } = scan_with(
+        lister,
+        tp,
+        options.concurrency,
+        krabka_remote_storage::now_ms(),
+        Some(&rebuild),
+    )?;
     let chosen = match &options.map_metadata {
         Some(MapMetadata(map)) => chosen
             .iter()
@@ -206,6 +227,7 @@ pub fn recover(
         partition: tp.clone(),
         objects_listed,
         manifests_read,
+        rebuilt,
         segments: chosen.len(),
         seq_range,
         bytes,
@@ -244,8 +266,8 @@ fn install(
     Ok(existing.len())
 }
 
-/// Deletes the `orphans`, then every object of the `superseded` segments; returns the keys
-/// deleted.
+/// Deletes the `orphans` (in their order: each segment's manifest after its other objects),
+/// then every object of the `superseded` segments; returns the keys deleted.
 fn delete_unused(
     lister: &dyn RemoteSegmentLister,
     orphans: &[String],
@@ -257,14 +279,109 @@ fn delete_unused(
         deleted.push(key.clone());
     }
     for m in superseded {
-        // The manifest first (`all_keys` starts with it), so a crash part-way never
-        // leaves one without its data.
-        for key in layout::all_keys(m)? {
+        // The manifest first, so a crash part-way never leaves a complete manifest without its
+        // data; what is left then has no manifest, is rebuilt from its objects by the next run,
+        // found superseded again and deleted.
+        let mut keys = vec![layout::manifest_key(m)?];
+        keys.extend(layout::data_keys(m)?);
+        for key in keys {
             lister.delete_object(&key)?;
             deleted.push(key);
         }
     }
     Ok(deleted)
+}
+
+/// The largest index object a rebuild reads (an offset index of a 4 GiB segment with an entry
+/// per 256 bytes is 256 MiB: far past any segment written with the defaults).
+const MAX_REBUILD_INDEX_BYTES: usize = 256 << 20;
+
+/// Rebuilds the finished metadata of a segment whose manifest is missing from its objects:
+/// seqs, size and newest timestamp from its offset and time indexes (each checked: CRC, order,
+/// base seq, and the `.log` size the offset index records), leader epochs from its
+/// leader-epoch checkpoint. The event time is unknown and taken as the newest record
+/// timestamp (so a copy that overlaps it and carries a later event time supersedes it). Custom
+/// metadata (a backend's or a chunk map) is lost: reads then use the offset index. Objects a
+/// transform wrote (compressed or encrypted indexes) do not parse: such a segment is reported,
+/// not rebuilt.
+fn rebuild_metadata(
+    lister: &dyn RemoteSegmentLister,
+    lost: &Unmanifested,
+) -> Result<RemoteLogSegmentMetadata, String> {
+    let read = |suffix: &str| -> Result<Vec<u8>, String> {
+        let key = lost.key(suffix).map_err(|e| e.to_string())?;
+        let bytes = lister
+            .read_object(&key)
+            .map_err(|e| format!("{key}: {e}"))?;
+        if bytes.len() > MAX_REBUILD_INDEX_BYTES {
+            return Err(format!(
+                "{key}: {} bytes, too large to rebuild from",
+                bytes.len()
+            ));
+        }
+        Ok(bytes)
+    };
+    let offsets = OffsetIndexView::parse(read(IndexType::Offset.suffix())?)
+        .map_err(|e| format!("offset index: {e}"))?;
+    let times = TimeIndexView::parse(read(IndexType::Timestamp.suffix())?)
+        .map_err(|e| format!("time index: {e}"))?;
+    let size = lost.log_size.ok_or_else(|| "no .log object".to_owned())?;
+    if offsets.base_seq() != lost.start || times.base_seq() != lost.start {
+        return Err(format!(
+            "the indexes start at seqs {} and {}, the object names at {}",
+            offsets.base_seq(),
+            times.base_seq(),
+            lost.start
+        ));
+    }
+    if offsets.log_size() != size {
+        return Err(format!(
+            "the offset index describes {} bytes of {LOG_SUFFIX} data, the object has {size}",
+            offsets.log_size()
+        ));
+    }
+    let epochs = parse_leader_epochs(&read(IndexType::LeaderEpoch.suffix())?)?;
+    let id = RemoteLogSegmentId::new(lost.partition.clone(), lost.id);
+    RemoteLogSegmentMetadata::builder(id, lost.start, offsets.last_seq())
+        .max_timestamp_ms(times.max_timestamp())
+        .event_timestamp_ms(times.max_timestamp())
+        .segment_leader_epochs(epochs)
+        .segment_size_in_bytes(size)
+        .state(RemoteLogSegmentState::CopySegmentFinished)
+        .build_strict()
+        .map_err(|e| e.to_string())
+}
+
+/// Kafka's leader-epoch checkpoint text as a copy writes it: version `0`, the entry count, then
+/// one `epoch start_seq` line per entry.
+fn parse_leader_epochs(bytes: &[u8]) -> Result<BTreeMap<i32, u64>, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "leader-epoch checkpoint: not UTF-8")?;
+    let mut lines = text.lines();
+    if lines.next() != Some("0") {
+        return Err("leader-epoch checkpoint: not version 0".to_owned());
+    }
+    let count: usize = lines
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .ok_or("leader-epoch checkpoint: no entry count")?;
+    let mut epochs = BTreeMap::new();
+    for line in lines.by_ref().take(count) {
+        let mut parts = line.split_whitespace();
+        let (Some(epoch), Some(start), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(format!("leader-epoch checkpoint: bad line {line:?}"));
+        };
+        let (Ok(epoch), Ok(start)) = (epoch.parse::<i32>(), start.parse::<u64>()) else {
+            return Err(format!("leader-epoch checkpoint: bad line {line:?}"));
+        };
+        epochs.insert(epoch, start);
+    }
+    if epochs.len() != count || lines.any(|l| !l.trim().is_empty()) {
+        return Err(format!(
+            "leader-epoch checkpoint: {} entries for a count of {count}",
+            epochs.len()
+        ));
+    }
+    Ok(epochs)
 }
 
 /// Opens (creating it if needed) the local log in `dir` and starts it right after

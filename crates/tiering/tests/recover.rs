@@ -234,7 +234,33 @@ fn wipe_recover_read(backend: &Backend, work: &Path) {
     assert_eq!(records, expected("a", 1..=end));
 }
 
-/// SIGKILL mid-copy (objects, no manifest) and mid-delete (manifest gone, data left).
+/// A copy of `n` seqs from `start` that fails part-way (its `.timeindex` cannot be read), begun
+/// at `started_ms`: its in-progress manifest and `.log` are left, as a SIGKILL mid-copy leaves
+/// them.
+fn interrupted_copy(backend: &Backend, start: u64, started_ms: i64) -> RemoteLogSegmentMetadata {
+    let local = tempfile::tempdir().unwrap();
+    for name in ["s.log", "s.index"] {
+        std::fs::write(local.path().join(name), b"partial").unwrap();
+    }
+    let partial =
+        RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp()), start, start + 4)
+            .segment_size_in_bytes(7)
+            .event_timestamp_ms(started_ms)
+            .build()
+            .unwrap();
+    let data = LogSegmentData::new(
+        local.path().join("s.log"),
+        local.path().join("s.index"),
+        local.path().join("missing.timeindex"),
+    );
+    assert!(backend.rsm.copy_log_segment_data(&partial, &data).is_err());
+    partial
+}
+
+/// Cleanup never guesses: a lost manifest is rebuilt from its segment's objects (never deleted);
+/// a copy in progress (in-progress manifest, recent) is kept; an abandoned one (in-progress
+/// manifest older than the abandon limit) and objects of a legacy copy with no manifest at all
+/// are told apart, and only the abandoned copy is deleted by `clean_orphans`.
 fn interrupted_copy_and_delete(backend: &Backend, work: &Path) {
     let (end, segments) = tier(backend, work, "a", 200);
     let rlmm = DurableRemoteLogMetadataManager::open(work.join("meta")).unwrap();
@@ -245,18 +271,21 @@ fn interrupted_copy_and_delete(backend: &Backend, work: &Path) {
         )
         .unwrap();
     drop(rlmm);
-    // Mid-delete of the oldest segment (retention): its manifest went first.
+    // The oldest segment's manifest is lost: its data and indexes are intact.
     let oldest = &listed[0];
     backend
         .lister
         .delete_object(&layout::manifest_key(oldest).unwrap())
         .unwrap();
-    // Mid-copy of the next segment: data and indexes up, manifest not yet.
+    // A copy in progress right now, and one abandoned long ago, past the end.
+    let running = interrupted_copy(backend, end + 1, krabka_remote_storage::now_ms());
+    let abandoned = interrupted_copy(backend, end + 1, 1_000);
+    // A legacy interrupted copy: objects, no manifest at all.
     let local = tempfile::tempdir().unwrap();
     for name in ["s.log", "s.index", "s.timeindex"] {
         std::fs::write(local.path().join(name), b"partial").unwrap();
     }
-    let partial =
+    let legacy =
         RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp()), end + 1, end + 5)
             .segment_size_in_bytes(7)
             .build()
@@ -266,34 +295,77 @@ fn interrupted_copy_and_delete(backend: &Backend, work: &Path) {
         local.path().join("s.index"),
         local.path().join("s.timeindex"),
     );
-    backend.rsm.copy_log_segment_data(&partial, &data).unwrap();
+    backend.rsm.copy_log_segment_data(&legacy, &data).unwrap();
     backend
         .lister
-        .delete_object(&layout::manifest_key(&partial).unwrap())
+        .delete_object(&layout::manifest_key(&legacy).unwrap())
         .unwrap();
     wipe(work);
     let report = run_recovery(backend, work, false);
-    let start = oldest.end_offset() + 1;
-    assert_eq!(report.segments, segments - 1, "{report:?}");
-    assert_eq!(report.seq_range, Some(start..=end));
-    // 4 objects of each (log, offset, time and leader-epoch indexes), none used.
+    // Every segment is recovered, the one without a manifest rebuilt from its objects.
+    assert_eq!(report.segments, segments, "{report:?}");
+    assert_eq!(report.seq_range, Some(1..=end));
     assert_eq!(
-        count(&report, |r| *r == IgnoreReason::IncompleteCopy),
-        8,
-        "{:?}",
-        report.ignored
+        report.rebuilt,
+        vec![layout::manifest_key(oldest).unwrap()],
+        "{report:?}"
     );
-    assert_eq!(report.ignored.len(), 8);
+    let reason_of = |report: &RecoveryReport, m: &RemoteLogSegmentMetadata| {
+        let key = layout::manifest_key(m).unwrap();
+        report
+            .ignored
+            .iter()
+            .find(|i| i.key == key)
+            .map(|i| i.reason.clone())
+    };
+    assert!(
+        matches!(reason_of(&report, &running), Some(IgnoreReason::CopyInProgress { started_ms, .. }) if started_ms == running.event_timestamp_ms()),
+        "{report:?}"
+    );
+    assert_eq!(
+        reason_of(&report, &abandoned),
+        Some(IgnoreReason::AbandonedCopy { started_ms: 1_000 })
+    );
+    assert!(matches!(
+        reason_of(&report, &legacy),
+        Some(IgnoreReason::ManifestMissing(_))
+    ));
+    assert_eq!(report.ignored.len(), 3, "{:?}", report.ignored);
     assert!(report.deleted.is_empty());
     let (first, records) = read_all(backend, work);
-    assert_eq!(first, start);
-    assert_eq!(records, expected("a", start..=end));
-    // --clean-orphans removes exactly those objects; the log is unchanged.
+    assert_eq!(first, 1);
+    assert_eq!(records, expected("a", 1..=end));
+    // --clean-orphans removes exactly the abandoned copy's objects (its .log, then its
+    // manifest); the copy in progress, the legacy objects and the log are untouched.
+    // Which of its objects the failed copy wrote depends on the backend (S3 uploads them at
+    // once).
     let cleaned = run_recovery(backend, work, true);
-    assert_eq!(cleaned.deleted.len(), 8, "{:?}", cleaned.deleted);
-    let after = run_recovery(backend, work, false);
-    assert!(after.ignored.is_empty(), "{:?}", after.ignored);
-    assert_eq!(after.seq_range, Some(start..=end));
+    let abandoned_keys = layout::all_keys(&abandoned).unwrap();
+    assert!(
+        cleaned.deleted.iter().all(|k| abandoned_keys.contains(k)),
+        "{:?}",
+        cleaned.deleted
+    );
+    assert!(
+        cleaned
+            .deleted
+            .contains(&layout::log_key(&abandoned).unwrap())
+    );
+    assert_eq!(
+        cleaned.deleted.last(),
+        Some(&layout::manifest_key(&abandoned).unwrap())
+    );
+    let after = run_recovery(backend, work, true);
+    assert!(after.deleted.is_empty(), "{:?}", after.deleted);
+    assert_eq!(after.ignored.len(), 2, "{:?}", after.ignored);
+    assert!(reason_of(&after, &running).is_some());
+    assert!(reason_of(&after, &legacy).is_some());
+    assert_eq!(after.seq_range, Some(1..=end));
+    let (first, records) = read_all(backend, work);
+    assert_eq!(first, 1);
+    // The first read appended one record after the remote end.
+    assert_eq!(records.len() as u64, end + 1);
+    assert_eq!(records[..records.len() - 1], expected("a", 1..=end)[..]);
 }
 
 /// A corrupted manifest, a missing data object and a truncated one: each reported; the log is

@@ -1,4 +1,5 @@
-//! The copy of a segment: its files uploaded concurrently (bounded), the manifest last.
+//! The copy of a segment: the in-progress manifest first, its files uploaded concurrently
+//! (bounded), the complete manifest last.
 
 use std::sync::Arc;
 
@@ -23,6 +24,14 @@ impl S3RemoteStorage {
         metadata: &RemoteLogSegmentMetadata,
         data: &LogSegmentData,
     ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
+        // Before the first byte: the in-progress manifest (writer and start), so no cleanup
+        // takes this copy's objects for an orphan while it may still finish.
+        let manifest_key = self.config.key(&layout::manifest_key(metadata)?);
+        self.put_bytes(
+            &manifest_key,
+            Bytes::from(manifest::encode_in_progress(metadata)),
+        )
+        .await?;
         let permits = Arc::new(Semaphore::new(self.config.upload_concurrency));
         let permits = &permits;
         let log_key = self.object_key(metadata, None)?;
@@ -63,8 +72,7 @@ impl S3RemoteStorage {
         // Last, once every object above is stored and verified: the manifest that says the
         // copy is complete, with the custom metadata the caller will record.
         let manifest = manifest::encode(&metadata.with_custom_metadata(Some(custom.clone())));
-        let key = self.config.key(&layout::manifest_key(metadata)?);
-        self.put_bytes(&key, Bytes::from(manifest)).await?;
+        self.put_bytes(&manifest_key, Bytes::from(manifest)).await?;
         Ok(Some(custom))
     }
 }

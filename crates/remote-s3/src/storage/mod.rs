@@ -15,9 +15,10 @@ mod put;
 mod verify;
 
 use aws_sdk_s3::Client;
+use bytes::Bytes;
 use krabka_remote_storage::{
     CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata,
-    RemoteStorageError, RemoteStorageManager, checked_range, layout,
+    RemoteStorageError, RemoteStorageManager, checked_range, layout, manifest,
 };
 use tokio::runtime::Handle;
 
@@ -231,21 +232,24 @@ impl RemoteStorageManager for S3RemoteStorage {
         &self,
         metadata: &RemoteLogSegmentMetadata,
     ) -> Result<(), RemoteStorageError> {
-        let keys = layout::all_keys(metadata)?
+        let keys = layout::data_keys(metadata)?
             .iter()
             .map(|k| self.config.key(k))
             .collect();
         let prefix = self.segment_prefix(metadata)?;
-        let manifest = self.config.key(&layout::manifest_key(metadata)?);
+        let manifest_key = self.config.key(&layout::manifest_key(metadata)?);
         self.bridge.block_on("delete", async {
-            // The manifest first, in a request of its own: a delete cut short never leaves a
-            // manifest pointing at deleted data.
-            self.delete_keys(vec![manifest]).await?;
+            // First: the deleting manifest in place of whatever manifest is there, so a delete
+            // cut short is never taken for a complete or an in-progress copy; the manifest
+            // goes last.
+            let deleting = Bytes::from(manifest::encode_deleting(metadata));
+            self.put_bytes(&manifest_key, deleting).await?;
             self.delete_keys(keys).await?;
             // Multipart uploads of a copy whose abort failed (the store was down): the
             // tiering layer retries a copy under a fresh segment id, so only this delete
             // of the failed attempt's metadata ever looks under its keys again.
             self.abort_uploads_under(&prefix, None).await?;
+            self.delete_keys(vec![manifest_key]).await?;
             Ok(())
         })?
     }

@@ -214,6 +214,14 @@ impl RemoteLogSegmentMetadata {
         Ok(next)
     }
 
+    /// A copy of this metadata in `state` (for the records of the shared layout, which say
+    /// where a segment's objects stand; no lifecycle check).
+    pub(crate) fn with_state(&self, state: RemoteLogSegmentState) -> Self {
+        let mut next = self.clone();
+        next.state = state;
+        next
+    }
+
     /// A copy of this metadata with `custom_metadata` set (what a copy returned).
     #[must_use]
     pub fn with_custom_metadata(&self, custom_metadata: Option<CustomMetadata>) -> Self {

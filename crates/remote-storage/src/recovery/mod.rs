@@ -10,9 +10,11 @@
 //!
 //! Which segments form the log:
 //! 1. **Whole.** The manifest decodes (checksums, version), names the partition and the
-//!    segment its key names, the `.log` object exists with exactly the manifest's size, and the
-//!    offset, time and leader-epoch indexes exist. Objects of a segment with no manifest are an
-//!    interrupted copy or delete and are never used.
+//!    segment its key names, says the copy is complete ([`ManifestState`](crate::manifest::ManifestState)),
+//!    the `.log` object exists with exactly the manifest's size, and the offset, time and
+//!    leader-epoch indexes exist. A copy in progress, an abandoned copy and a delete in progress
+//!    are never used. Objects of a segment with no manifest at all (a lost manifest) are used
+//!    only when [`scan_with`]'s rebuild gives their metadata back; they are never orphans.
 //! 2. **One lineage.** Whole segments are replayed in copy order (the manifest's event time,
 //!    then start seq, then id). A copy overlapping seqs already held by earlier copies starts
 //!    a newer history from its start seq (a newer incarnation of the log, or a re-copy after
@@ -35,7 +37,7 @@ use crate::model::{IndexType, TopicIdPartition};
 
 mod scan;
 
-pub use scan::{RemoteScan, scan};
+pub use scan::{Rebuild, RemoteScan, Unmanifested, scan, scan_with};
 
 /// One object of a listing: its key relative to the backend's root or prefix (as
 /// [`layout`] makes them) and its size in bytes.
@@ -118,9 +120,35 @@ pub fn find_partitions(
 pub enum IgnoreReason {
     /// The name is not one the layout writes.
     UnrecognizedName,
-    /// An object of a segment with no manifest: a copy that never finished, or a delete that
-    /// had begun (a delete removes the manifest first).
+    /// A temporary file of an interrupted write, next to a segment that is complete, being
+    /// deleted or abandoned (never used; deleted with the orphans).
     IncompleteCopy,
+    /// A segment whose copy is in progress: its in-progress manifest was written at
+    /// `started_ms` and the copy may still finish until `abandoned_at_ms`
+    /// ([`manifest::copy_abandoned_at`](crate::manifest::copy_abandoned_at)). Never used, never
+    /// deleted before then.
+    CopyInProgress {
+        /// When the copy began (the manifest's event time, ms since the epoch).
+        started_ms: i64,
+        /// From when a cleanup may delete it.
+        abandoned_at_ms: i64,
+    },
+    /// A segment whose copy began at `started_ms` and was abandoned (its in-progress manifest
+    /// is older than [`manifest::copy_abandoned_at`](crate::manifest::copy_abandoned_at)
+    /// allows): its writer never records it as finished. Deleted with the orphans.
+    AbandonedCopy {
+        /// When the copy began.
+        started_ms: i64,
+    },
+    /// A segment whose delete began (its manifest says deleting): gone for every reader.
+    /// Deleted (finished) with the orphans.
+    DeleteInProgress,
+    /// Objects of a segment with no manifest at all: no writer leaves that (a copy writes its
+    /// in-progress manifest first, a delete removes the manifest last), so the manifest was
+    /// lost (or the copy was made by a version before in-progress manifests). Its objects are
+    /// kept, never deleted by a cleanup; the segment is used when its manifest can be rebuilt
+    /// from them (see [`scan_with`]), else reported here with why not.
+    ManifestMissing(String),
     /// The manifest does not decode (checksum, version, fields).
     CorruptManifest(String),
     /// The manifest decodes but names another partition or segment than its key.
@@ -154,8 +182,24 @@ impl fmt::Display for IgnoreReason {
         match self {
             Self::UnrecognizedName => f.write_str("not an object name the layout writes"),
             Self::IncompleteCopy => {
-                f.write_str("no manifest: an interrupted copy or delete (never used)")
+                f.write_str("a temporary file of an interrupted write (never used)")
             }
+            Self::CopyInProgress {
+                started_ms,
+                abandoned_at_ms,
+            } => write!(
+                f,
+                "a copy in progress (started at {started_ms} ms; kept until {abandoned_at_ms} ms, when it counts as abandoned)"
+            ),
+            Self::AbandonedCopy { started_ms } => write!(
+                f,
+                "an abandoned copy (started at {started_ms} ms and never finished; never used)"
+            ),
+            Self::DeleteInProgress => f.write_str("a delete in progress (never used)"),
+            Self::ManifestMissing(why) => write!(
+                f,
+                "segment objects without a manifest (lost, or from an older version): kept, not used: {why}"
+            ),
             Self::CorruptManifest(why) => write!(f, "corrupt manifest: {why}"),
             Self::ForeignManifest(why) => write!(f, "manifest does not match its key: {why}"),
             Self::DataMissing => f.write_str("manifest whose .log data object is missing"),

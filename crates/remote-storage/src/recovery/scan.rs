@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::{IgnoreReason, IgnoredObject, RemoteSegmentLister};
 use crate::error::RemoteStorageError;
 use crate::layout::{self, SegmentFile};
-use crate::manifest;
+use crate::manifest::{self, ManifestState};
 use crate::model::{
     IndexType, LOG_SUFFIX, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition,
 };
@@ -23,20 +23,66 @@ pub struct RemoteScan {
     /// Manifests read.
     pub manifests_read: usize,
     /// The segments that form the log, in seq order, as `CopySegmentFinished` metadata (as
-    /// their manifests hold it).
+    /// their manifests hold it, or as rebuilt from their objects).
     pub chosen: Vec<RemoteLogSegmentMetadata>,
     /// Whole segments superseded by later copies ([`IgnoreReason::Superseded`]).
     pub superseded: Vec<RemoteLogSegmentMetadata>,
-    /// Keys of the objects of interrupted copies and deletes (no manifest) and of temporary
-    /// files ([`IgnoreReason::IncompleteCopy`]).
+    /// Keys of the objects no writer or reader can need, in the order to delete them (each
+    /// segment's manifest after its other objects): abandoned copies, deletes in progress,
+    /// temporary files next to such segments or complete ones ([`IgnoreReason::AbandonedCopy`],
+    /// [`IgnoreReason::DeleteInProgress`], [`IgnoreReason::IncompleteCopy`]). Never a copy in
+    /// progress, never objects without a manifest.
     pub orphans: Vec<String>,
+    /// Segments whose manifest was missing and was rebuilt from their objects (manifest keys);
+    /// they are among `chosen` or `superseded`. The manifest is not written back.
+    pub rebuilt: Vec<String>,
     /// Every object not used, with why, sorted by key.
     pub ignored: Vec<IgnoredObject>,
 }
 
+/// A segment whose objects are listed without any manifest (see
+/// [`IgnoreReason::ManifestMissing`]): what a [`Rebuild`] gets to rebuild its metadata from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Unmanifested {
+    /// The partition.
+    pub partition: TopicIdPartition,
+    /// Its start seq (from the object names).
+    pub start: u64,
+    /// The copy attempt's id (from the object names).
+    pub id: Uuid,
+    /// The `.log` object's size, when it exists.
+    pub log_size: Option<u64>,
+    /// The index objects that exist.
+    pub indexes: Vec<IndexType>,
+}
+
+impl Unmanifested {
+    /// The relative key of this segment's object with `suffix` (e.g. [`LOG_SUFFIX`] or an
+    /// [`IndexType::suffix`]).
+    ///
+    /// # Errors
+    /// As [`layout::partition_dir`].
+    pub fn key(&self, suffix: &str) -> Result<String, RemoteStorageError> {
+        Ok(layout::segment_object_key(
+            &layout::partition_dir(&self.partition)?,
+            self.start,
+            self.id,
+            suffix,
+        ))
+    }
+}
+
+/// Rebuilds the metadata of a segment whose manifest is missing from its objects (read through
+/// the lister), or says why it cannot. The layer that knows the index formats provides it
+/// (`krabka_tiering::recovery`); the metadata must be in state `CopySegmentFinished`.
+pub type Rebuild<'a> =
+    &'a (dyn Fn(&Unmanifested) -> Result<RemoteLogSegmentMetadata, String> + Sync);
+
 /// Lists `tp`'s objects through `lister`, reads their manifests `concurrency` at a time
 /// (at least 1) and chooses the segments that form the log (see the [module docs](super)).
-/// Nothing is written or deleted.
+/// Nothing is written or deleted. [`scan_with`] at the current time, without rebuilding lost
+/// manifests.
 ///
 /// # Errors
 /// An invalid partition ([`layout::partition_dir`]); a listing failure; a retriable manifest
@@ -46,14 +92,25 @@ pub fn scan(
     tp: &TopicIdPartition,
     concurrency: usize,
 ) -> Result<RemoteScan, RemoteStorageError> {
+    scan_with(lister, tp, concurrency, crate::now_ms(), None)
+}
+
+/// [`scan`] as of the wall-clock time `now_ms` (which decides whether an in-progress copy is
+/// abandoned: [`manifest::copy_abandoned_at`]), rebuilding the metadata of segments with every
+/// object but the manifest through `rebuild` when given.
+///
+/// # Errors
+/// As [`scan`].
+pub fn scan_with(
+    lister: &dyn RemoteSegmentLister,
+    tp: &TopicIdPartition,
+    concurrency: usize,
+    now_ms: i64,
+    rebuild: Option<Rebuild<'_>>,
+) -> Result<RemoteScan, RemoteStorageError> {
     let dir = layout::partition_dir(tp)?;
     let mut ignored = Vec::new();
     let (listed, objects_listed) = list_segments(lister, &dir, &mut ignored)?;
-    let orphans = orphan_keys(&dir, &listed);
-    ignored.extend(orphans.iter().map(|k| IgnoredObject {
-        key: k.clone(),
-        reason: IgnoreReason::IncompleteCopy,
-    }));
     let manifests: Vec<(u64, Uuid)> = listed
         .iter()
         .filter(|(_, l)| l.manifest)
@@ -62,19 +119,99 @@ pub fn scan(
     let decoded = read_manifests(lister, &dir, &manifests, concurrency.max(1))?;
     let manifests_read = manifests.len();
     let mut whole: Vec<RemoteLogSegmentMetadata> = Vec::new();
+    let mut orphans = Vec::new();
+    let mut rebuilt = Vec::new();
     for ((start, id), result) in manifests.iter().zip(decoded) {
-        let checked = result
-            .map_err(IgnoreReason::CorruptManifest)
-            .and_then(|m| check_whole(&m, tp, *start, *id, listed.get(&(*start, *id))));
-        match checked {
-            Ok(finished) => whole.push(finished),
-            Err(reason) => ignored.push(IgnoredObject {
-                key: layout::segment_object_key(&dir, *start, *id, layout::MANIFEST_SUFFIX),
-                reason,
+        let key = layout::segment_object_key(&dir, *start, *id, layout::MANIFEST_SUFFIX);
+        let entry = listed.get(&(*start, *id));
+        let m = match result {
+            Ok(m) => m,
+            Err(why) => {
+                ignored.push(IgnoredObject {
+                    key,
+                    reason: IgnoreReason::CorruptManifest(why),
+                });
+                continue;
+            }
+        };
+        // A manifest naming another segment than its key says nothing of this one.
+        if let Err(reason) = check_names(&m, tp, *start, *id) {
+            ignored.push(IgnoredObject { key, reason });
+            continue;
+        }
+        let reason = match ManifestState::of(&m) {
+            ManifestState::Complete => match check_whole(&m, entry) {
+                Ok(finished) => {
+                    whole.push(finished);
+                    orphans.extend(temp_keys(&dir, entry));
+                    continue;
+                }
+                Err(reason) => reason,
+            },
+            ManifestState::InProgress if now_ms < manifest::copy_abandoned_at(&m) => {
+                IgnoreReason::CopyInProgress {
+                    started_ms: m.event_timestamp_ms(),
+                    abandoned_at_ms: manifest::copy_abandoned_at(&m),
+                }
+            }
+            ManifestState::InProgress => {
+                orphans.extend(segment_keys(&dir, *start, *id, entry, true));
+                IgnoreReason::AbandonedCopy {
+                    started_ms: m.event_timestamp_ms(),
+                }
+            }
+            ManifestState::Deleting => {
+                orphans.extend(segment_keys(&dir, *start, *id, entry, true));
+                IgnoreReason::DeleteInProgress
+            }
+        };
+        ignored.push(IgnoredObject { key, reason });
+    }
+    for ((start, id), l) in listed.iter().filter(|(_, l)| !l.manifest) {
+        let lost = Unmanifested {
+            partition: tp.clone(),
+            start: *start,
+            id: *id,
+            log_size: l.log_size,
+            indexes: IndexType::ALL
+                .into_iter()
+                .filter(|t| l.indexes & index_bit(*t) != 0)
+                .collect(),
+        };
+        let key = layout::segment_object_key(&dir, *start, *id, layout::MANIFEST_SUFFIX);
+        let outcome = match rebuild {
+            _ if l.log_size.is_none() => Err("no .log object".to_owned()),
+            _ if REQUIRED_INDEXES.iter().any(|t| !lost.indexes.contains(t)) => {
+                Err("an index object is missing too".to_owned())
+            }
+            None => Err("not rebuilt (no rebuild given)".to_owned()),
+            Some(rebuild) => rebuild(&lost).and_then(|m| {
+                check_names(&m, tp, *start, *id)
+                    .and_then(|()| check_whole(&m, Some(l)))
+                    .map_err(|e| e.to_string())
+            }),
+        };
+        match outcome {
+            Ok(m) => {
+                whole.push(m);
+                rebuilt.push(key);
+            }
+            Err(why) => ignored.push(IgnoredObject {
+                key,
+                reason: IgnoreReason::ManifestMissing(why),
             }),
         }
     }
     drop(listed);
+    ignored.extend(
+        orphans
+            .iter()
+            .filter(|k| is_temp(k))
+            .map(|k| IgnoredObject {
+                key: k.clone(),
+                reason: IgnoreReason::IncompleteCopy,
+            }),
+    );
     let (chosen, superseded, stranded) = choose(whole);
     let mut superseded_segments = Vec::new();
     for (m, reason) in superseded {
@@ -95,8 +232,57 @@ pub fn scan(
         chosen,
         superseded: superseded_segments,
         orphans,
+        rebuilt,
         ignored,
     })
+}
+
+/// Whether `key` names a temporary file of the layout.
+fn is_temp(key: &str) -> bool {
+    let name = key.rsplit('/').next().unwrap_or(key);
+    matches!(
+        layout::parse_segment_file_name(name),
+        Some((_, _, SegmentFile::Temporary))
+    )
+}
+
+/// The keys of a segment's temporary files.
+fn temp_keys(dir: &str, listed: Option<&Listed>) -> Vec<String> {
+    listed
+        .map(|l| l.temps.iter().map(|n| format!("{dir}/{n}")).collect())
+        .unwrap_or_default()
+}
+
+/// Every listed key of a segment in the order to delete them: data and indexes, temporary
+/// files, and (when `manifest`) the manifest last.
+fn segment_keys(
+    dir: &str,
+    start: u64,
+    id: Uuid,
+    listed: Option<&Listed>,
+    manifest: bool,
+) -> Vec<String> {
+    let mut keys = Vec::new();
+    if let Some(l) = listed {
+        if l.log_size.is_some() {
+            keys.push(layout::segment_object_key(dir, start, id, LOG_SUFFIX));
+        }
+        for t in IndexType::ALL {
+            if l.indexes & index_bit(t) != 0 {
+                keys.push(layout::segment_object_key(dir, start, id, t.suffix()));
+            }
+        }
+    }
+    keys.extend(temp_keys(dir, listed));
+    if manifest {
+        keys.push(layout::segment_object_key(
+            dir,
+            start,
+            id,
+            layout::MANIFEST_SUFFIX,
+        ));
+    }
+    keys
 }
 
 /// Folds the listing of `dir` into one entry per segment; names the layout does not write go
@@ -129,30 +315,6 @@ fn list_segments(
         Ok(())
     })?;
     Ok((listed, objects_listed))
-}
-
-/// The keys of every object of a segment without a manifest, then the temporary files of the
-/// segments with one.
-fn orphan_keys(dir: &str, listed: &Segments) -> Vec<String> {
-    let mut orphans: Vec<String> = Vec::new();
-    for ((start, id), l) in listed {
-        if l.manifest {
-            continue;
-        }
-        if l.log_size.is_some() {
-            orphans.push(layout::segment_object_key(dir, *start, *id, LOG_SUFFIX));
-        }
-        for t in IndexType::ALL {
-            if l.indexes & index_bit(t) != 0 {
-                orphans.push(layout::segment_object_key(dir, *start, *id, t.suffix()));
-            }
-        }
-        orphans.extend(l.temps.iter().map(|n| format!("{dir}/{n}")));
-    }
-    for ((_, _), l) in listed.iter().filter(|(_, l)| l.manifest) {
-        orphans.extend(l.temps.iter().map(|n| format!("{dir}/{n}")));
-    }
-    orphans
 }
 
 /// The listing folded by segment: `(start, id)` to what exists of it.
@@ -252,15 +414,13 @@ fn read_manifests(
         .collect())
 }
 
-/// Checks that the manifest `m` found under `(start, id)` describes a whole segment of `tp`
-/// and returns it as finished metadata.
-fn check_whole(
+/// Checks that the manifest `m` found under `(start, id)` names that segment of `tp`.
+fn check_names(
     m: &RemoteLogSegmentMetadata,
     tp: &TopicIdPartition,
     start: u64,
     id: Uuid,
-    listed: Option<&Listed>,
-) -> Result<RemoteLogSegmentMetadata, IgnoreReason> {
+) -> Result<(), IgnoreReason> {
     let sid = m.remote_log_segment_id();
     if sid.topic_id_partition() != tp || sid.id() != id || m.start_offset() != start {
         return Err(IgnoreReason::ForeignManifest(format!(
@@ -269,11 +429,16 @@ fn check_whole(
             m.start_offset()
         )));
     }
-    if m.state() == RemoteLogSegmentState::DeleteSegmentFinished {
-        return Err(IgnoreReason::CorruptManifest(
-            "state DeleteSegmentFinished".to_owned(),
-        ));
-    }
+    Ok(())
+}
+
+/// Checks that the complete manifest `m` describes a whole segment (its objects listed as
+/// `listed`) and returns it as finished metadata.
+fn check_whole(
+    m: &RemoteLogSegmentMetadata,
+    listed: Option<&Listed>,
+) -> Result<RemoteLogSegmentMetadata, IgnoreReason> {
+    let sid = m.remote_log_segment_id();
     let l = listed.ok_or(IgnoreReason::DataMissing)?;
     match l.log_size {
         None => return Err(IgnoreReason::DataMissing),

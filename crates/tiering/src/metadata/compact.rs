@@ -26,6 +26,8 @@ pub(super) enum Step {
     PartialSnapshot,
     /// The new generation is complete and synced; the pointer still names the old one.
     GenerationWritten,
+    /// The new pointer is written (`CURRENT.tmp`), not yet renamed over `CURRENT`.
+    PointerWritten,
     /// The pointer names the new generation; the old one is still on disk.
     Switched,
 }
@@ -60,6 +62,16 @@ impl DurableRemoteLogMetadataManager {
         &self,
         segments: &[RemoteLogSegmentMetadata],
     ) -> Result<usize, RemoteStorageError> {
+        self.install_recovered_with(segments, None)
+    }
+
+    /// [`install_recovered`](Self::install_recovered); `crash` stops its compaction at a step
+    /// (tests).
+    pub(super) fn install_recovered_with(
+        &self,
+        segments: &[RemoteLogSegmentMetadata],
+        crash: Option<Step>,
+    ) -> Result<usize, RemoteStorageError> {
         let mut w = self.writer.lock();
         self.check_writable()?;
         let new = not_yet_recorded(&self.state.read(), segments)?;
@@ -75,7 +87,7 @@ impl DurableRemoteLogMetadataManager {
         }
         // On failure the state holds segments that are not on disk: the manager is poisoned
         // and must be reopened, which reads what the disk holds.
-        if let Err(e) = self.compact_locked(&mut w, None) {
+        if let Err(e) = self.compact_locked(&mut w, crash) {
             self.poisoned.store(true, Ordering::SeqCst);
             return Err(e);
         }
@@ -166,6 +178,9 @@ impl DurableRemoteLogMetadataManager {
             return Err(self.simulated(Step::GenerationWritten));
         }
         write_current_tmp(&self.dir, next)?;
+        if crash == Some(Step::PointerWritten) {
+            return Err(self.simulated(Step::PointerWritten));
+        }
         Ok(log)
     }
 

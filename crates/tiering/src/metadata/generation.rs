@@ -178,7 +178,11 @@ pub(super) fn pointer_error(path: PathBuf, reason: impl Into<String>) -> RemoteS
 
 /// Reads the pointer; `None` when there is no `CURRENT`.
 pub(super) fn read_current(dir: &Path) -> Result<Option<Pointer>, RemoteStorageError> {
-    let path = dir.join(CURRENT);
+    read_pointer(dir.join(CURRENT))
+}
+
+/// Reads the pointer file at `path` ([`CURRENT`] or [`CURRENT_TMP`]); `None` when it is absent.
+pub(super) fn read_pointer(path: PathBuf) -> Result<Option<Pointer>, RemoteStorageError> {
     let meta = match fs::metadata(&path) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),

@@ -13,10 +13,12 @@ use super::durable::{DurableOptions, DurableRemoteLogMetadataManager, Writer};
 use super::error::{io_err, storage_error};
 use super::generation::{
     CURRENT, CURRENT_TMP, Listing, POINTER_RECORDED, Pointer, fsync_dir, gen_dir,
-    generation_record, list_dir, pointer_error, read_current, remove_dir_if_exists,
+    generation_record, list_dir, pointer_error, read_current, read_pointer, remove_dir_if_exists,
     remove_file_if_exists, remove_legacy_files, switch_current, write_current_tmp,
 };
-use super::replay::{check_unfinished_generation, is_unfinished_creation, open_log, replay};
+use super::replay::{
+    check_unfinished_generation, is_complete_generation, is_unfinished_creation, open_log, replay,
+};
 
 /// The manager's own lock file, held while it is open: one manager per directory.
 const MANAGER_LOCK: &str = "rlmm.lock";
@@ -46,7 +48,10 @@ impl DurableRemoteLogMetadataManager {
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         let lock = lock_manager(&dir)?;
-        let listing = list_dir(&dir)?;
+        let mut listing = list_dir(&dir)?;
+        if roll_forward(&dir, &listing)? {
+            listing = list_dir(&dir)?;
+        }
         // `fresh`: generation 1 of a new directory (or of a first open that crashed before
         // `CURRENT` existed), made current below.
         let (pointer, fresh) = find_current(&dir, &listing)?;
@@ -99,6 +104,34 @@ impl DurableRemoteLogMetadataManager {
             _lock: lock,
         })
     }
+}
+
+/// Finishes a compaction (or a recovery's install) killed between writing the new pointer and
+/// renaming it over `CURRENT`: the pointer is written only once its generation is complete and
+/// synced, so when `CURRENT.tmp` names the generation after `CURRENT`'s and that generation
+/// holds exactly what a compaction writes, the switch was decided and is finished here (no
+/// guess). Anything else is left to the checks after (an unparseable `CURRENT.tmp` is removed).
+fn roll_forward(dir: &Path, listing: &Listing) -> Result<bool, RemoteStorageError> {
+    if !listing.current_tmp {
+        return Ok(false);
+    }
+    let Ok(Some(next)) = read_pointer(dir.join(CURRENT_TMP)) else {
+        return Ok(false);
+    };
+    let Some(current) = read_current(dir)? else {
+        return Ok(false);
+    };
+    let Some(path) = listing.generations.get(&next.generation) else {
+        return Ok(false);
+    };
+    if current.generation.checked_add(1) != Some(next.generation)
+        || !next.recorded
+        || !is_complete_generation(path, next.generation)
+    {
+        return Ok(false);
+    }
+    switch_current(dir)?;
+    Ok(true)
 }
 
 /// Takes the directory's [`MANAGER_LOCK`].

@@ -129,6 +129,26 @@ pub(super) fn is_unfinished_creation(listing: &Listing) -> Result<bool, RemoteSt
     })
 }
 
+/// Whether generation `n` at `path` is a complete compaction target as
+/// `compact_locked` writes it: its generation record first, then only snapshot events, every
+/// frame whole.
+pub(super) fn is_complete_generation(path: &Path, n: u64) -> bool {
+    let Ok(records) = read_generation(path) else {
+        return false;
+    };
+    let Some((first, rest)) = records.split_first() else {
+        return false;
+    };
+    generation_of(&first.message) == Some(Some(n))
+        && rest.iter().all(|r| {
+            generation_of(&r.message).is_none()
+                && matches!(
+                    MetadataEvent::decode(&r.message.value),
+                    Ok(MetadataEvent::Snapshot(_))
+                )
+        })
+}
+
 /// Checks that generation `n` (never named by `CURRENT`) is the manager's own unfinished
 /// compaction target: at most its generation record, then only snapshot events of segments the
 /// current generation knows. Removing it then loses nothing.

@@ -89,6 +89,7 @@ fn a_crash_at_any_compaction_step_leaves_one_complete_generation() {
     for step in [
         Step::PartialSnapshot,
         Step::GenerationWritten,
+        Step::PointerWritten,
         Step::Switched,
     ] {
         let dir = tempfile::tempdir().unwrap();
@@ -108,7 +109,12 @@ fn a_crash_at_any_compaction_step_leaves_one_complete_generation() {
             expected,
             "{step:?}"
         );
-        let want_gen = if step == Step::Switched { 2 } else { 1 };
+        // A written pointer is a decided switch: the open finishes it.
+        let want_gen = if matches!(step, Step::Switched | Step::PointerWritten) {
+            2
+        } else {
+            1
+        };
         assert_eq!(rlmm.generation(), want_gen, "{step:?}");
         assert_eq!(
             generations(dir.path()).len(),
@@ -273,4 +279,41 @@ fn a_malformed_pointer_fails_open() {
     // The pointer of an older version (no " v2") is still read.
     fs::write(dir.path().join(CURRENT), "1\n").unwrap();
     DurableRemoteLogMetadataManager::open(dir.path()).unwrap();
+}
+
+#[test]
+fn a_recovery_install_killed_after_its_pointer_is_written_is_finished_by_the_next_open() {
+    // What `krabka recover` killed between writing CURRENT.tmp and renaming it left: a complete
+    // generation of segments the current one does not know, and its pointer. Every rerun used
+    // to fail on it ("cannot be accounted for").
+    let dir = tempfile::tempdir().unwrap();
+    let segments: Vec<RemoteLogSegmentMetadata> = (0..5u64)
+        .map(|i| {
+            RemoteLogSegmentMetadata::builder(
+                RemoteLogSegmentId::generate(tp()),
+                i * 10,
+                i * 10 + 9,
+            )
+            .segment_size_in_bytes(5)
+            .state(RemoteLogSegmentState::CopySegmentFinished)
+            .build()
+            .unwrap()
+        })
+        .collect();
+    {
+        let rlmm = DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap();
+        let err = rlmm
+            .install_recovered_with(&segments, Some(Step::PointerWritten))
+            .unwrap_err();
+        assert!(err.to_string().contains("simulated crash"), "{err}");
+    }
+    assert!(dir.path().join(CURRENT_TMP).exists());
+    let rlmm = DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap();
+    let mut listed = rlmm.list_remote_log_segments(&tp()).unwrap();
+    listed.sort_by_key(RemoteLogSegmentMetadata::start_offset);
+    assert_eq!(listed, segments);
+    assert!(!dir.path().join(CURRENT_TMP).exists());
+    assert_eq!(generations(dir.path()).len(), 1);
+    // A second install of the same segments (recover run again) records nothing new.
+    assert_eq!(rlmm.install_recovered(&segments).unwrap(), 0);
 }

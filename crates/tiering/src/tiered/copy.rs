@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use krabka_remote_storage::{
@@ -400,11 +401,25 @@ impl TieredLog {
     }
 
     /// Records CopySegmentFinished: the segment is now readable and safely remote.
+    ///
+    /// Refused ([`Error::CopyDeadlineExceeded`]; the caller discards the attempt) when the copy
+    /// began [`COPY_ABANDON_AFTER_MS`](krabka_remote_storage::manifest::COPY_ABANDON_AFTER_MS)
+    /// or more ago: from then on a cleanup may take its objects for an abandoned copy's.
     pub(crate) fn finish_copy(
         &self,
         meta: &RemoteLogSegmentMetadata,
         custom: Option<CustomMetadata>,
     ) -> Result<u64, Error> {
+        let limit = krabka_remote_storage::manifest::COPY_ABANDON_AFTER_MS;
+        let age = krabka_remote_storage::now_ms().saturating_sub(meta.event_timestamp_ms());
+        if age >= limit {
+            return Err(Error::CopyDeadlineExceeded {
+                segment: meta.remote_log_segment_id().clone(),
+                base_seq: meta.start_offset(),
+                last_seq: meta.end_offset(),
+                deadline: Duration::from_millis(limit.unsigned_abs()),
+            });
+        }
         self.update_state(
             meta.remote_log_segment_id(),
             RemoteLogSegmentState::CopySegmentFinished,
