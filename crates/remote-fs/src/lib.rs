@@ -381,14 +381,17 @@ impl RemoteStorageManager for FsRemoteStorage {
         // delete cut short is never taken for a complete or an in-progress copy.
         let manifest_path = self.path(&layout::manifest_key(metadata)?);
         let deleting = Bytes::from(manifest::encode_deleting(metadata));
-        if self
-            .put(&manifest_path, IndexSource::Bytes(&deleting))
-            .is_err()
-        {
+        match self.put(&manifest_path, IndexSource::Bytes(&deleting)) {
+            Ok(()) => {}
             // A full disk must not stop the delete that frees it: the manifest goes first
             // instead, and a crash before the data is gone leaves objects with no manifest,
-            // which recovery keeps and reports (nothing of a live segment is lost).
-            Self::remove(&manifest_path)?;
+            // which recovery keeps (nothing of a live segment is lost).
+            Err(RemoteStorageError::Io { source, .. })
+                if source.kind() == io::ErrorKind::StorageFull =>
+            {
+                Self::remove(&manifest_path)?;
+            }
+            Err(e) => return Err(e),
         }
         sync_dir(&dir)?;
         for key in layout::data_keys(metadata)? {

@@ -11,7 +11,8 @@
 //! - [`metadata`] — [`RemoteLogMetadataManager`](metadata::RemoteLogMetadataManager), the
 //!   shared state every manager answers its reads from, the in-memory manager, and the
 //!   [`event`](metadata::event) encoding the durable manager stores.
-//! - [`manifest`] — the self-describing manifest every copy writes last, and
+//! - [`manifest`] — the self-describing manifest every copy writes (in progress first,
+//!   complete last), and
 //!   [`recovery`] — the [`RemoteSegmentLister`](recovery::RemoteSegmentLister) backends
 //!   implement, and the read-only [`scan`](recovery::scan) that chooses, from the manifests
 //!   alone, the segments that form a partition's log.

@@ -354,6 +354,7 @@ impl Error {
             | Error::RoundInProgress
             | Error::ReaderQueueFull { .. }
             | Error::FetchDeadlineExceeded { .. }
+            | Error::FetchWaitExceeded { .. }
             | Error::DeleteDeadlineExceeded { .. }
             | Error::TooManyOpenFiles { .. } => true,
             _ => false,

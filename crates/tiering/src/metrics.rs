@@ -84,7 +84,7 @@ pub const CACHE_HITS: &str = "krabka_remote_cache_hits_total";
 /// Cache lookups that did not (counter).
 pub const CACHE_MISSES: &str = "krabka_remote_cache_misses_total";
 /// Cache misses that waited for another thread's fetch of the same entry instead of sending
-/// their own request (counter): the requests single-flight saved.
+/// their own request (counter).
 pub const CACHE_WAITS: &str = "krabka_remote_cache_waits_total";
 /// Cache entries evicted to stay within the byte bound (counter).
 pub const CACHE_EVICTIONS: &str = "krabka_remote_cache_evictions_total";

@@ -1,6 +1,6 @@
 //! Disaster recovery: rebuild a partition's durable metadata (and set up its local log) from
 //! the remote tier alone, using the
-//! [`manifest`](krabka_remote_storage::manifest::encode) every copy writes last.
+//! [`manifest`](krabka_remote_storage::manifest::encode) every copy writes when it is complete.
 //!
 //! [`recover`] runs the SPI's read-only [`scan_with`]: it
 //! lists the partition's objects through a [`RemoteSegmentLister`] (each backend implements
@@ -218,6 +218,12 @@ pub fn recover(
         None => LocalLogOutcome::NotGiven,
         Some(d) => setup_local_log(d, seq_range.as_ref().map(|r| *r.end()))?,
     };
+    // Objects without a manifest are never deleted, not even when their rebuilt segment is
+    // superseded: nothing proves they are unneeded.
+    let superseded: Vec<RemoteLogSegmentMetadata> = superseded
+        .into_iter()
+        .filter(|m| layout::manifest_key(m).map_or(true, |key| !rebuilt.contains(&key)))
+        .collect();
     let deleted = if options.clean_orphans {
         delete_unused(lister, &orphans, &superseded)?
     } else {
@@ -280,8 +286,8 @@ fn delete_unused(
     }
     for m in superseded {
         // The manifest first, so a crash part-way never leaves a complete manifest without its
-        // data; what is left then has no manifest, is rebuilt from its objects by the next run,
-        // found superseded again and deleted.
+        // data; what is left then has no manifest and is kept and reported by later runs
+        // (rebuilt, superseded, never deleted: see above).
         let mut keys = vec![layout::manifest_key(m)?];
         keys.extend(layout::data_keys(m)?);
         for key in keys {
@@ -296,11 +302,15 @@ fn delete_unused(
 /// per 256 bytes is 256 MiB: far past any segment written with the defaults).
 const MAX_REBUILD_INDEX_BYTES: usize = 256 << 20;
 
+/// The event time of rebuilt metadata: the epoch, before any real copy, so a rebuilt segment
+/// comes first in copy order and never supersedes a copy with a manifest (any copy overlapping
+/// it supersedes it instead).
+const REBUILT_EVENT_TIME: i64 = 0;
+
 /// Rebuilds the finished metadata of a segment whose manifest is missing from its objects:
 /// seqs, size and newest timestamp from its offset and time indexes (each checked: CRC, order,
 /// base seq, and the `.log` size the offset index records), leader epochs from its
-/// leader-epoch checkpoint. The event time is unknown and taken as the newest record
-/// timestamp (so a copy that overlaps it and carries a later event time supersedes it). Custom
+/// leader-epoch checkpoint. The event time is unknown: [`REBUILT_EVENT_TIME`]. Custom
 /// metadata (a backend's or a chunk map) is lost: reads then use the offset index. Objects a
 /// transform wrote (compressed or encrypted indexes) do not parse: such a segment is reported,
 /// not rebuilt.
@@ -344,7 +354,7 @@ fn rebuild_metadata(
     let id = RemoteLogSegmentId::new(lost.partition.clone(), lost.id);
     RemoteLogSegmentMetadata::builder(id, lost.start, offsets.last_seq())
         .max_timestamp_ms(times.max_timestamp())
-        .event_timestamp_ms(times.max_timestamp())
+        .event_timestamp_ms(REBUILT_EVENT_TIME)
         .segment_leader_epochs(epochs)
         .segment_size_in_bytes(size)
         .state(RemoteLogSegmentState::CopySegmentFinished)

@@ -33,6 +33,9 @@ struct Seen {
     others: u64,
     /// Whether the first call is being held now.
     holding: bool,
+    /// The cache's wait count when the second caller began: the held call is released once
+    /// the cache counts a wait after it (the second caller waiting on the held fetch).
+    second_began_at: Option<u64>,
 }
 
 /// The hook's shared state.
@@ -65,8 +68,8 @@ fn is_read_ahead() -> bool {
 }
 
 /// A filesystem remote whose `fetch_index` calls of the watched index are counted, the first
-/// held (by whichever thread `hold` picks) until the cache counts a waiting reader, another
-/// thread sends its own request for that index, or [`HOLD`] passes.
+/// held (by whichever thread `hold` picks) until the cache counts a wait after the second
+/// caller began, another thread sends its own request for that index, or [`HOLD`] passes.
 fn gated(
     fs: Arc<FsRemoteStorage>,
     gate: Arc<Gate>,
@@ -96,8 +99,11 @@ fn gated(
         seen.holding = true;
         gate.changed.notify_all();
         let until = Instant::now() + HOLD;
-        let waits_before = cache.stats().waits;
-        while cache.stats().waits == waits_before && seen.others + seen.ahead == 1 {
+        let second_waits = |seen: &Seen| {
+            seen.second_began_at
+                .is_some_and(|w| cache.stats().waits > w)
+        };
+        while !second_waits(&seen) && seen.others + seen.ahead == 1 {
             if Instant::now() >= until {
                 break;
             }
@@ -187,8 +193,10 @@ fn a_reader_waits_for_the_read_aheads_index_fetch_instead_of_sending_its_own() {
         f.gate.wait_for(|s| s.holding),
         "the read-ahead never fetched the next segment's index"
     );
-    // The reader now needs that index while its fetch is in flight.
+    // The reader now needs that index while its fetch is in flight (its first wait: the read
+    // of the first segment is over, and a read needs its index before any chunk).
     let waits = f.log.cache().stats().waits;
+    f.gate.seen.lock().unwrap().second_began_at = Some(waits);
     let records = f.log.read(b.start_offset(), count(b)).unwrap();
     check(&records, b.start_offset(), count(b));
     let seen = f.gate.seen.lock().unwrap();
@@ -221,6 +229,7 @@ fn two_readers_of_one_time_index_send_one_request() {
         );
         // ... while a second lookup misses the same index.
         let waits = f.log.cache().stats().waits;
+        f.gate.seen.lock().unwrap().second_began_at = Some(waits);
         let second = f.log.seq_for_timestamp(first_ts).unwrap();
         assert!(
             f.log.cache().stats().waits > waits,

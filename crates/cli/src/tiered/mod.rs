@@ -87,7 +87,57 @@ pub fn open(
 ) -> Result<Tiered> {
     let local = open_local(log_dir, options)?;
     let rsm = remote::open(&spec, remote_args)?;
+    refuse_empty_log_over_remote_data(log_dir, &local, &spec, remote_args.endpoint.as_deref())?;
     with_remote(log_dir, local, spec, rsm, config)
+}
+
+/// Refuses an empty local log that was never tiered (no topic file, no metadata) when the
+/// remote holds a partition of the topic its directory's name gives: that is a log whose disk
+/// was lost, and opening it as a new one would read as empty (hiding the remote records) and
+/// give it a new identity under which they are never found. `recover` rebuilds it instead.
+fn refuse_empty_log_over_remote_data(
+    log_dir: &Path,
+    local: &Log,
+    spec: &RemoteSpec,
+    endpoint: Option<&str>,
+) -> Result<()> {
+    let never_tiered =
+        topic::read_topic_file(log_dir)?.is_none() && !log_dir.join(METADATA_DIR).exists();
+    let empty = local.next_seq() <= 1 && local.segments().iter().all(|s| s.size == 0);
+    if !(never_tiered && empty) {
+        return Ok(());
+    }
+    let derived = topic::topic_for(log_dir);
+    let lister = remote::open_lister(spec, endpoint)?;
+    let found =
+        krabka_tiering::recovery::find_partitions(&*lister, derived.topic(), derived.partition())
+            .map_err(|e| {
+            CliError::new(format!(
+                "cannot list the partitions on {}: {}",
+                spec.describe(),
+                remote::brief(&e.to_string())
+            ))
+        })?;
+    if found.is_empty() {
+        return Ok(());
+    }
+    let d = log_dir.display();
+    Err(CliError::new(format!(
+        "{d} holds no log, but {} holds partition {} of topic `{}` (topic id {}): \
+         opening it here would start a new, empty log beside that one",
+        spec.describe(),
+        derived.partition(),
+        derived.topic(),
+        found
+            .iter()
+            .map(|t| t.topic_id().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+    .hint(format!(
+        "to read or continue that log, rebuild it first: `krabka recover {d} --remote {}`",
+        spec.describe()
+    )))
 }
 
 /// Like [`open`] with the remote connected already: `demo` checks the remote before it creates

@@ -1,5 +1,5 @@
 //! Rebuilding a partition's metadata from the remote tier alone, using the
-//! [`manifest`](crate::manifest::encode) every copy writes last: the part every backend
+//! [`manifest`](crate::manifest::encode) every complete copy has: the part every backend
 //! provides ([`RemoteSegmentLister`]) and the part that only reads ([`scan`]). Recording the
 //! result in durable metadata and setting up the local log is `krabka_tiering::recovery`.
 //!
@@ -120,8 +120,9 @@ pub fn find_partitions(
 pub enum IgnoreReason {
     /// The name is not one the layout writes.
     UnrecognizedName,
-    /// A temporary file of an interrupted write, next to a segment that is complete, being
-    /// deleted or abandoned (never used; deleted with the orphans).
+    /// A temporary file of an interrupted write (never used): deleted with the orphans when it
+    /// lies next to a segment that is complete, being deleted or abandoned; kept when nothing
+    /// else of its segment exists (it may be the first object of a copy starting now).
     IncompleteCopy,
     /// A segment whose copy is in progress: its in-progress manifest was written at
     /// `started_ms` and the copy may still finish until `abandoned_at_ms`

@@ -168,6 +168,19 @@ pub fn scan_with(
         ignored.push(IgnoredObject { key, reason });
     }
     for ((start, id), l) in listed.iter().filter(|(_, l)| !l.manifest) {
+        if l.log_size.is_none() && l.indexes == 0 {
+            // Only temporary files: a write cut short, or the first object of a copy starting
+            // right now (its in-progress manifest before the rename). Reported, kept.
+            ignored.extend(
+                temp_keys(&dir, Some(l))
+                    .into_iter()
+                    .map(|key| IgnoredObject {
+                        key,
+                        reason: IgnoreReason::IncompleteCopy,
+                    }),
+            );
+            continue;
+        }
         let lost = Unmanifested {
             partition: tp.clone(),
             start: *start,

@@ -63,7 +63,8 @@ pub struct CacheStats {
     /// Lookups that did not.
     pub misses: u64,
     /// Misses that found the same entry being fetched by another thread (a reader or the
-    /// read-ahead) and waited for that fetch instead of sending a request of their own.
+    /// read-ahead) and waited for that fetch instead of sending a request of their own (also
+    /// counted when that fetch failed or the wait ran out).
     pub waits: u64,
     /// Entries dropped to stay within the byte budget (not counting entries of deleted
     /// segments, which are removed, not evicted).

@@ -14,7 +14,7 @@ use krabka_storage::{Log, RecoveryMode};
 use super::durable::{DurableRemoteLogMetadataManager, Writer};
 use super::error::storage_error;
 use super::generation::{
-    CURRENT_TMP, fsync_dir, gen_dir, generation_record, remove_dir_if_exists,
+    CURRENT_TMP, fsync_dir, gen_dir, generation_record, install_record, remove_dir_if_exists,
     remove_file_if_exists, remove_legacy_files, switch_current, write_current_tmp,
 };
 use super::replay::{REPLAY_BATCH, log_options};
@@ -87,7 +87,7 @@ impl DurableRemoteLogMetadataManager {
         }
         // On failure the state holds segments that are not on disk: the manager is poisoned
         // and must be reopened, which reads what the disk holds.
-        if let Err(e) = self.compact_locked(&mut w, crash) {
+        if let Err(e) = self.compact_locked_as(&mut w, crash, true) {
             self.poisoned.store(true, Ordering::SeqCst);
             return Err(e);
         }
@@ -100,16 +100,33 @@ impl DurableRemoteLogMetadataManager {
         w: &mut Writer,
         crash: Option<Step>,
     ) -> Result<(), RemoteStorageError> {
+        self.compact_locked_as(w, crash, false)
+    }
+
+    /// [`compact_locked`](Self::compact_locked); with `install`, the new generation carries an
+    /// install record (its snapshot holds segments a recovery installs).
+    fn compact_locked_as(
+        &self,
+        w: &mut Writer,
+        crash: Option<Step>,
+        install: bool,
+    ) -> Result<(), RemoteStorageError> {
         let snapshot = self.state.read().snapshot();
         let next = w.generation + 1;
         let next_dir = gen_dir(&self.dir, next);
-        let new_log = match self.write_generation(next, &snapshot, crash) {
+        let new_log = match self.write_generation(next, &snapshot, crash, install) {
             Ok(log) => log,
             Err(e) => {
                 if crash.is_none() {
                     // The new log is closed (dropped) by now; the old generation stays current.
-                    let _ = remove_file_if_exists(&self.dir.join(CURRENT_TMP));
-                    let _ = remove_dir_if_exists(&next_dir);
+                    // Were a written pointer and its generation left, the next open would
+                    // finish that switch and lose what this generation records from now on:
+                    // the manager stops writing instead (a reopen reads what the disk holds).
+                    let tmp_gone = remove_file_if_exists(&self.dir.join(CURRENT_TMP)).is_ok();
+                    let gen_gone = remove_dir_if_exists(&next_dir).is_ok();
+                    if !(tmp_gone && gen_gone) {
+                        self.poisoned.store(true, Ordering::SeqCst);
+                    }
                 }
                 return Err(e);
             }
@@ -140,6 +157,7 @@ impl DurableRemoteLogMetadataManager {
         next: u64,
         snapshot: &[RemoteLogSegmentMetadata],
         crash: Option<Step>,
+        install: bool,
     ) -> Result<Log, RemoteStorageError> {
         let next_dir = gen_dir(&self.dir, next);
         remove_dir_if_exists(&next_dir)?;
@@ -147,6 +165,10 @@ impl DurableRemoteLogMetadataManager {
             .map_err(|e| storage_error(&next_dir, "open", e))?;
         log.append(&generation_record(next))
             .map_err(|e| storage_error(&next_dir, "generation record append", e))?;
+        if install {
+            log.append(&install_record(next))
+                .map_err(|e| storage_error(&next_dir, "install record append", e))?;
+        }
         let messages: Vec<Message> = snapshot
             .iter()
             .map(|m| {

@@ -107,11 +107,15 @@ pub(super) struct Writer {
 /// (run automatically when dead events dominate, see [`DurableOptions`]) writes the generation
 /// record and a snapshot of the live segments to generation `n + 1` and syncs it, renames a new
 /// pointer over `CURRENT` and fsyncs the directory, then closes and removes generation `n`.
-/// A crash at any point leaves `CURRENT` naming a complete generation. Open removes only what
-/// the manager itself left: generations older than the current one (superseded by a completed
-/// switch), an unrenamed `CURRENT.tmp`, and generation `n + 1` when `CURRENT` never named it and
-/// every event it holds is a snapshot of a segment the current generation knows (so removing it
-/// loses nothing). So disk use, memory and replay time are bounded by the live segments.
+/// A crash at any point leaves `CURRENT` naming a complete generation. Open finishes a switch
+/// whose pointer was written (`CURRENT.tmp` names generation `n + 1`, which holds exactly what
+/// a compaction writes: the pointer is written only once the generation is complete and
+/// synced), and removes only what the manager itself left: generations older than the current
+/// one (superseded by a completed switch), an unrenamed `CURRENT.tmp`, and generation `n + 1`
+/// when `CURRENT` never named it and every event it holds is a snapshot of a segment the
+/// current generation knows, or of a recovery's install (its install record says so; the
+/// install was never committed and a rerun of the recovery makes it again), so removing it
+/// loses nothing. So disk use, memory and replay time are bounded by the live segments.
 ///
 /// Dropped ids (`DeleteSegmentFinished`) are remembered, to reject their re-adding, only
 /// until the next compaction: after it an add may reuse one. Ids are fresh random UUIDs per

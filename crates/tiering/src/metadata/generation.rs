@@ -226,6 +226,23 @@ pub(super) fn generation_record(n: u64) -> Message {
     Message::new(n.to_string()).with_key(GENERATION_RECORD_KEY)
 }
 
+/// Key of the install record: the second record of a generation a recovery's install wrote
+/// (`install_recovered`), its value the generation number. It marks the generation's unknown
+/// segments as recovered from the remote tier, so an install killed before its pointer was
+/// written is told from a generation the manager cannot account for.
+const INSTALL_RECORD_KEY: &[u8] = b"krabka-rlmm-recovered-install";
+
+/// The install record of generation `n`.
+pub(super) fn install_record(n: u64) -> Message {
+    Message::new(n.to_string()).with_key(INSTALL_RECORD_KEY)
+}
+
+/// Whether `message` is generation `n`'s install record.
+pub(super) fn is_install_record(message: &Message, n: u64) -> bool {
+    message.key.as_deref() == Some(INSTALL_RECORD_KEY)
+        && std::str::from_utf8(&message.value).ok() == Some(n.to_string().as_str())
+}
+
 /// The generation a record names, if it is a generation record (`Some(None)`: a generation
 /// record whose value does not parse).
 pub(super) fn generation_of(message: &Message) -> Option<Option<u64>> {

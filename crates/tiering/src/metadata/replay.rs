@@ -14,7 +14,7 @@ use krabka_storage::{Log, Options, Record, RecoveryMode, SyncPolicy};
 
 use super::TornEventCut;
 use super::error::storage_error;
-use super::generation::{Listing, entry_names, generation_of};
+use super::generation::{Listing, entry_names, generation_of, is_install_record};
 
 /// Records read per batch while replaying the log on open, and written per batch by a
 /// compaction.
@@ -139,6 +139,10 @@ pub(super) fn is_complete_generation(path: &Path, n: u64) -> bool {
     let Some((first, rest)) = records.split_first() else {
         return false;
     };
+    let rest = match rest.split_first() {
+        Some((second, after)) if is_install_record(&second.message, n) => after,
+        _ => rest,
+    };
     generation_of(&first.message) == Some(Some(n))
         && rest.iter().all(|r| {
             generation_of(&r.message).is_none()
@@ -176,7 +180,16 @@ pub(super) fn check_unfinished_generation(
         }
     }
     let records = read_generation(path).map_err(|e| unaccounted(e.to_string()))?;
+    // A recovery's install: its segments come from the remote tier and are not known to the
+    // current generation; the install was never committed (no pointer names it), and running
+    // the recovery again installs them again.
+    let install = records
+        .get(1)
+        .is_some_and(|r| is_install_record(&r.message, n));
     for (i, record) in records.iter().enumerate() {
+        if i == 1 && install {
+            continue;
+        }
         if let Some(named) = generation_of(&record.message) {
             if i == 0 && named == Some(n) {
                 continue;
@@ -189,7 +202,7 @@ pub(super) fn check_unfinished_generation(
         match MetadataEvent::decode(&record.message.value) {
             Ok(MetadataEvent::Snapshot(m)) => {
                 let id = m.remote_log_segment_id();
-                if state.get(id).is_none() && !state.was_dropped(id) {
+                if !install && state.get(id).is_none() && !state.was_dropped(id) {
                     return Err(unaccounted(format!(
                         "seq {}: a snapshot of segment {id}, which the current generation does not know",
                         record.seq
@@ -306,6 +319,9 @@ impl Replay<'_> {
                     "a generation record for {named:?} where only generation {n}'s may stand, at seq 1"
                 ),
             ));
+        }
+        if seq == 2 && is_install_record(&record.message, n) {
+            return Ok(false);
         }
         if self.recorded && seq == 1 {
             return Err(self.damaged(

@@ -282,11 +282,10 @@ fn a_malformed_pointer_fails_open() {
 }
 
 #[test]
-fn a_recovery_install_killed_after_its_pointer_is_written_is_finished_by_the_next_open() {
-    // What `krabka recover` killed between writing CURRENT.tmp and renaming it left: a complete
-    // generation of segments the current one does not know, and its pointer. Every rerun used
-    // to fail on it ("cannot be accounted for").
-    let dir = tempfile::tempdir().unwrap();
+fn a_recovery_install_killed_at_any_step_reopens_and_installs_again() {
+    // What `krabka recover` killed mid-install leaves: a generation of segments the current one
+    // does not know, with or without its pointer (CURRENT.tmp). Every rerun used to fail on it
+    // ("cannot be accounted for").
     let segments: Vec<RemoteLogSegmentMetadata> = (0..5u64)
         .map(|i| {
             RemoteLogSegmentMetadata::builder(
@@ -300,20 +299,40 @@ fn a_recovery_install_killed_after_its_pointer_is_written_is_finished_by_the_nex
             .unwrap()
         })
         .collect();
-    {
+    for step in [
+        Step::PartialSnapshot,
+        Step::GenerationWritten,
+        Step::PointerWritten,
+        Step::Switched,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let rlmm = DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap();
+            let err = rlmm
+                .install_recovered_with(&segments, Some(step))
+                .unwrap_err();
+            assert!(err.to_string().contains("simulated crash"), "{err}");
+        }
         let rlmm = DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap();
-        let err = rlmm
-            .install_recovered_with(&segments, Some(Step::PointerWritten))
-            .unwrap_err();
-        assert!(err.to_string().contains("simulated crash"), "{err}");
+        let mut listed = rlmm.list_remote_log_segments(&tp()).unwrap();
+        listed.sort_by_key(RemoteLogSegmentMetadata::start_offset);
+        // A written pointer is a decided switch; before it the install never happened.
+        let committed = matches!(step, Step::PointerWritten | Step::Switched);
+        let expected = if committed {
+            segments.clone()
+        } else {
+            Vec::new()
+        };
+        assert_eq!(listed, expected, "{step:?}");
+        assert!(!dir.path().join(CURRENT_TMP).exists(), "{step:?}");
+        assert_eq!(generations(dir.path()).len(), 1, "{step:?}");
+        // Recover run again: the same result, whatever the crash left.
+        let installed = rlmm.install_recovered(&segments).unwrap();
+        assert_eq!(installed, if committed { 0 } else { 5 }, "{step:?}");
+        drop(rlmm);
+        let rlmm = DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap();
+        let mut listed = rlmm.list_remote_log_segments(&tp()).unwrap();
+        listed.sort_by_key(RemoteLogSegmentMetadata::start_offset);
+        assert_eq!(listed, segments, "{step:?}");
     }
-    assert!(dir.path().join(CURRENT_TMP).exists());
-    let rlmm = DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap();
-    let mut listed = rlmm.list_remote_log_segments(&tp()).unwrap();
-    listed.sort_by_key(RemoteLogSegmentMetadata::start_offset);
-    assert_eq!(listed, segments);
-    assert!(!dir.path().join(CURRENT_TMP).exists());
-    assert_eq!(generations(dir.path()).len(), 1);
-    // A second install of the same segments (recover run again) records nothing new.
-    assert_eq!(rlmm.install_recovered(&segments).unwrap(), 0);
 }

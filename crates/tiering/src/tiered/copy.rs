@@ -318,13 +318,20 @@ impl TieredLog {
     }
 
     /// Records a new attempt (CopySegmentStarted) for `seg` under a fresh id.
-    /// The event time for the next copy attempt: now, or the previous attempt's time when the
-    /// clock is behind it. Call it in plan (seq) order and hand the time to
+    /// The event time for the next copy attempt: now, or just after the previous attempt's time
+    /// when the clock is behind it. Call it in plan (seq) order and hand the time to
     /// [`begin_copy`](Self::begin_copy): recovery orders copies by this time (ties by seq), so
     /// a younger segment's attempt must never carry an earlier time than an older one's.
     pub(crate) fn next_copy_time(&self) -> i64 {
+        // Strictly increasing: two attempts never share an event time (recovery would then
+        // order them by their random ids).
         let now = krabka_remote_storage::now_ms();
-        self.copy_clock.fetch_max(now, Ordering::AcqRel).max(now)
+        let next = |prev: i64| prev.saturating_add(1).max(now);
+        let prev = self
+            .copy_clock
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| Some(next(p)))
+            .unwrap_or_else(|p| p);
+        next(prev)
     }
 
     /// Records a new attempt for `seg` (CopySegmentStarted) with event time `at`
