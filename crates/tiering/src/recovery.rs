@@ -318,22 +318,29 @@ fn rebuild_metadata(
     lister: &dyn RemoteSegmentLister,
     lost: &Unmanifested,
 ) -> Result<RemoteLogSegmentMetadata, String> {
-    let read = |suffix: &str| -> Result<Vec<u8>, String> {
-        let key = lost.key(suffix).map_err(|e| e.to_string())?;
+    let read = |t: IndexType| -> Result<Vec<u8>, String> {
+        let key = lost.key(t.suffix()).map_err(|e| e.to_string())?;
+        // Checked on the listed size before reading, and on what was read (it may have grown).
+        let listed = lost
+            .indexes
+            .iter()
+            .find(|(i, _)| *i == t)
+            .map_or(0, |(_, size)| *size);
+        let too_large = |n: u64| format!("{key}: {n} bytes, too large to rebuild from");
+        if listed > MAX_REBUILD_INDEX_BYTES as u64 {
+            return Err(too_large(listed));
+        }
         let bytes = lister
             .read_object(&key)
             .map_err(|e| format!("{key}: {e}"))?;
         if bytes.len() > MAX_REBUILD_INDEX_BYTES {
-            return Err(format!(
-                "{key}: {} bytes, too large to rebuild from",
-                bytes.len()
-            ));
+            return Err(too_large(bytes.len() as u64));
         }
         Ok(bytes)
     };
-    let offsets = OffsetIndexView::parse(read(IndexType::Offset.suffix())?)
+    let offsets = OffsetIndexView::parse(read(IndexType::Offset)?)
         .map_err(|e| format!("offset index: {e}"))?;
-    let times = TimeIndexView::parse(read(IndexType::Timestamp.suffix())?)
+    let times = TimeIndexView::parse(read(IndexType::Timestamp)?)
         .map_err(|e| format!("time index: {e}"))?;
     let size = lost.log_size.ok_or_else(|| "no .log object".to_owned())?;
     if offsets.base_seq() != lost.start || times.base_seq() != lost.start {
@@ -350,7 +357,7 @@ fn rebuild_metadata(
             offsets.log_size()
         ));
     }
-    let epochs = parse_leader_epochs(&read(IndexType::LeaderEpoch.suffix())?)?;
+    let epochs = parse_leader_epochs(&read(IndexType::LeaderEpoch)?)?;
     let id = RemoteLogSegmentId::new(lost.partition.clone(), lost.id);
     RemoteLogSegmentMetadata::builder(id, lost.start, offsets.last_seq())
         .max_timestamp_ms(times.max_timestamp())

@@ -53,8 +53,8 @@ pub struct Unmanifested {
     pub id: Uuid,
     /// The `.log` object's size, when it exists.
     pub log_size: Option<u64>,
-    /// The index objects that exist.
-    pub indexes: Vec<IndexType>,
+    /// The index objects that exist, with their listed sizes.
+    pub indexes: Vec<(IndexType, u64)>,
 }
 
 impl Unmanifested {
@@ -189,12 +189,16 @@ pub fn scan_with(
             indexes: IndexType::ALL
                 .into_iter()
                 .filter(|t| l.indexes & index_bit(*t) != 0)
+                .map(|t| (t, l.index_sizes.get(index_slot(t)).copied().unwrap_or(0)))
                 .collect(),
         };
         let key = layout::segment_object_key(&dir, *start, *id, layout::MANIFEST_SUFFIX);
         let outcome = match rebuild {
             _ if l.log_size.is_none() => Err("no .log object".to_owned()),
-            _ if REQUIRED_INDEXES.iter().any(|t| !lost.indexes.contains(t)) => {
+            _ if REQUIRED_INDEXES
+                .iter()
+                .any(|t| !lost.indexes.iter().any(|(i, _)| i == t)) =>
+            {
                 Err("an index object is missing too".to_owned())
             }
             None => Err("not rebuilt (no rebuild given)".to_owned()),
@@ -322,7 +326,12 @@ fn list_segments(
         match kind {
             SegmentFile::Manifest => entry.manifest = true,
             SegmentFile::Log => entry.log_size = Some(obj.size),
-            SegmentFile::Index(t) => entry.indexes |= index_bit(t),
+            SegmentFile::Index(t) => {
+                entry.indexes |= index_bit(t);
+                if let Some(size) = entry.index_sizes.get_mut(index_slot(t)) {
+                    *size = obj.size;
+                }
+            }
             SegmentFile::Temporary => entry.temps.push(name.to_owned()),
         }
         Ok(())
@@ -340,8 +349,15 @@ struct Listed {
     log_size: Option<u64>,
     /// Bit `i` set: index `IndexType::ALL[i]` exists.
     indexes: u8,
+    /// The size of index `IndexType::ALL[i]` when it exists.
+    index_sizes: [u64; IndexType::ALL.len()],
     /// Temporary files of interrupted writes (file names).
     temps: Vec<String>,
+}
+
+/// The position of `t` in [`IndexType::ALL`].
+fn index_slot(t: IndexType) -> usize {
+    IndexType::ALL.iter().position(|x| *x == t).unwrap_or(0)
 }
 
 fn index_bit(t: IndexType) -> u8 {
