@@ -182,9 +182,11 @@ fn copy_quota_holds_within_ten_percent() {
         ..ServiceConfig::default()
     });
     let rsm: Arc<dyn RemoteStorageManager> = Arc::new(svc.instrument(world.fs.clone()));
-    // ~3 MB in ~4 KiB segments: more than the few seconds measured can copy.
+    // ~3 MB in ~16 KiB segments: more than the few seconds measured can copy, in segments
+    // large enough that the quota, not the per-copy fsyncs of a slow or loaded disk, sets the
+    // rate (with 4 KiB segments a loaded 2-core machine copied below the quota).
     let logs: Vec<_> = (0..6)
-        .map(|i| world.partition(i, rsm.clone(), 4096, 25_000))
+        .map(|i| world.partition(i, rsm.clone(), 16 << 10, 25_000))
         .collect();
     for log in &logs {
         svc.add(log.clone()).unwrap();
