@@ -118,6 +118,36 @@ fn gated(
     }))
 }
 
+/// Nothing kept locally, remote data read in 4 KiB chunks.
+fn small_chunks() -> TieringConfig {
+    TieringConfig {
+        local_retention_bytes: Some(0),
+        retention_ms: None,
+        chunk_bytes: 4 << 10,
+        ..TieringConfig::default()
+    }
+}
+
+/// A tiered log of 16 KiB segments in `dir/local` over `rsm`, reading through `cache`.
+fn open_log(
+    dir: &std::path::Path,
+    rsm: Arc<dyn RemoteStorageManager>,
+    rlmm: &Arc<InMemoryRemoteLogMetadataManager>,
+    cache: RemoteReadCache,
+    config: TieringConfig,
+) -> TieredLog {
+    TieredLog::open(
+        dir.join("local"),
+        options(16 << 10),
+        rsm,
+        rlmm.clone(),
+        tp(),
+        config,
+    )
+    .unwrap()
+    .with_cache(cache)
+}
+
 struct Fixture {
     _dir: tempfile::TempDir,
     log: TieredLog,
@@ -134,22 +164,7 @@ fn fixture(hold: fn() -> bool) -> Fixture {
     let cache = RemoteReadCache::new(64 << 20);
     let gate = Arc::new(Gate::default());
     let rsm = gated(fs, gate.clone(), cache.clone(), hold);
-    let config = TieringConfig {
-        local_retention_bytes: Some(0),
-        retention_ms: None,
-        chunk_bytes: 4 << 10,
-        ..TieringConfig::default()
-    };
-    let log = TieredLog::open(
-        dir.path().join("local"),
-        options(16 << 10),
-        rsm.clone() as Arc<dyn RemoteStorageManager>,
-        rlmm.clone(),
-        tp(),
-        config,
-    )
-    .unwrap()
-    .with_cache(cache);
+    let log = open_log(dir.path(), rsm.clone(), &rlmm, cache, small_chunks());
     append(&log, 2000);
     let report = log.run_once().unwrap();
     assert!(report.failures.is_empty(), "{:?}", report.failures);
@@ -269,23 +284,11 @@ fn a_wait_past_the_fetch_deadline_is_a_typed_error_and_sends_no_second_request()
         }
     }));
     let config = TieringConfig {
-        local_retention_bytes: Some(0),
-        retention_ms: None,
-        chunk_bytes: 4 << 10,
         fetch_deadline: Duration::from_millis(50),
         prefetch: false,
-        ..TieringConfig::default()
+        ..small_chunks()
     };
-    let log = TieredLog::open(
-        dir.path().join("local"),
-        options(16 << 10),
-        rsm.clone() as Arc<dyn RemoteStorageManager>,
-        rlmm.clone(),
-        tp(),
-        config,
-    )
-    .unwrap()
-    .with_cache(cache);
+    let log = open_log(dir.path(), rsm.clone(), &rlmm, cache, config);
     append(&log, 2000);
     log.run_once().unwrap();
     rsm.take();
