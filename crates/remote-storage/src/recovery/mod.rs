@@ -35,6 +35,7 @@ use crate::error::RemoteStorageError;
 use crate::layout;
 use crate::model::{IndexType, TopicIdPartition};
 
+mod choose;
 mod scan;
 
 pub use scan::{Rebuild, RemoteScan, Unmanifested, scan, scan_with};
