@@ -143,6 +143,45 @@ pub fn manifest_key(metadata: &RemoteLogSegmentMetadata) -> Result<String, Remot
     file_key(metadata, MANIFEST_SUFFIX)
 }
 
+/// Name of a partition's identity record ([`crate::ownership::IdentityRecord`]) in its directory.
+pub const IDENTITY_NAME: &str = "_identity";
+/// Start of the name of a writer epoch record ([`crate::ownership::EpochRecord`]):
+/// `_epoch-<20-digit epoch>`.
+pub const EPOCH_PREFIX: &str = "_epoch-";
+/// Start of the name of the key [`crate::ownership::probe`] creates and removes.
+pub const PROBE_PREFIX: &str = "_probe-";
+
+/// The key of a partition's identity record: `<dir>/_identity`. Names starting with `_` never
+/// collide with segment objects, whose names start with 20 digits.
+pub fn identity_key(dir: &str) -> String {
+    format!("{dir}/{IDENTITY_NAME}")
+}
+
+/// The key of the record of writer epoch `epoch`: `<dir>/_epoch-<20-digit epoch>`, so a
+/// listing sorted by name is sorted by epoch.
+pub fn epoch_key(dir: &str, epoch: u64) -> String {
+    format!("{dir}/{EPOCH_PREFIX}{epoch:020}")
+}
+
+/// The epoch an epoch record's file (object) name holds, or `None` for any other name.
+pub fn parse_epoch_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix(EPOCH_PREFIX)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Whether a file (object) name below a partition directory is one of the ownership objects
+/// ([`crate::ownership`]): the identity record, an epoch record, or a probe key (or a temporary
+/// file of one of them).
+pub fn is_ownership_name(name: &str) -> bool {
+    name.starts_with('_')
+        && (name.starts_with(IDENTITY_NAME)
+            || name.starts_with(EPOCH_PREFIX)
+            || name.starts_with(PROBE_PREFIX))
+}
+
 /// Parses a partition directory name in its full form, `<topic>-<partition>-<topic id>`, back
 /// into the partition. A shortened name (see [`partition_dir`]) does not hold the whole topic
 /// name and gives `None`, as does any name the layout does not write.

@@ -16,6 +16,9 @@
 //!   [`recovery`] — the [`RemoteSegmentLister`](recovery::RemoteSegmentLister) backends
 //!   implement, and the read-only [`scan`](recovery::scan) that chooses, from the manifests
 //!   alone, the segments that form a partition's log.
+//! - [`ownership`] — the partition's identity record and writer epochs (create-only writes
+//!   through [`OwnershipStore`](ownership::OwnershipStore)), and the lineage that decides
+//!   which writer's copies count.
 //! - `testkit` (feature `testkit`) — the conformance kit every backend runs, and a
 //!   fault-injecting wrapper for the layers above.
 //! - [`RemoteStorageError`] — one error enum; [`RemoteStorageError::is_retriable`] tells callers
@@ -44,6 +47,7 @@ mod manager;
 pub mod manifest;
 pub mod metadata;
 mod model;
+pub mod ownership;
 pub mod recovery;
 #[cfg(feature = "testkit")]
 pub mod testkit;

@@ -2,8 +2,11 @@
 //! log record). Specified byte by byte in `docs/format.md`, "Remote layout".
 //!
 //! ```text
-//! version u8 (=1) | kind u8 (1 add, 2 update, 3 snapshot) | body | crc32 u32 (of everything before it)
+//! version u8 (1 or 2) | kind u8 (1 add, 2 update, 3 snapshot) | body | crc32 u32 (of everything before it)
 //! ```
+//! Version 2 differs only in the add and snapshot bodies, which end with the segment's writer
+//! epoch (u64); it is written only for metadata with a writer epoch, so metadata without one
+//! encodes exactly as before (version 1, writer epoch 0).
 //! All integers are little-endian. Decoding never panics: corrupt input is an
 //! [`EventDecodeError`].
 //!
@@ -29,8 +32,11 @@ use crate::model::{
     RemoteLogSegmentState, TopicIdPartition,
 };
 
-/// The encoding version written by [`MetadataEvent::encode`].
+/// The encoding version written by [`MetadataEvent::encode`] for events without a writer epoch.
 pub const EVENT_VERSION: u8 = 1;
+/// The encoding version written by [`MetadataEvent::encode`] for add and snapshot events whose
+/// segment has a writer epoch (non-zero): their body ends with it.
+pub const EVENT_VERSION_WRITER_EPOCH: u8 = 2;
 /// Kind byte of [`MetadataEvent::Add`].
 pub const KIND_ADD: u8 = 1;
 /// Kind byte of [`MetadataEvent::Update`].
@@ -120,10 +126,19 @@ impl MetadataEvent {
         }
     }
 
-    /// Encodes the event (version [`EVENT_VERSION`]).
+    /// Encodes the event (version [`EVENT_VERSION`], or [`EVENT_VERSION_WRITER_EPOCH`] for a
+    /// segment with a writer epoch).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(128);
-        out.push(EVENT_VERSION);
+        let writer_epoch = match self {
+            Self::Add(m) | Self::Snapshot(m) => m.writer_epoch(),
+            Self::Update(_) => 0,
+        };
+        out.push(if writer_epoch == 0 {
+            EVENT_VERSION
+        } else {
+            EVENT_VERSION_WRITER_EPOCH
+        });
         match self {
             Self::Add(m) | Self::Snapshot(m) => {
                 out.push(if matches!(self, Self::Add(_)) {
@@ -146,6 +161,9 @@ impl MetadataEvent {
                     out.extend_from_slice(&offset.to_le_bytes());
                 }
                 put_custom(&mut out, m.custom_metadata());
+                if writer_epoch != 0 {
+                    out.extend_from_slice(&writer_epoch.to_le_bytes());
+                }
             }
             Self::Update(u) => {
                 out.push(KIND_UPDATE);
@@ -182,7 +200,7 @@ impl MetadataEvent {
             pos: 0,
         };
         let version = r.u8("version")?;
-        if version != EVENT_VERSION {
+        if version != EVENT_VERSION && version != EVENT_VERSION_WRITER_EPOCH {
             return Err(EventDecodeError::Version(version));
         }
         let kind = r.u8("kind")?;
@@ -204,7 +222,20 @@ impl MetadataEvent {
                     epochs.insert(epoch, offset);
                 }
                 let custom = r.custom()?;
+                let writer_epoch = if version == EVENT_VERSION_WRITER_EPOCH {
+                    match r.u64("writer epoch")? {
+                        0 => {
+                            return Err(EventDecodeError::Metadata(
+                                "a version 2 event with writer epoch 0".to_owned(),
+                            ));
+                        }
+                        e => e,
+                    }
+                } else {
+                    0
+                };
                 let m = RemoteLogSegmentMetadata::builder(id, start, end)
+                    .writer_epoch(writer_epoch)
                     .max_timestamp_ms(max_ts)
                     .broker_id(broker)
                     .event_timestamp_ms(event_ts)
@@ -426,15 +457,56 @@ mod tests {
     }
 
     #[test]
+    fn a_writer_epoch_round_trips_as_version_2_and_none_stays_version_1() {
+        let m = match sample_add() {
+            MetadataEvent::Add(m) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(MetadataEvent::Add(m.clone()).encode()[0], EVENT_VERSION);
+        let with = RemoteLogSegmentMetadata::builder(
+            m.remote_log_segment_id().clone(),
+            m.start_offset(),
+            m.end_offset(),
+        )
+        .writer_epoch(7)
+        .build()
+        .unwrap();
+        for event in [
+            MetadataEvent::Add(with.clone()),
+            MetadataEvent::Snapshot(with),
+        ] {
+            let bytes = event.encode();
+            assert_eq!(bytes[0], EVENT_VERSION_WRITER_EPOCH);
+            let read = MetadataEvent::decode(&bytes).unwrap();
+            assert_eq!(read, event);
+        }
+    }
+
+    #[test]
     fn well_sealed_but_malformed_events_get_typed_errors() {
         let bytes = sample_add().encode();
         let content = bytes[..bytes.len() - 4].to_vec();
         let mut v = content.clone();
-        v[0] = 2;
+        v[0] = 3;
         assert_eq!(
             MetadataEvent::decode(&seal(v)),
-            Err(EventDecodeError::Version(2))
+            Err(EventDecodeError::Version(3))
         );
+        // Version 2 needs the writer epoch after the custom metadata, and never 0.
+        let mut v = content.clone();
+        v[0] = 2;
+        assert!(matches!(
+            MetadataEvent::decode(&seal(v.clone())),
+            Err(EventDecodeError::Truncated {
+                field: "writer epoch",
+                ..
+            })
+        ));
+        v.extend_from_slice(&0u64.to_le_bytes());
+        assert!(matches!(
+            MetadataEvent::decode(&seal(v)),
+            Err(EventDecodeError::Metadata(_))
+        ));
         let mut v = content.clone();
         v[1] = 9;
         assert_eq!(

@@ -92,13 +92,14 @@ pub struct RemoteLogSegmentMetadata {
     segment_size_in_bytes: u64,
     custom_metadata: Option<CustomMetadata>,
     state: RemoteLogSegmentState,
+    writer_epoch: u64,
 }
 
 impl RemoteLogSegmentMetadata {
     /// Starts a builder for a segment covering `start_offset..=end_offset`.
     ///
     /// Defaults: max timestamp 0, broker 0, event time now, leader epochs `{0: start_offset}`,
-    /// size 0, no custom metadata, state `CopySegmentStarted`.
+    /// size 0, no custom metadata, state `CopySegmentStarted`, writer epoch 0 (none).
     pub fn builder(
         segment_id: RemoteLogSegmentId,
         start_offset: u64,
@@ -116,8 +117,17 @@ impl RemoteLogSegmentMetadata {
                 segment_size_in_bytes: 0,
                 custom_metadata: None,
                 state: RemoteLogSegmentState::CopySegmentStarted,
+                writer_epoch: 0,
             },
         }
+    }
+
+    /// The writer epoch of the process that copied the segment (see
+    /// [`ownership`](crate::ownership)): 0 for a copy made without one (a log opened without
+    /// ownership, or by a version before writer epochs). A copy by an older writer epoch holding
+    /// seqs a newer epoch claimed is superseded ([`ownership::superseding_epoch`](crate::ownership::superseding_epoch)).
+    pub fn writer_epoch(&self) -> u64 {
+        self.writer_epoch
     }
 
     /// The segment (copy attempt) id.
@@ -307,6 +317,14 @@ impl RemoteLogSegmentMetadataBuilder {
     #[must_use]
     pub fn state(mut self, v: RemoteLogSegmentState) -> Self {
         self.inner.state = v;
+        self
+    }
+
+    /// The copying writer's epoch (default 0: none; see
+    /// [`RemoteLogSegmentMetadata::writer_epoch`]).
+    #[must_use]
+    pub fn writer_epoch(mut self, v: u64) -> Self {
+        self.inner.writer_epoch = v;
         self
     }
 
