@@ -237,12 +237,17 @@ impl EpochRecord {
 /// The epoch, among `epochs`, that supersedes a copy made by `writer_epoch` ending at
 /// `end_seq`: the lowest later epoch whose `start_seq` is at or below `end_seq` (it took the
 /// partition over with the copy's seqs still ahead of it). `None`: the copy belongs to the
-/// lineage. Pure.
+/// lineage. A copy with writer epoch 0 (unknown: made without ownership, by a version before
+/// writer epochs, or rebuilt from its objects after its manifest was lost) is never superseded
+/// this way; copy order decides for it. Pure.
 pub fn superseding_epoch(
     writer_epoch: u64,
     end_seq: u64,
     epochs: &[EpochRecord],
 ) -> Option<&EpochRecord> {
+    if writer_epoch == 0 {
+        return None;
+    }
     epochs
         .iter()
         .filter(|e| e.epoch > writer_epoch && e.start_seq <= end_seq)
@@ -401,8 +406,8 @@ pub enum ProbeOutcome {
 /// refused. Three requests and a delete.
 ///
 /// # Errors
-/// A backend error; [`RemoteStorageError::Backend`]-free: a first create that reports the key
-/// as existing is an [`RemoteStorageError::InvalidArgument`] (the store is not usable).
+/// A backend error; [`RemoteStorageError::InvalidArgument`] when the first create of the fresh
+/// key reports it as existing (the store's create-only writes are not usable).
 pub fn probe(
     store: &dyn OwnershipStore,
     partition_dir: &str,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::IgnoreReason;
 use crate::model::RemoteLogSegmentMetadata;
+use crate::ownership::{self, EpochRecord};
 
 /// Segments by start seq.
 type ByStart = BTreeMap<u64, RemoteLogSegmentMetadata>;
@@ -17,17 +18,44 @@ type Chosen = (Vec<RemoteLogSegmentMetadata>, Superseded, Stranded);
 
 /// Steps 2 and 3 of the [module docs](super): the recovered segments in seq order, the
 /// superseded ones, and the whole ones stranded before a hole.
-pub(super) fn choose(whole: Vec<RemoteLogSegmentMetadata>) -> Chosen {
-    let (accepted, superseded) = one_lineage(whole);
+pub(super) fn choose(whole: Vec<RemoteLogSegmentMetadata>, epochs: &[EpochRecord]) -> Chosen {
+    let (whole, fenced) = fenced_out(whole, epochs);
+    let (accepted, mut superseded) = one_lineage(whole);
+    superseded.extend(fenced);
     let (chain, stranded) = contiguous(accepted);
     (chain, superseded, stranded)
 }
 
-/// Step 2: replays `whole` in copy order; a copy overlapping earlier ones supersedes every
+/// Step 2, first part: drops every copy a later writer epoch superseded (it holds seqs at or
+/// above that epoch's start: a fenced writer's copy; [`ownership::superseded_by`]).
+fn fenced_out(
+    whole: Vec<RemoteLogSegmentMetadata>,
+    epochs: &[EpochRecord],
+) -> (Vec<RemoteLogSegmentMetadata>, Superseded) {
+    let mut kept = Vec::with_capacity(whole.len());
+    let mut fenced = Vec::new();
+    for m in whole {
+        match ownership::superseded_by(&m, epochs) {
+            Some(by) => {
+                let reason = IgnoreReason::FencedOut {
+                    writer_epoch: m.writer_epoch(),
+                    by_epoch: by.epoch,
+                    at_seq: by.start_seq,
+                };
+                fenced.push((m, reason));
+            }
+            None => kept.push(m),
+        }
+    }
+    (kept, fenced)
+}
+
+/// Step 2: replays `whole` in copy order (writer epoch first); a copy overlapping earlier ones supersedes every
 /// earlier copy holding seqs at or after its start. Returns the survivors by start seq.
 fn one_lineage(mut whole: Vec<RemoteLogSegmentMetadata>) -> (ByStart, Superseded) {
     whole.sort_by_key(|m| {
         (
+            m.writer_epoch(),
             m.event_timestamp_ms(),
             m.start_offset(),
             m.remote_log_segment_id().id(),

@@ -177,6 +177,21 @@ pub enum IgnoreReason {
     /// A whole segment that does not join the recovered range: a hole (or a leader epoch that
     /// goes back) lies between it and the recovered end.
     NotContiguous(String),
+    /// A copy by writer epoch `writer_epoch` holding seqs at or above `at_seq`, where a later
+    /// writer epoch `by_epoch` took the partition over
+    /// ([`ownership::superseding_epoch`](crate::ownership::superseding_epoch)): what a fenced
+    /// writer copied after the takeover. Never used; deleted with the superseded copies.
+    FencedOut {
+        /// The copy's writer epoch.
+        writer_epoch: u64,
+        /// The epoch that took over.
+        by_epoch: u64,
+        /// The first seq of that epoch.
+        at_seq: u64,
+    },
+    /// An ownership record (identity or writer epoch) that does not decode: reported, kept.
+    /// A claimant still claims above an unreadable epoch record.
+    CorruptOwnershipRecord(String),
 }
 
 impl fmt::Display for IgnoreReason {
@@ -215,6 +230,15 @@ impl fmt::Display for IgnoreReason {
                 "superseded by the later copy {by} holding seqs from {at_seq} (an older incarnation)"
             ),
             Self::NotContiguous(why) => write!(f, "not contiguous with the recovered range: {why}"),
+            Self::FencedOut {
+                writer_epoch,
+                by_epoch,
+                at_seq,
+            } => write!(
+                f,
+                "copied by writer epoch {writer_epoch} after writer epoch {by_epoch} took the partition over from seq {at_seq} (a fenced writer's copy)"
+            ),
+            Self::CorruptOwnershipRecord(why) => write!(f, "corrupt ownership record: {why}"),
         }
     }
 }

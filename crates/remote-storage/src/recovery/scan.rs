@@ -14,6 +14,7 @@ use crate::manifest::{self, ManifestState};
 use crate::model::{
     IndexType, LOG_SUFFIX, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition,
 };
+use crate::ownership::{self, EpochRecord};
 
 /// What [`scan`] found under a partition.
 #[derive(Clone, Debug)]
@@ -39,6 +40,12 @@ pub struct RemoteScan {
     pub rebuilt: Vec<String>,
     /// Every object not used, with why, sorted by key.
     pub ignored: Vec<IgnoredObject>,
+    /// The partition's writer epoch records that decode, oldest first
+    /// ([`crate::ownership`]); the lineage `chosen` follows.
+    pub epochs: Vec<EpochRecord>,
+    /// The highest epoch number among the epoch records listed, readable or not (a claimant
+    /// claims above it); 0 when there are none.
+    pub max_epoch: u64,
 }
 
 /// A segment whose objects are listed without any manifest (see
@@ -111,7 +118,10 @@ pub fn scan_with(
 ) -> Result<RemoteScan, RemoteStorageError> {
     let dir = layout::partition_dir(tp)?;
     let mut ignored = Vec::new();
-    let (listed, objects_listed) = list_segments(lister, &dir, &mut ignored)?;
+    let mut epoch_keys = Vec::new();
+    let (listed, objects_listed) = list_segments(lister, &dir, &mut ignored, &mut epoch_keys)?;
+    let max_epoch = epoch_keys.iter().map(|(e, _)| *e).max().unwrap_or(0);
+    let epochs = read_epochs(lister, epoch_keys, &mut ignored)?;
     let manifests: Vec<(u64, Uuid)> = listed
         .iter()
         .filter(|(_, l)| l.manifest)
@@ -230,7 +240,7 @@ pub fn scan_with(
                 reason: IgnoreReason::IncompleteCopy,
             }),
     );
-    let (chosen, superseded, stranded) = choose(whole);
+    let (chosen, superseded, stranded) = choose(whole, &epochs);
     let mut superseded_segments = Vec::new();
     for (m, reason) in superseded {
         let key = layout::manifest_key(&m)?;
@@ -252,7 +262,40 @@ pub fn scan_with(
         orphans,
         rebuilt,
         ignored,
+        epochs,
+        max_epoch,
     })
+}
+
+/// Reads the epoch records listed (`(epoch, key)`), oldest first; one that does not decode (or
+/// holds another epoch than its key) is reported in `ignored` and left out.
+fn read_epochs(
+    lister: &dyn RemoteSegmentLister,
+    mut keys: Vec<(u64, String)>,
+    ignored: &mut Vec<IgnoredObject>,
+) -> Result<Vec<EpochRecord>, RemoteStorageError> {
+    keys.sort();
+    let mut epochs = Vec::with_capacity(keys.len());
+    for (epoch, key) in keys {
+        let Some(bytes) = ownership::read_record(lister, &key)? else {
+            continue;
+        };
+        match EpochRecord::decode(&bytes, &key) {
+            Ok(r) if r.epoch == epoch => epochs.push(r),
+            Ok(r) => ignored.push(IgnoredObject {
+                key,
+                reason: IgnoreReason::CorruptOwnershipRecord(format!(
+                    "it holds epoch {} under the name of epoch {epoch}",
+                    r.epoch
+                )),
+            }),
+            Err(e) => ignored.push(IgnoredObject {
+                key,
+                reason: IgnoreReason::CorruptOwnershipRecord(e.to_string()),
+            }),
+        }
+    }
+    Ok(epochs)
 }
 
 /// Whether `key` names a temporary file of the layout.
@@ -309,6 +352,7 @@ fn list_segments(
     lister: &dyn RemoteSegmentLister,
     dir: &str,
     ignored: &mut Vec<IgnoredObject>,
+    epoch_keys: &mut Vec<(u64, String)>,
 ) -> Result<(Segments, u64), RemoteStorageError> {
     let mut listed = Segments::new();
     let mut objects_listed = 0u64;
@@ -316,6 +360,14 @@ fn list_segments(
     lister.list_partition(dir, &mut |obj| {
         objects_listed += 1;
         let name = obj.key.strip_prefix(&prefix).unwrap_or(&obj.key);
+        if layout::is_ownership_name(name) {
+            // The identity, epoch records and probe keys: not segments. Epoch records are read
+            // for the lineage; the rest (and temporary files of their writes) are left alone.
+            if let Some(epoch) = layout::parse_epoch_name(name) {
+                epoch_keys.push((epoch, obj.key));
+            }
+            return Ok(());
+        }
         let Some((start, id, kind)) = layout::parse_segment_file_name(name) else {
             ignored.push(IgnoredObject {
                 key: obj.key,
