@@ -69,16 +69,30 @@ where
     R: std::fmt::Debug + HttpStatus + Send + Sync + 'static,
 {
     let message = DisplayErrorContext(&err).to_string();
-    let kind = match &err {
+    let kind = kind_of(&err);
+    from_kind(kind, cx, message, Some(Box::new(err)))
+}
+
+/// The kind of an SDK error: from the response's status and code when the store answered.
+pub(crate) fn kind_of<E, R>(err: &SdkError<E, R>) -> Kind
+where
+    E: ProvideErrorMetadata,
+    R: HttpStatus,
+{
+    match err {
         SdkError::ServiceError(_) | SdkError::ResponseError(_) => {
-            classify(err.raw_response().map(HttpStatus::status_code), err.code())
+            classify(status_of(err), err.code())
         }
         // Timeouts and connection failures: transient by nature.
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => Kind::Transient,
         SdkError::ConstructionFailure(_) => Kind::Permanent,
         _ => Kind::Permanent,
-    };
-    from_kind(kind, cx, message, Some(Box::new(err)))
+    }
+}
+
+/// The HTTP status of the store's answer, when it answered.
+pub(crate) fn status_of<E, R: HttpStatus>(err: &SdkError<E, R>) -> Option<u16> {
+    err.raw_response().map(HttpStatus::status_code)
 }
 
 /// Builds the error of `kind`.

@@ -7,6 +7,25 @@
 //! ListMultipartUploads. It can be stopped (the port then refuses connections and open ones are
 //! cut) and restarted on the same data.
 //!
+//! # Conditional writes
+//! A PutObject with `If-None-Match: *` (a create-only write, as
+//! [`OwnershipStore::create_if_absent`](krabka_remote_storage::ownership::OwnershipStore::create_if_absent)
+//! sends) is treated one of two ways, chosen at start ([`ConditionalWrites`]):
+//!
+//! - [`TestServer::start`] and [`TestServer::start_in`] **enforce** it as AWS S3 and Ceph RGW
+//!   do: when the key exists the answer is 412 `PreconditionFailed` and nothing is written.
+//!   s3s-fs 0.14.1 checks the header itself, but between its check and its write another
+//!   request could create the key, so the server runs create-only PutObjects one at a time (a
+//!   lock around s3s-fs's check and write): of concurrent creators of one key exactly one
+//!   succeeds. Unconditional PutObjects do not take the lock.
+//! - [`TestServer::start_ignoring_conditional_writes`] **ignores** it, as some S3-compatible
+//!   servers do: the header is dropped before s3s-fs sees it, so every PutObject succeeds and
+//!   overwrites. For tests showing that
+//!   [`ownership::probe`](krabka_remote_storage::ownership::probe) detects such a store.
+//!
+//! Other conditions (`If-Match`, an `If-None-Match` with an ETag) are left to s3s-fs in both
+//! modes.
+//!
 //! ```no_run
 //! use krabka_remote_s3::S3RemoteStorage;
 //! use krabka_remote_s3::test_server::TestServer;
@@ -59,9 +78,26 @@ struct Probe {
     parts_when_listed: AtomicUsize,
 }
 
-/// s3s-fs plus the upload tracking and the part and HeadObject counting.
+/// What a [`TestServer`] does with `If-None-Match: *` on PutObject (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConditionalWrites {
+    /// 412 `PreconditionFailed` when the key exists; concurrent creators of one key: exactly
+    /// one succeeds. What AWS S3 and Ceph RGW do.
+    #[default]
+    Enforce,
+    /// The header is accepted and ignored: the PutObject succeeds and overwrites, as on some
+    /// S3-compatible servers.
+    Ignore,
+}
+
+/// s3s-fs plus the upload tracking, the part and HeadObject counting, and the conditional
+/// writes.
 struct Tracked {
     fs: s3s_fs::FileSystem,
+    conditional: ConditionalWrites,
+    /// Held by each create-only PutObject across s3s-fs's existence check and its write.
+    create_lock: Arc<tokio::sync::Mutex<()>>,
     uploads: Uploads,
     parts_received: Arc<AtomicUsize>,
     heads_received: Arc<AtomicUsize>,
@@ -101,10 +137,25 @@ impl S3 for Tracked {
     }
     async fn put_object(
         &self,
-        r: S3Request<PutObjectInput>,
+        mut r: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         self.count("PutObject");
-        self.fs.put_object(r).await
+        let create_only = r.input.if_none_match.as_ref().is_some_and(|c| c.is_any());
+        if !create_only {
+            return self.fs.put_object(r).await;
+        }
+        match self.conditional {
+            ConditionalWrites::Enforce => {
+                // s3s-fs answers 412 when the object exists, before writing anything; one
+                // create-only write at a time makes its check and write one step.
+                let _one_at_a_time = self.create_lock.lock().await;
+                self.fs.put_object(r).await
+            }
+            ConditionalWrites::Ignore => {
+                r.input.if_none_match = None;
+                self.fs.put_object(r).await
+            }
+        }
     }
     async fn get_object(
         &self,
@@ -226,6 +277,8 @@ pub struct TestServer {
     addr: SocketAddr,
     root: PathBuf,
     _dir: Option<tempfile::TempDir>,
+    conditional: ConditionalWrites,
+    create_lock: Arc<tokio::sync::Mutex<()>>,
     uploads: Uploads,
     parts_received: Arc<AtomicUsize>,
     heads_received: Arc<AtomicUsize>,
@@ -238,6 +291,7 @@ impl std::fmt::Debug for TestServer {
         f.debug_struct("TestServer")
             .field("addr", &self.addr)
             .field("root", &self.root)
+            .field("conditional", &self.conditional)
             .field("running", &self.running.is_some())
             .finish_non_exhaustive()
     }
@@ -245,31 +299,55 @@ impl std::fmt::Debug for TestServer {
 
 impl TestServer {
     /// Starts a server on an ephemeral port, storing objects in a temporary directory removed
-    /// when the server is dropped.
+    /// when the server is dropped. It enforces `If-None-Match: *` ([`ConditionalWrites::Enforce`]).
     ///
     /// # Errors
     /// The directory, the runtime or the listener could not be created.
     pub fn start() -> io::Result<Self> {
-        let dir = tempfile::tempdir()?;
-        let root = dir.path().to_path_buf();
-        Self::start_with(root, Some(dir))
+        Self::start_temporary(ConditionalWrites::Enforce)
+    }
+
+    /// Like [`start`](Self::start), but the server accepts `If-None-Match: *` on PutObject and
+    /// ignores it ([`ConditionalWrites::Ignore`]): a second create of a key succeeds and
+    /// overwrites, as on S3-compatible servers that do not implement conditional writes.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn start_ignoring_conditional_writes() -> io::Result<Self> {
+        Self::start_temporary(ConditionalWrites::Ignore)
     }
 
     /// Starts a server on an ephemeral port storing objects under `root` (created if needed,
-    /// kept afterwards).
+    /// kept afterwards). It enforces `If-None-Match: *` ([`ConditionalWrites::Enforce`]).
     ///
     /// # Errors
     /// As [`start`](Self::start).
     pub fn start_in(root: impl AsRef<Path>) -> io::Result<Self> {
-        Self::start_with(root.as_ref().to_path_buf(), None)
+        Self::start_with(
+            root.as_ref().to_path_buf(),
+            None,
+            ConditionalWrites::Enforce,
+        )
     }
 
-    fn start_with(root: PathBuf, dir: Option<tempfile::TempDir>) -> io::Result<Self> {
+    fn start_temporary(conditional: ConditionalWrites) -> io::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let root = dir.path().to_path_buf();
+        Self::start_with(root, Some(dir), conditional)
+    }
+
+    fn start_with(
+        root: PathBuf,
+        dir: Option<tempfile::TempDir>,
+        conditional: ConditionalWrites,
+    ) -> io::Result<Self> {
         std::fs::create_dir_all(root.join(BUCKET))?;
         let mut server = Self {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             root,
             _dir: dir,
+            conditional,
+            create_lock: Arc::default(),
             uploads: Arc::default(),
             parts_received: Arc::default(),
             heads_received: Arc::default(),
@@ -308,6 +386,11 @@ impl TestServer {
     /// The directory holding the objects.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// What it does with `If-None-Match: *` on PutObject (kept across restarts).
+    pub fn conditional_writes(&self) -> ConditionalWrites {
+        self.conditional
     }
 
     /// A config for [`BUCKET`] at [`endpoint`](Self::endpoint) with the server's keys.
@@ -398,6 +481,8 @@ impl TestServer {
             .map_err(|e| io::Error::other(format!("s3s-fs on {}: {e:?}", self.root.display())))?;
         let tracked = Tracked {
             fs,
+            conditional: self.conditional,
+            create_lock: Arc::clone(&self.create_lock),
             uploads: Arc::clone(&self.uploads),
             parts_received: Arc::clone(&self.parts_received),
             heads_received: Arc::clone(&self.heads_received),

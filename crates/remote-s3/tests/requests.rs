@@ -1,7 +1,7 @@
 //! What a copy sends, against the in-process s3s-fs server: no HeadObject after uploads whose
 //! response ETag settles the check, a default-sized 16 MiB segment in parallel parts, the
 //! requests of one copy, and the cleanup of an earlier attempt's multipart upload kept off the
-//! copy's critical path.
+//! copy's critical path. And a create-only write: one PutObject.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -186,4 +186,31 @@ fn a_delete_marks_the_manifest_deleting_first_and_removes_it_last() {
         storage.fetch_log_segment(&m, 0, None),
         Err(krabka_remote_storage::RemoteStorageError::SegmentNotFound { .. })
     ));
+}
+
+#[test]
+fn a_create_if_absent_is_one_put_object() {
+    use krabka_remote_storage::ownership::OwnershipStore;
+
+    let server = support::start_server();
+    let storage = S3RemoteStorage::new(server.config().with_prefix("own")).unwrap();
+    let tp = TopicIdPartition::new(uuid::Uuid::new_v4(), "requests", 0);
+    let key = krabka_remote_storage::layout::epoch_key(
+        &krabka_remote_storage::layout::partition_dir(&tp).unwrap(),
+        1,
+    );
+    // Created: one PutObject, verified from its response (no HeadObject).
+    let before = server.requests_received();
+    assert!(storage.create_if_absent(&key, b"epoch 1").unwrap());
+    assert_eq!(
+        since(&before, &server.requests_received()),
+        counts(&[("PutObject", 1)])
+    );
+    // Refused: one PutObject too.
+    let before = server.requests_received();
+    assert!(!storage.create_if_absent(&key, b"epoch 1 again").unwrap());
+    assert_eq!(
+        since(&before, &server.requests_received()),
+        counts(&[("PutObject", 1)])
+    );
 }

@@ -147,6 +147,133 @@ pub enum Error {
         /// The deadline.
         deadline: Duration,
     },
+    /// A later writer took the partition over: the remote tier holds writer epoch `by_epoch`
+    /// (or another incarnation holds this log's epoch), so this log copies and deletes nothing
+    /// more, locally or remotely, and every later round fails with this error. What it copied
+    /// after the takeover is superseded by the epoch lineage and never read.
+    #[error(
+        "the log in {} is fenced: it writes as epoch {epoch} of partition {partition}, but \
+         epoch {by_epoch} was claimed by {claimant} (it took the partition over from seq \
+         {start_seq}); this log copies and deletes nothing more",
+        dir.display()
+    )]
+    Fenced {
+        /// The log's directory.
+        dir: PathBuf,
+        /// The partition.
+        partition: krabka_remote_storage::TopicIdPartition,
+        /// This log's writer epoch.
+        epoch: u64,
+        /// The epoch found in the remote tier.
+        by_epoch: u64,
+        /// Who claimed it (host, process, directory).
+        claimant: String,
+        /// The first seq of that epoch.
+        start_seq: u64,
+    },
+    /// The log is bound to another remote than the one it was opened with: tiering to both
+    /// would split it between them. Nothing was changed.
+    #[error(
+        "the log in {} is bound to the remote {bound}, not {given}; nothing was changed",
+        dir.display()
+    )]
+    WrongRemote {
+        /// The log's directory.
+        dir: PathBuf,
+        /// The remote recorded in its binding.
+        bound: String,
+        /// The remote it was opened with.
+        given: String,
+    },
+    /// The log is bound to another partition than the one it was opened with.
+    #[error(
+        "the log in {} is bound to partition {bound}, not {given}; nothing was changed",
+        dir.display()
+    )]
+    WrongPartition {
+        /// The log's directory.
+        dir: PathBuf,
+        /// The partition recorded in its binding.
+        bound: krabka_remote_storage::TopicIdPartition,
+        /// The partition it was opened with.
+        given: krabka_remote_storage::TopicIdPartition,
+    },
+    /// The directory is not the one the binding was made in (a `cp -a` copy, a restore from a
+    /// backup): two copies of one log would both write the partition. Nothing was changed.
+    #[error(
+        "the log in {} is a copy of the directory bound to writer epoch {epoch} of partition \
+         {partition} (bound in directory {bound}, this is {found}); a copy does not tier, \
+         nothing was changed",
+        dir.display()
+    )]
+    CopiedDirectory {
+        /// The log's directory.
+        dir: PathBuf,
+        /// The partition.
+        partition: krabka_remote_storage::TopicIdPartition,
+        /// The epoch in the binding.
+        epoch: u64,
+        /// The directory identity (`device:inode`) in the binding.
+        bound: String,
+        /// This directory's identity.
+        found: String,
+    },
+    /// The local log holds nothing and was never bound, but the remote tier holds the
+    /// partition: opening it would start a second, empty log and hide the remote records.
+    /// Recovery (`krabka_tiering::recovery`) rebuilds it instead. Nothing was changed.
+    #[error(
+        "{} holds no log, but the remote {location} holds partition {partition} \
+         ({what}); opening it here would start a new, empty log beside that one. Recover it \
+         from the remote instead; nothing was changed",
+        dir.display()
+    )]
+    RemoteHoldsPartition {
+        /// The log's directory.
+        dir: PathBuf,
+        /// The remote.
+        location: String,
+        /// The partition.
+        partition: krabka_remote_storage::TopicIdPartition,
+        /// What the remote holds of it.
+        what: String,
+    },
+    /// The local log is not bound to the remote, which holds the partition written by another
+    /// log (a directory copied before it was bound, or a topic id reused). Nothing was changed.
+    #[error(
+        "the log in {} is not bound to the remote {location}, which holds partition \
+         {partition} written by another log ({what}); nothing was changed",
+        dir.display()
+    )]
+    NotBound {
+        /// The log's directory.
+        dir: PathBuf,
+        /// The remote.
+        location: String,
+        /// The partition.
+        partition: krabka_remote_storage::TopicIdPartition,
+        /// What the remote holds of it.
+        what: String,
+    },
+    /// The binding file (`DIR/remote-binding`) cannot be read, written, or does not decode.
+    #[error("remote binding {}: {reason}", path.display())]
+    Binding {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An ownership record of the remote tier (identity or writer epoch) could not be read or
+    /// written, or does not decode: a writer that cannot prove its epoch copies nothing.
+    #[error("ownership record {key} of partition {partition}: {source}")]
+    Ownership {
+        /// The record's key.
+        key: String,
+        /// The partition.
+        partition: krabka_remote_storage::TopicIdPartition,
+        /// The backend's or decoder's error.
+        #[source]
+        source: Box<RemoteStorageError>,
+    },
     /// A [`TieringConfig`](crate::TieringConfig) field is out of range, or the local log's
     /// options allow segments the remote tier cannot address (over `u32::MAX` bytes).
     #[error("invalid tiering config: {0}")]
@@ -349,7 +476,9 @@ impl Error {
     /// missed deadline, a busy round).
     pub fn is_retriable(&self) -> bool {
         match self {
-            Error::Remote { source, .. } | Error::Metadata { source, .. } => source.is_retriable(),
+            Error::Remote { source, .. }
+            | Error::Metadata { source, .. }
+            | Error::Ownership { source, .. } => source.is_retriable(),
             Error::CopyDeadlineExceeded { .. }
             | Error::RoundInProgress
             | Error::ReaderQueueFull { .. }

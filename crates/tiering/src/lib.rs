@@ -77,6 +77,7 @@ mod error;
 mod instrumented;
 pub mod metadata;
 pub mod metrics;
+pub mod ownership;
 pub mod policy;
 mod read;
 pub mod recovery;
@@ -99,6 +100,7 @@ pub use error::{Error, open_files_limit};
 pub use instrumented::Instrumented;
 pub use service::{ByteRateQuota, ShutdownReport, TieringService};
 pub use stats::{RemoteRequests, TieringReport, TieringStats};
+pub use ownership::{BINDING_FILE, RemoteOwnership};
 pub use tiered::TieredLog;
 
 /// The filesystem backend (feature `fs`, on by default).

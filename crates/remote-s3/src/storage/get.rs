@@ -2,12 +2,13 @@
 
 use std::ops::Range;
 
+use aws_sdk_s3::error::DisplayErrorContext;
 use aws_sdk_s3::operation::get_object::GetObjectOutput;
 use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use krabka_remote_storage::{RemoteLogSegmentId, RemoteStorageError};
 
 use super::S3RemoteStorage;
-use crate::errors::{Kind, from_kind, map_sdk};
+use crate::errors::{Kind, from_kind, kind_of, map_sdk};
 
 /// The most bytes reserved up front from a response's Content-Length alone (a ranged read
 /// reserves exactly its range); a larger body grows the buffer as it arrives.
@@ -40,7 +41,9 @@ impl S3RemoteStorage {
     }
 
     /// GetObject of `key`, of `range` only when given (then exactly that many bytes must
-    /// arrive); `segment` names the segment in a not-found error.
+    /// arrive); `segment` names the segment in a not-found error
+    /// ([`RemoteStorageError::SegmentNotFound`]). Without one a missing key is
+    /// [`RemoteStorageError::Io`] of kind [`NotFound`](std::io::ErrorKind::NotFound).
     pub(super) async fn get(
         &self,
         key: &str,
@@ -55,10 +58,20 @@ impl S3RemoteStorage {
         if let Some(r) = &range {
             req = req.range(format!("bytes={}-{}", r.start, r.end - 1));
         }
-        let out = req
-            .send()
-            .await
-            .map_err(|e| map_sdk(e, &self.cx("GetObject", key, segment)))?;
+        let out = match req.send().await {
+            Ok(out) => out,
+            // A read by key alone (recovery, ownership records): a missing object is an I/O
+            // error of kind NotFound, what callers test for "absent" (a filesystem backend's
+            // missing file is the same).
+            Err(e) if segment.is_none() && kind_of(&e) == Kind::NotFound => {
+                let message = DisplayErrorContext(&e).to_string();
+                return Err(RemoteStorageError::io(
+                    self.location(key),
+                    std::io::Error::new(std::io::ErrorKind::NotFound, message),
+                ));
+            }
+            Err(e) => return Err(map_sdk(e, &self.cx("GetObject", key, segment))),
+        };
         let expected = range.as_ref().map(|r| r.end - r.start);
         let bytes = self.read_body(out, expected, key, segment).await?;
         if let Some(r) = range

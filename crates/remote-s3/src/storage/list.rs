@@ -7,7 +7,10 @@ use super::S3RemoteStorage;
 use crate::errors::map_sdk;
 
 /// Recovery's view of the bucket: `ListObjectsV2` under `<prefix>/<partition dir>/`, one page
-/// (up to 1,000 keys) at a time, GetObject and DeleteObjects.
+/// (up to 1,000 keys) at a time, GetObject and DeleteObjects. A missing object's
+/// `read_object` is [`RemoteStorageError::Io`] of kind
+/// [`NotFound`](std::io::ErrorKind::NotFound), which
+/// [`ownership::read_record`](krabka_remote_storage::ownership::read_record) takes for absent.
 impl RemoteSegmentLister for S3RemoteStorage {
     fn list_partition(
         &self,

@@ -2,9 +2,11 @@
 //!
 //! One file per concept: [`client`] builds the SDK client, [`copy`] uploads a segment's files
 //! ([`put`] for single objects, [`multipart`] for large ones, [`verify`] checks what was
-//! stored), [`get`] reads, [`delete`] removes, [`list`] is recovery's view of the bucket.
+//! stored), [`get`] reads, [`delete`] removes, [`list`] is recovery's view of the bucket,
+//! [`conditional`] the create-only writes of the ownership records.
 
 mod client;
+mod conditional;
 mod copy;
 mod delete;
 mod get;

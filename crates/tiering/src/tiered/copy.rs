@@ -247,6 +247,8 @@ impl TieredLog {
 
     /// Cleans attempts a crashed process, a failed copy or an abandoned copy left behind.
     pub(crate) fn clean_stale(&self, report: &mut TieringReport) -> Result<(), Error> {
+        // Every round starts here, in every engine: a fenced log does nothing more.
+        self.check_owner()?;
         let list = self.remote_list()?;
         let view: Vec<_> = list.iter().map(remote_segment).collect();
         let abandoned = self.abandoned.lock().clone();
@@ -341,6 +343,8 @@ impl TieredLog {
         seg: &SegmentInfo,
         at: i64,
     ) -> Result<RemoteLogSegmentMetadata, Error> {
+        // Every copy of every engine starts here: nothing is written for a fenced writer.
+        self.check_owner()?;
         let id = RemoteLogSegmentId::generate(self.tp.clone());
         let epochs = policy::segment_leader_epochs(&self.epochs.lock(), seg.base_seq, seg.last_seq);
         let meta = RemoteLogSegmentMetadata::builder(id.clone(), seg.base_seq, seg.last_seq)
@@ -349,6 +353,7 @@ impl TieredLog {
             .segment_leader_epochs(epochs)
             .segment_size_in_bytes(seg.size)
             .event_timestamp_ms(at)
+            .writer_epoch(self.writer_epoch().unwrap_or(0))
             .build()
             .map_err(|e| Error::metadata("add", Some(&id), e))?;
         self.rlmm
@@ -417,6 +422,7 @@ impl TieredLog {
         meta: &RemoteLogSegmentMetadata,
         custom: Option<CustomMetadata>,
     ) -> Result<u64, Error> {
+        self.ensure_not_fenced()?;
         let limit = krabka_remote_storage::manifest::COPY_ABANDON_AFTER_MS;
         let age = krabka_remote_storage::now_ms().saturating_sub(meta.event_timestamp_ms());
         if age >= limit {
@@ -440,6 +446,10 @@ impl TieredLog {
     /// Best-effort removal of a failed attempt; on failure the next round's stale cleanup
     /// finds it in CopySegmentStarted or DeleteSegmentStarted.
     pub(crate) fn discard_after_failure(&self, meta: &RemoteLogSegmentMetadata) {
+        if self.ensure_not_fenced().is_err() {
+            // A fenced writer deletes nothing; its attempt is superseded by the lineage.
+            return;
+        }
         let current = self
             .rlmm
             .segment_metadata(meta.remote_log_segment_id())

@@ -72,6 +72,9 @@ pub struct TieredLog {
     /// Attempts whose copy call outlived its deadline and is still running: not stale yet.
     pub(crate) abandoned: Mutex<HashSet<Uuid>>,
     pub(crate) abandoned_tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The writer epoch this log holds ([`open_owned`](Self::open_owned)); `None` for a log
+    /// opened without ownership, which nothing fences.
+    pub(crate) owner: Option<crate::ownership::Owner>,
 }
 
 impl std::fmt::Debug for TieredLog {
@@ -89,6 +92,39 @@ impl TieredLog {
     /// through it bypasses the tiering policy.
     pub fn log(&self) -> &Log {
         &self.log
+    }
+
+    /// The writer epoch this log holds in the remote tier, when it was opened with
+    /// [`open_owned`](Self::open_owned).
+    pub fn writer_epoch(&self) -> Option<u64> {
+        self.owner.as_ref().map(crate::ownership::Owner::epoch)
+    }
+
+    /// Whether the remote store was found to enforce create-only writes (`None` without
+    /// ownership); see `docs/tiering.md`, "Ownership".
+    pub fn conditional_writes_enforced(&self) -> Option<bool> {
+        self.owner.as_ref().map(crate::ownership::Owner::enforced)
+    }
+
+    /// Checks in the remote tier that this log still holds the newest writer epoch (two small
+    /// reads; none once it was found fenced). Every round and every copy does this itself.
+    ///
+    /// # Errors
+    /// [`Error::Fenced`] when a later writer took the partition over; [`Error::Ownership`]
+    /// when the epoch records cannot be read or do not decode.
+    pub fn check_owner(&self) -> Result<(), Error> {
+        match &self.owner {
+            Some(owner) => owner.check(),
+            None => Ok(()),
+        }
+    }
+
+    /// Fails with [`Error::Fenced`] when an earlier check found this log fenced (no I/O).
+    pub(crate) fn ensure_not_fenced(&self) -> Result<(), Error> {
+        match &self.owner {
+            Some(owner) => owner.ensure_not_fenced(),
+            None => Ok(()),
+        }
     }
 
     /// The partition this log stores.

@@ -75,6 +75,7 @@ impl TieredLog {
             blocked_at: AtomicU64::new(NOT_BLOCKED),
             abandoned: Mutex::new(HashSet::new()),
             abandoned_tasks: Mutex::new(Vec::new()),
+            owner: None,
         };
         this.join_remote()?;
         // Fsync latency of the local log as a histogram. A log that came with an observer of
@@ -131,6 +132,70 @@ impl TieredLog {
         let log = Log::open(dir, options)
             .map_err(|e| Error::storage(format!("opening {}", dir.display()), e))?;
         Self::new(log, rsm, rlmm, topic_id_partition, config)
+    }
+}
+
+impl TieredLog {
+    /// Opens (or creates) the local log in `dir` like [`open`](Self::open), joins it with the
+    /// remote tier, and makes it the partition's **one writer** there (`docs/tiering.md`,
+    /// "Ownership"): the log is bound to `ownership.location` and `topic_id_partition`
+    /// (`DIR/remote-binding`), holds a writer epoch recorded create-only in the remote tier,
+    /// and checks it before every round, copy and delete; a later writer fences it
+    /// ([`Error::Fenced`]). Every copy carries the epoch.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open); and, with nothing changed in the remote tier:
+    /// [`Error::WrongRemote`] / [`Error::WrongPartition`] when the log is bound to another
+    /// remote or partition; [`Error::CopiedDirectory`] when `dir` is a copy of the bound
+    /// directory; [`Error::Fenced`] when a later writer holds the partition;
+    /// [`Error::RemoteHoldsPartition`] when the local log holds nothing, was never bound and
+    /// the remote holds the partition (recover it instead); [`Error::NotBound`] when a log
+    /// that was never bound meets a remote holding the partition written by another log;
+    /// [`Error::Ownership`] / [`Error::Binding`] when the records cannot be read or written.
+    pub fn open_owned(
+        dir: impl AsRef<Path>,
+        options: Options,
+        rsm: Arc<dyn RemoteStorageManager>,
+        rlmm: Arc<dyn RemoteLogMetadataManager>,
+        topic_id_partition: TopicIdPartition,
+        config: TieringConfig,
+        ownership: &crate::ownership::RemoteOwnership,
+    ) -> Result<Self, Error> {
+        let dir = dir.as_ref();
+        validate_all(&options, &topic_id_partition, &config)?;
+        let log = Log::open(dir, options)
+            .map_err(|e| Error::storage(format!("opening {}", dir.display()), e))?;
+        Self::new_owned(log, rsm, rlmm, topic_id_partition, config, ownership)
+    }
+
+    /// [`new`](Self::new) with ownership, over an open local log: see
+    /// [`open_owned`](Self::open_owned).
+    ///
+    /// # Errors
+    /// As [`open_owned`](Self::open_owned).
+    pub fn new_owned(
+        log: Log,
+        rsm: Arc<dyn RemoteStorageManager>,
+        rlmm: Arc<dyn RemoteLogMetadataManager>,
+        topic_id_partition: TopicIdPartition,
+        config: TieringConfig,
+        ownership: &crate::ownership::RemoteOwnership,
+    ) -> Result<Self, Error> {
+        let local_empty =
+            log.segments().iter().all(|s| s.size == 0) && log.quarantined().is_empty();
+        let local_first = log.first_seq();
+        let dir = log.dir().to_path_buf();
+        let mut this = Self::new(log, rsm, rlmm, topic_id_partition, config)?;
+        let owner = crate::ownership::bind(
+            &dir,
+            &this.tp,
+            ownership,
+            local_empty,
+            local_first,
+            this.rlmm.as_ref(),
+        )?;
+        this.owner = Some(owner);
+        Ok(this)
     }
 }
 

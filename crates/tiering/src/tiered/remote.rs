@@ -25,6 +25,7 @@ impl TieredLog {
 
     /// Deletes an attempt's objects: DeleteSegmentStarted → delete → DeleteSegmentFinished.
     pub(crate) fn discard_attempt(&self, meta: &RemoteLogSegmentMetadata) -> Result<(), Error> {
+        self.ensure_not_fenced()?;
         let id = meta.remote_log_segment_id();
         if meta.state() != RemoteLogSegmentState::DeleteSegmentStarted {
             self.update_state(id, RemoteLogSegmentState::DeleteSegmentStarted, None)?;

@@ -21,6 +21,7 @@ impl TieredLog {
     /// Whole-log retention over the remote tier, then local retention. Neither passes the
     /// round's [`TieringReport::copy_blocked_at`] (a damaged segment or an uncovered hole).
     pub(crate) fn apply_retention(&self, report: &mut TieringReport) -> Result<(), Error> {
+        self.ensure_not_fenced()?;
         let now = now_ms();
         let segs = self.log.segments();
         let holes: Vec<RangeInclusive<u64>> =
@@ -76,6 +77,10 @@ impl TieredLog {
             .filter_map(|&i| list.get(i))
             .map(|m| m.end_offset().saturating_add(1))
             .max();
+        if new_start.is_some() {
+            // Nothing leaves the remote tier unless this log still owns it.
+            self.check_owner()?;
+        }
         let persisted = match new_start {
             Some(start) => self.raise_log_start(start),
             None => Ok(()),
@@ -108,6 +113,9 @@ impl TieredLog {
         if let Some(keep_from) =
             policy::local_keep_from(local, &view, log_start, limits, now).map(|k| k.min(blocked_at))
         {
+            if local.iter().any(|s| !s.active && s.last_seq < keep_from) {
+                self.check_owner()?;
+            }
             self.log.delete_before(keep_from).map_err(|e| {
                 Error::storage(format!("deleting local segments below {keep_from}"), e)
             })?;

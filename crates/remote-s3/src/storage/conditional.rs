@@ -1,0 +1,119 @@
+//! Create-only writes for the ownership records: PutObject with `If-None-Match: *`.
+
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+use krabka_remote_storage::RemoteStorageError;
+use krabka_remote_storage::ownership::OwnershipStore;
+use md5::{Digest, Md5};
+
+use super::S3RemoteStorage;
+use super::verify::{Reported, hex};
+use crate::errors::{HttpStatus, map_sdk, status_of};
+
+/// HTTP 412 Precondition Failed: an object was under the key already.
+const PRECONDITION_FAILED: u16 = 412;
+/// HTTP 409 Conflict: a conflicting write (or delete) of the key raced this one.
+const CONFLICT: u16 = 409;
+
+/// Create-only writes: one PutObject with `If-None-Match: *` and a Content-MD5, verified from
+/// the response's ETag (a HeadObject only when that ETag is not MD5-derived, as for every
+/// other upload of this backend).
+///
+/// A refusal is `Ok(false)`: HTTP 412 (`PreconditionFailed`: the key exists) and HTTP 409
+/// (`ConditionalRequestConflict`: a concurrent write or delete of the key won). After a 409
+/// the key may even be absent (a delete won); the caller lists again either way.
+///
+/// The store must enforce the header: AWS S3 and Ceph RGW (16.2 and later) do, some
+/// S3-compatible servers accept it and overwrite anyway.
+/// [`probe`](krabka_remote_storage::ownership::probe) tells them apart.
+///
+/// A PutObject the SDK retried (its first attempt timed out or lost its connection after the
+/// store had created the object) is refused with 412 on the retry: `Ok(false)` then covers the
+/// caller's own record too, which it recognises by its contents (an epoch record's
+/// incarnation id).
+impl OwnershipStore for S3RemoteStorage {
+    fn create_if_absent(&self, key: &str, bytes: &[u8]) -> Result<bool, RemoteStorageError> {
+        let key = self.config.key(key);
+        self.bridge.block_on(
+            "PutObject",
+            self.put_if_absent(&key, Bytes::copy_from_slice(bytes)),
+        )?
+    }
+}
+
+impl S3RemoteStorage {
+    /// PutObject of `data` under the full key `key` with `If-None-Match: *`; `Ok(false)` when
+    /// the store refused it (412 or 409).
+    async fn put_if_absent(&self, key: &str, data: Bytes) -> Result<bool, RemoteStorageError> {
+        let digest: [u8; 16] = Md5::digest(&data).into();
+        let len = data.len() as u64;
+        let sent = self
+            .client
+            .put_object()
+            .bucket(&self.config.bucket)
+            .key(key)
+            .if_none_match("*")
+            .content_length(i64::try_from(len).unwrap_or(i64::MAX))
+            .content_md5(aws_smithy_types::base64::encode(digest))
+            .body(ByteStream::from(data))
+            .send()
+            .await;
+        let out = match sent {
+            Ok(out) => out,
+            Err(e) if is_refusal(&e) => {
+                tracing::debug!(key, code = e.code(), "create-only PutObject refused");
+                return Ok(false);
+            }
+            Err(e) => return Err(map_sdk(e, &self.cx("PutObject", key, None))),
+        };
+        let reported = Reported {
+            etag: out.e_tag(),
+            server_side_encryption: out.server_side_encryption().map(|s| s.as_str()),
+            sse_customer_algorithm: out.sse_customer_algorithm(),
+        };
+        self.verify_upload(key, len, &hex(&digest), reported)
+            .await?;
+        Ok(true)
+    }
+}
+
+/// Whether a failed PutObject is the store refusing the condition: HTTP 412 or 409, or (should
+/// a response lack its status) the error codes S3 sends with them.
+fn is_refusal<E, R>(err: &SdkError<E, R>) -> bool
+where
+    E: ProvideErrorMetadata,
+    R: HttpStatus,
+{
+    matches!(err, SdkError::ServiceError(_) | SdkError::ResponseError(_))
+        && refused(status_of(err), err.code())
+}
+
+/// [`is_refusal`] on the status and error code alone.
+fn refused(status: Option<u16>, code: Option<&str>) -> bool {
+    match status {
+        Some(PRECONDITION_FAILED | CONFLICT) => true,
+        Some(_) => false,
+        None => matches!(
+            code,
+            Some("PreconditionFailed" | "ConditionalRequestConflict")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refused;
+
+    #[test]
+    fn precondition_failed_and_conflict_are_refusals() {
+        assert!(refused(Some(412), Some("PreconditionFailed")));
+        assert!(refused(Some(409), Some("ConditionalRequestConflict")));
+        assert!(refused(Some(412), None));
+        assert!(refused(None, Some("PreconditionFailed")));
+        assert!(!refused(Some(403), Some("AccessDenied")));
+        assert!(!refused(Some(503), Some("SlowDown")));
+        assert!(!refused(Some(400), Some("BadDigest")));
+        assert!(!refused(None, None));
+    }
+}

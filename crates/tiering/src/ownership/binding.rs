@@ -1,0 +1,238 @@
+//! `DIR/remote-binding`: which remote, partition and writer epoch a local log belongs to, and
+//! in which directory the binding was made (so a copy of the directory is recognised).
+//!
+//! ```text
+//! krabka-binding 1
+//! remote <location>
+//! topic <name>
+//! id <topic id>
+//! partition <n>
+//! epoch <writer epoch>
+//! start <first seq of the epoch>
+//! incarnation <uuid>
+//! directory <device>:<inode>
+//! crc32 <8 hex digits of the CRC-32 of every line before it>
+//! ```
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use krabka_remote_storage::{TopicIdPartition, Uuid};
+
+use crate::error::Error;
+
+/// Name of the binding file in a tiered log's directory.
+pub const BINDING_FILE: &str = "remote-binding";
+/// First line of [`BINDING_FILE`].
+const MAGIC: &str = "krabka-binding 1";
+
+/// What a local log is bound to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// The remote, as the caller describes it ([`RemoteOwnership::location`](super::RemoteOwnership::location)).
+    pub location: String,
+    /// The partition.
+    pub partition: TopicIdPartition,
+    /// The writer epoch this log holds.
+    pub epoch: u64,
+    /// The first seq of its epoch, as claimed (the epoch record says the same).
+    pub start_seq: u64,
+    /// The incarnation id its epoch record carries.
+    pub incarnation: Uuid,
+    /// The directory's identity when it was bound: `device:inode`.
+    pub directory: String,
+}
+
+/// The identity of directory `dir`: `device:inode` (a copy gets another inode; a rename on
+/// one filesystem keeps it).
+pub(crate) fn directory_identity(dir: &Path) -> Result<String, Error> {
+    let meta = std::fs::metadata(dir).map_err(|e| Error::Binding {
+        path: dir.to_path_buf(),
+        reason: format!("cannot read the directory's metadata: {e}"),
+    })?;
+    Ok(format!("{}:{}", meta.dev(), meta.ino()))
+}
+
+impl Binding {
+    fn text(&self) -> String {
+        let tp = &self.partition;
+        let body = format!(
+            "{MAGIC}\nremote {}\ntopic {}\nid {}\npartition {}\nepoch {}\nstart {}\nincarnation {}\ndirectory {}\n",
+            self.location,
+            tp.topic(),
+            tp.topic_id(),
+            tp.partition(),
+            self.epoch,
+            self.start_seq,
+            self.incarnation,
+            self.directory
+        );
+        let crc = crc32fast::hash(body.as_bytes());
+        format!("{body}crc32 {crc:08x}\n")
+    }
+
+    fn parse(text: &str) -> Result<Self, String> {
+        let at = text
+            .rfind("crc32 ")
+            .ok_or_else(|| "it has no checksum line".to_owned())?;
+        let (body, crc_line) = text.split_at(at);
+        let stored = crc_line
+            .strip_prefix("crc32 ")
+            .and_then(|c| c.strip_suffix('\n'))
+            .and_then(|c| u32::from_str_radix(c, 16).ok())
+            .ok_or_else(|| "its checksum line is unreadable".to_owned())?;
+        if crc32fast::hash(body.as_bytes()) != stored {
+            return Err("its checksum does not match its contents".to_owned());
+        }
+        let mut lines = body.lines();
+        if lines.next() != Some(MAGIC) {
+            return Err(format!("it does not start with `{MAGIC}`"));
+        }
+        let mut field = |key: &str| {
+            lines
+                .next()
+                .and_then(|l| l.strip_prefix(key))
+                .and_then(|v| v.strip_prefix(' '))
+                .map(str::to_owned)
+                .ok_or_else(|| format!("its `{key}` line is missing"))
+        };
+        let location = field("remote")?;
+        let topic = field("topic")?;
+        let id = field("id")?;
+        let partition = field("partition")?;
+        let epoch = field("epoch")?;
+        let start_seq = field("start")?;
+        let incarnation = field("incarnation")?;
+        let directory = field("directory")?;
+        let id = Uuid::parse_str(&id).map_err(|e| format!("its id `{id}` is not a UUID: {e}"))?;
+        let partition = partition
+            .parse::<i32>()
+            .map_err(|e| format!("its partition `{partition}` is not a number: {e}"))?;
+        let epoch = epoch
+            .parse::<u64>()
+            .ok()
+            .filter(|e| *e > 0)
+            .ok_or_else(|| format!("its epoch `{epoch}` is not a positive number"))?;
+        let start_seq = start_seq
+            .parse::<u64>()
+            .map_err(|e| format!("its start `{start_seq}` is not a number: {e}"))?;
+        let incarnation = Uuid::parse_str(&incarnation)
+            .map_err(|e| format!("its incarnation `{incarnation}` is not a UUID: {e}"))?;
+        let tp = TopicIdPartition::new(id, topic, partition);
+        tp.validate()
+            .map_err(|e| format!("it names an invalid partition: {e}"))?;
+        Ok(Self {
+            location,
+            partition: tp,
+            epoch,
+            start_seq,
+            incarnation,
+            directory,
+        })
+    }
+}
+
+/// The path of `dir`'s binding file.
+pub fn binding_path(dir: &Path) -> PathBuf {
+    dir.join(BINDING_FILE)
+}
+
+/// Reads `dir`'s binding; `None` when the log was never bound.
+///
+/// # Errors
+/// [`Error::Binding`] when the file cannot be read or does not decode.
+pub fn read(dir: &Path) -> Result<Option<Binding>, Error> {
+    let path = binding_path(dir);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(Error::Binding {
+                path,
+                reason: format!("cannot read it: {e}"),
+            });
+        }
+    };
+    if bytes.len() > 64 * 1024 {
+        return Err(Error::Binding {
+            path,
+            reason: format!("{} bytes, far more than a binding holds", bytes.len()),
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|_| Error::Binding {
+        path: path.clone(),
+        reason: "it is not UTF-8".to_owned(),
+    })?;
+    Binding::parse(&text)
+        .map(Some)
+        .map_err(|reason| Error::Binding { path, reason })
+}
+
+/// Durably writes `binding` as `dir`'s binding file (temporary file, fsync, rename, directory
+/// fsync).
+///
+/// # Errors
+/// [`Error::Binding`] when it cannot be written, or the location holds a line break.
+pub fn write(dir: &Path, binding: &Binding) -> Result<(), Error> {
+    let path = binding_path(dir);
+    if binding.location.contains(['\n', '\r']) || binding.location.is_empty() {
+        return Err(Error::Binding {
+            path,
+            reason: format!(
+                "the remote location {:?} is empty or holds a line break",
+                binding.location
+            ),
+        });
+    }
+    let tmp = dir.join(format!("{BINDING_FILE}.tmp"));
+    krabka_storage::fsutil::write_atomic(&path, &tmp, binding.text().as_bytes()).map_err(|e| {
+        Error::Binding {
+            path: path.clone(),
+            reason: format!("cannot write it: {e}"),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Binding {
+        Binding {
+            location: "fs:///srv/krabka remote".to_owned(),
+            partition: TopicIdPartition::new(Uuid::from_u128(3), "clicks", 2),
+            epoch: 4,
+            start_seq: 1001,
+            incarnation: Uuid::from_u128(9),
+            directory: "64769:1234".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_binding_round_trips_and_every_flipped_byte_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read(dir.path()).unwrap(), None);
+        write(dir.path(), &sample()).unwrap();
+        assert_eq!(read(dir.path()).unwrap(), Some(sample()));
+        let bytes = std::fs::read(binding_path(dir.path())).unwrap();
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x01;
+            std::fs::write(binding_path(dir.path()), &b).unwrap();
+            assert!(
+                matches!(read(dir.path()), Err(Error::Binding { .. })),
+                "byte {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_location_with_a_line_break_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Binding {
+            location: "fs://a\nepoch 9".to_owned(),
+            ..sample()
+        };
+        assert!(matches!(write(dir.path(), &b), Err(Error::Binding { .. })));
+    }
+}
