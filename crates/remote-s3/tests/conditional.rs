@@ -138,7 +138,7 @@ fn probe_is_ignored_on_a_server_that_ignores_the_header() {
 }
 
 #[test]
-fn enforcement_survives_a_restart() {
+fn the_conditional_mode_survives_a_restart() {
     let mut server = TestServer::start_ignoring_conditional_writes().unwrap();
     server.restart().unwrap();
     assert_eq!(server.conditional_writes(), ConditionalWrites::Ignore);

@@ -254,6 +254,31 @@ pub enum Error {
         /// What the remote holds of it.
         what: String,
     },
+    /// A log recovered from the remote tier was opened to write, but the remote holds a segment
+    /// starting past the end it was recovered to: another writer is alive and copying, and
+    /// taking the partition over would supersede what it copied. Nothing was changed.
+    #[error(
+        "the log in {} was recovered up to seq {recovered_to}, but the remote holds a copy of \
+         partition {partition} from seq {remote_seq} on: another writer is still copying; stop \
+         it and recover again before writing here; nothing was changed",
+        dir.display()
+    )]
+    RemoteMovedOn {
+        /// The log's directory.
+        dir: PathBuf,
+        /// The partition.
+        partition: krabka_remote_storage::TopicIdPartition,
+        /// The last seq it was recovered to.
+        recovered_to: u64,
+        /// The start of the newest copy beyond it.
+        remote_seq: u64,
+    },
+    /// The log was opened to read only: it copies and deletes nothing.
+    #[error("the log in {} was opened to read only: it copies and deletes nothing", dir.display())]
+    ReadOnly {
+        /// The log's directory.
+        dir: PathBuf,
+    },
     /// The binding file (`DIR/remote-binding`) cannot be read, written, or does not decode.
     #[error("remote binding {}: {reason}", path.display())]
     Binding {

@@ -98,9 +98,9 @@ pub use config::{
 };
 pub use error::{Error, open_files_limit};
 pub use instrumented::Instrumented;
+pub use ownership::{BINDING_FILE, RemoteOwnership};
 pub use service::{ByteRateQuota, ShutdownReport, TieringService};
 pub use stats::{RemoteRequests, TieringReport, TieringStats};
-pub use ownership::{BINDING_FILE, RemoteOwnership};
 pub use tiered::TieredLog;
 
 /// The filesystem backend (feature `fs`, on by default).

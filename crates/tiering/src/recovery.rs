@@ -58,6 +58,12 @@ pub struct RecoveryOptions {
     /// (compression, encryption) restores its own sizes and custom metadata here. Default:
     /// none (the manifests' metadata as it is).
     pub map_metadata: Option<MapMetadata>,
+    /// The remote's location (as [`RemoteOwnership::location`](crate::RemoteOwnership::location)
+    /// names it): with [`local_log_dir`](Self::local_log_dir), the directory is bound to it
+    /// and the partition as a *pending* claim from the seq after the recovered end
+    /// ([`ownership::bind_pending`](crate::ownership::bind_pending)). Recovery fences nobody;
+    /// the log's first owned open takes the partition over. Default: none.
+    pub bind_to: Option<String>,
 }
 
 /// The function of a [`MapMetadata`].
@@ -82,6 +88,7 @@ impl Default for RecoveryOptions {
             clean_orphans: false,
             local_log_dir: None,
             map_metadata: None,
+            bind_to: None,
         }
     }
 }
@@ -105,6 +112,13 @@ impl RecoveryOptions {
     #[must_use]
     pub fn local_log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.local_log_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets [`bind_to`](Self::bind_to).
+    #[must_use]
+    pub fn bind_to(mut self, location: impl Into<String>) -> Self {
+        self.bind_to = Some(location.into());
         self
     }
 
@@ -164,6 +178,8 @@ pub struct RecoveryReport {
     pub deleted: Vec<String>,
     /// What happened to the local log.
     pub local_log: LocalLogOutcome,
+    /// The local log's binding to the remote ([`RecoveryOptions::bind_to`]).
+    pub binding: Option<crate::ownership::Binding>,
 }
 
 /// Rebuilds `tp`'s metadata in `metadata` from the remote tier `lister` lists, and sets up
@@ -218,6 +234,22 @@ pub fn recover(
         None => LocalLogOutcome::NotGiven,
         Some(d) => setup_local_log(d, seq_range.as_ref().map(|r| *r.end()))?,
     };
+    let binding = match (&options.local_log_dir, &options.bind_to) {
+        (Some(d), Some(location)) => {
+            let start = seq_range.as_ref().map_or(1, |r| r.end().saturating_add(1));
+            Some(
+                crate::ownership::bind_pending(d, tp, location, start).map_err(|e| {
+                    RemoteStorageError::Backend {
+                        operation: "binding the recovered log".to_owned(),
+                        location: d.display().to_string(),
+                        message: e.to_string(),
+                        source: Some(Box::new(e)),
+                    }
+                })?,
+            )
+        }
+        _ => None,
+    };
     // Objects without a manifest are never deleted, not even when their rebuilt segment is
     // superseded: nothing proves they are unneeded.
     let superseded: Vec<RemoteLogSegmentMetadata> = superseded
@@ -241,6 +273,7 @@ pub fn recover(
         ignored,
         deleted,
         local_log,
+        binding,
     })
 }
 

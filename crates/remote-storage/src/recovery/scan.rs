@@ -544,6 +544,7 @@ fn check_whole(
         .segment_leader_epochs(m.segment_leader_epochs().clone())
         .segment_size_in_bytes(m.segment_size_in_bytes())
         .custom_metadata(m.custom_metadata().cloned())
+        .writer_epoch(m.writer_epoch())
         .state(RemoteLogSegmentState::CopySegmentFinished)
         .build_strict()
         .map_err(|e| IgnoreReason::CorruptManifest(e.to_string()))

@@ -181,6 +181,7 @@ fn with_size(
     .segment_leader_epochs(m.segment_leader_epochs().clone())
     .segment_size_in_bytes(size)
     .custom_metadata(custom)
+    .writer_epoch(m.writer_epoch())
     .state(m.state())
     .build_strict()
 }

@@ -33,7 +33,9 @@ pub struct Binding {
     pub location: String,
     /// The partition.
     pub partition: TopicIdPartition,
-    /// The writer epoch this log holds.
+    /// The writer epoch this log holds; 0 for a **pending** binding (written by recovery): the
+    /// log's first owned open claims the next epoch from `start_seq`, unless the remote moved
+    /// past it meanwhile.
     pub epoch: u64,
     /// The first seq of its epoch, as claimed (the epoch record says the same).
     pub start_seq: u64,
@@ -110,9 +112,7 @@ impl Binding {
             .map_err(|e| format!("its partition `{partition}` is not a number: {e}"))?;
         let epoch = epoch
             .parse::<u64>()
-            .ok()
-            .filter(|e| *e > 0)
-            .ok_or_else(|| format!("its epoch `{epoch}` is not a positive number"))?;
+            .map_err(|e| format!("its epoch `{epoch}` is not a number: {e}"))?;
         let start_seq = start_seq
             .parse::<u64>()
             .map_err(|e| format!("its start `{start_seq}` is not a number: {e}"))?;

@@ -15,8 +15,10 @@
 //!   segments of the partition (tiered before bindings existed), or any log over a remote that
 //!   holds nothing of the partition, claims the next epoch; any other log is refused
 //!   ([`Error::NotBound`]).
-//! - **recovery** takes the partition over from the bucket alone: [`take_over`] claims the
-//!   next epoch from the recovered end on, so the old writer is fenced at its next check.
+//! - **recovery** binds the directory it rebuilt as *pending* ([`bind_pending`]): it fences
+//!   nobody; the log's first owned open claims the next epoch from the recovered end on (the
+//!   old writer is then fenced at its next check), unless the remote moved past that end
+//!   meanwhile ([`Error::RemoteMovedOn`]: the old writer is alive).
 //!
 //! A claim writes the binding first (with the epoch it is about to claim) and the epoch record
 //! second: a crash between them leaves a binding whose record is missing, which the next open
@@ -55,6 +57,9 @@ pub struct RemoteOwnership {
     pub location: String,
     /// Who claims, for humans reading an epoch record (host, process, directory).
     pub claimant: String,
+    /// Open to read only: the binding is checked (remote and partition) but no epoch is
+    /// claimed or checked, and every round, copy and delete fails with [`Error::ReadOnly`].
+    pub read_only: bool,
 }
 
 impl std::fmt::Debug for RemoteOwnership {
@@ -73,7 +78,15 @@ impl RemoteOwnership {
             store,
             location: location.into(),
             claimant: default_claimant(),
+            read_only: false,
         }
+    }
+
+    /// The same ownership, opened to read only (see [`read_only`](Self::read_only)).
+    #[must_use]
+    pub fn reading(mut self) -> Self {
+        self.read_only = true;
+        self
     }
 }
 
@@ -97,11 +110,34 @@ pub(crate) struct Owner {
     start_seq: u64,
     incarnation: Uuid,
     enforced: bool,
+    /// Opened to read only: no epoch held.
+    read_only: bool,
     /// Set once a check found a later writer: every later check fails without I/O.
     fenced: Mutex<Option<EpochRecord>>,
 }
 
 impl Owner {
+    /// An owner that holds no epoch: opened to read only.
+    fn reader(
+        ownership: &RemoteOwnership,
+        dir: &Path,
+        tp: &TopicIdPartition,
+        partition_dir: String,
+    ) -> Self {
+        Self {
+            store: ownership.store.clone(),
+            dir: dir.to_path_buf(),
+            partition: tp.clone(),
+            partition_dir,
+            epoch: 0,
+            start_seq: 0,
+            incarnation: Uuid::nil(),
+            enforced: false,
+            read_only: true,
+            fenced: Mutex::new(None),
+        }
+    }
+
     /// The writer epoch.
     pub(crate) fn epoch(&self) -> u64 {
         self.epoch
@@ -124,8 +160,14 @@ impl Owner {
         }
     }
 
-    /// Fails when an earlier check found this log fenced (no I/O).
+    /// Fails when an earlier check found this log fenced, or it was opened to read only (no
+    /// I/O).
     pub(crate) fn ensure_not_fenced(&self) -> Result<(), Error> {
+        if self.read_only {
+            return Err(Error::ReadOnly {
+                dir: self.dir.clone(),
+            });
+        }
         match &*self.fenced.lock() {
             Some(by) => Err(self.fenced_error(by)),
             None => Ok(()),
@@ -286,10 +328,7 @@ fn remote_holds(store: &dyn OwnershipStore, tp: &TopicIdPartition) -> Result<Rem
                     identity_key.clone(),
                     RemoteStorageError::Corrupt {
                         location: identity_key,
-                        reason: format!(
-                            "identity record: it names partition {}",
-                            record.partition
-                        ),
+                        reason: format!("identity record: it names partition {}", record.partition),
                     },
                 ));
             }
@@ -307,8 +346,8 @@ fn remote_holds(store: &dyn OwnershipStore, tp: &TopicIdPartition) -> Result<Rem
             Ok(())
         })
         .map_err(|e| ownership_error(tp, dir.clone(), e))?;
-    let (epochs, unreadable) =
-        records::list_epochs(store, &dir, false).map_err(|e| ownership_error(tp, dir.clone(), e))?;
+    let (epochs, unreadable) = records::list_epochs(store, &dir, false)
+        .map_err(|e| ownership_error(tp, dir.clone(), e))?;
     let max_epoch = epochs
         .iter()
         .map(|e| e.epoch)
@@ -334,7 +373,8 @@ pub(crate) fn bind(
     local_first_seq: u64,
     rlmm: &dyn RemoteLogMetadataManager,
 ) -> Result<Owner, Error> {
-    let partition_dir = layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    let partition_dir =
+        layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
     let here = binding::directory_identity(dir)?;
     if let Some(bound) = binding::read(dir)? {
         if bound.location != ownership.location {
@@ -351,6 +391,9 @@ pub(crate) fn bind(
                 given: tp.clone(),
             });
         }
+        if ownership.read_only {
+            return Ok(Owner::reader(ownership, dir, tp, partition_dir));
+        }
         if bound.directory != here {
             return Err(Error::CopiedDirectory {
                 dir: dir.to_path_buf(),
@@ -360,8 +403,16 @@ pub(crate) fn bind(
                 found: here,
             });
         }
+        if bound.epoch == 0 {
+            // Pending (recovery bound it): claim now, unless the remote moved past the end
+            // this directory was recovered to.
+            refuse_if_moved_on(dir, tp, ownership, bound.start_seq)?;
+            let max = remote_holds(ownership.store.as_ref(), tp)?.max_epoch;
+            return claim(dir, tp, ownership, bound.start_seq, max);
+        }
         let enforced = probe(ownership, tp, &partition_dir)?;
         let owner = Owner {
+            read_only: false,
             store: ownership.store.clone(),
             dir: dir.to_path_buf(),
             partition: tp.clone(),
@@ -377,6 +428,17 @@ pub(crate) fn bind(
         return Ok(owner);
     }
     let holds = remote_holds(ownership.store.as_ref(), tp)?;
+    if ownership.read_only {
+        if holds.anything() && local_empty {
+            return Err(Error::RemoteHoldsPartition {
+                dir: dir.to_path_buf(),
+                location: ownership.location.clone(),
+                partition: tp.clone(),
+                what: holds.describe(),
+            });
+        }
+        return Ok(Owner::reader(ownership, dir, tp, partition_dir));
+    }
     if holds.anything() {
         let known = rlmm
             .list_remote_log_segments(tp)
@@ -420,26 +482,85 @@ pub(crate) fn bind(
     claim(dir, tp, ownership, start_seq, holds.max_epoch)
 }
 
-/// Takes partition `tp` over for the log in `dir` from the remote tier alone (recovery): claims
-/// the epoch after every one listed, from `start_seq` on (the seq after the recovered end), and
-/// binds `dir` to it. The previous writer is fenced at its next check, and what it copies from
-/// `start_seq` on is superseded.
+/// Binds the log in `dir`, just recovered from the remote tier alone, to `location` and `tp`
+/// as a **pending** claim from `start_seq` (the seq after the recovered end): recovery fences
+/// nobody (a drill beside a live writer changes nothing for it); the log's first owned open
+/// claims the next epoch, unless the remote moved past `start_seq` meanwhile
+/// ([`Error::RemoteMovedOn`]: the old writer is alive and copying). A binding already there for
+/// the same remote and partition is kept (recovery runs again to the same result).
 ///
 /// # Errors
-/// [`Error::Ownership`] when the records cannot be listed or written, [`Error::Binding`] when
-/// the binding cannot be written.
-pub fn take_over(
+/// [`Error::WrongRemote`] / [`Error::WrongPartition`] when `dir` is bound to another remote or
+/// partition; [`Error::Binding`] when the binding cannot be read or written.
+pub fn bind_pending(
+    dir: &Path,
+    tp: &TopicIdPartition,
+    location: &str,
+    start_seq: u64,
+) -> Result<Binding, Error> {
+    if let Some(bound) = binding::read(dir)? {
+        if bound.location != location {
+            return Err(Error::WrongRemote {
+                dir: dir.to_path_buf(),
+                bound: bound.location,
+                given: location.to_owned(),
+            });
+        }
+        if &bound.partition != tp {
+            return Err(Error::WrongPartition {
+                dir: dir.to_path_buf(),
+                bound: bound.partition,
+                given: tp.clone(),
+            });
+        }
+        return Ok(bound);
+    }
+    let pending = Binding {
+        location: location.to_owned(),
+        partition: tp.clone(),
+        epoch: 0,
+        start_seq,
+        incarnation: Uuid::nil(),
+        directory: binding::directory_identity(dir)?,
+    };
+    binding::write(dir, &pending)?;
+    Ok(pending)
+}
+
+/// Refuses a pending claim from `start_seq` when the remote holds a segment (a manifest, in
+/// any state) starting at or after it: another writer copied past the recovered end, so it is
+/// alive, and claiming would supersede what it copied. One listing.
+fn refuse_if_moved_on(
     dir: &Path,
     tp: &TopicIdPartition,
     ownership: &RemoteOwnership,
     start_seq: u64,
-) -> Result<Binding, Error> {
-    let holds = remote_holds(ownership.store.as_ref(), tp)?;
-    let owner = claim(dir, tp, ownership, start_seq, holds.max_epoch)?;
-    binding::read(dir)?.ok_or_else(|| Error::Binding {
-        path: binding::binding_path(dir),
-        reason: format!("it is missing right after epoch {} was claimed", owner.epoch),
-    })
+) -> Result<(), Error> {
+    let pdir = layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    let prefix = format!("{pdir}/");
+    let mut beyond: Option<u64> = None;
+    ownership
+        .store
+        .list_partition(&pdir, &mut |obj| {
+            let name = obj.key.strip_prefix(&prefix).unwrap_or(&obj.key);
+            if let Some((start, _, layout::SegmentFile::Manifest)) =
+                layout::parse_segment_file_name(name)
+                && start >= start_seq
+            {
+                beyond = Some(beyond.map_or(start, |b| b.max(start)));
+            }
+            Ok(())
+        })
+        .map_err(|e| ownership_error(tp, pdir.clone(), e))?;
+    match beyond {
+        Some(seq) => Err(Error::RemoteMovedOn {
+            dir: dir.to_path_buf(),
+            partition: tp.clone(),
+            recovered_to: start_seq.saturating_sub(1),
+            remote_seq: seq,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Probes whether the store enforces create-only writes (once per open): an ignoring store is
@@ -474,8 +595,8 @@ fn ensure_identity(ownership: &RemoteOwnership, tp: &TopicIdPartition) -> Result
             let bytes = records::read_record(ownership.store.as_ref(), &key)
                 .map_err(|e| ownership_error(tp, key.clone(), e))?
                 .unwrap_or_default();
-            let found =
-                IdentityRecord::decode(&bytes, &key).map_err(|e| ownership_error(tp, key.clone(), e))?;
+            let found = IdentityRecord::decode(&bytes, &key)
+                .map_err(|e| ownership_error(tp, key.clone(), e))?;
             if &found.partition == tp {
                 Ok(())
             } else {
@@ -502,7 +623,8 @@ fn claim(
     start_seq: u64,
     mut max_epoch: u64,
 ) -> Result<Owner, Error> {
-    let partition_dir = layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    let partition_dir =
+        layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
     let enforced = probe(ownership, tp, &partition_dir)?;
     ensure_identity(ownership, tp)?;
     let here = binding::directory_identity(dir)?;
@@ -529,6 +651,7 @@ fn claim(
             .map_err(|e| ownership_error(tp, key.clone(), e))?;
         if created {
             let owner = Owner {
+                read_only: false,
                 store: ownership.store.clone(),
                 dir: dir.to_path_buf(),
                 partition: tp.clone(),
@@ -546,7 +669,9 @@ fn claim(
                 "claimed writer epoch");
             return Ok(owner);
         }
-        max_epoch = remote_holds(ownership.store.as_ref(), tp)?.max_epoch.max(epoch);
+        max_epoch = remote_holds(ownership.store.as_ref(), tp)?
+            .max_epoch
+            .max(epoch);
     }
     Err(ownership_error(
         tp,

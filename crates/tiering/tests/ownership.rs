@@ -1,0 +1,418 @@
+//! Ownership of the shared remote tier through `TieredLog::open_owned` (docs/tiering.md,
+//! "Ownership"): the binding (O1), writer epochs and fencing (O2), the lineage recovery follows,
+//! and every ownership object lost or damaged one at a time. On the filesystem backend, the
+//! in-process S3 server and Ceph RGW when `.ci/run` started it (`KRABKA_TEST_CEPH_*`; skipped
+//! otherwise, a failure under `CI=true`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use krabka_protocol::Message;
+use krabka_remote_s3::test_server::TestServer;
+use krabka_remote_s3::{S3Config, S3Credentials, S3RemoteStorage};
+use krabka_remote_storage::ownership::{EpochRecord, OwnershipStore};
+use krabka_remote_storage::{RemoteStorageManager, TopicIdPartition, Uuid, layout};
+use krabka_storage::Options;
+use krabka_tiering::fs::FsRemoteStorage;
+use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
+use krabka_tiering::recovery::{IgnoreReason, RecoveryOptions, recover};
+use krabka_tiering::{Error, RemoteOwnership, TieredLog, TieringConfig};
+
+/// A backend under test: the SPI, the ownership store, and a way to overwrite an object.
+struct Backend {
+    rsm: Arc<dyn RemoteStorageManager>,
+    store: Arc<dyn OwnershipStore>,
+    location: String,
+    put: Box<dyn Fn(&str, Vec<u8>) + Send + Sync>,
+}
+
+fn fs_backend(root: &Path) -> Backend {
+    let store = Arc::new(FsRemoteStorage::new(root).unwrap());
+    let root = root.to_path_buf();
+    Backend {
+        rsm: store.clone(),
+        store,
+        location: format!("fs://{}", root.display()),
+        put: Box::new(move |key, bytes| std::fs::write(root.join(key), bytes).unwrap()),
+    }
+}
+
+fn s3_backend(config: S3Config) -> Backend {
+    let store = Arc::new(S3RemoteStorage::new(config.clone()).unwrap());
+    let writer = store.clone();
+    Backend {
+        rsm: store.clone(),
+        store,
+        location: format!("s3://{}/{}", config.bucket, config.prefix),
+        put: Box::new(move |key, bytes| {
+            // Replace: delete, then create.
+            krabka_remote_storage::recovery::RemoteSegmentLister::delete_object(&*writer, key)
+                .unwrap();
+            assert!(writer.create_if_absent(key, &bytes).unwrap());
+        }),
+    }
+}
+
+fn ceph_config() -> Option<S3Config> {
+    let endpoint = std::env::var("KRABKA_TEST_CEPH_ENDPOINT")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let Some(endpoint) = endpoint else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but KRABKA_TEST_CEPH_ENDPOINT is not set: .ci/run must start Ceph RGW"
+        );
+        eprintln!("KRABKA_TEST_CEPH_ENDPOINT not set: skipping the Ceph RGW ownership test");
+        return None;
+    };
+    let var = |n: &str| std::env::var(n).unwrap();
+    Some(
+        S3Config::new(var("KRABKA_TEST_CEPH_BUCKET"))
+            .with_endpoint(endpoint)
+            .with_credentials(S3Credentials::static_keys(
+                var("KRABKA_TEST_CEPH_ACCESS_KEY"),
+                var("KRABKA_TEST_CEPH_SECRET_KEY"),
+            ))
+            .with_prefix(format!("ownership-{}", Uuid::new_v4())),
+    )
+}
+
+fn options() -> Options {
+    Options {
+        max_bytes: 600,
+        ..Options::default()
+    }
+}
+
+fn config() -> TieringConfig {
+    TieringConfig {
+        local_retention_bytes: Some(0),
+        retention_ms: None,
+        ..TieringConfig::default()
+    }
+}
+
+fn tp() -> TopicIdPartition {
+    TopicIdPartition::new(Uuid::from_u128(42), "orders", 0)
+}
+
+fn ownership(b: &Backend) -> RemoteOwnership {
+    RemoteOwnership::new(b.store.clone(), b.location.clone())
+}
+
+fn open(b: &Backend, dir: &Path) -> Result<TieredLog, Error> {
+    let metadata = Arc::new(DurableRemoteLogMetadataManager::open(dir.join("metadata")).unwrap());
+    TieredLog::open_owned(
+        dir.join("log"),
+        options(),
+        b.rsm.clone(),
+        metadata,
+        tp(),
+        config(),
+        &ownership(b),
+    )
+}
+
+fn append(log: &TieredLog, n: usize, tag: &str) {
+    let msgs: Vec<Message> = (0..n)
+        .map(|i| Message::new(format!("{tag} {i} {}", "x".repeat(40))))
+        .collect();
+    log.append_batch(&msgs).unwrap();
+}
+
+fn dir_key(b: &Backend) -> String {
+    let _ = b;
+    layout::partition_dir(&tp()).unwrap()
+}
+
+/// Recovers `tp()` into `dir` (metadata and an empty log) from the bucket, bound as pending.
+fn recover_into(b: &Backend, dir: &Path) -> krabka_tiering::recovery::RecoveryReport {
+    std::fs::create_dir_all(dir).unwrap();
+    let metadata = DurableRemoteLogMetadataManager::open(dir.join("metadata")).unwrap();
+    let lister: Arc<dyn krabka_remote_storage::recovery::RemoteSegmentLister> = b.store.clone();
+    recover(
+        &*lister,
+        &tp(),
+        &metadata,
+        &RecoveryOptions::default()
+            .local_log_dir(dir.join("log"))
+            .bind_to(b.location.clone()),
+    )
+    .unwrap()
+}
+
+fn read_all(log: &TieredLog) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut seq = log.first_seq().unwrap();
+    for _ in 0..10_000 {
+        if seq > log.last_seq() {
+            break;
+        }
+        let got = log.read(seq, 100).unwrap();
+        assert!(!got.is_empty(), "no records at seq {seq}");
+        seq = got.last().unwrap().seq + 1;
+        out.extend(
+            got.into_iter()
+                .map(|r| String::from_utf8(r.message.value.to_vec()).unwrap()),
+        );
+    }
+    out
+}
+
+/// The whole scenario on one backend.
+fn scenario(b: &Backend) {
+    let root = tempfile::tempdir().unwrap();
+    let a = root.path().join("a");
+
+    // A new log claims epoch 1; copies carry it; a reopen keeps it.
+    let log = open(b, &a).unwrap();
+    assert_eq!(log.writer_epoch(), Some(1));
+    assert_eq!(log.conditional_writes_enforced(), Some(true));
+    append(&log, 60, "a");
+    log.run_once().unwrap();
+    assert!(log.local_first_seq() > 1, "nothing was tiered");
+    let copied = 1..=log.local_first_seq() - 1;
+    log.close().unwrap();
+    let log = open(b, &a).unwrap();
+    assert_eq!(log.writer_epoch(), Some(1));
+    log.close().unwrap();
+
+    // O1: the same directory with another remote or partition is refused, naming both.
+    let other = tempfile::tempdir().unwrap();
+    let wrong = fs_backend(other.path());
+    match open(&wrong, &a) {
+        Err(Error::WrongRemote { bound, given, .. }) => {
+            assert_eq!(bound, b.location);
+            assert_eq!(given, wrong.location);
+        }
+        other => panic!("{other:?}"),
+    }
+    let metadata = Arc::new(DurableRemoteLogMetadataManager::open(a.join("metadata")).unwrap());
+    let err = TieredLog::open_owned(
+        a.join("log"),
+        options(),
+        b.rsm.clone(),
+        metadata,
+        TopicIdPartition::new(Uuid::from_u128(43), "orders", 0),
+        config(),
+        &ownership(b),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::WrongPartition { .. }), "{err:?}");
+
+    // O2: a copy of the directory (cp -a) is refused before it copies anything.
+    let copy = root.path().join("copy");
+    copy_dir(&a, &copy);
+    match open(b, &copy) {
+        Err(Error::CopiedDirectory { epoch: 1, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+
+    // O1: an empty directory over the populated remote never reads as an empty log.
+    match open(b, &root.path().join("empty")) {
+        Err(Error::RemoteHoldsPartition { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+
+    // Failover: B recovers from the bucket (a pending claim: A is not fenced yet) ...
+    let bdir = root.path().join("b");
+    let report = recover_into(b, &bdir);
+    assert_eq!(report.seq_range, Some(copied.clone()));
+    assert_eq!(report.binding.as_ref().unwrap().epoch, 0);
+    let zombie = open(b, &a).unwrap();
+    append(&zombie, 30, "zombie");
+    // ... then B's first owned open claims epoch 2 from the recovered end on.
+    let blog = open(b, &bdir).unwrap();
+    assert_eq!(blog.writer_epoch(), Some(2));
+    // A's next round is fenced before it copies or deletes anything, locally or remotely.
+    let local_before = zombie.log().segments().len();
+    match zombie.run_once() {
+        Err(Error::Fenced {
+            epoch: 1,
+            by_epoch: 2,
+            start_seq,
+            ..
+        }) => assert_eq!(start_seq, copied.end() + 1),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(zombie.run_once(), Err(Error::Fenced { .. })));
+    assert_eq!(zombie.log().segments().len(), local_before);
+    zombie.close().unwrap();
+    // The zombie coming back is refused at open.
+    assert!(matches!(open(b, &a), Err(Error::Fenced { .. })));
+
+    // B continues: its records follow the recovered ones.
+    append(&blog, 60, "b");
+    blog.run_once().unwrap();
+    let read = read_all(&blog);
+    assert_eq!(
+        read.len() as u64,
+        blog.last_seq() - blog.first_seq().unwrap() + 1
+    );
+    assert!(read.iter().all(|r| !r.starts_with("zombie")));
+    blog.close().unwrap();
+
+    // A zombie's copy that raced the takeover (made as epoch 1 past B's start) is superseded
+    // by the lineage: recovery never serves it.
+    let metadata = DurableRemoteLogMetadataManager::open(root.path().join("scan")).unwrap();
+    let lister: Arc<dyn krabka_remote_storage::recovery::RemoteSegmentLister> = b.store.clone();
+    let late = zombie_copy(b, copied.end() + 1);
+    let scan = recover(&*lister, &tp(), &metadata, &RecoveryOptions::default()).unwrap();
+    assert!(
+        scan.ignored
+            .iter()
+            .any(|o| o.key.contains(&late.to_string())
+                && matches!(
+                    o.reason,
+                    IgnoreReason::FencedOut {
+                        writer_epoch: 1,
+                        by_epoch: 2,
+                        ..
+                    }
+                )),
+        "{:?}",
+        scan.ignored
+    );
+
+    // Damaged and lost ownership objects, one at a time, under the live writer B.
+    let d = dir_key(b);
+    let epoch2 = layout::epoch_key(&d, 2);
+    let saved = b.store.read_object(&epoch2).unwrap();
+    krabka_remote_storage::recovery::RemoteSegmentLister::delete_object(&*b.store, &epoch2)
+        .unwrap();
+    let blog = open(b, &bdir).unwrap(); // lost: written again (create-only)
+    assert_eq!(
+        EpochRecord::decode(&b.store.read_object(&epoch2).unwrap(), "k")
+            .unwrap()
+            .incarnation,
+        EpochRecord::decode(&saved, "k").unwrap().incarnation
+    );
+    let mut flipped = saved.clone();
+    flipped[20] ^= 1;
+    (b.put)(&epoch2, flipped);
+    match blog.run_once() {
+        Err(Error::Ownership { key, .. }) => assert_eq!(key, epoch2),
+        other => panic!("{other:?}"),
+    }
+    (b.put)(&epoch2, saved);
+    blog.run_once().unwrap();
+    blog.close().unwrap();
+    let identity = layout::identity_key(&d);
+    let saved = b.store.read_object(&identity).unwrap();
+    let mut flipped = saved.clone();
+    flipped[10] ^= 1;
+    (b.put)(&identity, flipped);
+    assert!(matches!(open(b, &bdir), Err(Error::Ownership { .. })));
+    krabka_remote_storage::recovery::RemoteSegmentLister::delete_object(&*b.store, &identity)
+        .unwrap();
+    open(b, &bdir).unwrap().close().unwrap(); // lost: written again
+    assert_eq!(b.store.read_object(&identity).unwrap().len(), saved.len());
+    // A damaged binding file is an error naming it, never a new claim.
+    let binding = bdir.join("log").join(krabka_tiering::BINDING_FILE);
+    let text = std::fs::read(&binding).unwrap();
+    std::fs::write(&binding, &text[..text.len() - 3]).unwrap();
+    assert!(matches!(open(b, &bdir), Err(Error::Binding { .. })));
+}
+
+/// Copies a segment into the bucket as writer epoch 1 starting at `start`, as a zombie that
+/// passed its check just before the takeover would; returns the attempt's id.
+fn zombie_copy(b: &Backend, start: u64) -> Uuid {
+    let dir = tempfile::tempdir().unwrap();
+    for n in ["s.log", "s.index", "s.timeindex"] {
+        std::fs::write(dir.path().join(n), b"zzz").unwrap();
+    }
+    let id = krabka_remote_storage::RemoteLogSegmentId::generate(tp());
+    let m = krabka_remote_storage::RemoteLogSegmentMetadata::builder(id.clone(), start, start + 4)
+        .segment_size_in_bytes(3)
+        .writer_epoch(1)
+        .build()
+        .unwrap();
+    let data = krabka_remote_storage::LogSegmentData::new(
+        dir.path().join("s.log"),
+        dir.path().join("s.index"),
+        dir.path().join("s.timeindex"),
+    );
+    b.rsm.copy_log_segment_data(&m, &data).unwrap();
+    id.id()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else if entry.file_name() != ".lock" {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn fs_ownership_binding_fencing_and_lost_records() {
+    let remote = tempfile::tempdir().unwrap();
+    scenario(&fs_backend(remote.path()));
+}
+
+#[test]
+fn s3_ownership_binding_fencing_and_lost_records() {
+    let server = TestServer::start().unwrap();
+    scenario(&s3_backend(server.config().with_prefix("own")));
+}
+
+#[test]
+fn ceph_ownership_binding_fencing_and_lost_records() {
+    if let Some(config) = ceph_config() {
+        scenario(&s3_backend(config));
+    }
+}
+
+#[test]
+fn two_new_logs_racing_for_one_partition_leave_exactly_one_writer() {
+    let remote = tempfile::tempdir().unwrap();
+    let b = Arc::new(fs_backend(remote.path()));
+    let root = tempfile::tempdir().unwrap();
+    let (d1, d2) = (root.path().join("one"), root.path().join("two"));
+    let b1 = b.clone();
+    let one = std::thread::spawn(move || open(&b1, &d1).map(|l| (l.writer_epoch(), l)));
+    let two = open(&b, &d2).map(|l| (l.writer_epoch(), l));
+    let one = one.join().unwrap();
+    // Either the second saw the first's records and was refused (an empty log over a remote
+    // holding the partition), or both claimed, with distinct epochs, and the older is fenced
+    // at its first round, before any copy. Never two writers.
+    let mut logs = Vec::new();
+    for opened in [one, two] {
+        match opened {
+            Ok(log) => logs.push(log),
+            Err(Error::RemoteHoldsPartition { .. }) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(!logs.is_empty());
+    logs.sort_by_key(|(e, _)| *e);
+    let epochs: Vec<_> = logs.iter().map(|(e, _)| *e).collect();
+    assert!(
+        epochs == [Some(1)] || epochs == [Some(1), Some(2)],
+        "{epochs:?}"
+    );
+    let mut writers = 0;
+    for (_, log) in &logs {
+        append(log, 60, "racer");
+        match log.run_once() {
+            Ok(_) => writers += 1,
+            Err(Error::Fenced { .. }) => assert_eq!(log.stats().segments_copied, 0),
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(writers, 1);
+}
+
+#[test]
+fn racing_opens_repeated() {
+    // The race above, many times (bounded): never two writers.
+    for _ in 0..20 {
+        two_new_logs_racing_for_one_partition_leave_exactly_one_writer();
+    }
+}
