@@ -227,7 +227,14 @@ fn run_in(work: &workdir::WorkDir, args: &DemoArgs) -> Result<()> {
     // The remote first: when it cannot be used, nothing has been written to the directory yet.
     let rsm = remote::open(&spec, &args.remote)?;
     check_interrupt()?;
-    let tiered = tiered::open_with_remote(&log_dir, spec, rsm, options, config)?;
+    let tiered = tiered::open_with_remote(
+        &log_dir,
+        spec,
+        rsm,
+        args.remote.endpoint.as_deref(),
+        options,
+        config,
+    )?;
     let summary = run_on(&tiered, args, work.path().display().to_string())?;
     summary.print()?;
     tiered

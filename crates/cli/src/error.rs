@@ -228,6 +228,7 @@ pub fn print_recovery(report: &krabka_storage::RecoveryReport) {
             && !name.starts_with(krabka_tiering::LOG_START_FILE)
             && name != crate::tiered::topic::TOPIC_FILE
             && name != format!("{}.tmp", crate::tiered::topic::TOPIC_FILE)
+            && !name.starts_with(krabka_tiering::BINDING_FILE)
     });
     for line in report.to_string().lines().filter(|l| !l.trim().is_empty()) {
         crate::output::note(format_args!("{line}"));

@@ -53,6 +53,7 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
         .concurrency(args.concurrency)
         .clean_orphans(args.clean_orphans)
         .local_log_dir(dir)
+        .bind_to(spec.location()?)
         .map_metadata(krabka_tiering::recovery::MapMetadata(Arc::new(move |m| {
             transforming.recover_metadata(m)
         })));

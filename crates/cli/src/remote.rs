@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use krabka_remote_storage::RemoteStorageManager;
-use krabka_remote_storage::recovery::RemoteSegmentLister;
+use krabka_remote_storage::ownership::OwnershipStore;
 
 use crate::args::RemoteArgs;
 use crate::error::{CliError, Result};
@@ -56,6 +56,26 @@ impl RemoteSpec {
             return Err("is empty: use fs://PATH or s3://BUCKET/PREFIX".to_owned());
         }
         Ok(RemoteSpec::Fs(PathBuf::from(s)))
+    }
+
+    /// The location a log's binding records (`DIR/remote-binding`): `fs://` and the absolute
+    /// path with every symlink resolved (so a relative path from another working directory
+    /// names the same remote, or is told apart from it), `s3://BUCKET/PREFIX` as given (the
+    /// endpoint is left out: one bucket may be reached by several names).
+    ///
+    /// # Errors
+    /// When a filesystem remote's directory cannot be resolved.
+    pub fn location(&self) -> Result<String> {
+        match self {
+            RemoteSpec::Fs(p) => {
+                let abs = std::fs::canonicalize(p).map_err(|e| {
+                    CliError::at("cannot resolve remote directory", p, e)
+                        .hint("pass the fs:// directory the log is tiered to")
+                })?;
+                Ok(format!("fs://{}", abs.display()))
+            }
+            RemoteSpec::S3 { .. } => Ok(self.describe()),
+        }
     }
 
     /// How the summary names it.
@@ -131,14 +151,12 @@ fn open_backend(
     }
 }
 
-/// Connects to the remote tier for recovery: listing, reading and deleting objects.
+/// Connects to the remote tier for recovery and ownership: listing, reading, deleting and
+/// creating objects (create-only).
 ///
 /// # Errors
 /// As [`open`].
-pub fn open_lister(
-    spec: &RemoteSpec,
-    endpoint: Option<&str>,
-) -> Result<Arc<dyn RemoteSegmentLister>> {
+pub fn open_lister(spec: &RemoteSpec, endpoint: Option<&str>) -> Result<Arc<dyn OwnershipStore>> {
     match spec {
         RemoteSpec::Fs(root) => {
             if !root.is_dir() {
@@ -161,7 +179,7 @@ fn open_s3_lister(
     bucket: &str,
     prefix: &str,
     endpoint: Option<&str>,
-) -> Result<Arc<dyn RemoteSegmentLister>> {
+) -> Result<Arc<dyn OwnershipStore>> {
     Ok(Arc::new(s3_store(bucket, prefix, endpoint)?))
 }
 
@@ -190,7 +208,7 @@ fn open_s3_lister(
     bucket: &str,
     prefix: &str,
     endpoint: Option<&str>,
-) -> Result<Arc<dyn RemoteSegmentLister>> {
+) -> Result<Arc<dyn OwnershipStore>> {
     // Without S3 support this always fails, with the same advice as every other command.
     match open_s3(bucket, prefix, endpoint) {
         Err(e) => Err(e),

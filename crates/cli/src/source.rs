@@ -53,6 +53,7 @@ impl TieredSource {
                 retention_ms: None,
                 ..TieringConfig::default()
             },
+            tiered::Mode::Read,
         )?;
         Ok(Self { tiered, next: from })
     }

@@ -101,13 +101,27 @@ pub fn run(args: &TierArgs) -> Result<()> {
     };
     let config = tiered::config(&args.retention);
     let tiered = match args.metrics_addr {
-        None => tiered::open(&args.dir, spec, &args.remote, options, config)?,
+        None => tiered::open(
+            &args.dir,
+            spec,
+            &args.remote,
+            options,
+            config,
+            tiered::Mode::Write,
+        )?,
         Some(addr) => {
             serve_metrics(addr)?;
             // Every remote call measured the same way, whatever the backend.
             let rsm = remote::open(&spec, &args.remote)?;
             let rsm: Arc<dyn RemoteStorageManager> = Arc::new(Instrumented::new(rsm));
-            tiered::open_with_remote(&args.dir, spec, rsm, options, config)?
+            tiered::open_with_remote(
+                &args.dir,
+                spec,
+                rsm,
+                args.remote.endpoint.as_deref(),
+                options,
+                config,
+            )?
         }
     };
     if args.watch {

@@ -800,7 +800,7 @@ fn a_renamed_log_directory_keeps_its_topic_and_reads_every_record_from_the_remot
     let remote = format!("fs://{}", dir.path().join("remote").display());
     tiered_log(&log, &remote);
     let renamed = dir.path().join("renamed");
-    copy_dir(&log, &renamed);
+    std::fs::rename(&log, &renamed).unwrap();
     let out = krabka(&["read", s(&renamed), "--remote", &remote, "--from", "1"]);
     assert!(out.status.success(), "{}", both(&out));
     assert_eq!(printed_seqs(&out), (1..=5000).collect::<Vec<_>>());
@@ -812,6 +812,23 @@ fn a_renamed_log_directory_keeps_its_topic_and_reads_every_record_from_the_remot
         "{}",
         both(&out)
     );
+    // A copy (cp -a) reads the same records, but never tiers: two copies would both write
+    // the partition.
+    let copy = dir.path().join("copy");
+    copy_dir(&renamed, &copy);
+    let out = krabka(&["read", s(&copy), "--remote", &remote, "--from", "1"]);
+    assert!(out.status.success(), "{}", both(&out));
+    assert_eq!(printed_seqs(&out), (1..=5000).collect::<Vec<_>>());
+    let before = sizes(&copy);
+    let out = krabka(&["tier", s(&copy), "--remote", &remote]);
+    assert_one_line_failure(
+        &out,
+        &[
+            "is a copy of the directory bound to writer epoch 1",
+            "recover",
+        ],
+    );
+    assert_eq!(sizes(&copy), before, "the copy was left as it was");
 }
 
 #[test]

@@ -196,3 +196,265 @@ fn an_empty_directory_over_a_remote_that_holds_its_partition_is_refused_and_name
     );
     assert!(original.starts_with(&read));
 }
+
+/// Waits (bounded) until `remote_dir` holds at least `n` segment manifests.
+fn wait_for_manifests(remote_dir: &Path, n: usize, limit: Duration) {
+    let started = Instant::now();
+    while count_objects(remote_dir, ".manifest") < n && started.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        count_objects(remote_dir, ".manifest") >= n,
+        "fewer than {n} manifests after {limit:?}"
+    );
+}
+
+fn fails_with(args: &[&str], words: &[&str]) -> String {
+    let out = krabka(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "krabka {args:?}: {stderr}");
+    for w in words {
+        assert!(stderr.contains(w), "`{w}` not in: {stderr}");
+    }
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_second_writer_on_one_partition_is_refused_before_its_first_copy() {
+    let work = tempfile::tempdir().unwrap();
+    let log = work.path().join("a").join("orders");
+    let remote_dir = work.path().join("remote");
+    let remote = format!("fs://{}", remote_dir.display());
+    let log_s = log.to_str().unwrap();
+    ok(&[
+        "produce",
+        log_s,
+        "--generate",
+        "6000",
+        "--segment-bytes",
+        "32KiB",
+    ]);
+    let mut live = Command::new(env!("CARGO_BIN_EXE_krabka"))
+        .args([
+            "tier",
+            log_s,
+            "--remote",
+            &remote,
+            "--watch",
+            "--interval",
+            "20ms",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_manifests(&remote_dir, 1, Duration::from_secs(30));
+    // A second process on the same directory: the directory's lock refuses it.
+    fails_with(&["tier", log_s, "--remote", &remote], &["in use"]);
+    // A copy of the directory (cp -a while the writer runs; its lock file is not a lock).
+    let copy = work.path().join("b").join("orders");
+    let status = Command::new("cp")
+        .args(["-a", log_s, copy.to_str().unwrap()])
+        .status();
+    if status.is_err() || !status.unwrap().success() {
+        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+        copy_tree(&log, &copy);
+    }
+    let manifests = count_objects(&remote_dir, ".manifest");
+    let copy_s = copy.to_str().unwrap();
+    fails_with(
+        &["tier", copy_s, "--remote", &remote],
+        &["is a copy of the directory bound to writer epoch 1"],
+    );
+    // The live writer was not disturbed and nothing was copied for the copy.
+    assert!(
+        live.try_wait().unwrap().is_none(),
+        "the live writer stopped"
+    );
+    live.kill().unwrap();
+    let out = live.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("error"), "{stderr}");
+    assert!(count_objects(&remote_dir, ".manifest") >= manifests);
+    let read = ok(&["read", log_s, "--remote", &remote]);
+    assert_eq!(read.lines().count(), 6000);
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            let _ = std::fs::copy(e.path(), target);
+        }
+    }
+}
+
+#[test]
+fn failover_a_killed_writer_is_replaced_from_the_bucket_and_fenced_when_it_returns() {
+    let work = tempfile::tempdir().unwrap();
+    let a = work.path().join("a").join("orders");
+    let b = work.path().join("b").join("orders");
+    let remote_dir = work.path().join("remote");
+    let remote = format!("fs://{}", remote_dir.display());
+    let (a_s, b_s) = (a.to_str().unwrap(), b.to_str().unwrap());
+    ok(&[
+        "produce",
+        a_s,
+        "--generate",
+        "20000",
+        "--segment-bytes",
+        "32KiB",
+    ]);
+    let acknowledged = ok(&["read", a_s]);
+    // A tiers and is killed (SIGKILL) mid-way.
+    let mut tier = Command::new(env!("CARGO_BIN_EXE_krabka"))
+        .args([
+            "tier",
+            a_s,
+            "--remote",
+            &remote,
+            "--watch",
+            "--interval",
+            "20ms",
+            "--local-retention-bytes",
+            "0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // About 52 records a segment: at least 1,500 records remote before the kill.
+    wait_for_manifests(&remote_dir, 30, Duration::from_secs(30));
+    tier.kill().unwrap();
+    tier.wait().unwrap();
+    // B takes over from the bucket alone: recover (fences nobody), then its first tier claims
+    // writer epoch 2.
+    let recovered = ok(&["recover", b_s, "--remote", &remote]);
+    assert!(recovered.contains("recovered"), "{recovered}");
+    let from_bucket = ok(&["read", b_s, "--remote", &remote]);
+    assert!(from_bucket.lines().count() > 1000);
+    assert!(
+        acknowledged.starts_with(&from_bucket),
+        "B serves A's records"
+    );
+    ok(&["tier", b_s, "--remote", &remote]);
+    ok(&[
+        "produce",
+        b_s,
+        "--generate",
+        "3000",
+        "--segment-bytes",
+        "32KiB",
+    ]);
+    ok(&[
+        "tier",
+        b_s,
+        "--remote",
+        &remote,
+        "--local-retention-bytes",
+        "0",
+    ]);
+    // A comes back (the zombie): refused before it copies or deletes anything.
+    let manifests = count_objects(&remote_dir, ".manifest");
+    let a_files = std::fs::read_dir(&a).unwrap().count();
+    let a_local = ok(&["read", a_s]);
+    fails_with(
+        &[
+            "tier",
+            a_s,
+            "--remote",
+            &remote,
+            "--local-retention-bytes",
+            "0",
+        ],
+        &["is fenced", "epoch 1", "epoch 2"],
+    );
+    assert_eq!(count_objects(&remote_dir, ".manifest"), manifests);
+    assert_eq!(std::fs::read_dir(&a).unwrap().count(), a_files);
+    // Its local records stay where they are, readable.
+    assert_eq!(ok(&["read", a_s]), a_local);
+    // A cleanup beside B deletes nothing of B's, and B reads A's records then its own.
+    ok(&[
+        "recover",
+        work.path().join("drill").join("orders").to_str().unwrap(),
+        "--remote",
+        &remote,
+        "--clean-orphans",
+    ]);
+    let b_read = ok(&["read", b_s, "--remote", &remote]);
+    assert_eq!(b_read.lines().count(), from_bucket.lines().count() + 3000);
+    assert!(b_read.starts_with(&from_bucket));
+}
+
+#[test]
+fn a_live_writer_is_fenced_when_a_recovered_log_takes_over_and_a_busy_one_is_not_taken_over() {
+    let work = tempfile::tempdir().unwrap();
+    let a = work.path().join("a").join("orders");
+    let b = work.path().join("b").join("orders");
+    let remote_dir = work.path().join("remote");
+    let remote = format!("fs://{}", remote_dir.display());
+    let (a_s, b_s) = (a.to_str().unwrap(), b.to_str().unwrap());
+    ok(&[
+        "produce",
+        a_s,
+        "--generate",
+        "5000",
+        "--segment-bytes",
+        "32KiB",
+    ]);
+    ok(&["tier", a_s, "--remote", &remote]);
+    // B recovers (a drill): A is not disturbed.
+    ok(&["recover", b_s, "--remote", &remote]);
+    // A writes on and copies past B's recovered end: B may no longer take over.
+    ok(&[
+        "produce",
+        a_s,
+        "--generate",
+        "3000",
+        "--segment-bytes",
+        "32KiB",
+    ]);
+    ok(&["tier", a_s, "--remote", &remote]);
+    fails_with(
+        &["tier", b_s, "--remote", &remote],
+        &["another writer is still copying"],
+    );
+    // A fresh recovery (after the operator stopped A) takes over; A's running watch is
+    // fenced at its next round and exits.
+    let mut live = Command::new(env!("CARGO_BIN_EXE_krabka"))
+        .args([
+            "tier",
+            a_s,
+            "--remote",
+            &remote,
+            "--watch",
+            "--interval",
+            "20ms",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::fs::remove_dir_all(work.path().join("b")).unwrap();
+    ok(&["recover", b_s, "--remote", &remote]);
+    ok(&["tier", b_s, "--remote", &remote]);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = live.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the fenced writer kept running"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(live.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is fenced"), "{stderr}");
+}

@@ -14,7 +14,7 @@ use krabka_storage::{Log, Options};
 use krabka_tiering::metadata::{
     DurableRemoteLogMetadataManager, RemoteLogMetadataManager, TornEventCut,
 };
-use krabka_tiering::{TieredLog, TieringConfig};
+use krabka_tiering::{RemoteOwnership, TieredLog, TieringConfig};
 
 use crate::args::{RemoteArgs, RetentionArgs};
 use crate::error::{CliError, Result};
@@ -48,6 +48,41 @@ pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliE
              aside (it deletes nothing)"
         )),
         e @ E::LocalLogMismatch { .. } => CliError::at(action, dir, e),
+        e @ E::Fenced { .. } => CliError::new(e.to_string()).hint(
+            "another log took this partition over (a failover or a recovery elsewhere): that log \
+             is the partition's writer now; this directory's records past its takeover seq are \
+             not in the remote tier. Keep it aside for inspection; never tier it again",
+        ),
+        e @ E::WrongRemote { .. } => CliError::new(e.to_string()).hint(
+            "pass the remote the log is bound to (see DIR/remote-binding); a log lives in one \
+             remote tier, and tiering it to a second would split it between them",
+        ),
+        e @ E::WrongPartition { .. } => CliError::new(e.to_string())
+            .hint("the directory records another topic or topic id: check DIR/topic"),
+        e @ E::CopiedDirectory { .. } => CliError::new(e.to_string()).hint(format!(
+            "if the original directory is gone for good, rebuild this log from the remote \
+             tier into a new directory: `krabka recover NEWDIR --remote REMOTE` (records this \
+             copy holds past the remote end are not in it; `krabka read {d}` shows them)"
+        )),
+        e @ E::RemoteHoldsPartition { .. } => CliError::new(e.to_string()).hint(format!(
+            "to read or continue that log, rebuild it first: `krabka recover {d} --remote REMOTE`"
+        )),
+        e @ E::NotBound { .. } => CliError::new(e.to_string()).hint(
+            "this directory is not the log that writes that partition: move it aside and \
+             `krabka recover` the partition, or tier this log under another topic",
+        ),
+        e @ E::RemoteMovedOn { .. } => CliError::new(e.to_string()).hint(format!(
+            "stop the other writer, move {d} aside and run `krabka recover` again"
+        )),
+        e @ E::Binding { .. } => CliError::new(e.to_string()).hint(
+            "restore DIR/remote-binding from a copy of the log directory; it says which remote \
+             and writer epoch the log belongs to",
+        ),
+        e @ E::Ownership { .. } => CliError::new(remote::brief(&e.to_string())).hint(
+            "an ownership record of the remote tier is unreadable or damaged: a log that cannot \
+             prove it is the partition's writer copies and deletes nothing. Check the object it \
+             names",
+        ),
         e @ E::CorruptRemote { .. } => CliError::at(action, dir, remote::brief(&e.to_string()))
             .hint("the remote copy is damaged; restore it, or re-copy it from a local segment if one is left"),
         e => CliError::at(action, dir, remote::brief(&e.to_string()))
@@ -84,11 +119,30 @@ pub fn open(
     remote_args: &RemoteArgs,
     options: Options,
     config: TieringConfig,
+    mode: Mode,
 ) -> Result<Tiered> {
     let local = open_local(log_dir, options)?;
     let rsm = remote::open(&spec, remote_args)?;
     refuse_empty_log_over_remote_data(log_dir, &local, &spec, remote_args.endpoint.as_deref())?;
-    with_remote(log_dir, local, spec, rsm, config)
+    with_remote(
+        log_dir,
+        local,
+        spec,
+        rsm,
+        remote_args.endpoint.as_deref(),
+        config,
+        mode,
+    )
+}
+
+/// Whether a command writes the partition (`tier`, `demo`: it claims or checks the writer
+/// epoch) or only reads it (`read --remote`: the binding is checked, no epoch is touched).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Copies and deletes: the partition's one writer.
+    Write,
+    /// Reads only.
+    Read,
 }
 
 /// Refuses an empty local log that was never tiered (no topic file, no metadata) when the
@@ -150,11 +204,12 @@ pub fn open_with_remote(
     log_dir: &Path,
     spec: RemoteSpec,
     rsm: Arc<dyn RemoteStorageManager>,
+    endpoint: Option<&str>,
     options: Options,
     config: TieringConfig,
 ) -> Result<Tiered> {
     let local = open_local(log_dir, options)?;
-    with_remote(log_dir, local, spec, rsm, config)
+    with_remote(log_dir, local, spec, rsm, endpoint, config, Mode::Write)
 }
 
 /// Checks `options` for tiering and opens (and locks) the local log.
@@ -172,8 +227,15 @@ fn with_remote(
     local: Log,
     spec: RemoteSpec,
     rsm: Arc<dyn RemoteStorageManager>,
+    endpoint: Option<&str>,
     config: TieringConfig,
+    mode: Mode,
 ) -> Result<Tiered> {
+    let store = remote::open_lister(&spec, endpoint)?;
+    let mut ownership = RemoteOwnership::new(store, spec.location()?);
+    if mode == Mode::Read {
+        ownership = ownership.reading();
+    }
     let recorded = topic::read_topic_file(log_dir)?;
     let metadata_dir = log_dir.join(METADATA_DIR);
     if !metadata_dir.exists() {
@@ -195,8 +257,15 @@ fn with_remote(
     if known.is_empty() {
         check_start_explained(log_dir, &local, Some(&topic), recorded.is_some())?;
     }
-    let log = TieredLog::new(local, rsm, metadata.clone(), topic.clone(), config)
-        .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
+    let log = TieredLog::new_owned(
+        local,
+        rsm,
+        metadata.clone(),
+        topic.clone(),
+        config,
+        &ownership,
+    )
+    .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
     if recorded.is_none() {
         topic::write_topic_file(log_dir, &topic)?;
     }

@@ -9,6 +9,7 @@
 //! partition <n>
 //! epoch <writer epoch>
 //! start <first seq of the epoch>
+//! since <ms since the Unix epoch: when it was bound>
 //! incarnation <uuid>
 //! directory <device>:<inode>
 //! crc32 <8 hex digits of the CRC-32 of every line before it>
@@ -39,6 +40,9 @@ pub struct Binding {
     pub epoch: u64,
     /// The first seq of its epoch, as claimed (the epoch record says the same).
     pub start_seq: u64,
+    /// When it was bound (ms since the Unix epoch): for a pending binding, when recovery read
+    /// the remote tier.
+    pub since_ms: i64,
     /// The incarnation id its epoch record carries.
     pub incarnation: Uuid,
     /// The directory's identity when it was bound: `device:inode`.
@@ -59,13 +63,14 @@ impl Binding {
     fn text(&self) -> String {
         let tp = &self.partition;
         let body = format!(
-            "{MAGIC}\nremote {}\ntopic {}\nid {}\npartition {}\nepoch {}\nstart {}\nincarnation {}\ndirectory {}\n",
+            "{MAGIC}\nremote {}\ntopic {}\nid {}\npartition {}\nepoch {}\nstart {}\nsince {}\nincarnation {}\ndirectory {}\n",
             self.location,
             tp.topic(),
             tp.topic_id(),
             tp.partition(),
             self.epoch,
             self.start_seq,
+            self.since_ms,
             self.incarnation,
             self.directory
         );
@@ -104,6 +109,7 @@ impl Binding {
         let partition = field("partition")?;
         let epoch = field("epoch")?;
         let start_seq = field("start")?;
+        let since_ms = field("since")?;
         let incarnation = field("incarnation")?;
         let directory = field("directory")?;
         let id = Uuid::parse_str(&id).map_err(|e| format!("its id `{id}` is not a UUID: {e}"))?;
@@ -116,6 +122,9 @@ impl Binding {
         let start_seq = start_seq
             .parse::<u64>()
             .map_err(|e| format!("its start `{start_seq}` is not a number: {e}"))?;
+        let since_ms = since_ms
+            .parse::<i64>()
+            .map_err(|e| format!("its since `{since_ms}` is not a number: {e}"))?;
         let incarnation = Uuid::parse_str(&incarnation)
             .map_err(|e| format!("its incarnation `{incarnation}` is not a UUID: {e}"))?;
         let tp = TopicIdPartition::new(id, topic, partition);
@@ -126,6 +135,7 @@ impl Binding {
             partition: tp,
             epoch,
             start_seq,
+            since_ms,
             incarnation,
             directory,
         })
@@ -203,6 +213,7 @@ mod tests {
             partition: TopicIdPartition::new(Uuid::from_u128(3), "clicks", 2),
             epoch: 4,
             start_seq: 1001,
+            since_ms: 1_700_000_000_000,
             incarnation: Uuid::from_u128(9),
             directory: "64769:1234".to_owned(),
         }

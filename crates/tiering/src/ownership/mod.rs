@@ -406,7 +406,7 @@ pub(crate) fn bind(
         if bound.epoch == 0 {
             // Pending (recovery bound it): claim now, unless the remote moved past the end
             // this directory was recovered to.
-            refuse_if_moved_on(dir, tp, ownership, bound.start_seq)?;
+            refuse_if_moved_on(dir, tp, ownership, bound.start_seq, bound.since_ms)?;
             let max = remote_holds(ownership.store.as_ref(), tp)?.max_epoch;
             return claim(dir, tp, ownership, bound.start_seq, max);
         }
@@ -520,6 +520,7 @@ pub fn bind_pending(
         partition: tp.clone(),
         epoch: 0,
         start_seq,
+        since_ms: now_ms(),
         incarnation: Uuid::nil(),
         directory: binding::directory_identity(dir)?,
     };
@@ -527,18 +528,22 @@ pub fn bind_pending(
     Ok(pending)
 }
 
-/// Refuses a pending claim from `start_seq` when the remote holds a segment (a manifest, in
-/// any state) starting at or after it: another writer copied past the recovered end, so it is
-/// alive, and claiming would supersede what it copied. One listing.
+/// Refuses a pending claim from `start_seq` when the remote holds a copy starting at or after
+/// it that began at or after `since_ms` (when recovery read the remote): another writer copied
+/// past the recovered end after the recovery, so it is alive, and claiming would supersede what
+/// it copied. Copies beyond the end that began before the recovery (left by a writer that
+/// died, in progress or finished out of order) do not count: the claim supersedes them. One
+/// listing, and a read of each manifest past the end.
 fn refuse_if_moved_on(
     dir: &Path,
     tp: &TopicIdPartition,
     ownership: &RemoteOwnership,
     start_seq: u64,
+    since_ms: i64,
 ) -> Result<(), Error> {
     let pdir = layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
     let prefix = format!("{pdir}/");
-    let mut beyond: Option<u64> = None;
+    let mut beyond = Vec::new();
     ownership
         .store
         .list_partition(&pdir, &mut |obj| {
@@ -547,19 +552,49 @@ fn refuse_if_moved_on(
                 layout::parse_segment_file_name(name)
                 && start >= start_seq
             {
-                beyond = Some(beyond.map_or(start, |b| b.max(start)));
+                beyond.push((start, obj.key));
             }
             Ok(())
         })
         .map_err(|e| ownership_error(tp, pdir.clone(), e))?;
-    match beyond {
-        Some(seq) => Err(Error::RemoteMovedOn {
-            dir: dir.to_path_buf(),
-            partition: tp.clone(),
-            recovered_to: start_seq.saturating_sub(1),
-            remote_seq: seq,
-        }),
-        None => Ok(()),
+    beyond.sort();
+    for (start, key) in beyond {
+        // Gone since the listing (a delete finished): nothing to hold.
+        let Some(bytes) = read_object_if_present(ownership.store.as_ref(), &key)
+            .map_err(|e| ownership_error(tp, key.clone(), e))?
+        else {
+            continue;
+        };
+        // An unreadable manifest proves nothing either way; the scan reports it.
+        let Ok(m) = krabka_remote_storage::manifest::decode(&bytes, &key) else {
+            continue;
+        };
+        if m.event_timestamp_ms() >= since_ms {
+            return Err(Error::RemoteMovedOn {
+                dir: dir.to_path_buf(),
+                partition: tp.clone(),
+                recovered_to: start_seq.saturating_sub(1),
+                remote_seq: start,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Reads a whole object, `None` when it does not exist.
+fn read_object_if_present(
+    store: &dyn OwnershipStore,
+    key: &str,
+) -> Result<Option<Vec<u8>>, RemoteStorageError> {
+    match store.read_object(key) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(RemoteStorageError::SegmentNotFound { .. }) => Ok(None),
+        Err(RemoteStorageError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -639,6 +674,7 @@ fn claim(
                 partition: tp.clone(),
                 epoch,
                 start_seq,
+                since_ms: now_ms(),
                 incarnation,
                 directory: here.clone(),
             },
