@@ -42,6 +42,13 @@ impl CliError {
         Self::new(format!("{action} {}: {cause}", path.display()))
     }
 
+    /// The same failure, with `context` said first: `{context}: {what}`.
+    #[must_use]
+    pub fn prefix(mut self, context: &str) -> Self {
+        self.what = format!("{context}: {}", self.what);
+        self
+    }
+
     /// Adds what the user can do about it.
     #[must_use]
     pub fn hint(mut self, hint: impl Into<String>) -> Self {

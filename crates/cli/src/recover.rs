@@ -68,7 +68,52 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
     })?;
     // Later `tier` and `read` runs find the topic here, as for a log tiered from this directory.
     topic::write_topic_file(dir, &tp)?;
-    print(&report, &spec.describe(), dir, started.elapsed())
+    print(&report, &spec.describe(), dir, started.elapsed())?;
+    drop(rlmm);
+    check_readable(dir, spec, &args.remote, &report)
+}
+
+/// Opens the recovered log read-only as `read --remote` would and reads its first record:
+/// a recovery that leaves a log no read can open fails (exit 1) instead of reporting success.
+fn check_readable(
+    dir: &Path,
+    spec: remote::RemoteSpec,
+    remote_args: &crate::args::RemoteArgs,
+    report: &RecoveryReport,
+) -> Result<()> {
+    let tiered = crate::tiered::open(
+        dir,
+        spec,
+        remote_args,
+        krabka_storage::Options::default(),
+        krabka_tiering::TieringConfig {
+            retention_ms: None,
+            ..krabka_tiering::TieringConfig::default()
+        },
+        crate::tiered::Mode::Read,
+    )
+    .map_err(|e| e.prefix("recovered, but the log cannot be opened"))?;
+    if let Some(range) = &report.seq_range {
+        let first = *range.start();
+        let read = tiered.log.read(first, 1).map_err(|e| {
+            crate::tiered::tiering_error(
+                &format!("recovered, but seq {first} cannot be read from"),
+                dir,
+                e,
+            )
+        })?;
+        if read.first().map(|r| r.seq) != Some(first) {
+            return Err(CliError::new(format!(
+                "recovered {}, but a read from seq {first} returned {} records",
+                dir.display(),
+                read.len()
+            )));
+        }
+    }
+    tiered
+        .log
+        .close()
+        .map_err(|e| crate::tiered::tiering_error("cannot close", dir, e))
 }
 
 /// The partition to recover: the one the log directory's topic file names, else the one

@@ -161,7 +161,7 @@ pub enum Error {
         /// The log's directory.
         dir: PathBuf,
         /// The partition.
-        partition: krabka_remote_storage::TopicIdPartition,
+        partition: Box<krabka_remote_storage::TopicIdPartition>,
         /// This log's writer epoch.
         epoch: u64,
         /// The epoch found in the remote tier.
@@ -194,9 +194,9 @@ pub enum Error {
         /// The log's directory.
         dir: PathBuf,
         /// The partition recorded in its binding.
-        bound: krabka_remote_storage::TopicIdPartition,
+        bound: Box<krabka_remote_storage::TopicIdPartition>,
         /// The partition it was opened with.
-        given: krabka_remote_storage::TopicIdPartition,
+        given: Box<krabka_remote_storage::TopicIdPartition>,
     },
     /// The directory is not the one the binding was made in (a `cp -a` copy, a restore from a
     /// backup): two copies of one log would both write the partition. Nothing was changed.
@@ -210,7 +210,7 @@ pub enum Error {
         /// The log's directory.
         dir: PathBuf,
         /// The partition.
-        partition: krabka_remote_storage::TopicIdPartition,
+        partition: Box<krabka_remote_storage::TopicIdPartition>,
         /// The epoch in the binding.
         epoch: u64,
         /// The directory identity (`device:inode`) in the binding.
@@ -233,7 +233,7 @@ pub enum Error {
         /// The remote.
         location: String,
         /// The partition.
-        partition: krabka_remote_storage::TopicIdPartition,
+        partition: Box<krabka_remote_storage::TopicIdPartition>,
         /// What the remote holds of it.
         what: String,
     },
@@ -250,7 +250,7 @@ pub enum Error {
         /// The remote.
         location: String,
         /// The partition.
-        partition: krabka_remote_storage::TopicIdPartition,
+        partition: Box<krabka_remote_storage::TopicIdPartition>,
         /// What the remote holds of it.
         what: String,
     },
@@ -267,7 +267,7 @@ pub enum Error {
         /// The log's directory.
         dir: PathBuf,
         /// The partition.
-        partition: krabka_remote_storage::TopicIdPartition,
+        partition: Box<krabka_remote_storage::TopicIdPartition>,
         /// The last seq it was recovered to.
         recovered_to: u64,
         /// The start of the newest copy beyond it.
@@ -294,7 +294,7 @@ pub enum Error {
         /// The record's key.
         key: String,
         /// The partition.
-        partition: krabka_remote_storage::TopicIdPartition,
+        partition: Box<krabka_remote_storage::TopicIdPartition>,
         /// The backend's or decoder's error.
         #[source]
         source: Box<RemoteStorageError>,

@@ -19,12 +19,15 @@ use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
 use krabka_tiering::recovery::{IgnoreReason, RecoveryOptions, recover};
 use krabka_tiering::{Error, RemoteOwnership, TieredLog, TieringConfig};
 
+/// Overwrites an object (relative key) with bytes.
+type Put = Box<dyn Fn(&str, Vec<u8>) + Send + Sync>;
+
 /// A backend under test: the SPI, the ownership store, and a way to overwrite an object.
 struct Backend {
     rsm: Arc<dyn RemoteStorageManager>,
     store: Arc<dyn OwnershipStore>,
     location: String,
-    put: Box<dyn Fn(&str, Vec<u8>) + Send + Sync>,
+    put: Put,
 }
 
 fn fs_backend(root: &Path) -> Backend {

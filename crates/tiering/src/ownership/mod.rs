@@ -152,7 +152,7 @@ impl Owner {
     fn fenced_error(&self, by: &EpochRecord) -> Error {
         Error::Fenced {
             dir: self.dir.clone(),
-            partition: self.partition.clone(),
+            partition: Box::new(self.partition.clone()),
             epoch: self.epoch,
             by_epoch: by.epoch,
             claimant: by.claimant.clone(),
@@ -260,7 +260,7 @@ impl Owner {
     fn record_error(&self, key: String, source: RemoteStorageError) -> Error {
         Error::Ownership {
             key,
-            partition: self.partition.clone(),
+            partition: Box::new(self.partition.clone()),
             source: Box::new(source),
         }
     }
@@ -305,7 +305,7 @@ impl RemoteHolds {
 fn ownership_error(tp: &TopicIdPartition, key: String, source: RemoteStorageError) -> Error {
     Error::Ownership {
         key,
-        partition: tp.clone(),
+        partition: Box::new(tp.clone()),
         source: Box::new(source),
     }
 }
@@ -387,8 +387,8 @@ pub(crate) fn bind(
         if &bound.partition != tp {
             return Err(Error::WrongPartition {
                 dir: dir.to_path_buf(),
-                bound: bound.partition,
-                given: tp.clone(),
+                bound: Box::new(bound.partition),
+                given: Box::new(tp.clone()),
             });
         }
         if ownership.read_only {
@@ -397,7 +397,7 @@ pub(crate) fn bind(
         if bound.directory != here {
             return Err(Error::CopiedDirectory {
                 dir: dir.to_path_buf(),
-                partition: tp.clone(),
+                partition: Box::new(tp.clone()),
                 epoch: bound.epoch,
                 bound: bound.directory,
                 found: here,
@@ -433,7 +433,7 @@ pub(crate) fn bind(
             return Err(Error::RemoteHoldsPartition {
                 dir: dir.to_path_buf(),
                 location: ownership.location.clone(),
-                partition: tp.clone(),
+                partition: Box::new(tp.clone()),
                 what: holds.describe(),
             });
         }
@@ -456,14 +456,14 @@ pub(crate) fn bind(
                 Error::RemoteHoldsPartition {
                     dir: dir.to_path_buf(),
                     location,
-                    partition: tp.clone(),
+                    partition: Box::new(tp.clone()),
                     what,
                 }
             } else {
                 Error::NotBound {
                     dir: dir.to_path_buf(),
                     location,
-                    partition: tp.clone(),
+                    partition: Box::new(tp.clone()),
                     what,
                 }
             });
@@ -509,8 +509,8 @@ pub fn bind_pending(
         if &bound.partition != tp {
             return Err(Error::WrongPartition {
                 dir: dir.to_path_buf(),
-                bound: bound.partition,
-                given: tp.clone(),
+                bound: Box::new(bound.partition),
+                given: Box::new(tp.clone()),
             });
         }
         return Ok(bound);
@@ -572,7 +572,7 @@ fn refuse_if_moved_on(
         if m.event_timestamp_ms() >= since_ms {
             return Err(Error::RemoteMovedOn {
                 dir: dir.to_path_buf(),
-                partition: tp.clone(),
+                partition: Box::new(tp.clone()),
                 recovered_to: start_seq.saturating_sub(1),
                 remote_seq: start,
             });
