@@ -2,12 +2,14 @@
 //! Uploads (`run_once`) against `std::fs::copy` + fsync and against the bare aws-sdk-s3 client
 //! uploading the same files one at a time and 8 in flight; cold point reads against one bare
 //! ranged GET of the same chunk; cached re-reads against a local `Log::read` of the same seq;
-//! remote-only scans against bare 1 MiB ranged GETs, one stream and 8 concurrent.
+//! remote-only scans against bare 1 MiB ranged GETs, one stream and 8 concurrent; what partition
+//! ownership costs an upload, owned against unowned ([`owned`]).
 //!
 //! The S3 server is the in-process s3s-fs server, or with `--server env` the one named by the
 //! `KRABKA_TEST_CEPH_*` variables that `scripts/ceph-rgw start` prints.
 
 mod measure;
+mod owned;
 mod sdk;
 
 use std::path::Path;
@@ -157,7 +159,7 @@ fn lat(h: &Histogram, note: &str) -> (String, f64) {
 struct S3Target {
     label: String,
     config: S3Config,
-    _server: Option<TestServer>,
+    server: Option<TestServer>,
     cleanup: bool,
 }
 
@@ -173,14 +175,14 @@ fn s3_target(rest: &[String], root: &Path) -> Result<S3Target> {
             Ok(S3Target {
                 label: "S3 (s3s-fs)".into(),
                 config: server.config(),
-                _server: Some(server),
+                server: Some(server),
                 cleanup: false,
             })
         }
         "env" => Ok(S3Target {
             label: "S3 (Ceph RGW)".into(),
             config: env_config()?,
-            _server: None,
+            server: None,
             cleanup: true,
         }),
         other => Err(format!("--server {other}: expected `env` or `in-process`").into()),
@@ -248,9 +250,10 @@ pub fn run(quick: bool, bytes: Option<u64>, rest: &[String]) -> Result<()> {
 }
 
 fn remote_fs(s: &Sizes, root: &Path, local_ref: &Log, lines: &mut Vec<Line>) -> Result<()> {
-    let rsm: Arc<dyn RemoteStorageManager> =
-        Arc::new(FsRemoteStorage::new(root.join("remote-fs"))?);
-    let p = Prepared::new(root.join("fs-local"), rsm, s)?;
+    let remote = root.join("remote-fs");
+    let fs = Arc::new(FsRemoteStorage::new(remote.clone())?);
+    let rsm: Arc<dyn RemoteStorageManager> = fs.clone();
+    let p = Prepared::new(root.join("fs-local"), rsm.clone(), s)?;
     // Each krabka row is compared with a baseline measured just before it: consecutive bulk
     // writes leave the disk in different states (writeback, the host's write cache), and the
     // same copy measured first or third differed by up to 5× between runs.
@@ -288,7 +291,16 @@ fn remote_fs(s: &Sizes, root: &Path, local_ref: &Log, lines: &mut Vec<Line>) -> 
         ),
         String::new(),
     ));
-    reread_and_scan("remote-fs", s, &up, local_ref, log_bytes, lines).map(drop)
+    reread_and_scan("remote-fs", s, &up, local_ref, log_bytes, lines)?;
+    let backend = owned::Backend {
+        name: "remote-fs",
+        tag: "fs",
+        rsm,
+        store: fs,
+        location: format!("fs://{}", std::fs::canonicalize(&remote)?.display()),
+        server: None,
+    };
+    owned::rows(s, root, &backend, lines)
 }
 
 /// The cached re-read and the scan rows of one backend, against the local log.
@@ -357,7 +369,16 @@ fn fs_copy_baseline(files: &[(std::path::PathBuf, u64)], to: &Path) -> Result<(f
 fn s3(s: &Sizes, root: &Path, local_ref: &Log, t: &S3Target, lines: &mut Vec<Line>) -> Result<()> {
     let storage = Arc::new(S3RemoteStorage::new(t.config.clone())?);
     let bare = sdk::Bare::new(storage.client().clone(), &t.config)?;
-    let result = s3_rows(s, root, local_ref, &t.label, storage, &bare, lines);
+    let backend = owned::Backend {
+        name: &t.label,
+        tag: "s3",
+        rsm: storage.clone(),
+        store: storage.clone(),
+        location: format!("s3://{}/{}", t.config.bucket, t.config.prefix),
+        server: t.server.as_ref(),
+    };
+    let result = s3_rows(s, root, local_ref, &t.label, storage, &bare, lines)
+        .and_then(|()| owned::rows(s, root, &backend, lines));
     if t.cleanup {
         let deleted = bare.delete_all();
         if let Err(e) = &deleted {

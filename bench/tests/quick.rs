@@ -50,6 +50,11 @@ fn tiering_quick_measures_both_backends() {
         "local Log::read of the same seq",
         "8 concurrent 1 MiB ranged GETs",
         "one stream of 1 MiB ranged GETs",
+        "ownership: store requests per copied segment of an owned upload to remote-fs",
+        "ownership: store requests of an owned first open on S3 (s3s-fs)",
+        "ownership: requests the S3 server received per copied segment",
+        "ownership: upload to remote-fs, owned (open_owned) against unowned",
+        "ownership: upload to S3 (s3s-fs), owned (open_owned) against unowned",
     ] {
         assert!(out.contains(line), "{line} missing:\n{out}");
     }

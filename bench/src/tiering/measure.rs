@@ -12,7 +12,7 @@ use krabka_remote_storage::{
 };
 use krabka_storage::segment::verify_segment_files;
 use krabka_storage::{Log, SegmentInfo};
-use krabka_tiering::{TieredLog, TieringConfig};
+use krabka_tiering::{RemoteOwnership, RemoteRequests, TieredLog, TieringConfig};
 
 use super::{COPY_CONCURRENCY, Sizes, fill, mbps, options};
 use crate::Result;
@@ -43,16 +43,39 @@ pub struct Prepared {
 impl Prepared {
     /// Opens a tiered log in `dir` over `rsm` and fills it with the workload.
     pub fn new(dir: PathBuf, rsm: Arc<dyn RemoteStorageManager>, s: &Sizes) -> Result<Self> {
+        Self::with_owner(dir, rsm, s, None)
+    }
+
+    /// As [`new`](Self::new); with `ownership`, the log is opened with
+    /// `TieredLog::open_owned` (a fresh partition: the open claims its first writer epoch).
+    pub fn with_owner(
+        dir: PathBuf,
+        rsm: Arc<dyn RemoteStorageManager>,
+        s: &Sizes,
+        ownership: Option<&RemoteOwnership>,
+    ) -> Result<Self> {
         let rlmm = Arc::new(InMemoryRemoteLogMetadataManager::new());
         let tp = TopicIdPartition::new(Uuid::new_v4(), "bench", 0);
-        let log = TieredLog::open(
-            &dir,
-            options(s),
-            Arc::clone(&rsm),
-            rlmm.clone(),
-            tp.clone(),
-            config(krabka_tiering::DEFAULT_CACHE_BYTES),
-        )?;
+        let config = config(krabka_tiering::DEFAULT_CACHE_BYTES);
+        let log = match ownership {
+            None => TieredLog::open(
+                &dir,
+                options(s),
+                Arc::clone(&rsm),
+                rlmm.clone(),
+                tp.clone(),
+                config,
+            )?,
+            Some(o) => TieredLog::open_owned(
+                &dir,
+                options(s),
+                Arc::clone(&rsm),
+                rlmm.clone(),
+                tp.clone(),
+                config,
+                o,
+            )?,
+        };
         fill(|m| Ok(log.append_batch(m).map(drop)?), s)?;
         log.log().roll()?;
         let segments = log
@@ -146,7 +169,15 @@ impl Prepared {
     /// over the bytes of every file it uploads, as the baselines count them (`bytes_copied`
     /// counts the `.log` files only).
     pub fn upload(self) -> Result<(Uploaded, f64)> {
+        let (up, run) = self.upload_run()?;
+        Ok((up, mbps(run.bytes, run.secs)))
+    }
+
+    /// [`upload`](Self::upload), returning what it measured: bytes, seconds, segments copied
+    /// and the remote storage manager calls the round made.
+    pub fn upload_run(self) -> Result<(Uploaded, UploadRun)> {
         let bytes: u64 = self.files().iter().map(|(_, n)| n).sum();
+        let before = self.log.stats().requests;
         super::settle();
         let start = Instant::now();
         let report = self.log.run_once()?;
@@ -154,6 +185,7 @@ impl Prepared {
         if let Some(e) = report.failures.first() {
             return Err(format!("tiering round failed: {e}").into());
         }
+        let after = self.log.stats().requests;
         self.log.close()?;
         if report.segments_copied != self.segments.len() as u64 {
             return Err(format!(
@@ -169,8 +201,32 @@ impl Prepared {
             tp: self.tp,
             dir: self.dir,
         };
-        Ok((up, mbps(bytes, secs)))
+        let requests = RemoteRequests {
+            copy: after.copy - before.copy,
+            fetch_log: after.fetch_log - before.fetch_log,
+            fetch_index: after.fetch_index - before.fetch_index,
+            delete: after.delete - before.delete,
+        };
+        let run = UploadRun {
+            bytes,
+            secs,
+            segments: report.segments_copied,
+            requests,
+        };
+        Ok((up, run))
     }
+}
+
+/// What one timed upload measured.
+pub struct UploadRun {
+    /// Bytes of every file uploaded (`.log`, `.index`, `.timeindex`).
+    pub bytes: u64,
+    /// Seconds of the `run_once`.
+    pub secs: f64,
+    /// Segments it copied.
+    pub segments: u64,
+    /// The remote storage manager calls it made (`TieredLog::stats().requests`).
+    pub requests: RemoteRequests,
 }
 
 /// An uploaded log's parts, to reopen it with a given cache.

@@ -19,7 +19,7 @@
 //! use krabka_remote_storage::{TopicIdPartition, Uuid};
 //! use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
 //! use krabka_storage::Options;
-//! use krabka_tiering::{TieredLog, TieringConfig, fs::FsRemoteStorage};
+//! use krabka_tiering::{RemoteOwnership, TieredLog, TieringConfig, fs::FsRemoteStorage};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let remote = Arc::new(FsRemoteStorage::new(dir.path().join("remote"))?);
@@ -27,7 +27,9 @@
 //! let topic = TopicIdPartition::new(Uuid::new_v4(), "clicks", 0);
 //! let config = TieringConfig { local_retention_bytes: Some(0), retention_ms: None, ..TieringConfig::default() };
 //! let options = Options { max_bytes: 4096, ..Options::default() };
-//! let log = TieredLog::open(dir.path().join("log"), options, remote, metadata, topic, config)?;
+//! // The partition's one writer: bound to this remote, holding a writer epoch in it.
+//! let owner = RemoteOwnership::new(remote.clone(), "fs://remote");
+//! let log = TieredLog::open_owned(dir.path().join("log"), options, remote, metadata, topic, config, &owner)?;
 //! let clicks: Vec<Message> = (0..1000).map(|i| Message::new(format!("click {i}")).with_key("user-1")).collect();
 //! log.append_batch(&clicks)?;
 //! log.run_once()?; // copy closed segments to the remote, then apply local retention

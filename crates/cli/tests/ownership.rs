@@ -254,11 +254,11 @@ fn a_second_writer_on_one_partition_is_refused_before_its_first_copy() {
     fails_with(&["tier", log_s, "--remote", &remote], &["in use"]);
     // A copy of the directory (cp -a while the writer runs; its lock file is not a lock).
     let copy = work.path().join("b").join("orders");
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
     let status = Command::new("cp")
         .args(["-a", log_s, copy.to_str().unwrap()])
         .status();
     if status.is_err() || !status.unwrap().success() {
-        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
         copy_tree(&log, &copy);
     }
     let manifests = count_objects(&remote_dir, ".manifest");

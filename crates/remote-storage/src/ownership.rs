@@ -72,7 +72,7 @@ pub const MAX_RECORD_LEN: usize = 4096;
 /// at a character boundary).
 pub const MAX_CLAIMANT_LEN: usize = 1024;
 
-/// The segment format of krabka's own frames (`docs/format.md`, "Segment files"), as an
+/// The segment format of krabka's own frames (`docs/format.md`, "Segment log"), as an
 /// [`IdentityRecord`] records it.
 pub const LOG_FORMAT_KRABKA_FRAMES: u16 = 1;
 

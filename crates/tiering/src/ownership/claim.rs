@@ -1,0 +1,477 @@
+//! Claiming a writer epoch: what the remote holds of a partition, binding a log (or a
+//! recovered directory, as pending) to it, the probe of create-only writes, and the claim.
+
+use std::path::Path;
+
+use krabka_remote_storage::metadata::RemoteLogMetadataManager;
+use krabka_remote_storage::ownership::{
+    self as records, EpochRecord, IdentityRecord, OwnershipStore, ProbeOutcome,
+};
+use krabka_remote_storage::{
+    RemoteLogSegmentState, RemoteStorageError, TopicIdPartition, Uuid, layout, now_ms,
+};
+use parking_lot::Mutex;
+
+use super::binding::{self, Binding};
+use super::{Owner, RemoteOwnership};
+use crate::error::Error;
+
+/// How many times a claim lists the epochs again after losing a race for the next one.
+const CLAIM_ATTEMPTS: usize = 16;
+
+/// What the remote holds of a partition, for deciding whether a log may claim it.
+struct RemoteHolds {
+    identity: Option<IdentityRecord>,
+    /// The highest epoch listed (readable or not), 0 for none.
+    max_epoch: u64,
+    newest: Option<EpochRecord>,
+    segment_objects: u64,
+}
+
+impl RemoteHolds {
+    fn anything(&self) -> bool {
+        self.identity.is_some() || self.max_epoch > 0 || self.segment_objects > 0
+    }
+
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.segment_objects > 0 {
+            parts.push(format!("{} segment objects", self.segment_objects));
+        }
+        match &self.newest {
+            Some(e) => parts.push(format!(
+                "writer epoch {} claimed by {} at {} ms",
+                e.epoch, e.claimant, e.claimed_ms
+            )),
+            None if self.max_epoch > 0 => {
+                parts.push(format!("writer epoch {} (unreadable)", self.max_epoch));
+            }
+            None => {}
+        }
+        if parts.is_empty() && self.identity.is_some() {
+            parts.push("its identity record".to_owned());
+        }
+        parts.join(", ")
+    }
+}
+
+fn ownership_error(tp: &TopicIdPartition, key: String, source: RemoteStorageError) -> Error {
+    Error::Ownership {
+        key,
+        partition: Box::new(tp.clone()),
+        source: Box::new(source),
+    }
+}
+
+/// Lists what the remote holds of `tp`: its identity (checked against `tp`), its epochs and
+/// how many segment objects.
+fn remote_holds(store: &dyn OwnershipStore, tp: &TopicIdPartition) -> Result<RemoteHolds, Error> {
+    let dir = layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    let identity_key = layout::identity_key(&dir);
+    let identity = match records::read_record(store, &identity_key)
+        .map_err(|e| ownership_error(tp, identity_key.clone(), e))?
+    {
+        None => None,
+        Some(bytes) => {
+            let record = IdentityRecord::decode(&bytes, &identity_key)
+                .map_err(|e| ownership_error(tp, identity_key.clone(), e))?;
+            if &record.partition != tp {
+                return Err(ownership_error(
+                    tp,
+                    identity_key.clone(),
+                    RemoteStorageError::Corrupt {
+                        location: identity_key,
+                        reason: format!("identity record: it names partition {}", record.partition),
+                    },
+                ));
+            }
+            Some(record)
+        }
+    };
+    let mut segment_objects = 0u64;
+    let prefix = format!("{dir}/");
+    store
+        .list_partition(&dir, &mut |obj| {
+            let name = obj.key.strip_prefix(&prefix).unwrap_or(&obj.key);
+            if !layout::is_ownership_name(name) {
+                segment_objects += 1;
+            }
+            Ok(())
+        })
+        .map_err(|e| ownership_error(tp, dir.clone(), e))?;
+    let (epochs, unreadable) = records::list_epochs(store, &dir, false)
+        .map_err(|e| ownership_error(tp, dir.clone(), e))?;
+    let max_epoch = epochs
+        .iter()
+        .map(|e| e.epoch)
+        .chain(unreadable.iter().copied())
+        .max()
+        .unwrap_or(0);
+    Ok(RemoteHolds {
+        identity,
+        max_epoch,
+        newest: epochs.into_iter().next_back(),
+        segment_objects,
+    })
+}
+
+/// Binds the log in `dir` (whose local state is `local_empty` and whose metadata `rlmm` holds)
+/// to `ownership`'s remote as partition `tp`, claiming an epoch when it is not bound yet, and
+/// checks the epoch it holds. See the [module docs](self).
+pub(crate) fn bind(
+    dir: &Path,
+    tp: &TopicIdPartition,
+    ownership: &RemoteOwnership,
+    local_empty: bool,
+    local_first_seq: u64,
+    rlmm: &dyn RemoteLogMetadataManager,
+) -> Result<Owner, Error> {
+    let partition_dir =
+        layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    let here = binding::directory_identity(dir)?;
+    if let Some(bound) = binding::read(dir)? {
+        if bound.location != ownership.location {
+            return Err(Error::WrongRemote {
+                dir: dir.to_path_buf(),
+                bound: bound.location,
+                given: ownership.location.clone(),
+            });
+        }
+        if &bound.partition != tp {
+            return Err(Error::WrongPartition {
+                dir: dir.to_path_buf(),
+                bound: Box::new(bound.partition),
+                given: Box::new(tp.clone()),
+            });
+        }
+        if ownership.read_only {
+            return Ok(Owner::reader(ownership, dir, tp, partition_dir));
+        }
+        if bound.directory != here {
+            return Err(Error::CopiedDirectory {
+                dir: dir.to_path_buf(),
+                partition: Box::new(tp.clone()),
+                epoch: bound.epoch,
+                bound: bound.directory,
+                found: here,
+            });
+        }
+        if bound.epoch == 0 {
+            // Pending (recovery bound it): claim now, unless the remote moved past the end
+            // this directory was recovered to.
+            refuse_if_moved_on(dir, tp, ownership, bound.start_seq, bound.since_ms)?;
+            let max = remote_holds(ownership.store.as_ref(), tp)?.max_epoch;
+            return claim(dir, tp, ownership, bound.start_seq, max);
+        }
+        let enforced = probe(ownership, tp, &partition_dir)?;
+        let owner = Owner {
+            read_only: false,
+            store: ownership.store.clone(),
+            dir: dir.to_path_buf(),
+            partition: tp.clone(),
+            partition_dir,
+            epoch: bound.epoch,
+            start_seq: bound.start_seq,
+            incarnation: bound.incarnation,
+            enforced,
+            fenced: Mutex::new(None),
+        };
+        ensure_identity(ownership, tp)?;
+        owner.check()?;
+        return Ok(owner);
+    }
+    let holds = remote_holds(ownership.store.as_ref(), tp)?;
+    if ownership.read_only {
+        if holds.anything() && local_empty {
+            return Err(Error::RemoteHoldsPartition {
+                dir: dir.to_path_buf(),
+                location: ownership.location.clone(),
+                partition: Box::new(tp.clone()),
+                what: holds.describe(),
+            });
+        }
+        return Ok(Owner::reader(ownership, dir, tp, partition_dir));
+    }
+    if holds.anything() {
+        let known = rlmm
+            .list_remote_log_segments(tp)
+            .map_err(|e| Error::metadata("list", None, e))?;
+        let tiered_here = known.iter().any(|m| {
+            matches!(
+                m.state(),
+                RemoteLogSegmentState::CopySegmentFinished
+                    | RemoteLogSegmentState::DeleteSegmentStarted
+            )
+        });
+        if !tiered_here {
+            let (location, what) = (ownership.location.clone(), holds.describe());
+            return Err(if local_empty {
+                Error::RemoteHoldsPartition {
+                    dir: dir.to_path_buf(),
+                    location,
+                    partition: Box::new(tp.clone()),
+                    what,
+                }
+            } else {
+                Error::NotBound {
+                    dir: dir.to_path_buf(),
+                    location,
+                    partition: Box::new(tp.clone()),
+                    what,
+                }
+            });
+        }
+    }
+    // A log tiered before bindings existed claims from the end of what its metadata records as
+    // remote; a new log from its first seq.
+    let start_seq = rlmm
+        .list_remote_log_segments(tp)
+        .map_err(|e| Error::metadata("list", None, e))?
+        .iter()
+        .filter(|m| m.state() == RemoteLogSegmentState::CopySegmentFinished)
+        .map(|m| m.end_offset().saturating_add(1))
+        .max()
+        .unwrap_or(local_first_seq);
+    claim(dir, tp, ownership, start_seq, holds.max_epoch)
+}
+
+/// Binds the log in `dir`, just recovered from the remote tier alone, to `location` and `tp`
+/// as a **pending** claim from `start_seq` (the seq after the recovered end): recovery fences
+/// nobody (a drill beside a live writer changes nothing for it); the log's first owned open
+/// claims the next epoch, unless the remote moved past `start_seq` meanwhile
+/// ([`Error::RemoteMovedOn`]: the old writer is alive and copying). A binding already there for
+/// the same remote and partition is kept (recovery runs again to the same result).
+///
+/// # Errors
+/// [`Error::WrongRemote`] / [`Error::WrongPartition`] when `dir` is bound to another remote or
+/// partition; [`Error::Binding`] when the binding cannot be read or written.
+pub fn bind_pending(
+    dir: &Path,
+    tp: &TopicIdPartition,
+    location: &str,
+    start_seq: u64,
+) -> Result<Binding, Error> {
+    if let Some(bound) = binding::read(dir)? {
+        if bound.location != location {
+            return Err(Error::WrongRemote {
+                dir: dir.to_path_buf(),
+                bound: bound.location,
+                given: location.to_owned(),
+            });
+        }
+        if &bound.partition != tp {
+            return Err(Error::WrongPartition {
+                dir: dir.to_path_buf(),
+                bound: Box::new(bound.partition),
+                given: Box::new(tp.clone()),
+            });
+        }
+        return Ok(bound);
+    }
+    let pending = Binding {
+        location: location.to_owned(),
+        partition: tp.clone(),
+        epoch: 0,
+        start_seq,
+        since_ms: now_ms(),
+        incarnation: Uuid::nil(),
+        directory: binding::directory_identity(dir)?,
+    };
+    binding::write(dir, &pending)?;
+    Ok(pending)
+}
+
+/// Refuses a pending claim from `start_seq` when the remote holds a copy starting at or after
+/// it that began at or after `since_ms` (when recovery read the remote): another writer copied
+/// past the recovered end after the recovery, so it is alive, and claiming would supersede what
+/// it copied. Copies beyond the end that began before the recovery (left by a writer that
+/// died, in progress or finished out of order) do not count: the claim supersedes them. One
+/// listing, and a read of each manifest past the end.
+fn refuse_if_moved_on(
+    dir: &Path,
+    tp: &TopicIdPartition,
+    ownership: &RemoteOwnership,
+    start_seq: u64,
+    since_ms: i64,
+) -> Result<(), Error> {
+    let pdir = layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    let prefix = format!("{pdir}/");
+    let mut beyond = Vec::new();
+    ownership
+        .store
+        .list_partition(&pdir, &mut |obj| {
+            let name = obj.key.strip_prefix(&prefix).unwrap_or(&obj.key);
+            if let Some((start, _, layout::SegmentFile::Manifest)) =
+                layout::parse_segment_file_name(name)
+                && start >= start_seq
+            {
+                beyond.push((start, obj.key));
+            }
+            Ok(())
+        })
+        .map_err(|e| ownership_error(tp, pdir.clone(), e))?;
+    beyond.sort();
+    for (start, key) in beyond {
+        // Gone since the listing (a delete finished): nothing to hold.
+        let Some(bytes) = read_object_if_present(ownership.store.as_ref(), &key)
+            .map_err(|e| ownership_error(tp, key.clone(), e))?
+        else {
+            continue;
+        };
+        // An unreadable manifest proves nothing either way; the scan reports it.
+        let Ok(m) = krabka_remote_storage::manifest::decode(&bytes, &key) else {
+            continue;
+        };
+        if m.event_timestamp_ms() >= since_ms {
+            return Err(Error::RemoteMovedOn {
+                dir: dir.to_path_buf(),
+                partition: Box::new(tp.clone()),
+                recovered_to: start_seq.saturating_sub(1),
+                remote_seq: start,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Reads a whole object, `None` when it does not exist.
+fn read_object_if_present(
+    store: &dyn OwnershipStore,
+    key: &str,
+) -> Result<Option<Vec<u8>>, RemoteStorageError> {
+    match store.read_object(key) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(RemoteStorageError::SegmentNotFound { .. }) => Ok(None),
+        Err(RemoteStorageError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Probes whether the store enforces create-only writes (once per open): an ignoring store is
+/// reported and gets the documented fallback (claims read back, no restored records).
+fn probe(
+    ownership: &RemoteOwnership,
+    tp: &TopicIdPartition,
+    partition_dir: &str,
+) -> Result<bool, Error> {
+    match records::probe(ownership.store.as_ref(), partition_dir)
+        .map_err(|e| ownership_error(tp, format!("{partition_dir}/{}", layout::PROBE_PREFIX), e))?
+    {
+        ProbeOutcome::Enforced => Ok(true),
+        _ => {
+            tracing::warn!(partition = %tp, location = %ownership.location,
+                "the remote store ignores create-only writes: writer epochs are claimed and read \
+                 back, and a second writer is fenced at its next check, not before its first copy");
+            Ok(false)
+        }
+    }
+}
+
+/// Writes the partition's identity record when it is missing (create-only); a record naming
+/// another partition or that does not decode is an error.
+fn ensure_identity(ownership: &RemoteOwnership, tp: &TopicIdPartition) -> Result<(), Error> {
+    let dir = layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    let key = layout::identity_key(&dir);
+    let record = IdentityRecord::new(tp.clone(), now_ms());
+    match ownership.store.create_if_absent(&key, &record.encode()) {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            let bytes = records::read_record(ownership.store.as_ref(), &key)
+                .map_err(|e| ownership_error(tp, key.clone(), e))?
+                .unwrap_or_default();
+            let found = IdentityRecord::decode(&bytes, &key)
+                .map_err(|e| ownership_error(tp, key.clone(), e))?;
+            if &found.partition == tp {
+                Ok(())
+            } else {
+                Err(ownership_error(
+                    tp,
+                    key.clone(),
+                    RemoteStorageError::Corrupt {
+                        location: key,
+                        reason: format!("identity record: it names partition {}", found.partition),
+                    },
+                ))
+            }
+        }
+        Err(e) => Err(ownership_error(tp, key, e)),
+    }
+}
+
+/// Claims the epoch after `max_epoch` (listing again after a lost race) from `start_seq` on,
+/// and binds `dir` to it: the binding first, the epoch record second.
+fn claim(
+    dir: &Path,
+    tp: &TopicIdPartition,
+    ownership: &RemoteOwnership,
+    start_seq: u64,
+    mut max_epoch: u64,
+) -> Result<Owner, Error> {
+    let partition_dir =
+        layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    let enforced = probe(ownership, tp, &partition_dir)?;
+    ensure_identity(ownership, tp)?;
+    let here = binding::directory_identity(dir)?;
+    let incarnation = Uuid::new_v4();
+    let claimant = format!("{} dir {}", ownership.claimant, dir.display());
+    for _ in 0..CLAIM_ATTEMPTS {
+        let epoch = max_epoch.saturating_add(1);
+        binding::write(
+            dir,
+            &Binding {
+                location: ownership.location.clone(),
+                partition: tp.clone(),
+                epoch,
+                start_seq,
+                since_ms: now_ms(),
+                incarnation,
+                directory: here.clone(),
+            },
+        )?;
+        let record = EpochRecord::new(epoch, start_seq, incarnation, now_ms(), claimant.clone());
+        let key = layout::epoch_key(&partition_dir, epoch);
+        let created = ownership
+            .store
+            .create_if_absent(&key, &record.encode())
+            .map_err(|e| ownership_error(tp, key.clone(), e))?;
+        if created {
+            let owner = Owner {
+                read_only: false,
+                store: ownership.store.clone(),
+                dir: dir.to_path_buf(),
+                partition: tp.clone(),
+                partition_dir,
+                epoch,
+                start_seq,
+                incarnation,
+                enforced,
+                fenced: Mutex::new(None),
+            };
+            // Read back: on a store that ignores the condition, a racing claimant's record may
+            // have replaced ours.
+            owner.check()?;
+            tracing::info!(partition = %tp, dir = %dir.display(), epoch, start_seq,
+                "claimed writer epoch");
+            return Ok(owner);
+        }
+        max_epoch = remote_holds(ownership.store.as_ref(), tp)?
+            .max_epoch
+            .max(epoch);
+    }
+    Err(ownership_error(
+        tp,
+        layout::epoch_key(&partition_dir, max_epoch.saturating_add(1)),
+        RemoteStorageError::Retriable {
+            operation: "claim".to_owned(),
+            location: layout::epoch_key(&partition_dir, max_epoch.saturating_add(1)),
+            message: format!(
+                "lost the race for the next writer epoch {CLAIM_ATTEMPTS} times in a row"
+            ),
+            source: None,
+        },
+    ))
+}
