@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! krabka-bench storage [--quick] [--bytes N]   # krabka-storage vs commitlog, okaywal, plain files
-//! krabka-bench tiering [--quick] [--bytes N] [--server env]  # uploads, cold/cached remote reads, remote scans
+//! krabka-bench tiering [--quick] [--bytes N] [--server env]  # uploads, cold/cached remote reads, remote scans, ownership cost
 //! krabka-bench transform [--quick] [--bytes N] # compressed/encrypted remote tier vs untransformed
 //! krabka-bench scale [--quick] [--partitions N] # one tiering service over many partitions
 //! ```

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use krabka_storage::Record;
 
 use crate::args::ReadArgs;
-use crate::error::Result;
+use crate::error::{CliError, Result};
 use crate::inspect::{show_bytes, timestamp};
 use crate::output::errln;
 use crate::reader::LocalReader;
@@ -128,6 +128,20 @@ fn print_records(args: &ReadArgs, source: &mut dyn Source) -> Result<()> {
             Err(e)
         }
         (Ok(()), Err(e)) => Err(e),
+        (Ok(()), Ok(())) if !source.lost().is_empty() => {
+            errln!("{summary}");
+            let lost: Vec<String> = source
+                .lost()
+                .iter()
+                .map(|r| format!("{}..={}", r.start(), r.end()))
+                .collect();
+            Err(CliError::new(format!(
+                "the log is incomplete: seqs {} are lost (no tier holds them); every other \
+                 record was printed",
+                lost.join(", ")
+            ))
+            .hint("`krabka recover` reported the damaged or missing remote segments behind them"))
+        }
         (Ok(()), Ok(())) => {
             errln!("{summary}");
             Ok(())

@@ -247,6 +247,15 @@ fn print(
         )?,
         None => outln!("  recovered       no segments: no whole segment under this partition")?,
     }
+    for hole in &report.holes {
+        outln!(
+            "  hole            seqs {}..={} are lost: no whole segment holds them ({} records; \
+             the segments on both sides are recovered)",
+            hole.start(),
+            hole.end(),
+            human::count(hole.end().saturating_sub(*hole.start()).saturating_add(1))
+        )?;
+    }
     match &report.local_log {
         LocalLogOutcome::StartedAt(seq) => {
             outln!("  local log       {} continues at seq {seq}", dir.display())?;

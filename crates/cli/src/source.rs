@@ -16,6 +16,11 @@ use crate::tiered::{self, Tiered, tiering_error};
 pub trait Source {
     /// Up to `max` records from where the previous call stopped; empty when caught up.
     fn next_records(&mut self, max: usize) -> Result<Vec<Record>>;
+
+    /// The seq ranges skipped so far because no tier holds them (holes a recovery reported).
+    fn lost(&self) -> &[std::ops::RangeInclusive<u64>] {
+        &[]
+    }
 }
 
 impl Source for LocalReader {
@@ -28,6 +33,8 @@ impl Source for LocalReader {
 pub struct TieredSource {
     tiered: Tiered,
     next: u64,
+    /// Holes skipped, each noted on stderr when met.
+    lost: Vec<std::ops::RangeInclusive<u64>>,
 }
 
 impl TieredSource {
@@ -55,7 +62,11 @@ impl TieredSource {
             },
             tiered::Mode::Read,
         )?;
-        Ok(Self { tiered, next: from })
+        Ok(Self {
+            tiered,
+            next: from,
+            lost: Vec::new(),
+        })
     }
 }
 
@@ -86,14 +97,37 @@ impl Source for TieredSource {
                 next_append,
             ));
         }
-        let records = self
-            .tiered
-            .log
-            .read(self.next, max)
-            .map_err(|e| tiering_error("cannot read", &dir, e))?;
-        if let Some(last) = records.last() {
-            self.next = last.seq.saturating_add(1);
+        // A hole a recovery reported is skipped, named on stderr and in the final error;
+        // bounded: each pass skips one hole or returns.
+        for _ in 0..=self.lost.len().saturating_add(1024) {
+            match self.tiered.log.read(self.next, max) {
+                Err(krabka_tiering::Error::RemoteHole { from, to, .. }) if to >= self.next => {
+                    crate::output::note(format_args!(
+                        "seqs {from}..={to} are lost: no tier holds them (a hole recovery \
+                         reported); reading on from seq {}",
+                        to.saturating_add(1)
+                    ));
+                    self.lost.push(from..=to);
+                    self.next = to.saturating_add(1);
+                }
+                Err(e) => return Err(tiering_error("cannot read", &dir, e)),
+                Ok(records) => {
+                    if let Some(last) = records.last() {
+                        self.next = last.seq.saturating_add(1);
+                    }
+                    return Ok(records);
+                }
+            }
         }
-        Ok(records)
+        Err(CliError::new(format!(
+            "cannot read {}: more than {} holes met from seq {}",
+            dir.display(),
+            self.lost.len(),
+            self.next
+        )))
+    }
+
+    fn lost(&self) -> &[std::ops::RangeInclusive<u64>] {
+        &self.lost
     }
 }

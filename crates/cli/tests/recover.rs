@@ -68,3 +68,92 @@ fn recover_without_remote_is_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--remote"));
 }
+
+#[test]
+fn one_damaged_remote_segment_costs_only_its_own_seqs_and_every_read_says_so() {
+    let work = tempfile::tempdir().unwrap();
+    let log = work.path().join("a").join("orders");
+    let remote_dir = work.path().join("remote");
+    let remote = format!("fs://{}", remote_dir.display());
+    let log_s = log.to_str().unwrap();
+    krabka(&[
+        "produce",
+        log_s,
+        "--generate",
+        "3000",
+        "--segment-bytes",
+        "32KiB",
+    ]);
+    let acknowledged = String::from_utf8_lossy(&krabka(&["read", log_s]).stdout).into_owned();
+    krabka(&[
+        "tier",
+        log_s,
+        "--remote",
+        &remote,
+        "--local-retention-bytes",
+        "0",
+    ]);
+    // Truncate the `.log` object of one segment in the middle of the remote range.
+    let part = std::fs::read_dir(&remote_dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut logs: Vec<_> = std::fs::read_dir(&part)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    assert!(logs.len() > 10, "{} segments", logs.len());
+    let victim = &logs[logs.len() / 2];
+    let bytes = std::fs::read(victim).unwrap();
+    std::fs::write(victim, &bytes[..bytes.len() - 5]).unwrap();
+    // Lose the disk, recover: the segments on both sides of the damaged one come back.
+    let lost = work.path().join("b").join("orders");
+    let lost_s = lost.to_str().unwrap();
+    let out = krabka(&["recover", lost_s, "--remote", &remote]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let hole_line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("hole"))
+        .unwrap_or_else(|| panic!("no hole reported: {stdout}"));
+    let (from, to) = hole_line
+        .split("seqs ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|r| r.split_once("..="))
+        .map(|(a, b)| (a.parse::<u64>().unwrap(), b.parse::<u64>().unwrap()))
+        .unwrap();
+    assert!(
+        stdout.contains("recovered") && stdout.contains("seq 1..="),
+        "{stdout}"
+    );
+    // A read prints every other record, names the lost seqs, and exits 1.
+    let read = Command::new(env!("CARGO_BIN_EXE_krabka"))
+        .args(["read", lost_s, "--remote", &remote])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&read.stderr);
+    assert_eq!(read.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("seqs {from}..={to} are lost")),
+        "{stderr}"
+    );
+    let printed = String::from_utf8_lossy(&read.stdout);
+    let expected: Vec<&str> = acknowledged
+        .lines()
+        .filter(|l| {
+            let seq: u64 = l.split('\t').next().unwrap().parse().unwrap();
+            !(from..=to).contains(&seq)
+        })
+        .take(printed.lines().count())
+        .collect();
+    assert_eq!(printed.lines().collect::<Vec<_>>(), expected);
+    assert!(
+        printed.lines().count() as u64 >= to,
+        "records after the hole were read"
+    );
+}

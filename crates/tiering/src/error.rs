@@ -273,6 +273,22 @@ pub enum Error {
         /// The start of the newest copy beyond it.
         remote_seq: u64,
     },
+    /// A read met seqs that no segment of either tier holds: a hole a recovery reported (a
+    /// damaged or lost remote segment). The records on both sides are readable; read again
+    /// from `to + 1`.
+    #[error(
+        "seqs {from}..={to} of partition {partition} are lost: no segment of either tier holds \
+         them (a hole recovery reported); the records after them are readable from seq {}",
+        to.saturating_add(1)
+    )]
+    RemoteHole {
+        /// The partition.
+        partition: Box<krabka_remote_storage::TopicIdPartition>,
+        /// The first lost seq.
+        from: u64,
+        /// The last lost seq.
+        to: u64,
+    },
     /// The log was opened to read only: it copies and deletes nothing.
     #[error("the log in {} was opened to read only: it copies and deletes nothing", dir.display())]
     ReadOnly {

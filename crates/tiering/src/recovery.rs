@@ -180,6 +180,10 @@ pub struct RecoveryReport {
     pub local_log: LocalLogOutcome,
     /// The local log's binding to the remote ([`RecoveryOptions::bind_to`]).
     pub binding: Option<crate::ownership::Binding>,
+    /// Seq ranges between the recovered segments that no whole segment holds (a damaged or
+    /// lost segment): lost, each costing its own seqs only; a read of them fails with
+    /// [`Error::RemoteHole`](crate::Error::RemoteHole).
+    pub holes: Vec<RangeInclusive<u64>>,
 }
 
 /// Rebuilds `tp`'s metadata in `metadata` from the remote tier `lister` lists, and sets up
@@ -209,6 +213,7 @@ pub fn recover(
         orphans,
         rebuilt,
         ignored,
+        holes,
         ..
     } = scan_with(
         lister,
@@ -274,6 +279,7 @@ pub fn recover(
         deleted,
         local_log,
         binding,
+        holes,
     })
 }
 

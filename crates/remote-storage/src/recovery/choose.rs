@@ -13,17 +13,49 @@ type ByStart = BTreeMap<u64, RemoteLogSegmentMetadata>;
 type Superseded = Vec<(RemoteLogSegmentMetadata, IgnoreReason)>;
 /// Whole segments stranded before a hole, with why.
 type Stranded = Vec<(RemoteLogSegmentMetadata, String)>;
-/// What [`choose`] returns: the log's segments, the superseded ones, the stranded ones.
-type Chosen = (Vec<RemoteLogSegmentMetadata>, Superseded, Stranded);
+/// Seq ranges inside the chosen segments' span that no chosen segment holds.
+pub(super) type Holes = Vec<std::ops::RangeInclusive<u64>>;
+/// What [`choose`] returns: the log's segments, the superseded ones, the stranded ones, and
+/// the holes between the chosen ones.
+type Chosen = (Vec<RemoteLogSegmentMetadata>, Superseded, Stranded, Holes);
 
 /// Steps 2 and 3 of the [module docs](super): the recovered segments in seq order, the
 /// superseded ones, and the whole ones stranded before a hole.
-pub(super) fn choose(whole: Vec<RemoteLogSegmentMetadata>, epochs: &[EpochRecord]) -> Chosen {
+///
+/// `unfinished` holds the seq ranges of copies that began and never finished (in-progress or
+/// abandoned manifests): a hole such a copy covers is where a writer stopped, so whole segments
+/// after it (copies that completed out of order, concurrently with the unfinished one, which
+/// no writer records as finished before the older one) are left out and the run before it is
+/// the log.
+pub(super) fn choose(
+    whole: Vec<RemoteLogSegmentMetadata>,
+    epochs: &[EpochRecord],
+    unfinished: &[(u64, u64)],
+) -> Chosen {
     let (whole, fenced) = fenced_out(whole, epochs);
     let (accepted, mut superseded) = one_lineage(whole);
     superseded.extend(fenced);
-    let (chain, stranded) = contiguous(accepted);
-    (chain, superseded, stranded)
+    let (chain, stranded, holes) = contiguous(accepted, unfinished);
+    (chain, superseded, stranded, holes)
+}
+
+/// Whether the seqs `from..=to` lie within the ranges of unfinished copies.
+fn covered_by_unfinished(from: u64, to: u64, unfinished: &[(u64, u64)]) -> bool {
+    let mut at = from;
+    // Each pass moves `at` past one range, so at most `unfinished.len()` passes.
+    for _ in 0..=unfinished.len() {
+        if at > to {
+            return true;
+        }
+        match unfinished.iter().find(|(s, e)| *s <= at && at <= *e) {
+            Some((_, e)) => match e.checked_add(1) {
+                Some(next) => at = next,
+                None => return true,
+            },
+            None => return false,
+        }
+    }
+    at > to
 }
 
 /// Step 2, first part: drops every copy a later writer epoch superseded (it holds seqs at or
@@ -94,9 +126,13 @@ fn one_lineage(mut whole: Vec<RemoteLogSegmentMetadata>) -> (ByStart, Superseded
 
 /// Step 3: the run of `accepted` ending at the highest seq without a hole or a leader epoch
 /// going back, in seq order; the segments before the break, with why.
-fn contiguous(accepted: ByStart) -> (Vec<RemoteLogSegmentMetadata>, Stranded) {
+fn contiguous(
+    accepted: ByStart,
+    unfinished: &[(u64, u64)],
+) -> (Vec<RemoteLogSegmentMetadata>, Stranded, Holes) {
     let mut chain: Vec<RemoteLogSegmentMetadata> = Vec::new();
     let mut stranded = Vec::new();
+    let mut holes = Holes::new();
     let mut rev = accepted.into_values().rev();
     if let Some(last) = rev.next() {
         chain.push(last);
@@ -111,6 +147,30 @@ fn contiguous(accepted: ByStart) -> (Vec<RemoteLogSegmentMetadata>, Stranded) {
             break;
         };
         match break_between(&m, cur) {
+            // A hole an unfinished copy covers: the writer stopped there; what lies above it
+            // completed out of order and was never the log's. The run restarts below it.
+            Some(why)
+                if m.end_offset().saturating_add(1) < cur.start_offset()
+                    && covered_by_unfinished(
+                        m.end_offset().saturating_add(1),
+                        cur.start_offset().saturating_sub(1),
+                        unfinished,
+                    ) =>
+            {
+                let why = format!(
+                    "{why}, where a copy began and never finished: this copy completed out of \
+                     order after it and was never part of the log"
+                );
+                stranded.extend(chain.drain(..).map(|c| (c, why.clone())));
+                holes.clear();
+                chain.push(m);
+            }
+            // A hole nothing explains (a segment damaged, lost or superseded without a
+            // successor): it costs its own seqs only; the run goes on below it.
+            Some(_) if m.end_offset().saturating_add(1) < cur.start_offset() => {
+                holes.push(m.end_offset().saturating_add(1)..=cur.start_offset().saturating_sub(1));
+                chain.push(m);
+            }
             Some(why) => {
                 stranded.push((m, why.clone()));
                 broken = Some(why);
@@ -119,7 +179,94 @@ fn contiguous(accepted: ByStart) -> (Vec<RemoteLogSegmentMetadata>, Stranded) {
         }
     }
     chain.reverse();
-    (chain, stranded)
+    holes.reverse();
+    (chain, stranded, holes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{RemoteLogSegmentId, TopicIdPartition};
+    use uuid::Uuid;
+
+    fn seg(start: u64, end: u64, at: i64) -> RemoteLogSegmentMetadata {
+        let tp = TopicIdPartition::new(Uuid::from_u128(1), "t", 0);
+        RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp), start, end)
+            .event_timestamp_ms(at)
+            .build()
+            .unwrap()
+    }
+
+    fn starts(v: &[RemoteLogSegmentMetadata]) -> Vec<u64> {
+        v.iter()
+            .map(RemoteLogSegmentMetadata::start_offset)
+            .collect()
+    }
+
+    #[test]
+    fn a_copy_completed_after_an_unfinished_one_is_not_the_log_the_run_before_it_is() {
+        // Writer with two copies in flight killed: 21..=30 in progress, 31..=40 complete.
+        let whole = vec![seg(1, 10, 1), seg(11, 20, 2), seg(31, 40, 4)];
+        let (chain, _, stranded, holes) = choose(whole.clone(), &[], &[(21, 30)]);
+        assert_eq!(starts(&chain), [1, 11]);
+        assert_eq!(stranded.len(), 1);
+        assert!(
+            stranded[0].1.contains("never finished"),
+            "{}",
+            stranded[0].1
+        );
+        assert!(holes.is_empty());
+        // A hole nothing explains (a damaged segment) costs its own seqs only.
+        let (chain, _, stranded, holes) = choose(whole, &[], &[]);
+        assert_eq!(starts(&chain), [1, 11, 31]);
+        assert!(stranded.is_empty());
+        assert_eq!(holes, [21..=30]);
+    }
+
+    #[test]
+    fn a_leader_epoch_going_back_still_strands_what_lies_before_it() {
+        let tp = TopicIdPartition::new(Uuid::from_u128(1), "t", 0);
+        let with_epoch = |start: u64, end: u64, epoch: i32| {
+            RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp.clone()), start, end)
+                .segment_leader_epochs(std::collections::BTreeMap::from([(epoch, start)]))
+                .build()
+                .unwrap()
+        };
+        let (chain, _, stranded, holes) =
+            choose(vec![with_epoch(1, 10, 5), with_epoch(11, 20, 3)], &[], &[]);
+        assert_eq!(starts(&chain), [11]);
+        assert_eq!(stranded.len(), 1);
+        assert!(holes.is_empty());
+    }
+
+    #[test]
+    fn unfinished_ranges_must_cover_the_whole_hole() {
+        assert!(covered_by_unfinished(21, 30, &[(21, 25), (26, 30)]));
+        assert!(covered_by_unfinished(21, 30, &[(15, 40)]));
+        assert!(!covered_by_unfinished(21, 30, &[(21, 25)]));
+        assert!(!covered_by_unfinished(21, 30, &[]));
+        assert!(covered_by_unfinished(21, u64::MAX, &[(0, u64::MAX)]));
+    }
+
+    #[test]
+    fn a_later_epoch_fences_out_copies_past_its_start() {
+        let mut late = seg(11, 20, 9);
+        late = RemoteLogSegmentMetadata::builder(late.remote_log_segment_id().clone(), 11, 20)
+            .writer_epoch(1)
+            .build()
+            .unwrap();
+        let epochs = [EpochRecord::new(2, 11, Uuid::nil(), 0, "b")];
+        let (chain, superseded, _, _) = choose(vec![seg(1, 10, 1), late], &epochs, &[]);
+        assert_eq!(starts(&chain), [1]);
+        assert!(matches!(
+            superseded[0].1,
+            IgnoreReason::FencedOut {
+                writer_epoch: 1,
+                by_epoch: 2,
+                at_seq: 11
+            }
+        ));
+    }
 }
 
 /// Why `prev` does not join `cur` (the next segment): a hole or a leader epoch going back.

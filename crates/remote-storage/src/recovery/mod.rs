@@ -15,13 +15,19 @@
 //!    leader-epoch indexes exist. A copy in progress, an abandoned copy and a delete in progress
 //!    are never used. Objects of a segment with no manifest at all (a lost manifest) are used
 //!    only when [`scan_with`]'s rebuild gives their metadata back; they are never orphans.
-//! 2. **One lineage.** Whole segments are replayed in copy order (the manifest's event time,
-//!    then start seq, then id). A copy overlapping seqs already held by earlier copies starts
+//! 2. **One lineage.** Copies a later writer epoch took the partition over from are dropped
+//!    ([`IgnoreReason::FencedOut`]); the rest are replayed in copy order (writer epoch, the
+//!    manifest's event time, then start seq, then id). A copy overlapping seqs already held by earlier copies starts
 //!    a newer history from its start seq (a newer incarnation of the log, or a re-copy after
 //!    a leader change): every earlier copy holding seqs at or after its start is superseded.
 //! 3. **Contiguous.** The log is the run of those segments ending at the highest seq in which
-//!    each segment starts right after the previous one ends and leader epochs never go back.
-//!    Whole segments before a hole are reported and left in place, not recorded.
+//!    leader epochs never go back. A hole between two whole segments (a damaged, lost or
+//!    unrebuildable segment) costs its own seqs only: it is reported
+//!    ([`RemoteScan::holes`]) and the segments on both sides are recovered — except
+//!    when a copy that began and never finished (an in-progress or abandoned manifest) covers
+//!    the hole: a writer stopped there (killed with copies in flight), the whole segments above
+//!    it completed out of order and were never the log's, so they are the ones reported and
+//!    the run below the hole is recovered.
 //!
 //! Memory: the listing is folded, page by page, into one small entry per segment (sizes and
 //! which objects exist), which is the only time the listing is held; decoded manifests replace

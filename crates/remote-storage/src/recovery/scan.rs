@@ -46,6 +46,10 @@ pub struct RemoteScan {
     /// The highest epoch number among the epoch records listed, readable or not (a claimant
     /// claims above it); 0 when there are none.
     pub max_epoch: u64,
+    /// Seq ranges between the chosen segments that no whole segment holds (a damaged, lost or
+    /// unrebuildable segment): each costs its own seqs only, and a read of them fails naming
+    /// the hole.
+    pub holes: Vec<std::ops::RangeInclusive<u64>>,
 }
 
 /// A segment whose objects are listed without any manifest (see
@@ -130,6 +134,8 @@ pub fn scan_with(
     let decoded = read_manifests(lister, &dir, &manifests, concurrency.max(1))?;
     let manifests_read = manifests.len();
     let mut whole: Vec<RemoteLogSegmentMetadata> = Vec::new();
+    // Seq ranges of copies that began and never finished (see `choose`).
+    let mut unfinished: Vec<(u64, u64)> = Vec::new();
     let mut orphans = Vec::new();
     let mut rebuilt = Vec::new();
     for ((start, id), result) in manifests.iter().zip(decoded) {
@@ -149,6 +155,9 @@ pub fn scan_with(
         if let Err(reason) = check_names(&m, tp, *start, *id) {
             ignored.push(IgnoredObject { key, reason });
             continue;
+        }
+        if ManifestState::of(&m) == ManifestState::InProgress {
+            unfinished.push((m.start_offset(), m.end_offset()));
         }
         let reason = match ManifestState::of(&m) {
             ManifestState::Complete => match check_whole(&m, entry) {
@@ -240,7 +249,7 @@ pub fn scan_with(
                 reason: IgnoreReason::IncompleteCopy,
             }),
     );
-    let (chosen, superseded, stranded) = choose(whole, &epochs);
+    let (chosen, superseded, stranded, holes) = choose(whole, &epochs, &unfinished);
     let mut superseded_segments = Vec::new();
     for (m, reason) in superseded {
         let key = layout::manifest_key(&m)?;
@@ -264,6 +273,7 @@ pub fn scan_with(
         ignored,
         epochs,
         max_epoch,
+        holes,
     })
 }
 

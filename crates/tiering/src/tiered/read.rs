@@ -24,7 +24,9 @@ impl TieredLog {
     /// # Errors
     /// [`Error::OutOfRange`] when `from_seq < first_seq()` or `from_seq > last_seq() + 1`;
     /// [`Error::Remote`] / [`Error::Metadata`] when the remote tier fails;
-    /// [`Error::CorruptRemote`] / [`Error::Storage`] for bad bytes.
+    /// [`Error::CorruptRemote`] / [`Error::Storage`] for bad bytes; [`Error::RemoteHole`] for
+    /// a seq in a hole a recovery reported (records before it in the same call are returned
+    /// first).
     pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
         let last = self.log.last_seq();
         // Only failures list the remote segments (for the error's first seq): a read never
@@ -120,6 +122,12 @@ impl TieredLog {
         };
         *misses += 1;
         let first = self.first_seq()?;
+        if gone.is_none()
+            && seq >= first
+            && let Some(hole) = self.remote_hole_at(seq)?
+        {
+            return Err(hole);
+        }
         if seq < first || *misses > 3 {
             // Still within the log, yet the remote object is missing: not retention.
             return Err(match gone {
@@ -128,6 +136,37 @@ impl TieredLog {
             });
         }
         Ok(None)
+    }
+
+    /// The hole `seq` lies in, when no finished remote segment holds it but one above it (or
+    /// the local log) does: seqs a recovery found in no whole segment. `None` otherwise.
+    fn remote_hole_at(&self, seq: u64) -> Result<Option<Error>, Error> {
+        let local_first = self.log.first_seq();
+        let finished: Vec<RemoteLogSegmentMetadata> = self
+            .remote_list()?
+            .into_iter()
+            .filter(|m| m.state() == RemoteLogSegmentState::CopySegmentFinished)
+            .collect();
+        if finished.iter().any(|m| m.contains(seq)) {
+            return Ok(None);
+        }
+        let from = finished
+            .iter()
+            .map(RemoteLogSegmentMetadata::end_offset)
+            .filter(|end| *end < seq)
+            .max()
+            .map_or(seq, |end| end.saturating_add(1));
+        let next = finished
+            .iter()
+            .map(RemoteLogSegmentMetadata::start_offset)
+            .filter(|start| *start > seq)
+            .chain((local_first > seq).then_some(local_first))
+            .min();
+        Ok(next.map(|next| Error::RemoteHole {
+            partition: Box::new(self.tp.clone()),
+            from,
+            to: next.saturating_sub(1),
+        }))
     }
 
     /// Whether a read of one record at `seq` would find it (`read(seq, 0)`): `Ok` for a seq in
