@@ -203,40 +203,66 @@ fn server_requests(server: Option<&TestServer>) -> usize {
     server.map_or(0, |s| s.requests_received().values().sum())
 }
 
-/// The ownership rows of one backend: two owned and two unowned uploads of the same workload
-/// (at most 4 segments each), in the order unowned, owned, owned, unowned, so that neither side
-/// always runs first on a disk or server in a given state; the first owned open's store calls.
+/// The ownership rows of one backend: `s.ownership_pairs` pairs of an owned and an unowned
+/// upload of the same workload (at most 4 segments each), in the order unowned, owned, owned,
+/// unowned, ... so that neither side always runs first on a disk or server in a given state;
+/// and the first owned open's store calls.
 pub fn rows(s: &Sizes, root: &Path, b: &Backend<'_>, lines: &mut Vec<Line>) -> Result<()> {
     let small = Sizes {
         segment: s.segment,
         total: s.total.min(4 * s.segment),
         point_reads: s.point_reads,
+        ownership_pairs: s.ownership_pairs,
     };
     let counting = Arc::new(Counting::new(Arc::clone(&b.store)));
     let ownership = RemoteOwnership::new(counting.clone(), b.location.clone());
     let (mut owned, mut plain) = (Side::default(), Side::default());
     let mut open = None;
-    for (i, is_owned) in [false, true, true, false].into_iter().enumerate() {
-        let kind = if is_owned { "owned" } else { "unowned" };
-        let dir = root.join(format!("ownership-{}-{kind}-{i}", b.tag));
-        let before = counting.calls();
-        let p = Prepared::with_owner(
-            dir,
-            Arc::clone(&b.rsm),
-            &small,
-            is_owned.then_some(&ownership),
-        )?;
-        let opened = counting.calls().since(&before);
-        if is_owned && open.is_none() {
-            open = Some(opened);
+    // Owned MB/s over unowned MB/s of each pair.
+    let mut pair_ratios = Vec::new();
+    for pair in 0..s.ownership_pairs {
+        let mut rates = [0.0; 2];
+        for is_owned in [pair % 2 == 1, pair % 2 == 0] {
+            let kind = if is_owned { "owned" } else { "unowned" };
+            let dir = root.join(format!("ownership-{}-{kind}-{pair}", b.tag));
+            let before = counting.calls();
+            let p = Prepared::with_owner(
+                dir,
+                Arc::clone(&b.rsm),
+                &small,
+                is_owned.then_some(&ownership),
+            )?;
+            let opened = counting.calls().since(&before);
+            if is_owned && open.is_none() {
+                open = Some(opened);
+            }
+            let (before, at_server) = (counting.calls(), server_requests(b.server));
+            let (_, run) = p.upload_run()?;
+            let store = counting.calls().since(&before);
+            let server = server_requests(b.server) - at_server;
+            rates[usize::from(is_owned)] = mbps(run.bytes, run.secs);
+            if is_owned { &mut owned } else { &mut plain }.add(&run, store, server);
         }
-        let (before, at_server) = (counting.calls(), server_requests(b.server));
-        let (_, run) = p.upload_run()?;
-        let store = counting.calls().since(&before);
-        let server = server_requests(b.server) - at_server;
-        if is_owned { &mut owned } else { &mut plain }.add(&run, store, server);
+        if rates[0] > 0.0 {
+            pair_ratios.push(rates[1] / rates[0]);
+        }
     }
     push_lines(b, (&owned, &plain), open.unwrap_or_default(), lines);
+    let (lo, hi) = pair_ratios
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+    let (o, u) = (mbps(owned.bytes, owned.secs), mbps(plain.bytes, plain.secs));
+    lines.push(Line::cmp(
+        format!(
+            "ownership: upload to {}, owned (open_owned) against unowned (open), MB/s over {} uploads each of {} segments, alternating (unowned first in every other pair); baseline: unowned",
+            b.name,
+            owned.uploads,
+            owned.segments / owned.uploads.max(1)
+        ),
+        (format!("{o:.1} (per pair {lo:.2}x to {hi:.2}x)"), o),
+        rate(u),
+        Target::None,
+    ));
     Ok(())
 }
 
@@ -300,13 +326,4 @@ fn push_lines(b: &Backend<'_>, (owned, plain): (&Side, &Side), open: Calls, line
             Target::None,
         ));
     }
-    lines.push(Line::cmp(
-        format!(
-            "ownership: upload to {name}, owned (open_owned) against unowned (open), MB/s over {} uploads each of {per_upload} segments (order: unowned, owned, owned, unowned); baseline: unowned",
-            owned.uploads
-        ),
-        rate(mbps(owned.bytes, owned.secs)),
-        rate(mbps(plain.bytes, plain.secs)),
-        Target::None,
-    ));
 }

@@ -212,6 +212,14 @@ fn scenario(b: &Backend) {
         other => panic!("{other:?}"),
     }
 
+    // ... and so is a copy whose binding file was left behind (or deleted): once a writer
+    // holds an epoch, an unbound directory never claims one.
+    std::fs::remove_file(copy.join("log").join(krabka_tiering::BINDING_FILE)).unwrap();
+    match open(b, &copy) {
+        Err(Error::NotBound { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+
     // O1: an empty directory over the populated remote never reads as an empty log.
     match open(b, &root.path().join("empty")) {
         Err(Error::RemoteHoldsPartition { .. }) => {}

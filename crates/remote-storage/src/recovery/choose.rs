@@ -183,6 +183,32 @@ fn contiguous(
     (chain, stranded, holes)
 }
 
+/// Why `prev` does not join `cur` (the next segment): a hole or a leader epoch going back.
+fn break_between(
+    prev: &RemoteLogSegmentMetadata,
+    cur: &RemoteLogSegmentMetadata,
+) -> Option<String> {
+    let prev_epoch = prev.segment_leader_epochs().keys().next_back().copied();
+    let cur_epoch = cur.segment_leader_epochs().keys().next().copied();
+    if prev.end_offset().checked_add(1) != Some(cur.start_offset()) {
+        Some(format!(
+            "seqs {}..={} are missing before seq {}",
+            prev.end_offset().saturating_add(1),
+            cur.start_offset().saturating_sub(1),
+            cur.start_offset()
+        ))
+    } else if prev_epoch > cur_epoch {
+        Some(format!(
+            "leader epoch {} at seq {} goes back to {}",
+            prev_epoch.unwrap_or_default(),
+            cur.start_offset(),
+            cur_epoch.unwrap_or_default()
+        ))
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,31 +292,5 @@ mod tests {
                 at_seq: 11
             }
         ));
-    }
-}
-
-/// Why `prev` does not join `cur` (the next segment): a hole or a leader epoch going back.
-fn break_between(
-    prev: &RemoteLogSegmentMetadata,
-    cur: &RemoteLogSegmentMetadata,
-) -> Option<String> {
-    let prev_epoch = prev.segment_leader_epochs().keys().next_back().copied();
-    let cur_epoch = cur.segment_leader_epochs().keys().next().copied();
-    if prev.end_offset().checked_add(1) != Some(cur.start_offset()) {
-        Some(format!(
-            "seqs {}..={} are missing before seq {}",
-            prev.end_offset().saturating_add(1),
-            cur.start_offset().saturating_sub(1),
-            cur.start_offset()
-        ))
-    } else if prev_epoch > cur_epoch {
-        Some(format!(
-            "leader epoch {} at seq {} goes back to {}",
-            prev_epoch.unwrap_or_default(),
-            cur.start_offset(),
-            cur_epoch.unwrap_or_default()
-        ))
-    } else {
-        None
     }
 }

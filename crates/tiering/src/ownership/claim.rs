@@ -203,7 +203,9 @@ pub(crate) fn bind(
                     | RemoteLogSegmentState::DeleteSegmentStarted
             )
         });
-        if !tiered_here {
+        // A log tiered before bindings existed may claim (no epoch is recorded yet); once a
+        // writer holds an epoch, an unbound directory is a copy or lost its binding: refused.
+        if !tiered_here || holds.max_epoch > 0 {
             let (location, what) = (ownership.location.clone(), holds.describe());
             return Err(if local_empty {
                 Error::RemoteHoldsPartition {
