@@ -3,7 +3,7 @@
 //! uploading the same files one at a time and 8 in flight; cold point reads against one bare
 //! ranged GET of the same chunk; cached re-reads against a local `Log::read` of the same seq;
 //! remote-only scans against bare 1 MiB ranged GETs, one stream and 8 concurrent; what partition
-//! ownership costs an upload, owned against unowned ([`owned`]).
+//! ownership costs an upload, owned against unowned (`owned`).
 //!
 //! The S3 server is the in-process s3s-fs server, or with `--server env` the one named by the
 //! `KRABKA_TEST_CEPH_*` variables that `scripts/ceph-rgw start` prints.

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use krabka_remote_s3::test_server::TestServer;
 use krabka_remote_storage::ownership::OwnershipStore;
@@ -31,6 +32,8 @@ pub struct Calls {
     pub delete: u64,
     /// `create_if_absent` (S3: PutObject with `If-None-Match: *`).
     pub create: u64,
+    /// Nanoseconds spent in all of them, summed.
+    pub busy_ns: u64,
 }
 
 impl Calls {
@@ -45,6 +48,7 @@ impl Calls {
             read: self.read - before.read,
             delete: self.delete - before.delete,
             create: self.create - before.create,
+            busy_ns: self.busy_ns - before.busy_ns,
         }
     }
 
@@ -77,6 +81,7 @@ pub struct Counting {
     read: AtomicU64,
     delete: AtomicU64,
     create: AtomicU64,
+    busy_ns: AtomicU64,
 }
 
 impl Counting {
@@ -88,7 +93,18 @@ impl Counting {
             read: AtomicU64::new(0),
             delete: AtomicU64::new(0),
             create: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a call of the method counted by `c` and times `call`.
+    fn count<T>(&self, c: &AtomicU64, call: impl FnOnce() -> T) -> T {
+        c.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        let out = call();
+        let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.busy_ns.fetch_add(ns, Ordering::Relaxed);
+        out
     }
 
     /// The calls so far.
@@ -100,12 +116,9 @@ impl Counting {
             read: get(&self.read),
             delete: get(&self.delete),
             create: get(&self.create),
+            busy_ns: get(&self.busy_ns),
         }
     }
-}
-
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
 }
 
 impl RemoteSegmentLister for Counting {
@@ -114,26 +127,24 @@ impl RemoteSegmentLister for Counting {
         partition_dir: &str,
         visit: &mut dyn FnMut(ListedObject) -> std::result::Result<(), RemoteStorageError>,
     ) -> std::result::Result<(), RemoteStorageError> {
-        bump(&self.list);
-        self.inner.list_partition(partition_dir, visit)
+        self.count(&self.list, || {
+            self.inner.list_partition(partition_dir, visit)
+        })
     }
 
     fn list_partition_dirs(
         &self,
         visit: &mut dyn FnMut(String) -> std::result::Result<(), RemoteStorageError>,
     ) -> std::result::Result<(), RemoteStorageError> {
-        bump(&self.list_dirs);
-        self.inner.list_partition_dirs(visit)
+        self.count(&self.list_dirs, || self.inner.list_partition_dirs(visit))
     }
 
     fn read_object(&self, key: &str) -> std::result::Result<Vec<u8>, RemoteStorageError> {
-        bump(&self.read);
-        self.inner.read_object(key)
+        self.count(&self.read, || self.inner.read_object(key))
     }
 
     fn delete_object(&self, key: &str) -> std::result::Result<(), RemoteStorageError> {
-        bump(&self.delete);
-        self.inner.delete_object(key)
+        self.count(&self.delete, || self.inner.delete_object(key))
     }
 }
 
@@ -143,8 +154,7 @@ impl OwnershipStore for Counting {
         key: &str,
         bytes: &[u8],
     ) -> std::result::Result<bool, RemoteStorageError> {
-        bump(&self.create);
-        self.inner.create_if_absent(key, bytes)
+        self.count(&self.create, || self.inner.create_if_absent(key, bytes))
     }
 }
 
@@ -177,6 +187,7 @@ impl Side {
         self.store.list += store.list;
         self.store.list_dirs += store.list_dirs;
         self.store.delete += store.delete;
+        self.store.busy_ns += store.busy_ns;
         self.server += server;
     }
 
@@ -291,6 +302,19 @@ fn push_lines(b: &Backend<'_>, (owned, plain): (&Side, &Side), open: Calls, line
         ),
         format!("{} ({})", open.total(), open.describe()),
         "0".into(),
+    ));
+    let uploads = owned.uploads.max(1) as f64;
+    let (busy_ms, wall_ms) = (
+        store.busy_ns as f64 / 1e6 / uploads,
+        owned.secs * 1e3 / uploads,
+    );
+    lines.push(Line::cmp(
+        format!(
+            "ownership: time in the store calls of an owned upload to {name}, ms, summed as if one after another (an upper bound: the checks before the copies run on the copy threads, side by side); baseline: the owned upload's wall time, ms"
+        ),
+        (format!("{busy_ms:.2}"), busy_ms),
+        (format!("{wall_ms:.1}"), wall_ms),
+        Target::None,
     ));
     let spi = |side: &Side| {
         let r = side.spi;

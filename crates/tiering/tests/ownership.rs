@@ -427,3 +427,40 @@ fn racing_opens_repeated() {
         two_new_logs_racing_for_one_partition_leave_exactly_one_writer();
     }
 }
+
+#[test]
+fn a_service_driven_log_is_fenced_by_a_takeover_and_copies_nothing_more() {
+    use krabka_tiering::{ServiceConfig, TieringService};
+    use std::time::{Duration, Instant};
+    let remote = tempfile::tempdir().unwrap();
+    let b = fs_backend(remote.path());
+    let root = tempfile::tempdir().unwrap();
+    let a = Arc::new(open(&b, &root.path().join("a")).unwrap());
+    append(&a, 60, "a");
+    let svc = TieringService::new(ServiceConfig {
+        round_interval: Duration::from_millis(20),
+        ..ServiceConfig::default()
+    })
+    .unwrap();
+    svc.add(a.clone()).unwrap();
+    let started = Instant::now();
+    while a.stats().copy_lag_segments > 0 && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(a.stats().copy_lag_segments, 0, "the service copied nothing");
+    // A takeover from the bucket while the service drives A.
+    recover_into(&b, &root.path().join("b"));
+    let taker = open(&b, &root.path().join("b")).unwrap();
+    assert_eq!(taker.writer_epoch(), Some(2));
+    append(&a, 60, "late");
+    let copied = a.stats().segments_copied;
+    let local = a.log().segments().len();
+    // Rounds keep coming (20 ms apart); none copies or deletes anything.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(a.stats().segments_copied, copied);
+    assert_eq!(a.log().segments().len(), local);
+    assert!(matches!(a.check_owner(), Err(Error::Fenced { .. })));
+    let report = svc.shutdown(Duration::from_secs(5));
+    assert!(report.clean, "{report:?}");
+    taker.close().unwrap();
+}
