@@ -464,3 +464,57 @@ fn a_service_driven_log_is_fenced_by_a_takeover_and_copies_nothing_more() {
     assert!(report.clean, "{report:?}");
     taker.close().unwrap();
 }
+
+/// The documented fallback on a store that accepts `If-None-Match` and ignores it: the probe
+/// finds out, a second claimant of the partition still fences the first at its next check (by
+/// incarnation, when the same epoch was claimed twice), and a lost epoch record stops the
+/// writer instead of being written again.
+#[test]
+fn on_a_store_that_ignores_create_only_writes_the_probe_tells_and_a_second_writer_is_fenced() {
+    let server = TestServer::start_ignoring_conditional_writes().unwrap();
+    let b = s3_backend(server.config().with_prefix("ignoring"));
+    let root = tempfile::tempdir().unwrap();
+    let a = open(&b, &root.path().join("a")).unwrap();
+    assert_eq!(a.conditional_writes_enforced(), Some(false));
+    append(&a, 60, "a");
+    a.run_once().unwrap();
+    // A second claimant of the same epoch (it listed before A's record existed): simulated
+    // by overwriting A's epoch record with another incarnation, as the ignoring store allows.
+    let d = dir_key(&b);
+    let key = layout::epoch_key(&d, 1);
+    let mine = EpochRecord::decode(&b.store.read_object(&key).unwrap(), "k").unwrap();
+    let theirs = EpochRecord::new(1, mine.start_seq, Uuid::new_v4(), 0, "the other claimant");
+    assert!(
+        b.store.create_if_absent(&key, &theirs.encode()).unwrap(),
+        "the store ignored it"
+    );
+    append(&a, 60, "late");
+    let copied = a.stats().segments_copied;
+    match a.run_once() {
+        Err(Error::Fenced {
+            epoch: 1,
+            by_epoch: 1,
+            claimant,
+            ..
+        }) => {
+            assert_eq!(claimant, "the other claimant");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(a.stats().segments_copied, copied);
+    a.close().unwrap();
+    // A lost own epoch record cannot be written again safely here: the writer stops.
+    let other = s3_backend(server.config().with_prefix("ignoring-lost"));
+    let x = open(&other, &root.path().join("x")).unwrap();
+    append(&x, 60, "x");
+    krabka_remote_storage::recovery::RemoteSegmentLister::delete_object(
+        &*other.store,
+        &layout::epoch_key(&dir_key(&other), 1),
+    )
+    .unwrap();
+    match x.run_once() {
+        Err(Error::Ownership { key, .. }) => assert!(key.ends_with("_epoch-00000000000000000001")),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(x.stats().segments_copied, 0);
+}
