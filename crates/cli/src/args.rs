@@ -151,8 +151,9 @@ pub struct ReadArgs {
     #[arg(long)]
     pub follow: bool,
     /// Stop after this long in total, by the wall clock, whatever the writer does (with
-    /// --follow: also while records keep coming), e.g. 30s, 5m.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    /// --follow: also while records keep coming), e.g. 30s, 5m; at most 365 days. Without
+    /// --follow, a read the timeout cuts short says where it stopped and exits 1.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
     pub timeout: Option<Duration>,
     /// Print at most this many characters of each value.
     #[arg(long, value_name = "CHARS", default_value_t = 200)]
@@ -206,8 +207,8 @@ pub struct TierArgs {
     /// Keep tiering every --interval until Ctrl-C.
     #[arg(long)]
     pub watch: bool,
-    /// Time between rounds with --watch, e.g. 5s.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    /// Time between rounds with --watch, e.g. 5s; from 10ms to 1 day.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_interval)]
     pub interval: Duration,
     /// Serve the tiering metrics for Prometheus at http://ADDR/metrics while tiering, e.g.
     /// 127.0.0.1:9464 (plain HTTP: bind to a trusted interface).
@@ -276,6 +277,31 @@ pub const MIN_SEGMENT_BYTES: u64 = 1024;
 /// `u32` positions, so a larger segment could never be tiered.
 pub const MAX_SEGMENT_BYTES: u64 = krabka_tiering::MAX_SEGMENT_BYTES;
 
+/// The longest `--timeout`: a year (an `Instant` plus it never overflows).
+const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The shortest `--interval`: shorter ones would spin a core between rounds.
+const MIN_INTERVAL: Duration = Duration::from_millis(10);
+/// The longest `--interval`: a day.
+const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d > MAX_TIMEOUT {
+        return Err(format!("a timeout must be at most 365 days, got {s}"));
+    }
+    Ok(d)
+}
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < MIN_INTERVAL || d > MAX_INTERVAL {
+        return Err(format!(
+            "an interval must be from 10ms to 1 day (24h), got {s}"
+        ));
+    }
+    Ok(d)
+}
+
 fn parse_segment_bytes(s: &str) -> Result<u64, String> {
     let n = human::parse_bytes(s)?;
     if n < MIN_SEGMENT_BYTES {
@@ -334,6 +360,48 @@ mod tests {
         );
         let cli =
             Cli::try_parse_from(["krabka", "read", "d", "--follow", "--timeout", "2s"]).unwrap();
+        for bad in [
+            &["krabka", "read", "d", "--timeout", "18446744073709551615s"][..],
+            &[
+                "krabka",
+                "tier",
+                "d",
+                "--remote",
+                "fs://r",
+                "--interval",
+                "18446744073709551615s",
+            ],
+            &[
+                "krabka",
+                "tier",
+                "d",
+                "--remote",
+                "fs://r",
+                "--interval",
+                "0s",
+            ],
+            &[
+                "krabka",
+                "tier",
+                "d",
+                "--remote",
+                "fs://r",
+                "--interval",
+                "9ms",
+            ],
+            &[
+                "krabka",
+                "tier",
+                "d",
+                "--remote",
+                "fs://r",
+                "--interval",
+                "25h",
+            ],
+        ] {
+            let e = Cli::try_parse_from(bad).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{bad:?}");
+        }
         let Command::Read(r) = cli.command else {
             panic!("not read")
         };

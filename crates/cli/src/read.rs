@@ -72,12 +72,14 @@ fn print_records(args: &ReadArgs, source: &mut dyn Source) -> Result<()> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut printed = 0u64;
     let mut range: Option<(u64, u64)> = None;
+    let mut cut_by_timeout = false;
     let result = loop {
         let left = args
             .max
             .map_or(STEP, |m| m.saturating_sub(printed).min(STEP));
         let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
         if left == 0 || interrupt::requested() || timed_out {
+            cut_by_timeout = timed_out && left > 0 && !args.follow;
             break Ok(());
         }
         let records = match source.next_records(usize::try_from(left).unwrap_or(usize::MAX)) {
@@ -128,6 +130,17 @@ fn print_records(args: &ReadArgs, source: &mut dyn Source) -> Result<()> {
             Err(e)
         }
         (Ok(()), Err(e)) => Err(e),
+        (Ok(()), Ok(())) if cut_by_timeout => {
+            errln!("{summary}");
+            let next = range.map_or(args.from, |(_, b)| b.saturating_add(1));
+            Err(CliError::new(format!(
+                "the read may be incomplete: --timeout ended it before seq {next} (records \
+                 from there on, if any, were not read); the records before were printed"
+            ))
+            .hint(format!(
+                "read on with --from {next}, or give it a longer --timeout"
+            )))
+        }
         (Ok(()), Ok(())) if !source.lost().is_empty() => {
             errln!("{summary}");
             let lost: Vec<String> = source

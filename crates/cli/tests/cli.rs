@@ -319,3 +319,55 @@ fn an_s3_remote_without_the_s3_feature_says_to_rebuild_with_it() {
         assert!(stderr.contains("--features s3"), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn a_read_the_timeout_cuts_short_says_where_it_stopped_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    produce(&log, 100, "1MiB");
+    let log_s = log.to_str().unwrap();
+    // A zero timeout ends the read before its first record: never a silent, empty success.
+    let out = krabka(&["read", log_s, "--timeout", "0s"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty());
+    assert!(
+        text(&out.stderr).contains("--timeout ended it before seq 1"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A timeout that does not cut the read changes nothing.
+    let out = krabka(&["read", log_s, "--timeout", "1h"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).lines().count(), 100);
+    // Durations that would overflow or spin are usage errors, not panics.
+    for args in [
+        &["read", log_s, "--timeout", "18446744073709551615s"][..],
+        &[
+            "tier",
+            log_s,
+            "--remote",
+            "fs://r",
+            "--watch",
+            "--interval",
+            "0s",
+        ],
+        &[
+            "tier",
+            log_s,
+            "--remote",
+            "fs://r",
+            "--watch",
+            "--interval",
+            "18446744073709551615s",
+        ],
+    ] {
+        let out = krabka(args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(!text(&out.stderr).contains("panicked"));
+    }
+}
