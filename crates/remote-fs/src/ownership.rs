@@ -8,7 +8,7 @@ use std::path::Path;
 use krabka_remote_storage::RemoteStorageError;
 use krabka_remote_storage::ownership::OwnershipStore;
 
-use super::{FsRemoteStorage, sync_dir};
+use super::{FsRemoteStorage, TMP_INFIX, sync_dir};
 
 /// Create-only writes for the ownership records: the object is written and fsynced under a
 /// temporary name, then hard-linked to its final name. `link(2)` never replaces an existing
@@ -32,7 +32,14 @@ impl OwnershipStore for FsRemoteStorage {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| self.root.clone());
         self.ensure_partition_dir(&dir)?;
-        let tmp = self.tmp_path(&final_path);
+        // A random suffix: a process killed before removing its temporary file never makes a
+        // later one (same pid after a restart, e.g. pid 1 in a container) collide with it.
+        let mut tmp_name = final_path.as_os_str().to_owned();
+        tmp_name.push(format!(
+            "{TMP_INFIX}{}",
+            krabka_remote_storage::Uuid::new_v4()
+        ));
+        let tmp = std::path::PathBuf::from(tmp_name);
         let written = (|| {
             let mut out = OpenOptions::new()
                 .write(true)

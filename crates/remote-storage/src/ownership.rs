@@ -65,8 +65,8 @@ const KIND_IDENTITY: u8 = 1;
 const KIND_EPOCH: u8 = 2;
 /// Magic, version, kind, reserved bytes and body length.
 const HEADER_LEN: usize = 4 + 1 + 1 + 2 + 4;
-/// The largest record [`IdentityRecord::decode`] and [`EpochRecord::decode`] accept (and the
-/// most a reader fetches): far above any real one.
+/// The largest record [`IdentityRecord::decode`] and [`EpochRecord::decode`] accept: far
+/// above any real one. ([`read_record`] reads the whole object before it checks the size.)
 pub const MAX_RECORD_LEN: usize = 4096;
 /// The longest claimant description kept in an [`EpochRecord`], in bytes (longer ones are cut
 /// at a character boundary).

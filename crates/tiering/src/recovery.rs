@@ -204,6 +204,9 @@ pub fn recover(
     metadata: &DurableRemoteLogMetadataManager,
     options: &RecoveryOptions,
 ) -> Result<RecoveryReport, RemoteStorageError> {
+    // Before the remote is read: a copy that begins from now on proves its writer alive when
+    // the recovered directory later claims the partition.
+    let since = krabka_remote_storage::now_ms();
     let rebuild = |lost: &Unmanifested| rebuild_metadata(lister, lost);
     let RemoteScan {
         objects_listed,
@@ -243,14 +246,14 @@ pub fn recover(
         (Some(d), Some(location)) => {
             let start = seq_range.as_ref().map_or(1, |r| r.end().saturating_add(1));
             Some(
-                crate::ownership::bind_pending(d, tp, location, start).map_err(|e| {
-                    RemoteStorageError::Backend {
+                crate::ownership::bind_pending(d, tp, location, start, since, lister).map_err(
+                    |e| RemoteStorageError::Backend {
                         operation: "binding the recovered log".to_owned(),
                         location: d.display().to_string(),
                         message: e.to_string(),
                         source: Some(Box::new(e)),
-                    }
-                })?,
+                    },
+                )?,
             )
         }
         _ => None,

@@ -20,42 +20,14 @@ pub(super) type Holes = Vec<std::ops::RangeInclusive<u64>>;
 type Chosen = (Vec<RemoteLogSegmentMetadata>, Superseded, Stranded, Holes);
 
 /// Steps 2 and 3 of the [module docs](super): the recovered segments in seq order, the
-/// superseded ones, and the whole ones stranded before a hole.
-///
-/// `unfinished` holds the seq ranges of copies that began and never finished (in-progress or
-/// abandoned manifests): a hole such a copy covers is where a writer stopped, so whole segments
-/// after it (copies that completed out of order, concurrently with the unfinished one, which
-/// no writer records as finished before the older one) are left out and the run before it is
-/// the log.
-pub(super) fn choose(
-    whole: Vec<RemoteLogSegmentMetadata>,
-    epochs: &[EpochRecord],
-    unfinished: &[(u64, u64)],
-) -> Chosen {
+/// superseded ones, the whole ones stranded before a leader epoch that goes back, and the
+/// holes between the recovered ones.
+pub(super) fn choose(whole: Vec<RemoteLogSegmentMetadata>, epochs: &[EpochRecord]) -> Chosen {
     let (whole, fenced) = fenced_out(whole, epochs);
     let (accepted, mut superseded) = one_lineage(whole);
     superseded.extend(fenced);
-    let (chain, stranded, holes) = contiguous(accepted, unfinished);
+    let (chain, stranded, holes) = contiguous(accepted);
     (chain, superseded, stranded, holes)
-}
-
-/// Whether the seqs `from..=to` lie within the ranges of unfinished copies.
-fn covered_by_unfinished(from: u64, to: u64, unfinished: &[(u64, u64)]) -> bool {
-    let mut at = from;
-    // Each pass moves `at` past one range, so at most `unfinished.len()` passes.
-    for _ in 0..=unfinished.len() {
-        if at > to {
-            return true;
-        }
-        match unfinished.iter().find(|(s, e)| *s <= at && at <= *e) {
-            Some((_, e)) => match e.checked_add(1) {
-                Some(next) => at = next,
-                None => return true,
-            },
-            None => return false,
-        }
-    }
-    at > to
 }
 
 /// Step 2, first part: drops every copy a later writer epoch superseded (it holds seqs at or
@@ -126,10 +98,7 @@ fn one_lineage(mut whole: Vec<RemoteLogSegmentMetadata>) -> (ByStart, Superseded
 
 /// Step 3: the run of `accepted` ending at the highest seq without a hole or a leader epoch
 /// going back, in seq order; the segments before the break, with why.
-fn contiguous(
-    accepted: ByStart,
-    unfinished: &[(u64, u64)],
-) -> (Vec<RemoteLogSegmentMetadata>, Stranded, Holes) {
+fn contiguous(accepted: ByStart) -> (Vec<RemoteLogSegmentMetadata>, Stranded, Holes) {
     let mut chain: Vec<RemoteLogSegmentMetadata> = Vec::new();
     let mut stranded = Vec::new();
     let mut holes = Holes::new();
@@ -147,26 +116,9 @@ fn contiguous(
             break;
         };
         match break_between(&m, cur) {
-            // A hole an unfinished copy covers: the writer stopped there; what lies above it
-            // completed out of order and was never the log's. The run restarts below it.
-            Some(why)
-                if m.end_offset().saturating_add(1) < cur.start_offset()
-                    && covered_by_unfinished(
-                        m.end_offset().saturating_add(1),
-                        cur.start_offset().saturating_sub(1),
-                        unfinished,
-                    ) =>
-            {
-                let why = format!(
-                    "{why}, where a copy began and never finished: this copy completed out of \
-                     order after it and was never part of the log"
-                );
-                stranded.extend(chain.drain(..).map(|c| (c, why.clone())));
-                holes.clear();
-                chain.push(m);
-            }
-            // A hole nothing explains (a segment damaged, lost or superseded without a
-            // successor): it costs its own seqs only; the run goes on below it.
+            // A hole (a segment damaged, lost, never finished, or superseded without a
+            // successor): it costs its own seqs only; the run goes on below it. The whole
+            // segments on both sides are the only surviving copies of their records.
             Some(_) if m.end_offset().saturating_add(1) < cur.start_offset() => {
                 holes.push(m.end_offset().saturating_add(1)..=cur.start_offset().saturating_sub(1));
                 chain.push(m);
@@ -230,20 +182,11 @@ mod tests {
     }
 
     #[test]
-    fn a_copy_completed_after_an_unfinished_one_is_not_the_log_the_run_before_it_is() {
-        // Writer with two copies in flight killed: 21..=30 in progress, 31..=40 complete.
+    fn a_hole_costs_only_its_own_seqs_whatever_left_it() {
+        // A writer killed with two copies in flight (21..=30 never finished, 31..=40
+        // complete), or a damaged segment: both sides are recovered, the hole reported.
         let whole = vec![seg(1, 10, 1), seg(11, 20, 2), seg(31, 40, 4)];
-        let (chain, _, stranded, holes) = choose(whole.clone(), &[], &[(21, 30)]);
-        assert_eq!(starts(&chain), [1, 11]);
-        assert_eq!(stranded.len(), 1);
-        assert!(
-            stranded[0].1.contains("never finished"),
-            "{}",
-            stranded[0].1
-        );
-        assert!(holes.is_empty());
-        // A hole nothing explains (a damaged segment) costs its own seqs only.
-        let (chain, _, stranded, holes) = choose(whole, &[], &[]);
+        let (chain, _, stranded, holes) = choose(whole, &[]);
         assert_eq!(starts(&chain), [1, 11, 31]);
         assert!(stranded.is_empty());
         assert_eq!(holes, [21..=30]);
@@ -259,19 +202,10 @@ mod tests {
                 .unwrap()
         };
         let (chain, _, stranded, holes) =
-            choose(vec![with_epoch(1, 10, 5), with_epoch(11, 20, 3)], &[], &[]);
+            choose(vec![with_epoch(1, 10, 5), with_epoch(11, 20, 3)], &[]);
         assert_eq!(starts(&chain), [11]);
         assert_eq!(stranded.len(), 1);
         assert!(holes.is_empty());
-    }
-
-    #[test]
-    fn unfinished_ranges_must_cover_the_whole_hole() {
-        assert!(covered_by_unfinished(21, 30, &[(21, 25), (26, 30)]));
-        assert!(covered_by_unfinished(21, 30, &[(15, 40)]));
-        assert!(!covered_by_unfinished(21, 30, &[(21, 25)]));
-        assert!(!covered_by_unfinished(21, 30, &[]));
-        assert!(covered_by_unfinished(21, u64::MAX, &[(0, u64::MAX)]));
     }
 
     #[test]
@@ -282,7 +216,7 @@ mod tests {
             .build()
             .unwrap();
         let epochs = [EpochRecord::new(2, 11, Uuid::nil(), 0, "b")];
-        let (chain, superseded, _, _) = choose(vec![seg(1, 10, 1), late], &epochs, &[]);
+        let (chain, superseded, _, _) = choose(vec![seg(1, 10, 1), late], &epochs);
         assert_eq!(starts(&chain), [1]);
         assert!(matches!(
             superseded[0].1,

@@ -23,11 +23,9 @@
 //! 3. **Contiguous.** The log is the run of those segments ending at the highest seq in which
 //!    leader epochs never go back. A hole between two whole segments (a damaged, lost or
 //!    unrebuildable segment) costs its own seqs only: it is reported
-//!    ([`RemoteScan::holes`]) and the segments on both sides are recovered — except
-//!    when a copy that began and never finished (an in-progress or abandoned manifest) covers
-//!    the hole: a writer stopped there (killed with copies in flight), the whole segments above
-//!    it completed out of order and were never the log's, so they are the ones reported and
-//!    the run below the hole is recovered.
+//!    ([`RemoteScan::holes`]) and the segments on both sides are recovered: they are the only
+//!    surviving copies of their records (a writer killed with copies in flight may leave a
+//!    younger copy complete above an unfinished one).
 //!
 //! Memory: the listing is folded, page by page, into one small entry per segment (sizes and
 //! which objects exist), which is the only time the listing is held; decoded manifests replace

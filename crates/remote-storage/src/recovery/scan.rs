@@ -134,8 +134,6 @@ pub fn scan_with(
     let decoded = read_manifests(lister, &dir, &manifests, concurrency.max(1))?;
     let manifests_read = manifests.len();
     let mut whole: Vec<RemoteLogSegmentMetadata> = Vec::new();
-    // Seq ranges of copies that began and never finished (see `choose`).
-    let mut unfinished: Vec<(u64, u64)> = Vec::new();
     let mut orphans = Vec::new();
     let mut rebuilt = Vec::new();
     for ((start, id), result) in manifests.iter().zip(decoded) {
@@ -155,9 +153,6 @@ pub fn scan_with(
         if let Err(reason) = check_names(&m, tp, *start, *id) {
             ignored.push(IgnoredObject { key, reason });
             continue;
-        }
-        if ManifestState::of(&m) == ManifestState::InProgress {
-            unfinished.push((m.start_offset(), m.end_offset()));
         }
         let reason = match ManifestState::of(&m) {
             ManifestState::Complete => match check_whole(&m, entry) {
@@ -249,7 +244,7 @@ pub fn scan_with(
                 reason: IgnoreReason::IncompleteCopy,
             }),
     );
-    let (chosen, superseded, stranded, holes) = choose(whole, &epochs, &unfinished);
+    let (chosen, superseded, stranded, holes) = choose(whole, &epochs);
     let mut superseded_segments = Vec::new();
     for (m, reason) in superseded {
         let key = layout::manifest_key(&m)?;

@@ -10,6 +10,8 @@
 //! epoch <writer epoch>
 //! start <first seq of the epoch>
 //! since <ms since the Unix epoch: when it was bound>
+//! state <pending | claiming | claimed>
+//! seen <comma-separated segment ids, or ->
 //! incarnation <uuid>
 //! directory <device>:<inode>
 //! crc32 <8 hex digits of the CRC-32 of every line before it>
@@ -34,19 +36,61 @@ pub struct Binding {
     pub location: String,
     /// The partition.
     pub partition: TopicIdPartition,
-    /// The writer epoch this log holds; 0 for a **pending** binding (written by recovery): the
-    /// log's first owned open claims the next epoch from `start_seq`, unless the remote moved
-    /// past it meanwhile.
+    /// The writer epoch this log holds (0 while [`BindingState::Pending`]).
     pub epoch: u64,
     /// The first seq of its epoch, as claimed (the epoch record says the same).
     pub start_seq: u64,
-    /// When it was bound (ms since the Unix epoch): for a pending binding, when recovery read
-    /// the remote tier.
+    /// When it was bound (ms since the Unix epoch): for a pending binding, when recovery began
+    /// to read the remote tier.
     pub since_ms: i64,
+    /// Where the claim stands.
+    pub state: BindingState,
+    /// For a claim that began as pending: the copies (segment ids) starting at or after
+    /// `start_seq` that were already complete when recovery read the remote. A complete copy
+    /// there that is not one of them was finished after the recovery: its writer is alive
+    /// (at most [`MAX_SEEN`] are kept).
+    pub seen: Vec<Uuid>,
     /// The incarnation id its epoch record carries.
     pub incarnation: Uuid,
     /// The directory's identity when it was bound: `device:inode`.
     pub directory: String,
+}
+
+/// The most segment ids a binding keeps in [`Binding::seen`].
+pub const MAX_SEEN: usize = 256;
+
+/// Where a binding's claim stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BindingState {
+    /// Written by recovery: the first owned open claims the next epoch from `start_seq`,
+    /// unless the remote moved past it meanwhile.
+    Pending,
+    /// The binding names the epoch being claimed; its record may not exist yet (a crash or an
+    /// error between the two writes): the next open checks the remote again before it
+    /// creates the record.
+    Claiming,
+    /// The epoch record exists and names this log's incarnation.
+    Claimed,
+}
+
+impl BindingState {
+    fn word(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Claiming => "claiming",
+            Self::Claimed => "claimed",
+        }
+    }
+
+    fn parse(word: &str) -> Option<Self> {
+        match word {
+            "pending" => Some(Self::Pending),
+            "claiming" => Some(Self::Claiming),
+            "claimed" => Some(Self::Claimed),
+            _ => None,
+        }
+    }
 }
 
 /// The identity of directory `dir`: `device:inode` (a copy gets another inode; a rename on
@@ -63,7 +107,7 @@ impl Binding {
     fn text(&self) -> String {
         let tp = &self.partition;
         let body = format!(
-            "{MAGIC}\nremote {}\ntopic {}\nid {}\npartition {}\nepoch {}\nstart {}\nsince {}\nincarnation {}\ndirectory {}\n",
+            "{MAGIC}\nremote {}\ntopic {}\nid {}\npartition {}\nepoch {}\nstart {}\nsince {}\nstate {}\nseen {}\nincarnation {}\ndirectory {}\n",
             self.location,
             tp.topic(),
             tp.topic_id(),
@@ -71,6 +115,16 @@ impl Binding {
             self.epoch,
             self.start_seq,
             self.since_ms,
+            self.state.word(),
+            if self.seen.is_empty() {
+                "-".to_owned()
+            } else {
+                self.seen
+                    .iter()
+                    .map(Uuid::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
             self.incarnation,
             self.directory
         );
@@ -110,6 +164,8 @@ impl Binding {
         let epoch = field("epoch")?;
         let start_seq = field("start")?;
         let since_ms = field("since")?;
+        let state = field("state")?;
+        let seen = field("seen")?;
         let incarnation = field("incarnation")?;
         let directory = field("directory")?;
         let id = Uuid::parse_str(&id).map_err(|e| format!("its id `{id}` is not a UUID: {e}"))?;
@@ -125,6 +181,20 @@ impl Binding {
         let since_ms = since_ms
             .parse::<i64>()
             .map_err(|e| format!("its since `{since_ms}` is not a number: {e}"))?;
+        let state = BindingState::parse(&state)
+            .ok_or_else(|| format!("its state `{state}` is not pending, claiming or claimed"))?;
+        let seen = if seen == "-" {
+            Vec::new()
+        } else {
+            seen.split(',')
+                .take(MAX_SEEN)
+                .map(Uuid::parse_str)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("its seen list is not segment ids: {e}"))?
+        };
+        if (epoch == 0) != (state == BindingState::Pending) {
+            return Err(format!("epoch {epoch} in state {}", state.word()));
+        }
         let incarnation = Uuid::parse_str(&incarnation)
             .map_err(|e| format!("its incarnation `{incarnation}` is not a UUID: {e}"))?;
         let tp = TopicIdPartition::new(id, topic, partition);
@@ -136,6 +206,8 @@ impl Binding {
             epoch,
             start_seq,
             since_ms,
+            state,
+            seen,
             incarnation,
             directory,
         })
@@ -214,6 +286,8 @@ mod tests {
             epoch: 4,
             start_seq: 1001,
             since_ms: 1_700_000_000_000,
+            state: BindingState::Claimed,
+            seen: vec![Uuid::from_u128(5), Uuid::from_u128(6)],
             incarnation: Uuid::from_u128(9),
             directory: "64769:1234".to_owned(),
         }

@@ -3,21 +3,21 @@
 
 use std::path::Path;
 
+use krabka_remote_storage::manifest::ManifestState;
 use krabka_remote_storage::metadata::RemoteLogMetadataManager;
 use krabka_remote_storage::ownership::{
     self as records, EpochRecord, IdentityRecord, OwnershipStore, ProbeOutcome,
 };
+use krabka_remote_storage::recovery::RemoteSegmentLister;
 use krabka_remote_storage::{
-    RemoteLogSegmentState, RemoteStorageError, TopicIdPartition, Uuid, layout, now_ms,
+    RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteStorageError, TopicIdPartition, Uuid,
+    layout, now_ms,
 };
 use parking_lot::Mutex;
 
-use super::binding::{self, Binding};
+use super::binding::{self, Binding, BindingState};
 use super::{Owner, RemoteOwnership};
 use crate::error::Error;
-
-/// How many times a claim lists the epochs again after losing a race for the next one.
-const CLAIM_ATTEMPTS: usize = 16;
 
 /// What the remote holds of a partition, for deciding whether a log may claim it.
 struct RemoteHolds {
@@ -156,12 +156,15 @@ pub(crate) fn bind(
                 found: here,
             });
         }
-        if bound.epoch == 0 {
-            // Pending (recovery bound it): claim now, unless the remote moved past the end
-            // this directory was recovered to.
-            refuse_if_moved_on(dir, tp, ownership, bound.start_seq, bound.since_ms)?;
+        if bound.state == BindingState::Pending {
+            // Recovery bound it: claim now, unless the remote moved past the end this
+            // directory was recovered to.
+            refuse_if_moved_on(dir, tp, ownership, &bound)?;
             let max = remote_holds(ownership.store.as_ref(), tp)?.max_epoch;
-            return claim(dir, tp, ownership, bound.start_seq, max);
+            return claim(dir, tp, ownership, &bound, max);
+        }
+        if bound.state == BindingState::Claiming {
+            return finish_claim(dir, tp, ownership, bound);
         }
         let enforced = probe(ownership, tp, &partition_dir)?;
         let owner = Owner {
@@ -234,24 +237,40 @@ pub(crate) fn bind(
         .map(|m| m.end_offset().saturating_add(1))
         .max()
         .unwrap_or(local_first_seq);
-    claim(dir, tp, ownership, start_seq, holds.max_epoch)
+    let from = Binding {
+        location: ownership.location.clone(),
+        partition: tp.clone(),
+        epoch: 0,
+        start_seq,
+        since_ms: now_ms(),
+        state: BindingState::Pending,
+        seen: Vec::new(),
+        incarnation: Uuid::nil(),
+        directory: here,
+    };
+    claim(dir, tp, ownership, &from, holds.max_epoch)
 }
 
 /// Binds the log in `dir`, just recovered from the remote tier alone, to `location` and `tp`
 /// as a **pending** claim from `start_seq` (the seq after the recovered end): recovery fences
 /// nobody (a drill beside a live writer changes nothing for it); the log's first owned open
 /// claims the next epoch, unless the remote moved past `start_seq` meanwhile
-/// ([`Error::RemoteMovedOn`]: the old writer is alive and copying). A binding already there for
-/// the same remote and partition is kept (recovery runs again to the same result).
+/// ([`Error::RemoteMovedOn`]: the old writer is alive). `since_ms` is when recovery began to
+/// read the remote; the copies past `start_seq` already complete then are listed through
+/// `lister` and recorded ([`Binding::seen`]). A binding already there for the same remote and
+/// partition is kept (recovery runs again to the same result).
 ///
 /// # Errors
 /// [`Error::WrongRemote`] / [`Error::WrongPartition`] when `dir` is bound to another remote or
-/// partition; [`Error::Binding`] when the binding cannot be read or written.
+/// partition; [`Error::Ownership`] when the remote cannot be listed; [`Error::Binding`] when
+/// the binding cannot be read or written.
 pub fn bind_pending(
     dir: &Path,
     tp: &TopicIdPartition,
     location: &str,
     start_seq: u64,
+    since_ms: i64,
+    lister: &dyn RemoteSegmentLister,
 ) -> Result<Binding, Error> {
     if let Some(bound) = binding::read(dir)? {
         if bound.location != location {
@@ -270,12 +289,20 @@ pub fn bind_pending(
         }
         return Ok(bound);
     }
+    let seen = copies_past(lister, tp, start_seq)?
+        .into_iter()
+        .filter(|m| ManifestState::of(m) == ManifestState::Complete)
+        .map(|m| m.remote_log_segment_id().id())
+        .take(binding::MAX_SEEN)
+        .collect();
     let pending = Binding {
         location: location.to_owned(),
         partition: tp.clone(),
         epoch: 0,
         start_seq,
-        since_ms: now_ms(),
+        since_ms,
+        state: BindingState::Pending,
+        seen,
         incarnation: Uuid::nil(),
         directory: binding::directory_identity(dir)?,
     };
@@ -283,53 +310,68 @@ pub fn bind_pending(
     Ok(pending)
 }
 
-/// Refuses a pending claim from `start_seq` when the remote holds a copy starting at or after
-/// it that began at or after `since_ms` (when recovery read the remote): another writer copied
-/// past the recovered end after the recovery, so it is alive, and claiming would supersede what
-/// it copied. Copies beyond the end that began before the recovery (left by a writer that
-/// died, in progress or finished out of order) do not count: the claim supersedes them. One
-/// listing, and a read of each manifest past the end.
-fn refuse_if_moved_on(
-    dir: &Path,
+/// The copies (manifests, in any state) of `tp` starting at or after `start_seq`, oldest
+/// first: one listing and a read of each manifest past it (unreadable ones are skipped: the
+/// scan reports them).
+fn copies_past(
+    lister: &dyn RemoteSegmentLister,
     tp: &TopicIdPartition,
-    ownership: &RemoteOwnership,
     start_seq: u64,
-    since_ms: i64,
-) -> Result<(), Error> {
+) -> Result<Vec<RemoteLogSegmentMetadata>, Error> {
     let pdir = layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
     let prefix = format!("{pdir}/");
-    let mut beyond = Vec::new();
-    ownership
-        .store
+    let mut keys = Vec::new();
+    lister
         .list_partition(&pdir, &mut |obj| {
             let name = obj.key.strip_prefix(&prefix).unwrap_or(&obj.key);
             if let Some((start, _, layout::SegmentFile::Manifest)) =
                 layout::parse_segment_file_name(name)
                 && start >= start_seq
             {
-                beyond.push((start, obj.key));
+                keys.push((start, obj.key));
             }
             Ok(())
         })
         .map_err(|e| ownership_error(tp, pdir.clone(), e))?;
-    beyond.sort();
-    for (start, key) in beyond {
+    keys.sort();
+    let mut out = Vec::with_capacity(keys.len());
+    for (_, key) in keys {
         // Gone since the listing (a delete finished): nothing to hold.
-        let Some(bytes) = read_object_if_present(ownership.store.as_ref(), &key)
+        let Some(bytes) = read_object_if_present(lister, &key)
             .map_err(|e| ownership_error(tp, key.clone(), e))?
         else {
             continue;
         };
-        // An unreadable manifest proves nothing either way; the scan reports it.
-        let Ok(m) = krabka_remote_storage::manifest::decode(&bytes, &key) else {
-            continue;
-        };
-        if m.event_timestamp_ms() >= since_ms {
+        if let Ok(m) = krabka_remote_storage::manifest::decode(&bytes, &key) {
+            out.push(m);
+        }
+    }
+    Ok(out)
+}
+
+/// Refuses to claim from `bound.start_seq` when the remote shows a writer alive past it since
+/// the binding was made: a complete copy there that was not complete then (not in
+/// [`Binding::seen`]: it finished after the recovery), or a copy there that began at or after
+/// `bound.since_ms`. Copies a writer that died left there (in progress, or complete before the
+/// recovery) do not count: the claim supersedes them. One listing, and a read of each
+/// manifest past the start.
+fn refuse_if_moved_on(
+    dir: &Path,
+    tp: &TopicIdPartition,
+    ownership: &RemoteOwnership,
+    bound: &Binding,
+) -> Result<(), Error> {
+    for m in copies_past(ownership.store.as_ref(), tp, bound.start_seq)? {
+        let finished_since = ManifestState::of(&m) == ManifestState::Complete
+            && !bound.seen.contains(&m.remote_log_segment_id().id());
+        let began_since = m.event_timestamp_ms() >= bound.since_ms
+            && ManifestState::of(&m) != ManifestState::Deleting;
+        if finished_since || began_since {
             return Err(Error::RemoteMovedOn {
                 dir: dir.to_path_buf(),
                 partition: Box::new(tp.clone()),
-                recovered_to: start_seq.saturating_sub(1),
-                remote_seq: start,
+                recovered_to: bound.start_seq.saturating_sub(1),
+                remote_seq: m.start_offset(),
             });
         }
     }
@@ -338,7 +380,7 @@ fn refuse_if_moved_on(
 
 /// Reads a whole object, `None` when it does not exist.
 fn read_object_if_present(
-    store: &dyn OwnershipStore,
+    store: &dyn RemoteSegmentLister,
     key: &str,
 ) -> Result<Option<Vec<u8>>, RemoteStorageError> {
     match store.read_object(key) {
@@ -404,76 +446,104 @@ fn ensure_identity(ownership: &RemoteOwnership, tp: &TopicIdPartition) -> Result
     }
 }
 
-/// Claims the epoch after `max_epoch` (listing again after a lost race) from `start_seq` on,
-/// and binds `dir` to it: the binding first, the epoch record second.
+/// Claims the epoch after `max_epoch` from `from.start_seq` on and binds `dir` to it: the
+/// binding first (state claiming: a crash before the record exists is finished, after the
+/// same checks, by the next open), the epoch record second, the binding claimed last. A lost
+/// race for the epoch is a fence by the winner, never an outbid: a legitimate claimant never
+/// needs to claim above one racing it.
 fn claim(
     dir: &Path,
     tp: &TopicIdPartition,
     ownership: &RemoteOwnership,
-    start_seq: u64,
-    mut max_epoch: u64,
+    from: &Binding,
+    max_epoch: u64,
+) -> Result<Owner, Error> {
+    let claiming = Binding {
+        location: ownership.location.clone(),
+        partition: tp.clone(),
+        epoch: max_epoch.saturating_add(1),
+        start_seq: from.start_seq,
+        since_ms: from.since_ms,
+        state: BindingState::Claiming,
+        seen: from.seen.clone(),
+        incarnation: Uuid::new_v4(),
+        directory: binding::directory_identity(dir)?,
+    };
+    binding::write(dir, &claiming)?;
+    finish_claim(dir, tp, ownership, claiming)
+}
+
+/// Creates the epoch record a claiming binding names (unless it exists and is this log's),
+/// then marks the binding claimed. A record naming another incarnation fences this log.
+fn finish_claim(
+    dir: &Path,
+    tp: &TopicIdPartition,
+    ownership: &RemoteOwnership,
+    mut bound: Binding,
 ) -> Result<Owner, Error> {
     let partition_dir =
         layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
     let enforced = probe(ownership, tp, &partition_dir)?;
     ensure_identity(ownership, tp)?;
-    let here = binding::directory_identity(dir)?;
-    let incarnation = Uuid::new_v4();
-    let claimant = format!("{} dir {}", ownership.claimant, dir.display());
-    for _ in 0..CLAIM_ATTEMPTS {
-        let epoch = max_epoch.saturating_add(1);
-        binding::write(
-            dir,
-            &Binding {
-                location: ownership.location.clone(),
-                partition: tp.clone(),
-                epoch,
-                start_seq,
-                since_ms: now_ms(),
-                incarnation,
-                directory: here.clone(),
-            },
-        )?;
-        let record = EpochRecord::new(epoch, start_seq, incarnation, now_ms(), claimant.clone());
-        let key = layout::epoch_key(&partition_dir, epoch);
-        let created = ownership
-            .store
-            .create_if_absent(&key, &record.encode())
-            .map_err(|e| ownership_error(tp, key.clone(), e))?;
-        if created {
-            let owner = Owner {
-                read_only: false,
-                store: ownership.store.clone(),
-                dir: dir.to_path_buf(),
-                partition: tp.clone(),
-                partition_dir,
-                epoch,
-                start_seq,
-                incarnation,
-                enforced,
-                fenced: Mutex::new(None),
-            };
-            // Read back: on a store that ignores the condition, a racing claimant's record may
-            // have replaced ours.
-            owner.check()?;
-            tracing::info!(partition = %tp, dir = %dir.display(), epoch, start_seq,
-                "claimed writer epoch");
-            return Ok(owner);
+    let owner = Owner {
+        read_only: false,
+        store: ownership.store.clone(),
+        dir: dir.to_path_buf(),
+        partition: tp.clone(),
+        partition_dir: partition_dir.clone(),
+        epoch: bound.epoch,
+        start_seq: bound.start_seq,
+        incarnation: bound.incarnation,
+        enforced,
+        fenced: Mutex::new(None),
+    };
+    let key = layout::epoch_key(&partition_dir, bound.epoch);
+    let found = records::check_epoch(
+        ownership.store.as_ref(),
+        &partition_dir,
+        bound.epoch,
+        bound.incarnation,
+    )
+    .map_err(|e| ownership_error(tp, key.clone(), e))?;
+    match found {
+        records::EpochCheck::Current => {}
+        records::EpochCheck::Fenced(by) => return Err(owner.fenced_error(&by)),
+        _ => {
+            // Not created yet (or a crash came first): the remote is checked again, then the
+            // record is created create-only.
+            refuse_if_moved_on(dir, tp, ownership, &bound)?;
+            let claimant = format!("{} dir {}", ownership.claimant, dir.display());
+            let record = EpochRecord::new(
+                bound.epoch,
+                bound.start_seq,
+                bound.incarnation,
+                now_ms(),
+                claimant,
+            );
+            let created = ownership
+                .store
+                .create_if_absent(&key, &record.encode())
+                .map_err(|e| ownership_error(tp, key.clone(), e))?;
+            if !created {
+                // Someone holds the epoch: ours only if it names this incarnation (a retried
+                // request that had succeeded).
+                let bytes = records::read_record(ownership.store.as_ref(), &key)
+                    .map_err(|e| ownership_error(tp, key.clone(), e))?
+                    .unwrap_or_default();
+                let holder = EpochRecord::decode(&bytes, &key)
+                    .map_err(|e| ownership_error(tp, key.clone(), e))?;
+                if holder.incarnation != bound.incarnation {
+                    return Err(owner.fenced_error(&holder));
+                }
+            }
         }
-        max_epoch = remote_holds(ownership.store.as_ref(), tp)?
-            .max_epoch
-            .max(epoch);
     }
-    Err(ownership_error(
-        tp,
-        layout::epoch_key(&partition_dir, max_epoch.saturating_add(1)),
-        RemoteStorageError::Retriable {
-            operation: "claim".to_owned(),
-            location: layout::epoch_key(&partition_dir, max_epoch.saturating_add(1)),
-            message: format!(
-                "lost the race for the next writer epoch {CLAIM_ATTEMPTS} times in a row"
-            ),
-            source: None,
-        },
-    ))
+    bound.state = BindingState::Claimed;
+    binding::write(dir, &bound)?;
+    // Read back: on a store that ignores the condition, a racing claimant's record may have
+    // replaced ours.
+    owner.check()?;
+    tracing::info!(partition = %tp, dir = %dir.display(), epoch = bound.epoch,
+        start_seq = bound.start_seq, "claimed writer epoch");
+    Ok(owner)
 }

@@ -34,7 +34,7 @@ use krabka_remote_storage::ownership::{self as records, EpochCheck, EpochRecord,
 use krabka_remote_storage::{RemoteStorageError, TopicIdPartition, Uuid, layout, now_ms};
 use parking_lot::Mutex;
 
-pub use binding::{BINDING_FILE, Binding};
+pub use binding::{BINDING_FILE, Binding, BindingState};
 pub(crate) use claim::bind;
 pub use claim::bind_pending;
 
@@ -152,6 +152,14 @@ impl Owner {
             by_epoch: by.epoch,
             claimant: by.claimant.clone(),
             start_seq: by.start_seq,
+        }
+    }
+
+    /// Fails when an earlier check found this log fenced (no I/O).
+    pub(crate) fn ensure_not_fenced_only(&self) -> Result<(), Error> {
+        match &*self.fenced.lock() {
+            Some(by) => Err(self.fenced_error(by)),
+            None => Ok(()),
         }
     }
 

@@ -120,6 +120,15 @@ impl TieredLog {
     }
 
     /// Fails with [`Error::Fenced`] when an earlier check found this log fenced (no I/O).
+    fn ensure_writable(&self) -> Result<(), Error> {
+        match &self.owner {
+            Some(owner) => owner.ensure_not_fenced_only(),
+            None => Ok(()),
+        }
+    }
+
+    /// Fails with [`Error::Fenced`] when an earlier check found this log fenced, or
+    /// [`Error::ReadOnly`] when it was opened to read only (no I/O).
     pub(crate) fn ensure_not_fenced(&self) -> Result<(), Error> {
         match &self.owner {
             Some(owner) => owner.ensure_not_fenced(),
@@ -155,8 +164,11 @@ impl TieredLog {
     /// Appends one message; returns its seq.
     ///
     /// # Errors
-    /// [`Error::Storage`] as `Log::append`.
+    /// [`Error::Storage`] as `Log::append`; [`Error::Fenced`] once a check found another writer
+    /// holding the partition (nothing appended: records it could never tier are not
+    /// acknowledged).
     pub fn append(&self, msg: &Message) -> Result<u64, Error> {
+        self.ensure_writable()?;
         self.log
             .append(msg)
             .map_err(|e| Error::storage("appending", e))
@@ -165,8 +177,10 @@ impl TieredLog {
     /// Appends messages as one batch; returns their seqs.
     ///
     /// # Errors
-    /// [`Error::Storage`] as `Log::append_batch`.
+    /// [`Error::Storage`] as `Log::append_batch`; [`Error::Fenced`] as
+    /// [`append`](Self::append).
     pub fn append_batch(&self, msgs: &[Message]) -> Result<RangeInclusive<u64>, Error> {
+        self.ensure_writable()?;
         self.log
             .append_batch(msgs)
             .map_err(|e| Error::storage("appending a batch", e))

@@ -145,8 +145,16 @@ impl TieredLog {
         doomed: &[usize],
         report: &mut TieringReport,
     ) {
-        for &i in doomed {
+        for (n, &i) in doomed.iter().enumerate() {
             let Some(meta) = list.get(i) else { break };
+            // The round checked ownership before the first delete; every later one checks
+            // again (a takeover while deletes run must stop them).
+            if n > 0
+                && let Err(e) = self.check_owner()
+            {
+                report.failures.push(e);
+                break;
+            }
             let id = meta.remote_log_segment_id();
             // Unreadable first (for readers without the new start), then the data goes.
             if let Err(e) = self.update_state(id, RemoteLogSegmentState::DeleteSegmentStarted, None)
