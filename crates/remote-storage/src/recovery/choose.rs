@@ -1,5 +1,6 @@
 //! Steps 2 and 3 of the [module docs](super): which whole segments form the log (one lineage
-//! in copy order, then the contiguous run ending at the highest seq). Pure: no I/O.
+//! by writer epoch and copy order, then the run ending at the highest seq in which leader
+//! epochs never go back, with the holes between its segments reported). Pure: no I/O.
 
 use std::collections::BTreeMap;
 
