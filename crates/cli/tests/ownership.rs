@@ -493,3 +493,48 @@ fn a_live_writer_is_fenced_when_a_recovered_log_takes_over_and_a_busy_one_is_not
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("is fenced"), "{stderr}");
 }
+
+#[test]
+fn a_bound_log_given_another_remote_is_refused_naming_both_and_nothing_is_created() {
+    let work = tempfile::tempdir().unwrap();
+    let log = work.path().join("a").join("orders");
+    let log_s = log.to_str().unwrap();
+    let remote = format!("fs://{}", work.path().join("remote").display());
+    ok(&[
+        "produce",
+        log_s,
+        "--generate",
+        "3000",
+        "--segment-bytes",
+        "32KiB",
+    ]);
+    ok(&["tier", log_s, "--remote", &remote]);
+    // A typo: a directory that does not exist. Refused, and not created.
+    let typo_dir = work.path().join("remtoe");
+    let typo = format!("fs://{}", typo_dir.display());
+    for args in [
+        &["tier", log_s, "--remote", &typo][..],
+        &["read", log_s, "--remote", &typo],
+    ] {
+        let stderr = fails_with(args, &["is bound to the remote fs://", "remtoe"]);
+        assert!(stderr.contains(&work.path().join("remote").display().to_string()));
+    }
+    assert!(!typo_dir.exists(), "the mistyped remote was created");
+    // Another remote that exists: refused too; the log's remote is untouched.
+    let other = work.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    fails_with(
+        &[
+            "tier",
+            log_s,
+            "--remote",
+            &format!("fs://{}", other.display()),
+        ],
+        &["is bound to the remote"],
+    );
+    assert_eq!(std::fs::read_dir(&other).unwrap().count(), 0);
+    assert_eq!(
+        ok(&["read", log_s, "--remote", &remote]).lines().count(),
+        3000
+    );
+}

@@ -122,6 +122,7 @@ pub fn open(
     mode: Mode,
 ) -> Result<Tiered> {
     let local = open_local(log_dir, options)?;
+    refuse_missing_remote_of_bound_log(log_dir, &spec)?;
     let rsm = remote::open(&spec, remote_args)?;
     refuse_empty_log_over_remote_data(log_dir, &local, &spec, remote_args.endpoint.as_deref())?;
     with_remote(
@@ -133,6 +134,33 @@ pub fn open(
         config,
         mode,
     )
+}
+
+/// Refuses, before the remote is connected (which creates a missing remote directory), a
+/// filesystem remote that does not exist for a log bound to a remote: it cannot be the one the
+/// log is bound to (a typo, a relative path from another working directory), and connecting
+/// would leave an empty directory behind.
+fn refuse_missing_remote_of_bound_log(log_dir: &Path, spec: &RemoteSpec) -> Result<()> {
+    let RemoteSpec::Fs(path) = spec else {
+        return Ok(());
+    };
+    if path.exists() {
+        return Ok(());
+    }
+    let bound = krabka_tiering::ownership::binding::read(log_dir)
+        .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
+    match bound {
+        Some(bound) => Err(tiering_error(
+            "cannot open tiered log",
+            log_dir,
+            krabka_tiering::Error::WrongRemote {
+                dir: log_dir.to_path_buf(),
+                bound: bound.location,
+                given: format!("{} (which does not exist)", spec.describe()),
+            },
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Whether a command writes the partition (`tier`, `demo`: it claims or checks the writer
