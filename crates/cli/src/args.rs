@@ -360,44 +360,25 @@ mod tests {
         );
         let cli =
             Cli::try_parse_from(["krabka", "read", "d", "--follow", "--timeout", "2s"]).unwrap();
+        // Durations that would overflow an `Instant`, or spin a core between rounds.
+        let tier = |interval: &'static str| {
+            [
+                "krabka",
+                "tier",
+                "d",
+                "--remote",
+                "fs://r",
+                "--interval",
+                interval,
+            ]
+        };
+        let read = ["krabka", "read", "d", "--timeout", "18446744073709551615s"];
         for bad in [
-            &["krabka", "read", "d", "--timeout", "18446744073709551615s"][..],
-            &[
-                "krabka",
-                "tier",
-                "d",
-                "--remote",
-                "fs://r",
-                "--interval",
-                "18446744073709551615s",
-            ],
-            &[
-                "krabka",
-                "tier",
-                "d",
-                "--remote",
-                "fs://r",
-                "--interval",
-                "0s",
-            ],
-            &[
-                "krabka",
-                "tier",
-                "d",
-                "--remote",
-                "fs://r",
-                "--interval",
-                "9ms",
-            ],
-            &[
-                "krabka",
-                "tier",
-                "d",
-                "--remote",
-                "fs://r",
-                "--interval",
-                "25h",
-            ],
+            &read[..],
+            &tier("18446744073709551615s")[..],
+            &tier("0s"),
+            &tier("9ms"),
+            &tier("25h"),
         ] {
             let e = Cli::try_parse_from(bad).unwrap_err();
             assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{bad:?}");

@@ -15,6 +15,26 @@ fn krabka(args: &[&str]) -> Output {
         .expect("run krabka")
 }
 
+/// `krabka tier LOG --remote REMOTE --watch --interval 20ms EXTRA...` in the background, its
+/// stderr piped (the caller kills it or waits for it).
+fn spawn_watch(log: &str, remote: &str, extra: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_krabka"))
+        .args([
+            "tier",
+            log,
+            "--remote",
+            remote,
+            "--watch",
+            "--interval",
+            "20ms",
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn ok(args: &[&str]) -> String {
     let out = krabka(args);
     assert!(
@@ -66,22 +86,7 @@ fn clean_orphans_in_a_loop_beside_a_live_tier_watch_loses_nothing() {
     assert!(closed > 100, "{closed} closed segments");
 
     // The live writer: copies every closed segment and deletes it locally once remote.
-    let mut tier = Command::new(env!("CARGO_BIN_EXE_krabka"))
-        .args([
-            "tier",
-            log_s,
-            "--remote",
-            &remote,
-            "--watch",
-            "--interval",
-            "20ms",
-            "--local-retention-bytes",
-            "0",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut tier = spawn_watch(log_s, &remote, &["--local-retention-bytes", "0"]);
     // The drill beside it, bounded in count and time, until every closed segment is remote.
     let started = Instant::now();
     while count_objects(&remote_dir, ".manifest") == 0
@@ -235,20 +240,7 @@ fn a_second_writer_on_one_partition_is_refused_before_its_first_copy() {
         "--segment-bytes",
         "32KiB",
     ]);
-    let mut live = Command::new(env!("CARGO_BIN_EXE_krabka"))
-        .args([
-            "tier",
-            log_s,
-            "--remote",
-            &remote,
-            "--watch",
-            "--interval",
-            "20ms",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut live = spawn_watch(log_s, &remote, &[]);
     wait_for_manifests(&remote_dir, 1, Duration::from_secs(30));
     // A second process on the same directory: the directory's lock refuses it.
     fails_with(&["tier", log_s, "--remote", &remote], &["in use"]);
@@ -336,22 +328,7 @@ fn failover_a_killed_writer_is_replaced_from_the_bucket_and_fenced_when_it_retur
     ]);
     let acknowledged = ok(&["read", a_s]);
     // A tiers and is killed (SIGKILL) mid-way.
-    let mut tier = Command::new(env!("CARGO_BIN_EXE_krabka"))
-        .args([
-            "tier",
-            a_s,
-            "--remote",
-            &remote,
-            "--watch",
-            "--interval",
-            "20ms",
-            "--local-retention-bytes",
-            "0",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut tier = spawn_watch(a_s, &remote, &["--local-retention-bytes", "0"]);
     // About 52 records a segment: at least 1,500 records remote before the kill.
     wait_for_manifests(&remote_dir, 30, Duration::from_secs(30));
     tier.kill().unwrap();
@@ -460,20 +437,7 @@ fn a_live_writer_is_fenced_when_a_recovered_log_takes_over_and_a_busy_one_is_not
     );
     // A fresh recovery (after the operator stopped A) takes over; A's running watch is
     // fenced at its next round and exits.
-    let mut live = Command::new(env!("CARGO_BIN_EXE_krabka"))
-        .args([
-            "tier",
-            a_s,
-            "--remote",
-            &remote,
-            "--watch",
-            "--interval",
-            "20ms",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut live = spawn_watch(a_s, &remote, &[]);
     std::fs::remove_dir_all(work.path().join("b")).unwrap();
     ok(&["recover", b_s, "--remote", &remote]);
     ok(&["tier", b_s, "--remote", &remote]);

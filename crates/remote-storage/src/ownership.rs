@@ -332,24 +332,9 @@ pub fn list_epochs(
         }
         Ok(())
     })?;
-    keys.sort();
     let mut records = Vec::with_capacity(keys.len());
     let mut unreadable = Vec::new();
-    for (epoch, key) in keys {
-        let decoded = match read_record(store, &key)? {
-            // Listed, then gone: a hand delete racing the listing; nothing to hold.
-            None => continue,
-            Some(bytes) => EpochRecord::decode(&bytes, &key).and_then(|r| {
-                if r.epoch == epoch {
-                    Ok(r)
-                } else {
-                    Err(RemoteStorageError::Corrupt {
-                        location: key.clone(),
-                        reason: format!("epoch record: it holds epoch {}", r.epoch),
-                    })
-                }
-            }),
-        };
+    for (epoch, _, decoded) in read_epochs(store, keys)? {
         match decoded {
             Ok(r) => records.push(r),
             Err(e) if strict => return Err(e),
@@ -357,6 +342,42 @@ pub fn list_epochs(
         }
     }
     Ok((records, unreadable))
+}
+
+/// One epoch record read by [`read_epochs`]: the epoch its key names, the key, and the
+/// record or why it is unusable.
+pub type ReadEpoch = (u64, String, Result<EpochRecord, RemoteStorageError>);
+
+/// Reads the epoch records a listing found (`(epoch, key)` pairs, see
+/// [`layout::parse_epoch_name`]), oldest first: each decoded and checked against the epoch its
+/// key names. Records gone since the listing are left out.
+///
+/// # Errors
+/// A backend error other than not found.
+pub fn read_epochs(
+    store: &dyn RemoteSegmentLister,
+    mut keys: Vec<(u64, String)>,
+) -> Result<Vec<ReadEpoch>, RemoteStorageError> {
+    keys.sort();
+    let mut out = Vec::with_capacity(keys.len());
+    for (epoch, key) in keys {
+        // Listed, then gone: a hand delete racing the listing; nothing to hold.
+        let Some(bytes) = read_record(store, &key)? else {
+            continue;
+        };
+        let decoded = EpochRecord::decode(&bytes, &key).and_then(|r| {
+            if r.epoch == epoch {
+                Ok(r)
+            } else {
+                Err(RemoteStorageError::Corrupt {
+                    location: key.clone(),
+                    reason: format!("epoch record: it holds epoch {}", r.epoch),
+                })
+            }
+        });
+        out.push((epoch, key, decoded));
+    }
+    Ok(out)
 }
 
 /// Reads a small record, `None` when it does not exist. Records larger than

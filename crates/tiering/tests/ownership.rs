@@ -5,12 +5,14 @@
 //! otherwise, a failure under `CI=true`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 
 use krabka_protocol::Message;
 use krabka_remote_s3::test_server::TestServer;
-use krabka_remote_s3::{S3Config, S3Credentials, S3RemoteStorage};
+use krabka_remote_s3::{S3Config, S3RemoteStorage};
 use krabka_remote_storage::ownership::{EpochRecord, OwnershipStore};
 use krabka_remote_storage::{RemoteStorageManager, TopicIdPartition, Uuid, layout};
 use krabka_storage::Options;
@@ -55,30 +57,6 @@ fn s3_backend(config: S3Config) -> Backend {
             assert!(writer.create_if_absent(key, &bytes).unwrap());
         }),
     }
-}
-
-fn ceph_config() -> Option<S3Config> {
-    let endpoint = std::env::var("KRABKA_TEST_CEPH_ENDPOINT")
-        .ok()
-        .filter(|v| !v.is_empty());
-    let Some(endpoint) = endpoint else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but KRABKA_TEST_CEPH_ENDPOINT is not set: .ci/run must start Ceph RGW"
-        );
-        eprintln!("KRABKA_TEST_CEPH_ENDPOINT not set: skipping the Ceph RGW ownership test");
-        return None;
-    };
-    let var = |n: &str| std::env::var(n).unwrap();
-    Some(
-        S3Config::new(var("KRABKA_TEST_CEPH_BUCKET"))
-            .with_endpoint(endpoint)
-            .with_credentials(S3Credentials::static_keys(
-                var("KRABKA_TEST_CEPH_ACCESS_KEY"),
-                var("KRABKA_TEST_CEPH_SECRET_KEY"),
-            ))
-            .with_prefix(format!("ownership-{}", Uuid::new_v4())),
-    )
 }
 
 fn options() -> Options {
@@ -375,7 +353,7 @@ fn s3_ownership_binding_fencing_and_lost_records() {
 
 #[test]
 fn ceph_ownership_binding_fencing_and_lost_records() {
-    if let Some(config) = ceph_config() {
+    if let Some(config) = common::ceph_config("ownership") {
         scenario(&s3_backend(config));
     }
 }

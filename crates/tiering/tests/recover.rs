@@ -8,12 +8,14 @@
 //! manifest is gone (removed first).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 
 use krabka_protocol::Message;
 use krabka_remote_s3::test_server::TestServer;
-use krabka_remote_s3::{S3Config, S3Credentials, S3RemoteStorage};
+use krabka_remote_s3::{S3Config, S3RemoteStorage};
 use krabka_remote_storage::{
     LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageManager,
     TopicIdPartition, Uuid, layout,
@@ -73,30 +75,6 @@ fn s3_backend(config: S3Config) -> Backend {
             .unwrap();
         }),
     }
-}
-
-fn ceph_config() -> Option<S3Config> {
-    let endpoint = std::env::var("KRABKA_TEST_CEPH_ENDPOINT")
-        .ok()
-        .filter(|v| !v.is_empty());
-    let Some(endpoint) = endpoint else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but KRABKA_TEST_CEPH_ENDPOINT is not set: .ci/run must start Ceph RGW"
-        );
-        eprintln!("KRABKA_TEST_CEPH_ENDPOINT not set: skipping the Ceph RGW recovery test");
-        return None;
-    };
-    let var = |n: &str| std::env::var(n).unwrap();
-    Some(
-        S3Config::new(var("KRABKA_TEST_CEPH_BUCKET"))
-            .with_endpoint(endpoint)
-            .with_credentials(S3Credentials::static_keys(
-                var("KRABKA_TEST_CEPH_ACCESS_KEY"),
-                var("KRABKA_TEST_CEPH_SECRET_KEY"),
-            ))
-            .with_prefix(format!("recover-{}", Uuid::new_v4())),
-    )
 }
 
 fn options() -> Options {
@@ -479,7 +457,7 @@ fn on_s3(scenario: fn(&Backend, &Path)) {
 }
 
 fn on_ceph(scenario: fn(&Backend, &Path)) {
-    if let Some(config) = ceph_config() {
+    if let Some(config) = common::ceph_config("recover") {
         let dir = tempfile::tempdir().unwrap();
         scenario(&s3_backend(config), dir.path());
     }

@@ -276,24 +276,13 @@ pub fn scan_with(
 /// holds another epoch than its key) is reported in `ignored` and left out.
 fn read_epochs(
     lister: &dyn RemoteSegmentLister,
-    mut keys: Vec<(u64, String)>,
+    keys: Vec<(u64, String)>,
     ignored: &mut Vec<IgnoredObject>,
 ) -> Result<Vec<EpochRecord>, RemoteStorageError> {
-    keys.sort();
     let mut epochs = Vec::with_capacity(keys.len());
-    for (epoch, key) in keys {
-        let Some(bytes) = ownership::read_record(lister, &key)? else {
-            continue;
-        };
-        match EpochRecord::decode(&bytes, &key) {
-            Ok(r) if r.epoch == epoch => epochs.push(r),
-            Ok(r) => ignored.push(IgnoredObject {
-                key,
-                reason: IgnoreReason::CorruptOwnershipRecord(format!(
-                    "it holds epoch {} under the name of epoch {epoch}",
-                    r.epoch
-                )),
-            }),
+    for (_, key, decoded) in ownership::read_epochs(lister, keys)? {
+        match decoded {
+            Ok(r) => epochs.push(r),
             Err(e) => ignored.push(IgnoredObject {
                 key,
                 reason: IgnoreReason::CorruptOwnershipRecord(e.to_string()),

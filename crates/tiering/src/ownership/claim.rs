@@ -89,18 +89,30 @@ fn remote_holds(store: &dyn OwnershipStore, tp: &TopicIdPartition) -> Result<Rem
         }
     };
     let mut segment_objects = 0u64;
+    let mut epoch_keys = Vec::new();
     let prefix = format!("{dir}/");
     store
         .list_partition(&dir, &mut |obj| {
             let name = obj.key.strip_prefix(&prefix).unwrap_or(&obj.key);
-            if !layout::is_ownership_name(name) {
+            if let Some(epoch) = layout::parse_epoch_name(name) {
+                epoch_keys.push((epoch, obj.key));
+            } else if !layout::is_ownership_name(name) {
                 segment_objects += 1;
             }
             Ok(())
         })
         .map_err(|e| ownership_error(tp, dir.clone(), e))?;
-    let (epochs, unreadable) = records::list_epochs(store, &dir, false)
-        .map_err(|e| ownership_error(tp, dir.clone(), e))?;
+    let mut epochs = Vec::new();
+    let mut unreadable = Vec::new();
+    for (epoch, _, decoded) in
+        records::read_epochs(store, epoch_keys).map_err(|e| ownership_error(tp, dir.clone(), e))?
+    {
+        match decoded {
+            Ok(r) => epochs.push(r),
+            // Unreadable: still an epoch a claimant must claim above.
+            Err(_) => unreadable.push(epoch),
+        }
+    }
     let max_epoch = epochs
         .iter()
         .map(|e| e.epoch)
@@ -164,7 +176,7 @@ pub(crate) fn bind(
             return claim(dir, tp, ownership, &bound, max);
         }
         if bound.state == BindingState::Claiming {
-            return finish_claim(dir, tp, ownership, bound);
+            return finish_claim(dir, tp, ownership, bound, false);
         }
         let enforced = probe(ownership, tp, &partition_dir)?;
         let owner = Owner {
@@ -470,16 +482,21 @@ fn claim(
         directory: binding::directory_identity(dir)?,
     };
     binding::write(dir, &claiming)?;
-    finish_claim(dir, tp, ownership, claiming)
+    // A pending claim was checked against the remote just before (`bind`).
+    let checked = from.state == BindingState::Pending;
+    finish_claim(dir, tp, ownership, claiming, checked)
 }
 
 /// Creates the epoch record a claiming binding names (unless it exists and is this log's),
 /// then marks the binding claimed. A record naming another incarnation fences this log.
+/// Before it creates the record it checks that the remote did not move on since the binding
+/// was made ([`refuse_if_moved_on`]), unless the caller has just `checked`.
 fn finish_claim(
     dir: &Path,
     tp: &TopicIdPartition,
     ownership: &RemoteOwnership,
     mut bound: Binding,
+    checked: bool,
 ) -> Result<Owner, Error> {
     let partition_dir =
         layout::partition_dir(tp).map_err(|e| Error::InvalidConfig(e.to_string()))?;
@@ -511,7 +528,9 @@ fn finish_claim(
         _ => {
             // Not created yet (or a crash came first): the remote is checked again, then the
             // record is created create-only.
-            refuse_if_moved_on(dir, tp, ownership, &bound)?;
+            if !checked {
+                refuse_if_moved_on(dir, tp, ownership, &bound)?;
+            }
             let claimant = format!("{} dir {}", ownership.claimant, dir.display());
             let record = EpochRecord::new(
                 bound.epoch,

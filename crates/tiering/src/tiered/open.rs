@@ -126,11 +126,7 @@ impl TieredLog {
         topic_id_partition: TopicIdPartition,
         config: TieringConfig,
     ) -> Result<Self, Error> {
-        let dir = dir.as_ref();
-        validate_all(&options, &topic_id_partition, &config)?;
-        crate::error::note_open_files_limit();
-        let log = Log::open(dir, options)
-            .map_err(|e| Error::storage(format!("opening {}", dir.display()), e))?;
+        let log = open_local(dir.as_ref(), options, &topic_id_partition, &config)?;
         Self::new(log, rsm, rlmm, topic_id_partition, config)
     }
 }
@@ -161,10 +157,7 @@ impl TieredLog {
         config: TieringConfig,
         ownership: &crate::ownership::RemoteOwnership,
     ) -> Result<Self, Error> {
-        let dir = dir.as_ref();
-        validate_all(&options, &topic_id_partition, &config)?;
-        let log = Log::open(dir, options)
-            .map_err(|e| Error::storage(format!("opening {}", dir.display()), e))?;
+        let log = open_local(dir.as_ref(), options, &topic_id_partition, &config)?;
         Self::new_owned(log, rsm, rlmm, topic_id_partition, config, ownership)
     }
 
@@ -197,6 +190,19 @@ impl TieredLog {
         this.owner = Some(owner);
         Ok(this)
     }
+}
+
+/// Checks everything that needs no local log, then opens (or creates) the local log in `dir`:
+/// the first step of [`TieredLog::open`] and [`TieredLog::open_owned`].
+fn open_local(
+    dir: &Path,
+    options: Options,
+    tp: &TopicIdPartition,
+    config: &TieringConfig,
+) -> Result<Log, Error> {
+    validate_all(&options, tp, config)?;
+    crate::error::note_open_files_limit();
+    Log::open(dir, options).map_err(|e| Error::storage(format!("opening {}", dir.display()), e))
 }
 
 /// Checks the retention point `log_start` read from `log`'s directory against the local log

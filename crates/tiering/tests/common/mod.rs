@@ -122,3 +122,29 @@ pub fn spawn_child(child_test: &str, dir_var: &str, dir: &Path, stdout: Stdio) -
         .spawn()
         .unwrap()
 }
+
+/// Ceph RGW as `.ci/run` starts it (`KRABKA_TEST_CEPH_*`), under a fresh prefix starting with
+/// `prefix`; `None` (the test is skipped) when it is not running, a failure under `CI=true`.
+pub fn ceph_config(prefix: &str) -> Option<krabka_remote_s3::S3Config> {
+    let endpoint = std::env::var("KRABKA_TEST_CEPH_ENDPOINT")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let Some(endpoint) = endpoint else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but KRABKA_TEST_CEPH_ENDPOINT is not set: .ci/run must start Ceph RGW"
+        );
+        eprintln!("KRABKA_TEST_CEPH_ENDPOINT not set: skipping the Ceph RGW {prefix} test");
+        return None;
+    };
+    let var = |n: &str| std::env::var(n).unwrap();
+    Some(
+        krabka_remote_s3::S3Config::new(var("KRABKA_TEST_CEPH_BUCKET"))
+            .with_endpoint(endpoint)
+            .with_credentials(krabka_remote_s3::S3Credentials::static_keys(
+                var("KRABKA_TEST_CEPH_ACCESS_KEY"),
+                var("KRABKA_TEST_CEPH_SECRET_KEY"),
+            ))
+            .with_prefix(format!("{prefix}-{}", Uuid::new_v4())),
+    )
+}
