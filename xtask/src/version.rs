@@ -167,10 +167,25 @@ mod tests {
         ] {
             assert!(Version::parse(ok).is_ok(), "{ok}");
         }
-        for bad in [
-            "1.2", "1.2.3.4", "v1.2.3", "01.2.3", "1.2.x", "1.2.3-", "1.2.3-01", "",
+        let three = "expected three dot-separated numbers";
+        for (bad, why) in [
+            ("1.2", three),
+            ("1.2.3.4", three),
+            ("v1.2.3", "`v1` is not a number"),
+            ("01.2.3", "`01` has a leading zero"),
+            ("1.2.x", "`x` is not a number"),
+            ("1.2.3-", "pre-release identifier `` is invalid"),
+            (
+                "1.2.3-01",
+                "numeric pre-release identifier `01` has a leading zero",
+            ),
+            ("", three),
         ] {
-            assert!(Version::parse(bad).is_err(), "{bad}");
+            assert_eq!(
+                Version::parse(bad),
+                Err(format!("`{bad}` is not a semantic version X.Y.Z: {why}")),
+                "{bad}"
+            );
         }
     }
 

@@ -7,6 +7,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::human;
 
+mod parse;
+
+use parse::{
+    MAX_CONCURRENCY, MAX_RECORDS, parse_bench_value_size, parse_compression, parse_interval,
+    parse_segment_bytes, parse_separator, parse_seq, parse_timeout,
+};
+
 /// krabka: a tiered log you can run, inspect and verify.
 ///
 /// Records are appended to segments on local disk; closed segments are copied to a remote tier
@@ -17,7 +24,8 @@ use crate::human;
     name = "krabka",
     version,
     propagate_version = true,
-    max_term_width = 100
+    max_term_width = 100,
+    after_help = EXIT_CODES
 )]
 pub struct Cli {
     /// What to do.
@@ -32,8 +40,26 @@ pub enum Command {
     /// both tiers and verify every record; prints a summary.
     Demo(DemoArgs),
     /// Append records to a log: one per line of stdin, or generated ones.
+    ///
+    /// Lines are split at `\n` only: a `\r` before it stays part of the value. The lines before
+    /// a bad one (invalid UTF-8, too large, a bad escape with --escaped) are appended, nothing
+    /// from it on; the error names both line ranges and exits 1. With --all-or-nothing a bad
+    /// line appends nothing.
+    #[command(after_help = EXIT_CODES)]
     Produce(ProduceArgs),
     /// Print records from a seq on (tab-separated: seq, timestamp, key, value).
+    ///
+    /// One line per record: seq TAB timestamp TAB key TAB value. Keys and values are escaped
+    /// so that every line is unambiguous: `\\` is a backslash, `\t` a tab, `\n` a newline,
+    /// `\r` a carriage return, `\xNN` any other control byte or a byte that is not UTF-8; a
+    /// record without a key shows `-`, and a key that is the single character `-` shows `\-`.
+    /// A value (or key) cut at --value-chars ends in `\…`. `krabka produce --escaped` reads
+    /// these escapes back.
+    ///
+    /// The summary on stderr says how the read ended: at the end of the log, at --max (naming
+    /// the next seq), or cut short (by --timeout without --follow, a signal or an error: it
+    /// names the seq it stopped before and the command exits non-zero).
+    #[command(after_help = EXIT_CODES)]
     Read(ReadArgs),
     /// Print every frame of a segment file: seq, position, size, timestamp, key, value size,
     /// CRC status (like kafka-dump-log); exits 1 naming the first bad frame.
@@ -41,8 +67,9 @@ pub enum Command {
     /// Check every frame and index entry of a log directory and that its segments follow each
     /// other without a gap; exits 1 naming the file and byte position of any problem.
     Verify(VerifyArgs),
-    /// Move the damaged parts of a log aside into DIR/quarantine/ (nothing is deleted), record
-    /// the seqs they held as a hole, and say what moved where.
+    /// Move the damaged bytes of a log aside into DIR/quarantine/ (nothing is deleted), keep
+    /// every intact frame after them, record the seqs the damage held as a hole, and say what
+    /// moved where; or accept a hole as lost (--accept-hole) so tiering goes on past it.
     Repair(RepairArgs),
     /// Copy closed segments to a remote and apply retention: one round, or continuously.
     Tier(TierArgs),
@@ -69,13 +96,19 @@ pub struct RemoteArgs {
     /// Compress the segments this command copies to the remote: `zstd` or `zstd:LEVEL`
     /// (1..=22; `zstd` is level 3), or `none` (the default). Segments written with any setting
     /// stay readable without it.
-    #[arg(long, value_name = "SPEC")]
+    #[arg(long, value_name = "SPEC", value_parser = parse_compression)]
     pub compression: Option<String>,
-    /// Encrypt the segments this command copies (AES-256-GCM, a fresh data key per segment
-    /// wrapped by this master key), and read encrypted ones: a file holding the 32-byte master
-    /// key as raw bytes or as 64 hex characters.
+    /// A master key file: 32 raw bytes or 64 hex characters (a regular file of at most 128
+    /// bytes). May be given several times: the first key given encrypts the segments this
+    /// command copies (AES-256-GCM, a fresh data key per segment wrapped by it); every key
+    /// given reads the segments encrypted with it (each segment records its key's id).
     #[arg(long, value_name = "PATH")]
-    pub encryption_key_file: Option<PathBuf>,
+    pub encryption_key_file: Vec<PathBuf>,
+    /// A directory of master key files (every file whose name does not start with `.`, in
+    /// name order), read after the --encryption-key-file keys; without --encryption-key-file
+    /// its first key encrypts new segments. Keep rotated-out keys here to read old segments.
+    #[arg(long, value_name = "DIR")]
+    pub encryption_key_dir: Option<PathBuf>,
 }
 
 /// Tiering knobs shared by `demo` and `tier`.
@@ -97,8 +130,8 @@ pub struct DemoArgs {
     /// to DIR/remote). Default: a temporary directory removed at exit.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// Records to append (minimum 1).
-    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Records to append: 1 to 10^12.
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..=MAX_RECORDS))]
     pub records: u64,
     /// Segment size: the log rolls to a new segment at this size. Small, so that there are many
     /// segments to tier. Minimum 1 KiB, maximum 4 GiB - 1 (what the remote tier can address).
@@ -120,16 +153,28 @@ pub struct DemoArgs {
 pub struct ProduceArgs {
     /// Log directory (created when missing).
     pub dir: PathBuf,
-    /// Append N generated records instead of reading stdin.
-    #[arg(long, value_name = "N")]
+    /// Append N generated records instead of reading stdin: 0 to 10^12.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=MAX_RECORDS))]
     pub generate: Option<u64>,
     /// Seed of the generator (with --generate).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Split each stdin line at the first SEP into key and value (like kafka-console-producer's
-    /// parse.key); lines without it get no key.
-    #[arg(long, value_name = "SEP")]
+    /// parse.key); lines without it get no key. SEP is not empty and has no newline.
+    #[arg(long, value_name = "SEP", value_parser = parse_separator, conflicts_with = "generate")]
     pub key_separator: Option<String>,
+    /// Decode the escapes `krabka read` prints in each line's key and value (`\\`, `\t`,
+    /// `\n`, `\r`, `\xNN`, `\-`), and take a key that is exactly `-` as no key. A line with
+    /// any other backslash sequence is bad. `krabka read DIR | cut -f3- | krabka produce DIR2
+    /// --escaped --key-separator "$(printf '\t')"` appends the same keys and values.
+    #[arg(long, conflicts_with = "generate")]
+    pub escaped: bool,
+    /// Read and check the whole input before appending anything (it is kept meanwhile in a
+    /// temporary file, under TMPDIR): a bad line appends nothing. Once every line is valid they
+    /// are all appended; only a failed append or a signal can then stop it part way, and the
+    /// error names the lines appended.
+    #[arg(long, conflicts_with = "generate")]
+    pub all_or_nothing: bool,
     /// Segment size for new segments. Minimum 1 KiB, maximum 4 GiB - 1 (what the remote tier
     /// can address).
     #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_segment_bytes)]
@@ -141,13 +186,14 @@ pub struct ProduceArgs {
 pub struct ReadArgs {
     /// Log directory.
     pub dir: PathBuf,
-    /// First seq to print (the log's first record has seq 1).
-    #[arg(long, value_name = "SEQ", default_value_t = 1)]
+    /// First seq to print (the log's first record has seq 1; seq 0 does not exist).
+    #[arg(long, value_name = "SEQ", default_value_t = 1, value_parser = parse_seq)]
     pub from: u64,
-    /// Stop after N records.
-    #[arg(long, value_name = "N")]
+    /// Stop after N records (at least 1); the summary then names the next seq.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max: Option<u64>,
-    /// Keep waiting for new records (until Ctrl-C, --timeout or --max).
+    /// Keep waiting for new records (until --max, --timeout, or Ctrl-C, SIGTERM or SIGHUP,
+    /// which exit 130, 143 or 129 naming the seq the read stopped before).
     #[arg(long)]
     pub follow: bool,
     /// Stop after this long in total, by the wall clock, whatever the writer does (with
@@ -155,7 +201,8 @@ pub struct ReadArgs {
     /// --follow, a read the timeout cuts short says where it stopped and exits 1.
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
     pub timeout: Option<Duration>,
-    /// Print at most this many characters of each value.
+    /// Print at most this many characters of each value (keys: of each key, or 200 when that
+    /// is more); a cut one ends in `\…`. A byte that is not UTF-8 counts as one character.
     #[arg(long, value_name = "CHARS", default_value_t = 200)]
     pub value_chars: usize,
     #[command(flatten)]
@@ -188,9 +235,14 @@ pub struct VerifyArgs {
 pub struct RepairArgs {
     /// Log directory.
     pub dir: PathBuf,
-    /// Only say what would be moved aside; change nothing.
-    #[arg(long)]
+    /// Only say what would be moved aside and kept; change nothing.
+    #[arg(long, conflicts_with = "accept_hole")]
     pub dry_run: bool,
+    /// Accept the hole holding SEQS (`N` or `N..=M`) as lost, recorded with the time in
+    /// DIR/accepted-holes: `krabka tier` then copies past it and retention passes it. Reads of
+    /// its seqs still fail naming it. Repeatable; repairs nothing.
+    #[arg(long, value_name = "SEQS", value_parser = crate::repair::parse_seqs)]
+    pub accept_hole: Vec<std::ops::RangeInclusive<u64>>,
 }
 
 /// `krabka tier`.
@@ -204,14 +256,17 @@ pub struct TierArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub retention: RetentionArgs,
-    /// Keep tiering every --interval until Ctrl-C.
+    /// Keep tiering every --interval until Ctrl-C, SIGTERM or SIGHUP (it ends the round, says
+    /// which signal stopped it, and exits 0).
     #[arg(long)]
     pub watch: bool,
     /// Time between rounds with --watch, e.g. 5s; from 10ms to 1 day.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_interval)]
     pub interval: Duration,
     /// Serve the tiering metrics for Prometheus at http://ADDR/metrics while tiering, e.g.
-    /// 127.0.0.1:9464 (plain HTTP: bind to a trusted interface).
+    /// 127.0.0.1:9464 (plain HTTP: bind to a trusted interface; a non-loopback address is
+    /// warned about; port 0 takes a free port, printed). At most 64 connections, 5 s to send a
+    /// request.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
 }
@@ -234,8 +289,13 @@ pub struct RecoverArgs {
     /// objects without a manifest are never deleted. Without it nothing is ever deleted.
     #[arg(long)]
     pub clean_orphans: bool,
-    /// Manifests read at once.
-    #[arg(long, value_name = "N", default_value_t = krabka_tiering::recovery::DEFAULT_RECOVERY_CONCURRENCY)]
+    /// Manifests read at once (a thread each): 1 to 256.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = krabka_tiering::recovery::DEFAULT_RECOVERY_CONCURRENCY,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_CONCURRENCY)
+    )]
     pub concurrency: usize,
 }
 
@@ -256,11 +316,12 @@ pub struct BenchArgs {
     /// Directory to run in (must be new or empty). Default: a temporary directory.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// Records to append.
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Records to append: 1 to 10^12.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=MAX_RECORDS))]
     pub records: u64,
-    /// Value size of each record. Accepts units.
-    #[arg(long, value_name = "SIZE", default_value = "512", value_parser = human::parse_bytes)]
+    /// Value size of each record. Accepts units. At most the largest record the log accepts
+    /// (16 MiB) less the key and framing.
+    #[arg(long, value_name = "SIZE", default_value = "512", value_parser = parse_bench_value_size)]
     pub value_size: u64,
     /// Records per append call.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100_000))]
@@ -270,52 +331,13 @@ pub struct BenchArgs {
     pub sync: BenchSync,
 }
 
-/// Smallest segment size the commands accept.
-pub const MIN_SEGMENT_BYTES: u64 = 1024;
-
-/// Largest segment size the commands accept: the remote tier addresses a segment's bytes with
-/// `u32` positions, so a larger segment could never be tiered.
-pub const MAX_SEGMENT_BYTES: u64 = krabka_tiering::MAX_SEGMENT_BYTES;
-
-/// The longest `--timeout`: a year (an `Instant` plus it never overflows).
-const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
-/// The shortest `--interval`: shorter ones would spin a core between rounds.
-const MIN_INTERVAL: Duration = Duration::from_millis(10);
-/// The longest `--interval`: a day.
-const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
-
-fn parse_timeout(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
-    if d > MAX_TIMEOUT {
-        return Err(format!("a timeout must be at most 365 days, got {s}"));
-    }
-    Ok(d)
-}
-
-fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
-    if d < MIN_INTERVAL || d > MAX_INTERVAL {
-        return Err(format!(
-            "an interval must be from 10ms to 1 day (24h), got {s}"
-        ));
-    }
-    Ok(d)
-}
-
-fn parse_segment_bytes(s: &str) -> Result<u64, String> {
-    let n = human::parse_bytes(s)?;
-    if n < MIN_SEGMENT_BYTES {
-        Err(format!(
-            "a segment must be at least {MIN_SEGMENT_BYTES} bytes, got {n}"
-        ))
-    } else if n > MAX_SEGMENT_BYTES {
-        Err(format!(
-            "a segment must be at most {MAX_SEGMENT_BYTES} bytes (4 GiB - 1, what the remote tier can address), got {n}"
-        ))
-    } else {
-        Ok(n)
-    }
-}
+/// The exit codes, as `--help` lists them.
+const EXIT_CODES: &str = "Exit codes: 0 done (also when stdout is closed early, as by `| head`); \
+    1 a failure, or a result that is not complete (one line on stderr says what, where, and the \
+    seq or line it stopped at); 2 a usage error (a bad argument); 130, 143, 129 stopped by \
+    Ctrl-C (SIGINT), SIGTERM or SIGHUP before the command finished (128 + the signal's number; \
+    what was printed or appended before is whole). `tier --watch` ends its round on these \
+    signals and exits 0.";
 
 #[cfg(test)]
 mod tests {
@@ -393,5 +415,25 @@ mod tests {
         };
         assert!(r.dry_run);
         assert!(Cli::try_parse_from(["krabka", "repair"]).is_err());
+        let cli = Cli::try_parse_from([
+            "krabka",
+            "repair",
+            "d",
+            "--accept-hole",
+            "9",
+            "--accept-hole",
+            "20..=31",
+        ])
+        .unwrap();
+        let Command::Repair(r) = cli.command else {
+            panic!("not repair")
+        };
+        assert_eq!(r.accept_hole, vec![9..=9, 20..=31]);
+        for bad in ["0", "9..=8", "x", "9..10"] {
+            assert!(
+                Cli::try_parse_from(["krabka", "repair", "d", "--accept-hole", bad]).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

@@ -29,6 +29,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         sync,
         ..Options::default()
     };
+    // At most 16 MiB (checked when the command line is read).
     let value_size = usize::try_from(args.value_size)
         .map_err(|_| CliError::new("--value-size is too large for this machine"))?;
     let log = Log::open(&dir, opts).map_err(|e| storage("cannot open log", &dir, e))?;
@@ -46,7 +47,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let frame_bytes = batch.first().map_or(0, |m| m.encoded_len() as u64 + 16);
 
     let (appended, append_time) = append(&log, &dir, &batch, args)?;
-    let bytes = appended * frame_bytes;
+    let bytes = appended.saturating_mul(frame_bytes);
 
     let (read, read_time) = read_all(&log, &dir, appended)?;
     log.close()
@@ -113,7 +114,7 @@ fn read_all(log: &Log, dir: &Path, appended: u64) -> Result<(u64, Duration)> {
             .read(next, 1000)
             .map_err(|e| storage("cannot read log", dir, e))?;
         let Some(last) = records.last() else { break };
-        next = last.seq + 1;
+        next = last.seq.saturating_add(1);
         read += records.len() as u64;
         bar.set_position(read);
     }

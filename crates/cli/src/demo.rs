@@ -68,8 +68,8 @@ impl Summary {
 
     /// The read-back cache hit rate (hits over lookups during the read).
     pub fn read_cache_hit_rate(&self) -> String {
-        let hits = self.stats.cache_hits - self.stats_before_read.cache_hits;
-        let misses = self.stats.cache_misses - self.stats_before_read.cache_misses;
+        let hits = (self.stats.cache_hits).saturating_sub(self.stats_before_read.cache_hits);
+        let misses = (self.stats.cache_misses).saturating_sub(self.stats_before_read.cache_misses);
         human::percent(hits, hits + misses)
     }
 
@@ -79,11 +79,11 @@ impl Summary {
     /// When stdout cannot be written.
     pub fn print(&self) -> Result<()> {
         let s = &self.stats;
-        let read_requests = s.requests.fetch_log + s.requests.fetch_index
-            - self.stats_before_read.requests.fetch_log
-            - self.stats_before_read.requests.fetch_index;
-        let hits = s.cache_hits - self.stats_before_read.cache_hits;
-        let lookups = hits + s.cache_misses - self.stats_before_read.cache_misses;
+        let before = &self.stats_before_read;
+        let read_requests = (s.requests.fetch_log + s.requests.fetch_index)
+            .saturating_sub(before.requests.fetch_log + before.requests.fetch_index);
+        let hits = s.cache_hits.saturating_sub(before.cache_hits);
+        let lookups = hits + s.cache_misses.saturating_sub(before.cache_misses);
         outln!()?;
         outln!(
             "krabka demo — {} records in {}, remote {}",
@@ -161,7 +161,8 @@ impl Summary {
 /// Runs `krabka demo` and prints its summary.
 ///
 /// Ctrl-C, SIGTERM or SIGHUP stops it between two steps (batches of appends, tiering rounds,
-/// batches of reads); a temporary directory is then removed before the command exits (130).
+/// batches of reads); a temporary directory is then removed before the command exits (128 +
+/// the signal's number: 130, 143 or 129), naming the signal.
 ///
 /// # Errors
 /// When any step fails, or any record read back differs from what was written.
@@ -173,21 +174,20 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let result = run_in(&work, args);
     match result {
         Err(_) if interrupt::requested() => Err(CliError::interrupted(format!(
-            "demo stopped by {STOPPED_BY}; {}",
+            "demo {} before it finished; {}",
+            interrupt::stopped(),
             work.finish()
         ))),
         other => other,
     }
 }
 
-/// What stops the demo early, as its message says.
-const STOPPED_BY: &str = "Ctrl-C or a termination signal (SIGINT, SIGTERM or SIGHUP)";
-
 /// Checks for Ctrl-C (or SIGTERM, SIGHUP) between two steps of the demo.
 fn check_interrupt() -> Result<()> {
     if interrupt::requested() {
         Err(CliError::interrupted(format!(
-            "demo stopped by {STOPPED_BY}"
+            "demo {} before it finished",
+            interrupt::stopped()
         )))
     } else {
         Ok(())
@@ -305,7 +305,7 @@ fn append(
     while i < records {
         check_interrupt()?;
         batch.clear();
-        let end = (i + BATCH as u64).min(records);
+        let end = i.saturating_add(BATCH as u64).min(records);
         batch.extend((i..end).map(|n| generator.message(n)));
         bytes += batch
             .iter()
@@ -388,7 +388,11 @@ fn read_back(
         let tail = tail.seq;
         for (expected, r) in (next..).zip(&records) {
             // Seq s holds generated record s - 1 (the first record has seq 1).
-            if r.seq == expected && generator.matches(r.seq - 1, &r.message) {
+            if r.seq == expected
+                && r.seq
+                    .checked_sub(1)
+                    .is_some_and(|i| generator.matches(i, &r.message))
+            {
                 verified += 1;
             } else {
                 mismatched += 1;
@@ -401,7 +405,7 @@ fn read_back(
     let read_time = started.elapsed();
     bar.finish_and_clear();
     if first != 1 {
-        mismatched = mismatched.max(first - 1);
+        mismatched = mismatched.max(first.saturating_sub(1));
     }
     Ok((verified, mismatched, read_time))
 }

@@ -21,18 +21,19 @@ impl CliError {
         }
     }
 
-    /// The command was stopped by Ctrl-C (SIGINT), SIGTERM or SIGHUP after `what` (exit code
-    /// 130, the shell's convention for a process ended by SIGINT, whichever of the three it
-    /// was: the handler cannot tell them apart).
+    /// The command was stopped by Ctrl-C (SIGINT), SIGTERM or SIGHUP after `what`; the exit
+    /// code is the shell's for that signal, 128 + its number ([`crate::interrupt::exit_code`]:
+    /// 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
     pub fn interrupted(what: impl Into<String>) -> Self {
         Self {
             what: what.into(),
             hint: None,
-            code: 130,
+            code: crate::interrupt::exit_code(),
         }
     }
 
-    /// The process exit code for this failure: 1, or 130 after Ctrl-C, SIGTERM or SIGHUP.
+    /// The process exit code for this failure: 1, or 128 + the signal's number after Ctrl-C
+    /// (130), SIGTERM (143) or SIGHUP (129).
     pub fn exit_code(&self) -> u8 {
         self.code
     }
@@ -73,17 +74,81 @@ impl std::error::Error for CliError {}
 /// Result of a command.
 pub type Result<T, E = CliError> = std::result::Result<T, E>;
 
-/// The error for a log directory another process holds open (its lock file is taken).
+/// The error for a log directory another process holds open (its lock file is taken): names
+/// that process when the system says which it is.
 pub fn in_use(dir: &Path) -> CliError {
-    CliError::new(format!(
-        "{} is in use by another krabka process (it holds the log's lock file {})",
-        dir.display(),
-        krabka_storage::LOCK_FILE_NAME
+    let lock = dir.join(krabka_storage::LOCK_FILE_NAME);
+    let stop = match crate::lockholder::holder(&lock) {
+        Some(h) => format!("stop that process (pid {}) and retry", h.pid),
+        None => "stop that process (e.g. `krabka produce` or `krabka tier --watch`) and retry"
+            .to_owned(),
+    };
+    in_use_by(dir, &lock, "").hint(format!(
+        "{stop}; `krabka read` without --remote can read a log while it is in use"
     ))
-    .hint(
-        "stop that process (e.g. `krabka produce` or `krabka tier --watch`) and retry; \
-         `krabka read` without --remote can read a log while it is in use",
-    )
+}
+
+/// `{dir} is in use by another krabka process, pid N (`krabka tier …`), which holds its lock
+/// file {lock}{context}` (the pid and command when `/proc/locks` names the holder: the command
+/// shows what it is, e.g. a program embedding the log).
+pub fn in_use_by(dir: &Path, lock: &Path, context: &str) -> CliError {
+    let who = match crate::lockholder::holder(lock) {
+        Some(h) => format!("another krabka process, pid {}{}", h.pid, h.command()),
+        None => "another krabka process".to_owned(),
+    };
+    CliError::new(format!(
+        "{} is in use by {who}, which holds its lock file {}{context}",
+        dir.display(),
+        lock.display()
+    ))
+}
+
+/// The log directory `dir` (or its `remote-metadata/`) is held by a running process: the
+/// lock file it holds, if any. Looks only at lock files that exist; takes no lock it keeps.
+pub fn held_lock(dir: &Path) -> Option<std::path::PathBuf> {
+    let own = dir.join(krabka_storage::LOCK_FILE_NAME);
+    if crate::lockholder::is_held(&own) {
+        return Some(own);
+    }
+    held_metadata_lock(dir)
+}
+
+/// The lock file of `dir/remote-metadata/` another process holds, if any.
+fn held_metadata_lock(dir: &Path) -> Option<std::path::PathBuf> {
+    let entries = std::fs::read_dir(dir.join(crate::tiered::METADATA_DIR)).ok()?;
+    let mut locks: Vec<_> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "lock"))
+        .collect();
+    locks.sort();
+    locks.into_iter().find(|p| crate::lockholder::is_held(p))
+}
+
+/// An error opening the durable metadata in `meta_dir` (of the log at `dir`): a directory that
+/// a running process holds says so (never advising to move it aside); anything else is
+/// `cannot open remote metadata …` with `hint`.
+pub fn metadata_open(dir: &Path, meta_dir: &Path, e: impl fmt::Display, hint: &str) -> CliError {
+    // Not the log's own lock: the command opening the metadata holds that one itself.
+    match held_metadata_lock(dir) {
+        Some(lock) => in_use_by(dir, &lock, "").hint(
+            "nothing was changed; stop that process and retry (it is not damage: do not move the \
+             directory aside)",
+        ),
+        None => {
+            let text = e.to_string();
+            let hint = os_error_hint(&text).unwrap_or(hint);
+            CliError::at("cannot open remote metadata", meta_dir, text).hint(hint)
+        }
+    }
+}
+
+/// [`io_hint`] for an error known only by its text, which names the operating system's error
+/// as `(os error N)` (how `std::io::Error` prints): so a full disk is named as one wherever the
+/// error was wrapped.
+pub fn os_error_hint(text: &str) -> Option<&'static str> {
+    let (_, rest) = text.rsplit_once("(os error ")?;
+    let code: i32 = rest.split(')').next()?.parse().ok()?;
+    io_hint(std::io::Error::from_raw_os_error(code).kind(), Some(code))
 }
 
 /// Maps a storage error on the log at `dir` to a one-line error with advice. Damage found on
@@ -214,13 +279,47 @@ fn repair_hint(dir: &Path) -> String {
 fn other_storage(action: &str, dir: &Path, other: krabka_storage::Error) -> CliError {
     use krabka_storage::Error as E;
     let hint = match &other {
-        E::Io { .. } => "check that the path exists and that you may read and write it",
+        E::Io { source, .. } => io_hint(source.kind(), source.raw_os_error())
+            .unwrap_or("check that the path exists and that you may read and write it"),
         E::NotADirectory { .. } => "pass the log's directory, not a file",
         E::OutOfRange { .. } => "pick a seq inside the range shown",
-        E::Poisoned { .. } => "reopen the log; recovery finds what is really on disk",
+        E::Poisoned { cause, .. } if cause.kind == std::io::ErrorKind::StorageFull => {
+            "the filesystem is full: free space on it, then reopen the log (recovery finds what \
+             is really on disk)"
+        }
+        E::Poisoned { .. } => {
+            "fix the cause shown, then reopen the log; recovery finds what is \
+             really on disk"
+        }
         _ => "check the arguments",
     };
     CliError::at(action, dir, other).hint(hint)
+}
+
+/// A hint naming the cause of an I/O error by its kind, for the kinds whose cause is not the
+/// path or its permissions.
+pub fn io_hint(kind: std::io::ErrorKind, raw: Option<i32>) -> Option<&'static str> {
+    use std::io::ErrorKind as K;
+    /// `EMFILE` and `ENFILE`: out of file descriptors.
+    const TOO_MANY_OPEN_FILES: [i32; 2] = [24, 23];
+    match kind {
+        K::StorageFull => Some(
+            "the filesystem is full: free space on it (or move the log to a larger one) and retry",
+        ),
+        K::QuotaExceeded => {
+            Some("the disk quota is exhausted: free space or raise the quota, and retry")
+        }
+        K::ReadOnlyFilesystem => Some(
+            "the filesystem is mounted read-only: remount it read-write, or use another directory",
+        ),
+        K::FileTooLarge => {
+            Some("the file hit the file size limit (see `ulimit -f`): raise it and retry")
+        }
+        _ if raw.is_some_and(|r| TOO_MANY_OPEN_FILES.contains(&r)) => {
+            Some("the process ran out of file descriptors: raise the limit (`ulimit -n`) and retry")
+        }
+        _ => None,
+    }
 }
 
 /// Prints what opening a log found and did (its [`RecoveryReport`](krabka_storage::RecoveryReport),
@@ -257,9 +356,34 @@ mod tests {
         );
         let line = e.to_string();
         assert!(
-            line.starts_with("/x/log is in use by another krabka process"),
+            line.starts_with(
+                "/x/log is in use by another krabka process, which holds its lock file /x/log/.lock"
+            ),
             "{line}"
         );
+    }
+
+    #[test]
+    fn a_full_disk_is_named_by_its_cause_wherever_the_error_was_wrapped() {
+        let full = std::io::Error::from_raw_os_error(28);
+        let e = storage(
+            "cannot append to",
+            Path::new("/x"),
+            krabka_storage::Error::Io {
+                path: Path::new("/x/1.log").to_path_buf(),
+                source: full,
+            },
+        );
+        assert!(e.to_string().contains("the filesystem is full"), "{e}");
+        let wrapped = "remote binding /x/remote-binding: cannot write it: No space left on \
+                       device (os error 28)";
+        assert_eq!(
+            os_error_hint(wrapped),
+            io_hint(std::io::ErrorKind::StorageFull, None)
+        );
+        assert!(os_error_hint("(os error 24)").is_some_and(|h| h.contains("ulimit -n")));
+        assert_eq!(os_error_hint("no such file (os error 2)"), None);
+        assert_eq!(os_error_hint("no code here"), None);
     }
 
     #[test]

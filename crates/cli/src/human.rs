@@ -69,34 +69,46 @@ pub fn percent(part: u64, whole: u64) -> String {
 }
 
 /// Parses a size such as `1048576`, `64KiB`, `1 MiB`, `4m`, `2GB` (binary multiples for all
-/// suffixes, as segment sizes are usually meant).
+/// suffixes, as segment sizes are usually meant; units up to EiB). Never panics: a number or a
+/// product past `u64::MAX` (`16EiB`, `99999999999999999999`) is an error.
 ///
 /// # Errors
-/// A message naming what could not be read.
+/// A message naming what could not be read: not a whole number of bytes (`-1`, `1.5MiB`,
+/// garbage), an unknown unit, or a size past `u64::MAX`.
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '_'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let num: u64 = num
-        .replace('_', "")
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size (e.g. 1048576, 64KiB, 1MiB, 2GiB)"))?;
+    let digits = num.replace('_', "");
+    let num: u64 = match digits.parse() {
+        Ok(n) => n,
+        // All digits, yet not a u64: a number past 2^64 - 1.
+        Err(_) if !digits.is_empty() => return Err(format!("`{s}` is too large")),
+        Err(_) => {
+            return Err(format!(
+                "`{s}` is not a size (a whole number of bytes with an optional unit, e.g. \
+                 1048576, 64KiB, 1MiB, 2GiB)"
+            ));
+        }
+    };
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
+        "p" | "pb" | "pib" => 1 << 50,
+        "e" | "eb" | "eib" => 1 << 60,
         other => {
             return Err(format!(
-                "`{other}` in `{s}` is not a size unit (B, KiB, MiB, GiB, TiB)"
+                "`{other}` in `{s}` is not a size unit (B, KiB, MiB, GiB, TiB, PiB, EiB)"
             ));
         }
     };
     num.checked_mul(mult)
-        .ok_or_else(|| format!("`{s}` is too large"))
+        .ok_or_else(|| format!("`{s}` is too large (the most is 16 EiB - 1 byte)"))
 }
 
 #[cfg(test)]
@@ -129,5 +141,21 @@ mod tests {
         assert!(parse_bytes("x").is_err());
         assert!(parse_bytes("3 parsecs").is_err());
         assert!(parse_bytes("99999999999999TiB").is_err());
+        assert_eq!(parse_bytes("15EiB"), Ok(15 << 60));
+        assert_eq!(parse_bytes("18446744073709551615"), Ok(u64::MAX));
+        for bad in [
+            "16EiB",
+            "18446744073709551616",
+            "99999999999999999999999999",
+            "-1",
+            "",
+            "_",
+            "1.5MiB",
+            "+5",
+            "KiB",
+        ] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+        assert!(parse_bytes("16EiB").is_err_and(|e| e.contains("too large")));
     }
 }

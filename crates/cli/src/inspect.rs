@@ -54,15 +54,20 @@ pub struct DumpSummary {
 /// Prints every frame of the segment file `path` to `out`, one line each, then a summary line.
 ///
 /// Each frame's seq must follow the previous frame's, starting at the base seq in the file's
-/// name (when it is a segment name).
+/// name (when it is a segment name). The file is read frame by frame
+/// ([`DumpFile`](segment::DumpFile)): memory stays under a fixed ceiling whatever its size or
+/// its length fields say.
 ///
 /// # Errors
-/// When the file cannot be read or stdout fails; after printing everything, when any frame is
+/// When the file cannot be read, is not a regular file, or is a transformed (compressed or
+/// encrypted) remote object; when stdout fails; after printing everything, when any frame is
 /// bad (naming the file and the byte of the first bad frame).
 pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<DumpSummary> {
-    let buf = segment::read_segment_file(path)
-        .map_err(|e| CliError::new(e.to_string()).hint("pass the path of a segment's .log file"))?;
-    let size = buf.len() as u64;
+    let frames = segment::DumpFile::open(path).map_err(|e| cannot_dump(path, &e))?;
+    if let Some(e) = transformed_object(path)? {
+        return Err(e);
+    }
+    let size = frames.len();
     let w = |e: std::io::Error| output::write_error(&e);
     writeln!(out, "Dumping {} ({})", path.display(), human::bytes(size)).map_err(w)?;
     let mut summary = DumpSummary::default();
@@ -72,7 +77,11 @@ pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<
         .and_then(parse_segment_file_name)
         .map(|(base, _)| base);
     let mut first_bad: Option<(u64, String)> = None;
-    for frame in segment::dump_frames(buf) {
+    for frame in frames {
+        let frame = frame.map_err(|e| {
+            CliError::new(format!("cannot read {}: {e}", path.display()))
+                .prefix(&format!("after {} frame(s)", summary.good + summary.bad))
+        })?;
         let seq = frame.seq.map_or_else(|| "?".to_owned(), |s| s.to_string());
         let mut line = format!(
             "seq: {seq} position: {} size: {}",
@@ -95,6 +104,12 @@ pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<
         } else {
             " crc: BAD"
         });
+        if frame.crc_ok && frame.message.is_none() && frame.problem.is_none() {
+            line.push_str(&format!(
+                " (message not shown: the frame is over the {} dump limit)",
+                human::bytes(segment::DUMP_DECODE_LIMIT)
+            ));
+        }
         let mut problem = frame.problem.clone();
         if problem.is_none()
             && let (Some(e), Some(s)) = (expect, frame.seq)
@@ -137,6 +152,66 @@ pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<
     }
 }
 
+/// The error for a file `dump` cannot open as a segment file.
+fn cannot_dump(path: &Path, e: &krabka_storage::Error) -> CliError {
+    let (what, invalid) = match e {
+        krabka_storage::Error::Io { path, source } => (
+            format!("cannot dump {}: {source}", path.display()),
+            source.kind() == std::io::ErrorKind::InvalidInput,
+        ),
+        other => (format!("cannot dump {}: {other}", path.display()), false),
+    };
+    let e = CliError::new(what);
+    if invalid {
+        e.hint(format!(
+            "pass the path of a segment's .log file (a regular file, such as DIR/{})",
+            segment::segment_file_name(1, LOG_EXTENSION)
+        ))
+    } else {
+        e.hint(format!(
+            "pass the path of a segment's .log file; {} is not readable",
+            path.display()
+        ))
+    }
+}
+
+/// The first bytes of every object of a segment the remote tier stores compressed or encrypted
+/// (the transform header's magic, `docs/format.md`, "Transformed segments"): a record frame's
+/// length field never reads as it (it would claim over 1 GiB).
+const TRANSFORM_HEADER_MAGIC: &[u8; 4] = b"KTXH";
+
+/// The error for a transformed remote object at `path` (its flags byte says how), `None` for
+/// anything else.
+fn transformed_object(path: &Path) -> Result<Option<CliError>> {
+    let mut head = [0u8; 6];
+    let read = std::fs::File::open(path).and_then(|f| {
+        use std::os::unix::fs::FileExt;
+        f.read_at(&mut head, 0)
+    });
+    let n = read.map_err(|e| CliError::at("cannot read", path, e))?;
+    if n < head.len() || !head.starts_with(TRANSFORM_HEADER_MAGIC) {
+        return Ok(None);
+    }
+    let how = match head[5] & 3 {
+        1 => "compressed",
+        2 => "encrypted",
+        3 => "compressed and encrypted",
+        _ => "transformed",
+    };
+    Ok(Some(
+        CliError::new(format!(
+            "{} is a transformed remote object ({how}), not a segment file: its bytes are the \
+             remote tier's transform header and chunks, which only the remote reader decodes",
+            path.display()
+        ))
+        .hint(
+            "read its records through the log: `krabka read DIR --remote REMOTE --from SEQ` \
+             (with `--encryption-key-file FILE` for an encrypted one); `dump` shows segment \
+             files of a log directory, or remote objects copied without compression or encryption",
+        ),
+    ))
+}
+
 /// The segments of a log directory, by base seq.
 pub fn segment_bases(dir: &Path) -> Result<Vec<u64>> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
@@ -165,6 +240,9 @@ pub struct Hole {
     pub last: u64,
     /// Its marker file (holding the bytes moved aside, if any).
     pub path: PathBuf,
+    /// When the user accepted it as lost (`krabka repair --accept-hole`), in ms since the
+    /// epoch; `None` when not accepted.
+    pub accepted_at_ms: Option<i64>,
 }
 
 impl Hole {
@@ -188,12 +266,19 @@ pub fn holes_cover(holes: &[Hole], first: u64, last: u64) -> bool {
     next > last
 }
 
-/// The explicit holes of the log at `dir` (files of `DIR/quarantine/`), by first seq; none when
-/// the directory does not exist.
+/// The explicit holes of the log at `dir` (files of `DIR/quarantine/`), by first seq, each with
+/// its acceptance (`DIR/accepted-holes`) if any; none when the directory does not exist.
 ///
 /// # Errors
-/// When `DIR/quarantine/` exists but cannot be listed.
+/// When `DIR/quarantine/` exists but cannot be listed, or `DIR/accepted-holes` cannot be read.
 pub fn quarantine_holes(dir: &Path) -> Result<Vec<Hole>> {
+    let accepted = krabka_storage::read_accepted_holes(dir).map_err(|e| {
+        CliError::new(e.to_string()).hint(format!(
+            "`krabka repair {}` moves a damaged record of accepted holes aside (the holes are \
+             then no longer accepted)",
+            dir.display()
+        ))
+    })?;
     let qdir = dir.join(segment::QUARANTINE_DIR);
     let entries = match std::fs::read_dir(&qdir) {
         Ok(entries) => entries,
@@ -210,6 +295,10 @@ pub fn quarantine_holes(dir: &Path) -> Result<Vec<Hole>> {
                 first,
                 last,
                 path: entry.path(),
+                accepted_at_ms: accepted
+                    .iter()
+                    .find(|a| a.covers(first, last))
+                    .map(|a| a.accepted_at_ms),
             });
         }
     }
@@ -233,9 +322,10 @@ pub fn run_dump(a: &DumpArgs) -> Result<()> {
 /// What `krabka verify` advises on corruption. Deleting segments would lose their records (and
 /// every later one), so it never suggests that.
 pub const VERIFY_HINT: &str = "copy the directory aside before changing anything, and restore the named file from a copy \
-     if you have one; otherwise `krabka repair DIR` moves the damaged part aside into \
-     DIR/quarantine/ (the bytes are kept there) and records the missing seqs as a hole; reads \
-     return every record before the damage and fail naming the position";
+     if you have one; otherwise `krabka repair DIR` moves the damaged bytes aside into \
+     DIR/quarantine/ (they are kept there), keeps every intact record after them and records \
+     the seqs of the damaged ones as a hole; reads return every record before the damage and \
+     fail naming the position";
 
 #[cfg(test)]
 mod tests {
@@ -257,6 +347,7 @@ mod tests {
             first,
             last,
             path: PathBuf::from("q"),
+            accepted_at_ms: None,
         };
         let holes = [hole(10, 19), hole(20, 29)];
         assert!(holes_cover(&holes, 10, 29));

@@ -44,10 +44,13 @@ mod args;
 mod bench;
 mod demo;
 mod error;
+mod escape;
 mod generate;
 mod human;
 mod inspect;
 mod interrupt;
+mod lockholder;
+mod metrics_http;
 mod output;
 mod produce;
 mod progress;
@@ -69,9 +72,9 @@ use clap::Parser;
 use args::{Cli, Command};
 
 /// Runs the `krabka` command on this process's arguments and returns its exit code: 0, 1 on a
-/// failure (after one line on stderr naming the path and what to do), 130 after Ctrl-C,
-/// SIGTERM or SIGHUP, and 2 on a usage error (clap's convention; `--help` and `--version`
-/// exit 0).
+/// failure or an incomplete result (after one line on stderr naming the path and what to do),
+/// 128 + the signal's number when Ctrl-C (130), SIGTERM (143) or SIGHUP (129) stopped it short,
+/// and 2 on a usage error (clap's convention; `--help` and `--version` exit 0).
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {

@@ -1,13 +1,19 @@
 //! `krabka produce`: append stdin lines or generated records to a local log.
 //!
-//! Records are appended in batches of `BATCH`; each batch is checked whole (every line read,
-//! valid UTF-8, not too large) before it is appended, so a bad line appends nothing of its
-//! batch. Whatever happens, the records appended so far are synced before the command reports,
-//! and a failure says exactly what was appended and where the input stopped:
-//! `appended 2,000 records (seq 1..=2000) before: invalid UTF-8 at line 2501`, so a retry can
-//! resume from the right line instead of duplicating records.
+//! One line of stdin is one record; lines are split at `\n` only (a `\r` before it stays in the
+//! value). Records are appended in batches of `BATCH`. A bad line (invalid UTF-8, too large,
+//! a bad escape with `--escaped`) stops the command: every line before it is appended first
+//! (the pending batch is flushed up to the line before the bad one), nothing from it on. With
+//! `--all-or-nothing` the whole input is read and checked first (kept meanwhile in a temporary
+//! file), and a bad line appends nothing.
+//!
+//! Whatever happens, the records appended so far are synced before the command reports, and a
+//! failure says exactly which lines were appended and which were not: `appended 2,500 records
+//! (seq 1..=2500) from lines 1..=2500; line 2501 is invalid: ...; nothing from line 2501 on
+//! was appended`, so a retry can resume from the right line instead of duplicating records.
 
-use std::io::BufRead;
+mod input;
+
 use std::path::Path;
 use std::time::Instant;
 
@@ -43,9 +49,13 @@ pub fn open_log(dir: &Path, segment_bytes: u64) -> Result<Log> {
 /// Why a produce stopped before the end of its input.
 #[derive(Debug)]
 enum Stop {
-    /// Bad input or a failed append: what, and the line (or generated record) it is about.
+    /// Input line `line` is not a valid record (`what` says why). Every line before it was
+    /// appended, or none with `--all-or-nothing`.
+    Invalid { line: u64, what: String },
+    /// Stdin, the temporary copy of the input or an append failed: what, and the line (or
+    /// generated record) it is about.
     Failed { what: String, at: Option<u64> },
-    /// Ctrl-C.
+    /// A signal (Ctrl-C, SIGTERM, SIGHUP).
     Interrupted,
 }
 
@@ -61,30 +71,27 @@ struct Appender<'a> {
 
 impl Appender<'_> {
     /// Records this command appended (including the part of a failed batch that the log kept).
+    /// Input line (or generated record) `k` is the `k`-th record appended.
     fn appended(&self) -> u64 {
         self.log.last_seq().saturating_sub(self.start_last)
     }
 
-    /// Appends `batch` whole, or reports what failed and the input line of the first record
-    /// not appended (`line_of_first` is the line of the batch's first record).
-    fn flush(&mut self, batch: &mut Vec<Message>, line_of_first: u64) -> Result<(), Stop> {
+    /// Appends `batch` whole, or reports what failed and the input line (or record) of the
+    /// first record not appended.
+    fn flush(&mut self, batch: &mut Vec<Message>) -> Result<(), Stop> {
         if batch.is_empty() {
             return Ok(());
         }
-        let before = self.appended();
         match self.log.append_batch(batch) {
             Ok(_) => {
                 self.bytes += batch.iter().map(|m| m.encoded_len() as u64).sum::<u64>();
                 batch.clear();
                 Ok(())
             }
-            Err(e) => {
-                let kept = self.appended().saturating_sub(before);
-                Err(Stop::Failed {
-                    what: CliError::at("cannot append to", self.dir, e).to_string(),
-                    at: Some(line_of_first + kept),
-                })
-            }
+            Err(e) => Err(Stop::Failed {
+                what: CliError::at("cannot append to", self.dir, e).to_string(),
+                at: Some(self.appended().saturating_add(1)),
+            }),
         }
     }
 }
@@ -93,8 +100,16 @@ impl Appender<'_> {
 ///
 /// # Errors
 /// When the log cannot be opened, the input has a bad line, an append or the sync fails (after
-/// syncing and naming what was appended), or stdout cannot be written.
+/// syncing and naming what was appended), a signal stops it, or stdout cannot be written.
 pub fn run(args: &ProduceArgs) -> Result<()> {
+    if args.escaped
+        && let Some(sep) = args.key_separator.as_deref().filter(|s| s.contains('\\'))
+    {
+        return Err(CliError::new(format!(
+            "--key-separator {sep:?} holds a backslash, which starts an escape with --escaped"
+        ))
+        .hint("pick a separator without a backslash (read's output uses a tab)"));
+    }
     interrupt::install();
     let log = open_log(&args.dir, args.segment_bytes)?;
     let started = Instant::now();
@@ -104,16 +119,15 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
         start_last: log.last_seq(),
         bytes: 0,
     };
-    let (stopped, unit) = match args.generate {
-        Some(n) => (generate(&mut appender, args.seed, n), "record"),
-        None => (
-            read_stdin(
-                &mut appender,
-                args.key_separator.as_deref(),
-                log.options().max_message_bytes,
-            ),
-            "line",
-        ),
+    let format = input::LineFormat {
+        key_separator: args.key_separator.as_deref(),
+        escaped: args.escaped,
+        max_message_bytes: log.options().max_message_bytes,
+    };
+    let stopped = match args.generate {
+        Some(n) => generate(&mut appender, args.seed, n),
+        None if args.all_or_nothing => input::read_all_or_nothing(&mut appender, &format),
+        None => input::read_stdin(&mut appender, &format),
     };
     let appended = appender.appended();
     let bytes = appender.bytes;
@@ -128,7 +142,8 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
         synced,
         &Produced {
             dir: &args.dir,
-            unit,
+            generated: args.generate,
+            all_or_nothing: args.all_or_nothing,
             appended,
             bytes,
             range,
@@ -140,8 +155,9 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
 /// What `produce` appended, for its last line.
 struct Produced<'a> {
     dir: &'a Path,
-    /// `line` (stdin) or `record` (`--generate`).
-    unit: &'static str,
+    /// `--generate N`: records, not lines.
+    generated: Option<u64>,
+    all_or_nothing: bool,
     appended: u64,
     bytes: u64,
     /// The seqs appended, if any.
@@ -149,35 +165,64 @@ struct Produced<'a> {
     started: Instant,
 }
 
+impl Produced<'_> {
+    /// `line` (stdin) or `record` (`--generate`).
+    fn unit(&self) -> &'static str {
+        if self.generated.is_some() {
+            "record"
+        } else {
+            "line"
+        }
+    }
+
+    /// `appended 2,500 records (seq 1..=2500) from lines 1..=2500`, `appended 5 of 10 records
+    /// (seq 1..=5)`, `appended no records`.
+    fn done(&self) -> String {
+        let n = self.appended;
+        let Some((a, b)) = self.range else {
+            return "appended no records".to_owned();
+        };
+        match self.generated {
+            Some(total) if total != n => format!(
+                "appended {} of {} records (seq {a}..={b})",
+                human::count(n),
+                human::count(total)
+            ),
+            Some(_) => format!("appended {} records (seq {a}..={b})", human::count(n)),
+            None => format!(
+                "appended {} records (seq {a}..={b}) from lines 1..={n}",
+                human::count(n)
+            ),
+        }
+    }
+
+    /// What was not appended: `nothing from line 2501 on was appended`.
+    fn rest(&self) -> String {
+        format!(
+            "nothing from {} {} on was appended",
+            self.unit(),
+            self.appended.saturating_add(1)
+        )
+    }
+}
+
 /// The line `produce` ends with, or its error: how it stopped, and whether what was appended
 /// reached stable storage.
 fn report(stopped: Result<(), Stop>, synced: Result<()>, p: &Produced<'_>) -> Result<()> {
-    let Produced {
-        dir,
-        unit,
-        appended,
-        bytes,
-        range,
-        started,
-    } = *p;
-    let done = match range {
-        Some((a, b)) => format!(
-            "appended {} records (seq {a}..={b})",
-            human::count(appended)
-        ),
-        None => "appended no records".to_owned(),
-    };
-    let dir = dir.display();
+    let done = p.done();
+    let dir = p.dir.display();
     match (stopped, synced) {
         (Ok(()), Ok(())) => {
-            let elapsed = started.elapsed();
-            let line = match range {
-                Some(_) => format!(
-                    "{done}, {} in {} ({}, {:.0} records/s) to {dir}, synced to disk",
-                    human::bytes(bytes),
+            let elapsed = p.started.elapsed();
+            let line = match p.range {
+                Some((a, b)) => format!(
+                    "appended {} records (seq {a}..={b}), {} in {} ({}, {:.0} records/s) to {dir}, \
+                     synced to disk",
+                    human::count(p.appended),
+                    human::bytes(p.bytes),
                     human::duration(elapsed),
-                    human::rate(bytes, elapsed),
-                    human::per_second(appended, elapsed),
+                    human::rate(p.bytes, elapsed),
+                    human::per_second(p.appended, elapsed),
                 ),
                 None => format!("appended no records to {dir} (synced to disk)"),
             };
@@ -191,30 +236,16 @@ fn report(stopped: Result<(), Stop>, synced: Result<()>, p: &Produced<'_>) -> Re
                 }
             })
         }
-        (Err(Stop::Interrupted), Ok(())) => Err(CliError::interrupted(format!(
-            "stopped by Ctrl-C: {done} to {dir}, synced to disk"
-        ))),
-        (Err(Stop::Failed { what, at }), Ok(())) => {
-            let at = at.map_or_else(String::new, |n| format!(" at {unit} {n}"));
-            let resume = appended + 1;
-            let hint = if unit == "line" {
-                format!(
-                    "they are synced to disk in {dir}; nothing from line {resume} on was appended: \
-                     fix the input and append from line {resume} on (e.g. `tail -n +{resume} FILE | krabka produce {dir}`)"
-                )
-            } else {
-                format!(
-                    "they are synced to disk in {dir}; nothing from record {resume} on was appended"
-                )
-            };
-            Err(CliError::new(format!("{done} before: {what}{at}")).hint(hint))
-        }
+        (Err(stop), Ok(())) => Err(stopped_error(stop, p)),
         (stopped, Err(sync)) => {
             let why = match stopped {
                 Ok(()) => String::new(),
-                Err(Stop::Interrupted) => " before Ctrl-C".to_owned(),
+                Err(Stop::Interrupted) => format!(" ({})", interrupt::stopped()),
+                Err(Stop::Invalid { line, what }) => {
+                    format!(" before line {line}, which is invalid: {what}")
+                }
                 Err(Stop::Failed { what, at }) => {
-                    let at = at.map_or_else(String::new, |n| format!(" at {unit} {n}"));
+                    let at = at.map_or_else(String::new, |n| format!(" at {} {n}", p.unit()));
                     format!(" before: {what}{at}")
                 }
             };
@@ -228,116 +259,65 @@ fn report(stopped: Result<(), Stop>, synced: Result<()>, p: &Produced<'_>) -> Re
     }
 }
 
+/// The error of a produce that `stop` ended after what was appended was synced: what was
+/// appended (lines and seqs), what stopped it, and what was not appended.
+fn stopped_error(stop: Stop, p: &Produced<'_>) -> CliError {
+    let (done, rest, dir) = (p.done(), p.rest(), p.dir.display());
+    let from = p.appended.saturating_add(1);
+    match stop {
+        Stop::Interrupted if p.all_or_nothing && p.appended == 0 => CliError::interrupted(format!(
+            "{} before the input was all read: nothing was appended to {dir} \
+                 (--all-or-nothing)",
+            interrupt::stopped()
+        )),
+        Stop::Interrupted => CliError::interrupted(format!(
+            "{}: {done}, synced to disk in {dir}; {rest}",
+            interrupt::stopped()
+        )),
+        Stop::Invalid { line, what } if p.all_or_nothing => CliError::new(format!(
+            "line {line} is invalid: {what}; nothing was appended to {dir} (--all-or-nothing; \
+             the lines after it were not checked)"
+        ))
+        .hint(format!("fix line {line} and run the command again")),
+        Stop::Invalid { line, what } => CliError::new(format!(
+            "{done}; line {line} is invalid: {what}; nothing from line {line} on was appended \
+             (the lines after it were not checked)"
+        ))
+        .hint(format!(
+            "what was appended is synced to disk in {dir}; fix line {line} and append from it on \
+             (e.g. `tail -n +{line} FILE | krabka produce {dir}`), or use --all-or-nothing"
+        )),
+        Stop::Failed { what, at } => {
+            let at = at.map_or_else(String::new, |n| format!(" at {} {n}", p.unit()));
+            let hint = match p.generated {
+                None => format!(
+                    "what was appended is synced to disk in {dir}; fix the cause and append from \
+                     line {from} on (e.g. `tail -n +{from} FILE | krabka produce {dir}`)"
+                ),
+                Some(_) => format!("what was appended is synced to disk in {dir}"),
+            };
+            CliError::new(format!("{done}, then: {what}{at}; {rest}")).hint(hint)
+        }
+    }
+}
+
 fn generate(appender: &mut Appender<'_>, seed: u64, n: u64) -> Result<(), Stop> {
     let generator = Generator::new(seed);
     let bar = progress::count_bar("produce", n);
     let mut batch: Vec<Message> = Vec::with_capacity(BATCH);
-    let mut first_of_batch = 1u64;
     for i in 0..n {
         if interrupt::requested() {
-            appender.flush(&mut batch, first_of_batch)?;
+            appender.flush(&mut batch)?;
             bar.finish_and_clear();
             return Err(Stop::Interrupted);
         }
         batch.push(generator.message(i));
         if batch.len() == BATCH {
-            appender.flush(&mut batch, first_of_batch)?;
-            first_of_batch = i + 2;
-            bar.set_position(i + 1);
+            appender.flush(&mut batch)?;
+            bar.set_position(i.saturating_add(1));
         }
     }
-    appender.flush(&mut batch, first_of_batch)?;
+    appender.flush(&mut batch)?;
     bar.finish_and_clear();
     Ok(())
-}
-
-/// How long the stdin loop waits for a line before it looks at Ctrl-C again.
-const POLL: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// Reads stdin lines on their own thread, so that Ctrl-C stops a `produce` that waits for
-/// input (a terminal, an idle pipe) at once: the lines read so far are appended and synced.
-fn stdin_lines() -> std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(BATCH);
-    std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        let mut input = stdin.lock();
-        loop {
-            let mut raw = Vec::new();
-            match input.read_until(b'\n', &mut raw) {
-                Ok(0) => break,
-                Ok(_) => {
-                    if tx.send(Ok(raw)).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                    break;
-                }
-            }
-        }
-    });
-    rx
-}
-
-fn read_stdin(
-    appender: &mut Appender<'_>,
-    key_separator: Option<&str>,
-    max_message_bytes: u64,
-) -> Result<(), Stop> {
-    use std::sync::mpsc::RecvTimeoutError;
-    let lines = stdin_lines();
-    let mut batch: Vec<Message> = Vec::with_capacity(BATCH);
-    let mut line_no = 0u64;
-    let mut first_of_batch = 1u64;
-    loop {
-        if interrupt::requested() {
-            // Every line read so far is whole: append them, then stop.
-            appender.flush(&mut batch, first_of_batch)?;
-            return Err(Stop::Interrupted);
-        }
-        let mut raw = match lines.recv_timeout(POLL) {
-            Ok(Ok(raw)) => raw,
-            Ok(Err(e)) => {
-                return Err(Stop::Failed {
-                    what: format!("cannot read stdin: {e}"),
-                    at: Some(line_no + 1),
-                });
-            }
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => break,
-        };
-        line_no += 1;
-        if raw.last() == Some(&b'\n') {
-            raw.pop();
-            if raw.last() == Some(&b'\r') {
-                raw.pop();
-            }
-        }
-        let line = std::str::from_utf8(&raw).map_err(|e| Stop::Failed {
-            what: format!("invalid UTF-8 (byte {} of the line)", e.valid_up_to() + 1),
-            at: Some(line_no),
-        })?;
-        let msg = match key_separator.and_then(|sep| line.split_once(sep)) {
-            Some((key, value)) => Message::new(value.to_owned()).with_key(key.to_owned()),
-            None => Message::new(line.to_owned()),
-        };
-        let size = msg.encoded_len() as u64;
-        if size > max_message_bytes {
-            return Err(Stop::Failed {
-                what: format!(
-                    "a record of {} exceeds the largest accepted, {}",
-                    human::bytes(size),
-                    human::bytes(max_message_bytes)
-                ),
-                at: Some(line_no),
-            });
-        }
-        batch.push(msg);
-        if batch.len() == BATCH {
-            appender.flush(&mut batch, first_of_batch)?;
-            first_of_batch = line_no + 1;
-        }
-    }
-    appender.flush(&mut batch, first_of_batch)
 }

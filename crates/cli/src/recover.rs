@@ -3,10 +3,11 @@
 //! `krabka_tiering::recovery` for the rules; this prints what it found.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use krabka_remote_storage::TopicIdPartition;
+use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteStorageError, TopicIdPartition};
+use krabka_remote_transform::{KeyId, Transforming};
 use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
 use krabka_tiering::recovery::{
     LocalLogOutcome, RecoveryOptions, RecoveryReport, RemoteSegmentLister, find_partitions, recover,
@@ -41,21 +42,28 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| CliError::at("cannot create", dir, e))?;
     let meta_dir = dir.join(METADATA_DIR);
     let rlmm = DurableRemoteLogMetadataManager::open(&meta_dir).map_err(|e| {
-        CliError::at("cannot open remote metadata", &meta_dir, e)
-            .hint("move the damaged directory aside; recover rebuilds it from the remote")
+        crate::error::metadata_open(
+            dir,
+            &meta_dir,
+            e,
+            "move the damaged directory aside; recover rebuilds it from the remote",
+        )
     })?;
     let started = Instant::now();
     // Segments the transforming layer compressed or encrypted record their transform in the
-    // stored objects, not in the manifests' metadata: it restores its own metadata (and checks
-    // the key, when given) before recovery records them.
+    // stored objects, not in the manifests' metadata: it restores its own metadata before
+    // recovery records them, and a segment it cannot open (a damaged transform header, a key
+    // that was not given) is reported and left out, its seqs a hole.
     let transforming = remote::open(&spec, &args.remote)?;
+    let missing_keys = Arc::new(Mutex::new(Vec::new()));
+    let missing = Arc::clone(&missing_keys);
     let options = RecoveryOptions::default()
         .concurrency(args.concurrency)
         .clean_orphans(args.clean_orphans)
         .local_log_dir(dir)
         .bind_to(spec.location()?)
         .map_metadata(krabka_tiering::recovery::MapMetadata(Arc::new(move |m| {
-            transforming.recover_metadata(m)
+            open_segment(&transforming, m, &missing)
         })));
     let report = recover(&*lister, &tp, &rlmm, &options).map_err(|e| {
         CliError::new(format!(
@@ -70,7 +78,53 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
     topic::write_topic_file(dir, &tp)?;
     print(&report, &spec.describe(), dir, started.elapsed())?;
     drop(rlmm);
-    check_readable(dir, spec, &args.remote, &report)
+    let remote = spec.describe();
+    check_readable(dir, spec, &args.remote, &report)?;
+    let missing = missing_keys.lock().map(|m| m.clone()).unwrap_or_default();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let ids: std::collections::BTreeSet<String> = missing.iter().map(ToString::to_string).collect();
+    Err(CliError::new(format!(
+        "{} segment(s) of {remote} are encrypted with key id {}, which {} not given: they are \
+         not in the recovered log (listed as ignored above): their seqs are holes in it or lie \
+         outside its range",
+        missing.len(),
+        ids.iter().cloned().collect::<Vec<_>>().join(", "),
+        if ids.len() == 1 { "was" } else { "were" }
+    ))
+    .hint(format!(
+        "pass every key the segments were encrypted with (--encryption-key-file, any number \
+         of times, or --encryption-key-dir), move {} aside and run recover again; nothing was \
+         deleted",
+        dir.display()
+    )))
+}
+
+/// What recovery records for the segment a manifest describes (`m`): the transforming layer's
+/// metadata ([`Transforming::recover_metadata`], which checks the transform header and, with
+/// the key at hand, the key). A segment encrypted with a key that was not given cannot be
+/// opened: its key id goes to `missing`, and recovery leaves it out, saying why.
+fn open_segment(
+    transforming: &Transforming,
+    m: &RemoteLogSegmentMetadata,
+    missing: &Mutex<Vec<KeyId>>,
+) -> std::result::Result<RemoteLogSegmentMetadata, RemoteStorageError> {
+    let recovered = transforming.recover_metadata(m)?;
+    if let Some(id) = transforming.key_id(&recovered)?
+        && !transforming.has_key(id)?
+    {
+        if let Ok(mut missing) = missing.lock() {
+            missing.push(id);
+        }
+        return Err(RemoteStorageError::Backend {
+            operation: "transform".to_owned(),
+            location: m.remote_log_segment_id().to_string(),
+            message: format!("encrypted with key id {id}, which was not given"),
+            source: None,
+        });
+    }
+    Ok(recovered)
 }
 
 /// Opens the recovered log read-only as `read --remote` would and reads its first record:
@@ -196,20 +250,17 @@ fn topic(
 /// Refuses to run beside a process that holds the log directory (a running `tier` or
 /// `produce`): recover rebuilds a log, it never joins a live one.
 fn refuse_if_in_use(dir: &Path) -> Result<()> {
-    let lock = dir.join(krabka_storage::LOCK_FILE_NAME);
-    if !lock.exists() {
-        return Ok(());
-    }
-    match krabka_storage::create_and_lock(&lock) {
-        Ok(_released_at_once) => Ok(()),
-        Err(std::fs::TryLockError::WouldBlock) => Err(CliError::new(format!(
-            "{} is in use by another krabka process (it holds the log's lock file {}): \
-             recover rebuilds a lost log and never runs beside a live one",
-            dir.display(),
-            krabka_storage::LOCK_FILE_NAME
-        ))
-        .hint("nothing was changed; to rehearse a recovery, recover into another directory")),
-        Err(std::fs::TryLockError::Error(e)) => Err(CliError::at("cannot lock", &lock, e)),
+    match crate::error::held_lock(dir) {
+        None => Ok(()),
+        Some(lock) => Err(crate::error::in_use_by(
+            dir,
+            &lock,
+            ": recover rebuilds a lost log and never runs beside a live one",
+        )
+        .hint(
+            "nothing was changed; the log is live, not lost: there is nothing to recover here \
+             (to rehearse a recovery, recover into another directory)",
+        )),
     }
 }
 
@@ -249,8 +300,8 @@ fn print(
     }
     for hole in &report.holes {
         outln!(
-            "  hole            seqs {}..={} are lost: no whole segment holds them ({} records; \
-             the segments on both sides are recovered)",
+            "  hole            seqs {}..={} are lost: no whole segment that can be opened holds \
+             them ({} records; the segments on both sides are recovered)",
             hole.start(),
             hole.end(),
             human::count(hole.end().saturating_sub(*hole.start()).saturating_add(1))

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use krabka_remote_storage::RemoteStorageManager;
 use krabka_remote_storage::ownership::OwnershipStore;
+use krabka_remote_transform::KeyId;
 
 use crate::args::RemoteArgs;
 use crate::error::{CliError, Result};
@@ -109,22 +110,45 @@ pub fn spec(args: &RemoteArgs) -> Result<Option<RemoteSpec>> {
     Ok(Some(spec))
 }
 
+/// What `--compression` and the key flags ask of the transforming layer: the compression of
+/// new segments and the key ring (`--encryption-key-file`, any number of times, then the files
+/// of `--encryption-key-dir`; the first key encrypts new segments, every key reads).
+///
+/// # Errors
+/// A bad compression spec, or a key file or directory that cannot be used (naming it).
+pub fn transform_config(args: &RemoteArgs) -> Result<krabka_remote_transform::TransformConfig> {
+    let config =
+        krabka_remote_transform::TransformConfig::from_options(args.compression.as_deref(), None)
+            .map_err(|e| {
+            CliError::new(e.to_string())
+                .hint("--compression takes none, zstd or zstd:LEVEL (LEVEL 1..=22)")
+        })?;
+    let ring = krabka_remote_transform::KeyRing::load(
+        &args.encryption_key_file,
+        args.encryption_key_dir.as_deref(),
+    )
+    .map_err(|e| CliError::new(e.to_string()).hint(KEY_FILE_HINT))?;
+    Ok(match ring {
+        Some(ring) => config.with_encryption(Arc::new(ring)),
+        None => config,
+    })
+}
+
+/// What a key file or key directory must be.
+const KEY_FILE_HINT: &str = "a key file is a regular file holding the 32-byte master key as \
+     raw bytes or as 64 hex characters (--encryption-key-file PATH, any number of times); \
+     --encryption-key-dir DIR reads every such file in DIR";
+
 /// Connects to the remote tier.
 ///
 /// # Errors
-/// When the directory cannot be created, or the bucket cannot be reached (S3).
+/// When the directory cannot be created, or the bucket cannot be reached (S3), or the
+/// transform options cannot be used ([`transform_config`]).
 pub fn open(
     spec: &RemoteSpec,
     args: &RemoteArgs,
 ) -> Result<Arc<krabka_remote_transform::Transforming>> {
-    let config = krabka_remote_transform::TransformConfig::from_options(
-        args.compression.as_deref(),
-        args.encryption_key_file.as_deref(),
-    )
-    .map_err(|e| {
-        CliError::new(e.to_string())
-            .hint("--compression takes none, zstd or zstd:1..=22; the key file holds 32 raw bytes or 64 hex characters")
-    })?;
+    let config = transform_config(args)?;
     let inner = open_backend(spec, args.endpoint.as_deref())?;
     // Always through the transforming layer: with no flags it copies segments as they are and
     // still reads the compressed or encrypted ones a bucket may hold (each records its
@@ -132,6 +156,128 @@ pub fn open(
     Ok(Arc::new(krabka_remote_transform::Transforming::new(
         inner, config,
     )))
+}
+
+/// The advice for an error that a transformed segment caused (found anywhere in `e`'s chain
+/// of sources): a key that was not given or does not fit, or a damaged object. `None` for any
+/// other error. Such an error is about the object's bytes or the keys, never about reaching the
+/// remote.
+pub fn transform_hint(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use krabka_remote_transform::TransformError as T;
+    Some(match T::find(e)? {
+        T::MissingKey { key_id, .. } => format!(
+            "pass the master key of key id {key_id} too: --encryption-key-file PATH (any number \
+             of times) or --encryption-key-dir DIR; reading needs every key the segments were \
+             encrypted with"
+        ),
+        T::WrongKey { key_id, .. } => format!(
+            "the key given under key id {key_id} does not open the segment: the segment's \
+             header was tampered with, or another key claims that id (a custom key provider)"
+        ),
+        T::Corrupt { .. } | T::Authentication { .. } | T::TooLarge { .. } => {
+            "the remote object named is damaged or was tampered with (its bytes fail their \
+             checks; retrying reads the same bytes): restore it from a copy, or rebuild the log \
+             with `krabka recover` into a new directory, which recovers every other segment and \
+             reports this one's seqs as a hole"
+                .to_owned()
+        }
+        T::Unsupported { .. } => {
+            "the segment was written by a newer krabka or with a transform this build lacks: \
+             read it with that build"
+                .to_owned()
+        }
+        T::InvalidKey { .. } => KEY_FILE_HINT.to_owned(),
+        _ => return None,
+    })
+}
+
+/// On `tier` with encryption: a warning line on stderr when the key that encrypts new segments
+/// is one no segment of the remote was encrypted with yet, naming the key ids the remote holds
+/// (and those among them that were not given, whose segments this command cannot read).
+/// Nothing when the remote holds no encrypted segment, or when no key is given.
+///
+/// # Errors
+/// When the keys cannot be read, or the metadata cannot be listed.
+pub fn warn_about_new_key(tiered: &crate::tiered::Tiered, args: &RemoteArgs) -> Result<()> {
+    let config = transform_config(args)?;
+    let Some(keys) = config.keys().cloned() else {
+        return Ok(());
+    };
+    let current = keys
+        .current_key()
+        .map_err(|e| CliError::new(e.to_string()).hint(KEY_FILE_HINT))?
+        .id();
+    let segments = tiered
+        .metadata
+        .list_remote_log_segments(&tiered.topic)
+        .map_err(|e| CliError::new(format!("cannot list remote segments: {e}")))?;
+    // Segments copied before records carried their key id need their header read: at most
+    // this many.
+    const MAX_HEADER_READS: usize = 100;
+    let mut reads = 0;
+    let mut unchecked = 0;
+    let transforming = std::cell::OnceCell::new();
+    let mut held = std::collections::BTreeMap::<KeyId, u64>::new();
+    for m in &segments {
+        use krabka_remote_transform::Transforming;
+        let m = &krabka_tiering::recovery::backend_metadata(m);
+        if !Transforming::is_encrypted(m).unwrap_or(false) {
+            continue;
+        }
+        let id = match Transforming::recorded_key_id(m) {
+            Ok(Some(id)) => Some(id),
+            _ if reads < MAX_HEADER_READS => {
+                reads += 1;
+                let t = match transforming.get() {
+                    Some(t) => t,
+                    None => {
+                        let inner = open_backend(&tiered.remote, args.endpoint.as_deref())?;
+                        transforming.get_or_init(|| Transforming::new(inner, config.clone()))
+                    }
+                };
+                t.key_id(m).ok().flatten()
+            }
+            _ => {
+                unchecked += 1;
+                None
+            }
+        };
+        if let Some(id) = id {
+            *held.entry(id).or_default() += 1;
+        }
+    }
+    if held.is_empty() || held.contains_key(&current) {
+        return Ok(());
+    }
+    let not_given: Vec<String> = held
+        .keys()
+        .filter(|id| !matches!(keys.key(**id), Ok(Some(_))))
+        .map(ToString::to_string)
+        .collect();
+    crate::output::errln!(
+        "warning: new segments are encrypted with key id {current}, which no segment of {} was \
+         encrypted with yet; it holds segments encrypted with key id {}{}{}: keep every key \
+         (--encryption-key-file, any number of times, or --encryption-key-dir) to read them",
+        tiered.remote.describe(),
+        held.iter()
+            .map(|(id, n)| format!("{id} ({n} segment{})", if *n == 1 { "" } else { "s" }))
+            .collect::<Vec<_>>()
+            .join(", key id "),
+        if not_given.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (key id {} not given here: this command cannot read those)",
+                not_given.join(", ")
+            )
+        },
+        if unchecked > 0 {
+            format!(" (and {unchecked} older segments whose key id was not read)")
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
 }
 
 /// The backend itself, without the transforming layer.

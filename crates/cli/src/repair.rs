@@ -1,26 +1,51 @@
-//! `krabka repair`: open a log in [`RecoveryMode::Repair`], which moves every damaged part
-//! aside into `DIR/quarantine/` (nothing is deleted) and records the seqs it held as an
-//! explicit hole, then say what moved where.
+//! `krabka repair`: open a log in [`RecoveryMode::Repair`], which moves the damaged bytes aside
+//! into `DIR/quarantine/` (nothing is deleted), keeps every intact frame after them (each run
+//! of them in a segment file of its own) and records the seqs the damage held as an explicit
+//! hole, then say what moved where; `--dry-run` says the same without changing anything.
+//!
+//! `--accept-hole SEQS` records instead that a hole's seqs are lost for good
+//! ([`Log::accept_holes`]): tiering then copies past it and retention passes it.
 //!
 //! Appends after a repair continue after the highest seq that was at stake, so no seq is ever
 //! reused; reads into a hole fail naming its quarantine file.
 
+use std::ops::RangeInclusive;
 use std::path::Path;
 
-use krabka_storage::segment::QUARANTINE_DIR;
-use krabka_storage::{Log, Options, RecoveryMode, RecoveryReport};
+use krabka_storage::segment::{self, LOG_EXTENSION, QUARANTINE_DIR};
+use krabka_storage::{
+    ACCEPTED_HOLES_FILE_NAME, Log, Options, RecoveryMode, RecoveryReport, RepairStep, SegmentRepair,
+};
 
 use crate::args::RepairArgs;
 use crate::error::{CliError, Result, storage};
 use crate::human;
+use crate::inspect::{segment_bases, timestamp};
 use crate::output::outln;
 use crate::verify::verify;
+
+/// Parses `--accept-hole`: `N` or `N..=M` with `1 <= N <= M`.
+///
+/// # Errors
+/// A message saying what a valid value looks like.
+pub fn parse_seqs(s: &str) -> std::result::Result<RangeInclusive<u64>, String> {
+    let bad = || format!("`{s}` is not SEQ or FIRST..=LAST (seqs start at 1, FIRST <= LAST)");
+    let (first, last) = match s.split_once("..=") {
+        Some((a, b)) => (a.trim().parse::<u64>(), b.trim().parse::<u64>()),
+        None => (s.trim().parse::<u64>(), s.trim().parse::<u64>()),
+    };
+    match (first, last) {
+        (Ok(a), Ok(b)) if a >= 1 && a <= b => Ok(a..=b),
+        _ => Err(bad()),
+    }
+}
 
 /// Runs `krabka repair`.
 ///
 /// # Errors
 /// When `DIR` is not a log directory, another process has the log open, or the repair cannot
-/// write (the log is then as it was, or as far as the storage layer got, which it reports).
+/// write (the log is then as it was, or as far as the storage layer got, which it reports);
+/// with `--accept-hole`, when the log needs a repair first or a seq is in no hole.
 pub fn run(args: &RepairArgs) -> Result<()> {
     let dir = &args.dir;
     if !dir.is_dir() {
@@ -32,14 +57,18 @@ pub fn run(args: &RepairArgs) -> Result<()> {
     if args.dry_run {
         return dry_run(dir);
     }
+    if !args.accept_hole.is_empty() {
+        return accept(dir, &args.accept_hole);
+    }
     let options = Options {
         recovery: RecoveryMode::Repair,
         ..Options::default()
     };
     let log = Log::open(dir, options).map_err(|e| storage("cannot repair", dir, e))?;
     let report = log.recovery_report().clone();
-    let holes = log.quarantined();
+    let holes = hole_list(&log);
     let (first, last, next) = (log.first_seq(), log.last_seq(), log.next_seq());
+    let unaccepted = unaccepted_holes(&log);
     log.close()
         .map_err(|e| storage("cannot sync the repaired log", dir, e))?;
     let holding = if last >= first && last > 0 {
@@ -47,23 +76,17 @@ pub fn run(args: &RepairArgs) -> Result<()> {
     } else {
         "no records".to_owned()
     };
-    let hole_list = || -> String {
-        holes
-            .iter()
-            .map(|(r, p)| format!("seq {}..={} in {}", r.start(), r.end(), p.display()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     if report.is_clean() {
         let known = if holes.is_empty() {
             String::new()
         } else {
-            format!(" (minus the holes an earlier repair left: {})", hole_list())
+            format!(" (minus the holes an earlier repair left: {holes})")
         };
-        return outln!(
+        outln!(
             "nothing to repair in {}: it spans {holding}{known}",
             dir.display()
-        );
+        )?;
+        return accept_hint(dir, &unaccepted);
     }
     for line in describe(&report) {
         outln!("{line}")?;
@@ -83,6 +106,18 @@ pub fn run(args: &RepairArgs) -> Result<()> {
             dir.join(QUARANTINE_DIR).display()
         ));
     }
+    if !report.kept.is_empty() {
+        let kept: u64 = report
+            .kept
+            .iter()
+            .map(|k| k.last_seq - k.first_seq + 1)
+            .sum();
+        did.push(format!(
+            "kept the {} intact record(s) after the damage in {} new segment file(s)",
+            human::count(kept),
+            report.kept.len()
+        ));
+    }
     if recorded > 0 {
         did.push(format!(
             "recorded {recorded} hole(s) of missing seqs (no bytes to move)"
@@ -95,9 +130,103 @@ pub fn run(args: &RepairArgs) -> Result<()> {
         if holes.is_empty() {
             String::new()
         } else {
-            format!(" (minus the holes: {})", hole_list())
+            format!(" (minus the holes: {holes})")
         }
+    )?;
+    accept_hint(dir, &unaccepted)
+}
+
+/// The log's holes as `seq A..=B in PATH` (accepted ones said so), joined.
+fn hole_list(log: &Log) -> String {
+    let accepted = log.accepted_holes();
+    log.quarantined()
+        .iter()
+        .map(|(r, p)| {
+            let mark = if accepted.iter().any(|a| a.covers(*r.start(), *r.end())) {
+                " (accepted)"
+            } else {
+                ""
+            };
+            format!("seq {}..={} in {}{mark}", r.start(), r.end(), p.display())
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The log's holes no acceptance covers.
+fn unaccepted_holes(log: &Log) -> Vec<RangeInclusive<u64>> {
+    let accepted = log.accepted_holes();
+    log.quarantined()
+        .into_iter()
+        .map(|(r, _)| r)
+        .filter(|r| !accepted.iter().any(|a| a.covers(*r.start(), *r.end())))
+        .collect()
+}
+
+/// Says how to accept `holes` (when there are any): tiering stops at the first until then.
+fn accept_hint(dir: &Path, holes: &[RangeInclusive<u64>]) -> Result<()> {
+    let Some(first) = holes.first() else {
+        return Ok(());
+    };
+    let listed: Vec<String> = holes
+        .iter()
+        .map(|h| format!("{}..={}", h.start(), h.end()))
+        .collect();
+    outln!(
+        "seq {} {} no tier holds: `krabka tier` stops at the first until you restore them or \
+         accept their loss with `krabka repair {} --accept-hole {}..={}` (one --accept-hole \
+         per hole)",
+        listed.join(", "),
+        if holes.len() == 1 {
+            "is a hole"
+        } else {
+            "are holes"
+        },
+        dir.display(),
+        first.start(),
+        first.end()
     )
+}
+
+/// `--accept-hole`: records the holes holding `ranges` as accepted.
+fn accept(dir: &Path, ranges: &[RangeInclusive<u64>]) -> Result<()> {
+    let log = Log::open(dir, Options::default()).map_err(|e| {
+        use krabka_storage::Error as E;
+        let needs_repair = matches!(
+            e,
+            E::Damaged { .. } | E::SeqGap { .. } | E::SeqOverlap { .. } | E::Corrupt { .. }
+        );
+        let e = storage("cannot accept a hole of", dir, e);
+        if needs_repair {
+            e.prefix(&format!(
+                "the log needs `krabka repair {}` first",
+                dir.display()
+            ))
+        } else {
+            e
+        }
+    })?;
+    for range in ranges {
+        let accepted = log.accept_holes(range.clone()).map_err(|e| {
+            CliError::new(e.to_string()).hint(format!(
+                "`krabka verify {}` lists the holes of the log",
+                dir.display()
+            ))
+        })?;
+        for a in accepted {
+            outln!(
+                "accepted hole seq {}..={} of {} (accepted {}, recorded in {}): `krabka tier` \
+                 copies past it and retention passes it; reads of those seqs still fail naming it",
+                a.first_seq,
+                a.last_seq,
+                dir.display(),
+                timestamp(a.accepted_at_ms),
+                dir.join(ACCEPTED_HOLES_FILE_NAME).display()
+            )?;
+        }
+    }
+    log.close()
+        .map_err(|e| storage("cannot close the log", dir, e))
 }
 
 /// One line per thing the repair did.
@@ -127,6 +256,17 @@ fn describe(report: &RecoveryReport) -> Vec<String> {
             q.reason
         ));
     }
+    for k in &report.kept {
+        lines.push(format!(
+            "kept seqs {}..={} ({} bytes of {} from byte {}) as {}",
+            k.first_seq,
+            k.last_seq,
+            k.bytes,
+            k.from.display(),
+            k.position,
+            k.to.display()
+        ));
+    }
     for p in &report.rebuilt_indexes {
         lines.push(format!("rebuilt the index files of {}", p.display()));
     }
@@ -138,24 +278,128 @@ fn is_hole_only(q: &krabka_storage::QuarantinedPiece) -> bool {
     q.bytes == 0 && q.seqs.is_some()
 }
 
-/// What a repair would change, found by the read-only checks of `krabka verify`.
+/// What a repair would change: the repair's own plan for every damaged segment file
+/// ([`krabka_storage::plan_segment_repair`]), and what else the read-only checks of
+/// `krabka verify` find.
 fn dry_run(dir: &Path) -> Result<()> {
     let mut sink = Vec::new();
     let report = verify(dir, true, &mut sink)?;
-    if report.problems.is_empty() {
+    let bases = segment_bases(dir)?;
+    let point = krabka_storage::read_recovery_point(dir)
+        .map_err(|e| CliError::new(e.to_string()))?
+        .unwrap_or(0);
+    let mut plans = Vec::new();
+    for (i, &base) in bases.iter().enumerate() {
+        let path = dir.join(segment::segment_file_name(base, LOG_EXTENSION));
+        let plan =
+            krabka_storage::plan_segment_repair(&path, base, bases.get(i + 1).copied(), point)
+                .map_err(|e| CliError::at("cannot read", &path, e))?;
+        plans.extend(plan);
+    }
+    let others: Vec<_> = report
+        .problems
+        .iter()
+        .filter(|p| !plans.iter().any(|plan| plan.path == p.path))
+        .collect();
+    if plans.is_empty() && others.is_empty() {
         return outln!(
             "nothing to repair in {} (dry run; nothing was changed)",
             dir.display()
         );
     }
     outln!(
-        "dry run: `krabka repair {}` would move the damaged bytes at each of these aside into {} \
-         (rebuilding bad index files) and record the seqs they held as a hole; nothing was changed:",
-        dir.display(),
-        dir.join(QUARANTINE_DIR).display()
+        "dry run: `krabka repair {}` would do this (nothing was changed):",
+        dir.display()
     )?;
-    for p in &report.problems {
-        outln!("  {p}")?;
+    let qdir = dir.join(QUARANTINE_DIR);
+    for plan in &plans {
+        outln!(
+            "  {} at byte {}: {}",
+            plan.path.display(),
+            plan.intact_len,
+            plan.reason
+        )?;
+        for line in describe_plan(plan, &qdir) {
+            outln!("    {line}")?;
+        }
+    }
+    if !others.is_empty() {
+        outln!(
+            "  and for each of these, move the damaged part aside into {} (rebuilding bad index \
+             files, recording missing seqs as a hole):",
+            qdir.display()
+        )?;
+        for p in others {
+            outln!("    {p}")?;
+        }
     }
     Ok(())
+}
+
+/// The lines of a repair's plan for one segment file, worded as the repair reports them.
+fn describe_plan(plan: &SegmentRepair, qdir: &Path) -> Vec<String> {
+    let file = plan.path.display();
+    let mut lines = Vec::new();
+    for step in &plan.steps {
+        match *step {
+            RepairStep::Cut {
+                from,
+                to,
+                seqs: Some((a, b)),
+            } if from == to => {
+                lines.push(format!(
+                    "record seqs {a}..={b} as a hole (missing at byte {from} of {file}: {}; no \
+                     bytes to move)",
+                    plan.reason
+                ));
+            }
+            RepairStep::Cut { from, to, seqs } => {
+                let seqs = match seqs {
+                    Some((a, b)) => format!("; seqs {a}..={b} would become a hole"),
+                    None => String::new(),
+                };
+                let why = if plan.torn_tail {
+                    format!("torn tail: {}", plan.reason)
+                } else {
+                    plan.reason.clone()
+                };
+                lines.push(format!(
+                    "move {} bytes of {file} from byte {from} into {} ({why}){seqs}",
+                    to - from,
+                    qdir.display()
+                ));
+            }
+            RepairStep::Keep {
+                from,
+                to,
+                first_seq,
+                last_seq,
+            } => {
+                let to_path = plan
+                    .path
+                    .with_file_name(segment::segment_file_name(first_seq, LOG_EXTENSION));
+                lines.push(format!(
+                    "keep seqs {first_seq}..={last_seq} ({} bytes of {file} from byte {from}) as {}",
+                    to - from,
+                    to_path.display()
+                ));
+            }
+            _ => {}
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_hole_takes_a_seq_or_an_inclusive_range() {
+        assert_eq!(parse_seqs("9"), Ok(9..=9));
+        assert_eq!(parse_seqs("9..=12"), Ok(9..=12));
+        for bad in ["0", "12..=9", "9..12", "", "a..=b"] {
+            assert!(parse_seqs(bad).is_err(), "{bad}");
+        }
+    }
 }

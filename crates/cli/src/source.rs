@@ -103,12 +103,33 @@ impl Source for TieredSource {
             match self.tiered.log.read(self.next, max) {
                 Err(krabka_tiering::Error::RemoteHole { from, to, .. }) if to >= self.next => {
                     crate::output::note(format_args!(
-                        "seqs {from}..={to} are lost: no tier holds them (a hole recovery \
-                         reported); reading on from seq {}",
+                        "seqs {from}..={to} are lost: no tier holds them (a hole a recovery \
+                         or a repair left); reading on from seq {}",
                         to.saturating_add(1)
                     ));
                     self.lost.push(from..=to);
                     self.next = to.saturating_add(1);
+                }
+                // A local hole a repair left that no remote segment holds: lost the same way.
+                Err(krabka_tiering::Error::Storage { source, .. })
+                    if matches!(&*source, krabka_storage::Error::Quarantined { last_seq, .. }
+                        if *last_seq >= self.next) =>
+                {
+                    if let krabka_storage::Error::Quarantined {
+                        first_seq,
+                        last_seq,
+                        path,
+                    } = *source
+                    {
+                        crate::output::note(format_args!(
+                            "seqs {first_seq}..={last_seq} are lost: a repair moved them aside \
+                             ({}) and no tier holds them; reading on from seq {}",
+                            path.display(),
+                            last_seq.saturating_add(1)
+                        ));
+                        self.lost.push(first_seq..=last_seq);
+                        self.next = last_seq.saturating_add(1);
+                    }
                 }
                 Err(e) => return Err(tiering_error("cannot read", &dir, e)),
                 Ok(records) => {

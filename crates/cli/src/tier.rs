@@ -11,7 +11,7 @@ use krabka_tiering::{Instrumented, TieringReport, TieringStats, metrics};
 
 use crate::args::TierArgs;
 use crate::error::{CliError, Result};
-use crate::output::outln;
+use crate::output::{errln, outln};
 use crate::remote;
 use crate::tiered::{self, tiering_error};
 use crate::{human, interrupt};
@@ -40,17 +40,16 @@ pub fn describe_round(r: &TieringReport) -> String {
     line
 }
 
-/// Serves the metrics facade's values for Prometheus at `http://addr/metrics`.
+/// Serves the metrics facade's values for Prometheus at `http://addr/metrics` (see
+/// [`metrics_http`](crate::metrics_http)), warns when that is reachable from the network, and
+/// prints the address bound (for port 0, the port the OS chose).
 fn serve_metrics(addr: SocketAddr) -> Result<()> {
-    metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install()
-        .map_err(|e| {
-            CliError::new(format!("cannot serve metrics on {addr}: {e}"))
-                .hint("pass a free address, e.g. --metrics-addr 127.0.0.1:9464")
-        })?;
+    let bound = crate::metrics_http::serve(addr)?;
+    if let Some(warning) = crate::metrics_http::exposure_warning(bound) {
+        errln!("{warning}");
+    }
     metrics::describe();
-    outln!("serving metrics at http://{addr}/metrics")
+    outln!("serving metrics at http://{bound}/metrics")
 }
 
 /// What `--watch` printed last: a line is printed when copy lag, remote bytes or errors
@@ -80,6 +79,53 @@ impl Watch {
             s.copy_failures
         )
     }
+}
+
+/// Names the holes of the log the user accepted as lost (`krabka repair --accept-hole`), which
+/// tiering copies past.
+fn accepted_holes(log: &krabka_tiering::TieredLog) -> Result<()> {
+    let local = log.log();
+    let accepted = local.accepted_holes();
+    for (hole, _) in local.quarantined() {
+        if let Some(a) = accepted
+            .iter()
+            .find(|a| a.covers(*hole.start(), *hole.end()))
+        {
+            outln!(
+                "  accepted hole seq {}..={} (accepted {}): no tier holds these seqs; tiering \
+                 goes on past them",
+                hole.start(),
+                hole.end(),
+                crate::inspect::timestamp(a.accepted_at_ms)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// What to do about a round's first failure: for a hole a repair left (its marker is the
+/// failure's file), restore its seqs or accept their loss.
+fn round_hint(dir: &std::path::Path, first: &krabka_tiering::Error) -> String {
+    if let krabka_tiering::Error::DamagedSegment {
+        path,
+        first_seq,
+        last_seq,
+        ..
+    } = first
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(krabka_storage::segment::parse_hole_file_name)
+            .is_some()
+    {
+        return format!(
+            "restore seqs {first_seq}..={last_seq} from a copy if you have one, or accept their \
+             loss with `krabka repair {} --accept-hole {first_seq}..={last_seq}`; then run \
+             `krabka tier` again",
+            dir.display()
+        );
+    }
+    "fix the cause and run `krabka tier` again; failed copies are retried".to_owned()
 }
 
 /// Runs `krabka tier`.
@@ -124,6 +170,7 @@ pub fn run(args: &TierArgs) -> Result<()> {
             )?
         }
     };
+    remote::warn_about_new_key(&tiered, &args.remote)?;
     if args.watch {
         interrupt::install();
     }
@@ -133,6 +180,7 @@ pub fn run(args: &TierArgs) -> Result<()> {
         tiered.remote.describe(),
         tiered.topic.topic()
     )?;
+    accepted_holes(&tiered.log)?;
     let mut watch = Watch::default();
     loop {
         let started = Instant::now();
@@ -161,7 +209,7 @@ pub fn run(args: &TierArgs) -> Result<()> {
                     args.dir.display(),
                     remote::brief(&first.to_string())
                 ))
-                .hint("fix the cause and run `krabka tier` again; failed copies are retried"));
+                .hint(round_hint(&args.dir, first)));
             }
             break;
         }
@@ -170,6 +218,7 @@ pub fn run(args: &TierArgs) -> Result<()> {
             std::thread::sleep(Duration::from_millis(100).min(args.interval));
         }
         if interrupt::requested() {
+            errln!("{} after a whole round; stopping", interrupt::stopped());
             break;
         }
     }

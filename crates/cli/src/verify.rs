@@ -1,9 +1,16 @@
 //! `krabka verify`: check every segment and index of a log directory without opening (and so
 //! without recovering or changing) the log.
+//!
+//! What the next open of the log repairs by itself is not damage, and is reported as such
+//! (exit 0): a closed segment's index files that are missing or do not describe its intact
+//! `.log` (what a crash during local retention, which deletes the index files first, leaves)
+//! are rebuilt from the `.log`; see [`indexes_rebuilt_at_open`]. A log that starts above seq 1
+//! after `recover` (or local retention) is not short: its older records are in the remote tier.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use krabka_storage::index::{OffsetIndexView, TimeIndexView};
 use krabka_storage::segment::{self, INDEX_EXTENSION, LOG_EXTENSION, TIME_INDEX_EXTENSION};
 
 use crate::args::VerifyArgs;
@@ -49,7 +56,14 @@ pub struct VerifyReport {
     pub problems: Vec<Problem>,
     /// Seqs a repair moved aside (explicit holes; not problems).
     pub holes: Vec<Hole>,
+    /// Index files the next open of the log rebuilds from their intact `.log` by itself
+    /// (missing, or not describing it): not problems.
+    pub rebuilt_at_open: Vec<Problem>,
 }
+
+/// What `verify` says about an index file the next open rebuilds.
+pub const REBUILT_AT_OPEN: &str = "will be rebuilt at the next open of the log from its intact \
+     .log (after a clean close, when the segment is first read); nothing is lost";
 
 /// Checks every segment and index of the log at `dir`, printing one line per segment to
 /// `out` (or only problems when `quiet`).
@@ -59,7 +73,8 @@ pub struct VerifyReport {
 /// entry points at the frame of its seq in the `.log`
 /// ([`verify_segment_files`](segment::verify_segment_files)); that no closed segment is empty;
 /// that segments follow each other without a gap or an overlap, unless a repair recorded the
-/// gap as a hole (listed, not a problem).
+/// gap as a hole (listed, not a problem). Index files the next open rebuilds by itself are
+/// listed in [`VerifyReport::rebuilt_at_open`], not as problems.
 ///
 /// # Errors
 /// When the directory cannot be read or a file cannot be opened. Corruption is not an error
@@ -100,10 +115,21 @@ pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyRep
     } = walk;
     check_hole_markers(&holes, &held, &mut report);
     check_recovery_point(dir, &bases, &holes, &mut report);
+    if let Some(line) = below_local_start(dir, &bases) {
+        writeln!(out, "{line}").map_err(w)?;
+    }
     for h in &holes {
+        let accepted = h.accepted_at_ms.map_or_else(String::new, |at| {
+            format!(
+                " (accepted hole seq {}..={}, accepted {}: tiering goes on past it)",
+                h.first,
+                h.last,
+                crate::inspect::timestamp(at)
+            )
+        });
         writeln!(
             out,
-            "hole    seq {}..={} moved aside by a repair: {}",
+            "hole    seq {}..={} moved aside by a repair: {}{accepted}",
             h.first,
             h.last,
             h.path.display()
@@ -111,6 +137,9 @@ pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyRep
         .map_err(w)?;
     }
     report.holes = holes;
+    for p in &report.rebuilt_at_open {
+        writeln!(out, "note: {p}: {REBUILT_AT_OPEN}").map_err(w)?;
+    }
     for p in &report.problems {
         writeln!(out, "problem: {p}").map_err(w)?;
     }
@@ -180,9 +209,21 @@ impl Walk<'_> {
             );
         }
         let log_problem = v.problem_path.as_deref().is_none_or(|p| p == log_path);
+        // An index problem over an intact, non-empty closed `.log` that open rebuilds by itself.
+        let rebuilt = !newest
+            && !empty_closed
+            && !log_problem
+            && v.problem.is_some()
+            && indexes_rebuilt_at_open(&index_path, &time_path, base, v.file_bytes);
         if let Some(p) = &v.problem {
             let path = v.problem_path.clone().unwrap_or_else(|| log_path.clone());
-            if !(empty_closed && log_problem) {
+            if rebuilt {
+                self.report.rebuilt_at_open.push(Problem {
+                    path,
+                    position: Some(p.position).filter(|&at| at > 0),
+                    reason: p.reason.clone(),
+                });
+            } else if !(empty_closed && log_problem) {
                 self.problem(&path, Some(p.position), p.reason.clone());
             }
         }
@@ -204,7 +245,9 @@ impl Walk<'_> {
             "active (indexes written at roll)"
         } else {
             self.report.indexes += 2;
-            if v.problem.is_some() && !log_problem {
+            if rebuilt {
+                "index rebuilt at the next open"
+            } else if v.problem.is_some() && !log_problem {
                 "index problem"
             } else {
                 "index ok, timeindex ok"
@@ -267,6 +310,60 @@ fn segment_line(
     )
 }
 
+/// Whether opening the log rebuilds the index files of the closed segment `base` (whose `.log`
+/// is intact and `log_len` bytes long) by itself, instead of trusting them.
+///
+/// Mirrors what `Log::open` does (`krabka_storage`'s `load_indexes`, used by the full recovery
+/// and by the index loaded at first use after a clean close): it trusts a closed segment's
+/// `.index` and `.timeindex` only when both can be read and decode, both name the segment's base
+/// seq, the offset index describes a `.log` of exactly its length holding at least one record,
+/// and the two agree on the largest timestamp and on the seq of every entry. Anything else is
+/// scanned from the `.log` and written again. Index files that pass those checks but point at
+/// the wrong frames are trusted by open, so they stay a problem here.
+pub fn indexes_rebuilt_at_open(index: &Path, time_index: &Path, base: u64, log_len: u64) -> bool {
+    let read = |p: &Path| match std::fs::read(p) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        // A file open cannot read it cannot replace either (a directory in its place).
+        Err(e) => Err(e),
+    };
+    let (Ok(idx), Ok(tidx)) = (read(index), read(time_index)) else {
+        return false;
+    };
+    let (Some(idx), Some(tidx)) = (idx, tidx) else {
+        return true;
+    };
+    let (Ok(idx), Ok(tidx)) = (OffsetIndexView::parse(idx), TimeIndexView::parse(tidx)) else {
+        return true;
+    };
+    let trusted = idx.base_seq() == base
+        && tidx.base_seq() == base
+        && idx.log_size() == log_len
+        && idx.max_timestamp() == tidx.max_timestamp()
+        && idx.len() == tidx.len()
+        && (0..idx.len()).all(|i| idx.entry(i).map(|e| e.0) == tidx.entry(i).map(|e| e.1))
+        && idx.last_seq() >= base;
+    !trusted
+}
+
+/// The line saying where the seqs below the first local segment are, for a tiered log whose
+/// local files start above seq 1 (after `recover`, or local retention): they are not missing.
+fn below_local_start(dir: &Path, bases: &[u64]) -> Option<String> {
+    let first = *bases.first()?;
+    let tiered = dir.join(crate::tiered::METADATA_DIR).is_dir();
+    (first > 1 && tiered).then(|| {
+        format!(
+            "remote  seq 1..={} are not in the local files: this is a tiered log ({} records its \
+             remote segments), whose older records are in its remote tier or were deleted by \
+             retention; verify checks the local files only (`krabka read {} --remote ...` reads \
+             both tiers)",
+            first - 1,
+            dir.join(crate::tiered::METADATA_DIR).display(),
+            dir.display()
+        )
+    })
+}
+
 /// A hole marker over records the segment files hold contradicts them (open refuses it).
 fn check_hole_markers(holes: &[Hole], held: &[(u64, u64)], report: &mut VerifyReport) {
     for h in holes {
@@ -287,7 +384,10 @@ fn check_hole_markers(holes: &[Hole], held: &[(u64, u64)], report: &mut VerifyRe
 fn check_recovery_point(dir: &Path, bases: &[u64], holes: &[Hole], report: &mut VerifyReport) {
     match krabka_storage::read_recovery_point(dir) {
         Ok(Some(point)) => {
-            let last = report.range.map_or(0, |(_, last)| last);
+            // As open counts it: the seq before the next one, which an empty active segment
+            // (a recovered log, or one that just rolled) gives by its base.
+            let before_newest = bases.last().map_or(0, |b| b.saturating_sub(1));
+            let last = report.range.map_or(0, |(_, last)| last).max(before_newest);
             let newest = bases.last().map(|b| segment_path(dir, *b, LOG_EXTENSION));
             if report.problems.is_empty() && last < point && !holes_cover(holes, last + 1, point) {
                 report.problems.push(Problem {
@@ -354,6 +454,12 @@ pub fn run(a: &VerifyArgs) -> Result<()> {
         .iter()
         .find(in_log)
         .or(report.problems.first());
+    if !report.rebuilt_at_open.is_empty() {
+        summary.push_str(&format!(
+            ", {} index file(s) to be rebuilt at the next open (listed above; not damage)",
+            report.rebuilt_at_open.len()
+        ));
+    }
     match first {
         None => output::outln!("verify: OK: {summary}"),
         Some(first) => Err(CliError::new(format!(

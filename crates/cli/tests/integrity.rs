@@ -167,7 +167,7 @@ fn produce_tier_and_read_remote_refuse_damage_followed_by_valid_records_and_chan
 }
 
 #[test]
-fn repair_moves_the_damaged_suffix_into_quarantine_and_says_what_moved_where() {
+fn repair_moves_the_damaged_frame_into_quarantine_keeps_the_rest_and_says_what_moved_where() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let (seg, pos) = log_with_damage_before_valid_records(&log);
@@ -198,20 +198,29 @@ fn repair_moves_the_damaged_suffix_into_quarantine_and_says_what_moved_where() {
         both(&out)
     );
     assert!(report.contains("quarantine"), "{}", both(&out));
-    assert!(report.contains("1000..=3000"), "{}", both(&out));
-    // The bytes were moved, not deleted.
-    let cut = len - std::fs::metadata(&seg).unwrap().len();
-    assert_eq!(cut, len - pos);
-    let kept: u64 = std::fs::read_dir(log.join("quarantine"))
+    // Only the damaged frame's seq is lost: the records after it are kept in a file of their own.
+    assert!(report.contains("1000..=1000"), "{}", both(&out));
+    assert!(report.contains("kept seqs 1001..=3000"), "{}", both(&out));
+    // The bytes were moved, not deleted: the damaged frame into quarantine, the rest into the
+    // new segment file.
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), pos);
+    let moved: u64 = std::fs::read_dir(log.join("quarantine"))
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum();
-    assert!(kept >= cut, "quarantine holds {kept} bytes, {cut} were cut");
+    let rest = std::fs::metadata(log.join("00000000000000001001.log"))
+        .unwrap()
+        .len();
+    assert_eq!(moved + rest, len - pos);
 
-    // Records before the damage read back; reading into the hole names its quarantine file.
+    // Records before the damage read back; reading into the hole names its quarantine file;
+    // every record after it reads back too.
     let read = krabka(&["read", s(&log)]);
-    assert_one_line_failure(&read, &["1000..=3000", "quarantine"]);
+    assert_one_line_failure(&read, &["1000..=1000", "quarantine"]);
     assert_eq!(printed_seqs(&read), (1..1000).collect::<Vec<_>>());
+    let read = krabka(&["read", s(&log), "--from", "1001"]);
+    assert!(read.status.success(), "{}", both(&read));
+    assert_eq!(printed_seqs(&read), (1001..=3000).collect::<Vec<_>>());
 
     // Appends go on after every seq that was at stake; the log verifies (the hole is listed),
     // and nothing is left to repair.
@@ -225,7 +234,7 @@ fn repair_moves_the_damaged_suffix_into_quarantine_and_says_what_moved_where() {
     let verify = krabka(&["verify", s(&log)]);
     assert!(verify.status.success(), "{}", both(&verify));
     assert!(
-        text(&verify.stdout).contains("1000..=3000"),
+        text(&verify.stdout).contains("1000..=1000"),
         "{}",
         both(&verify)
     );
@@ -519,7 +528,7 @@ fn a_rewritten_index_entry_with_a_valid_crc_neither_skips_records_nor_passes_ver
 // ---- item 8: failures that say what happened ----
 
 #[test]
-fn produce_failing_at_line_2501_syncs_and_reports_the_2000_records_it_appended() {
+fn produce_failing_at_line_2501_syncs_and_reports_the_2500_lines_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let mut input = Vec::new();
@@ -542,14 +551,14 @@ fn produce_failing_at_line_2501_syncs_and_reports_the_2000_records_it_appended()
     assert_one_line_failure(
         &out,
         &[
-            "appended 2,000 records (seq 1..=2000) before: ",
-            "at line 2501",
-            "line 2001",
+            "appended 2,500 records (seq 1..=2500) from lines 1..=2500; ",
+            "line 2501 is invalid",
+            "nothing from line 2501 on",
         ],
     );
     let read = krabka(&["read", s(&log)]);
     assert!(read.status.success(), "{}", both(&read));
-    assert_eq!(printed_seqs(&read), (1..=2000).collect::<Vec<_>>());
+    assert_eq!(printed_seqs(&read), (1..=2500).collect::<Vec<_>>());
 }
 
 #[test]
@@ -926,7 +935,7 @@ fn tier_and_read_remote_print_the_torn_event_the_remote_metadata_cut() {
 
 #[test]
 fn demo_removes_its_temporary_directory_on_sigterm_and_sighup() {
-    for signal in ["-TERM", "-HUP"] {
+    for (signal, code, name) in [("-TERM", 143, "SIGTERM"), ("-HUP", 129, "SIGHUP")] {
         let tmp = tempfile::tempdir().unwrap();
         let mut child = bin()
             .args(["demo", "--records", "5000000"])
@@ -947,7 +956,7 @@ fn demo_removes_its_temporary_directory_on_sigterm_and_sighup() {
             .status()
             .unwrap();
         assert!(kill.success());
-        let code = wait_at_most(&mut child, Duration::from_secs(60));
+        let exit = wait_at_most(&mut child, Duration::from_secs(60));
         let mut stderr = String::new();
         child
             .stderr
@@ -955,8 +964,8 @@ fn demo_removes_its_temporary_directory_on_sigterm_and_sighup() {
             .unwrap()
             .read_to_string(&mut stderr)
             .unwrap();
-        assert_eq!(code, Some(130), "{signal}: {stderr}");
-        assert!(stderr.contains("termination signal"), "{stderr}");
+        assert_eq!(exit, Some(code), "{signal}: {stderr}");
+        assert!(stderr.contains(&format!("stopped by {name}")), "{stderr}");
         assert!(
             stderr.contains("removed the temporary directory"),
             "{stderr}"
@@ -997,11 +1006,16 @@ fn read_from_past_the_next_seq_fails_out_of_range_locally_and_remote() {
         let out = krabka(&args);
         assert!(out.status.success(), "{}", both(&out));
         assert!(out.stdout.is_empty(), "{}", both(&out));
-        // Seq 0 does not exist anywhere: the error says where seqs start.
+        // Seq 0 does not exist anywhere: a usage error that says where seqs start.
         let mut args = vec!["read", s(&log), "--from", "0"];
         args.extend_from_slice(remote_args);
         let out = krabka(&args);
-        assert_one_line_failure(&out, &["seqs start at 1"]);
+        assert_eq!(out.status.code(), Some(2), "{}", both(&out));
+        assert!(
+            text(&out.stderr).contains("seqs start at 1"),
+            "{}",
+            both(&out)
+        );
         assert!(!text(&out.stderr).contains("remote tier"), "{}", both(&out));
     }
 }

@@ -148,3 +148,294 @@ impl OutputRef for Child {
         s
     }
 }
+
+/// What the metrics listener promises (`crates/cli/src/metrics_http.rs`): at most this many
+/// connections at once, idle ones closed after the request timeout.
+const MAX_CONNECTIONS: usize = 64;
+/// Idle connections opened against it: many more than the cap, and more than the descriptor
+/// limit `tier` runs under.
+const FLOOD: usize = 300;
+/// The descriptor limit of that `tier`.
+const FD_LIMIT: usize = 256;
+
+/// Every line the child writes to stdout, as it comes.
+fn lines_of(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The port of the `serving metrics at http://HOST:PORT/metrics` line, waiting at most 20 s.
+fn served_port(lines: &std::sync::mpsc::Receiver<String>, host: &str) -> u16 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let prefix = format!("serving metrics at http://{host}:");
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        let Ok(line) = lines.recv_timeout(left) else {
+            break;
+        };
+        if let Some(rest) = line.strip_prefix(&prefix) {
+            let port: u16 = rest.trim_end_matches("/metrics").parse().unwrap();
+            assert_ne!(port, 0, "{line}");
+            return port;
+        }
+    }
+    panic!("no `{prefix}PORT/metrics` line within 20 s");
+}
+
+/// Polls `check` on scrapes every 100 ms for at most `limit`; the last body and whether it held.
+fn scrape_until(port: u16, limit: Duration, check: impl Fn(&str) -> bool) -> (bool, String) {
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < limit {
+        if let Some(body) = scrape(port) {
+            if check(&body) {
+                return (true, body);
+            }
+            last = body;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (false, last)
+}
+
+/// How many of `streams` the server still holds open (a read would block) rather than closed
+/// (end of file, or reset).
+fn still_open(streams: &[TcpStream]) -> usize {
+    streams
+        .iter()
+        .filter(|s| {
+            s.set_nonblocking(true).unwrap();
+            let mut byte = [0u8; 1];
+            matches!((&**s).read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        })
+        .count()
+}
+
+/// The status line of a raw request for `path`.
+fn status_of(port: u16, path: &str) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.lines().next().unwrap_or_default().to_owned()
+}
+
+/// Metrics clients cannot take the descriptors tiering needs: `tier --watch` under a limit of
+/// 256 descriptors, 300 idle connections to its metrics port, and tiering goes on. Its copies
+/// fail at first (a file size limit of 32 KiB, below the 128 KiB segments) and are made
+/// possible only once the flood is in place (`prlimit` lifts the limit of the running
+/// process), so the segments are copied while the idle connections are open: a descriptor
+/// short, the copy would fail and the round with it. Connections over the cap are closed at
+/// once; the idle ones are closed after the request timeout, and the metrics are served again.
+#[test]
+fn idle_metrics_connections_beyond_the_cap_cannot_stop_tiering_under_a_low_descriptor_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    let out = krabka()
+        .args(["produce", log.to_str().unwrap(), "--generate", "900"])
+        .args(["--segment-bytes", "128KiB"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The soft file size limit only, so that `prlimit` may lift it without privileges;
+    // SIGXFSZ ignored, so that a write past it fails (EFBIG) instead of killing the process.
+    let script =
+        format!("trap '' XFSZ; ulimit -n {FD_LIMIT} && ulimit -S -f 64 && exec \"$0\" \"$@\"");
+    let child = Command::new("sh")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_krabka")])
+        .args(["tier", log.to_str().unwrap(), "--remote", &remote])
+        .args([
+            "--watch",
+            "--interval",
+            "200ms",
+            "--local-retention-bytes",
+            "0",
+        ])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = Running(child);
+    let lines = lines_of(&mut child.0);
+    let port = served_port(&lines, "127.0.0.1");
+
+    // Rounds run and every copy fails at the file size limit.
+    let (failing, body) = scrape_until(port, Duration::from_secs(20), |b| {
+        value(b, "krabka_tiering_rounds_total") >= 2.0
+            && value(b, "krabka_remote_copy_errors_total") >= 1.0
+    });
+    assert!(
+        failing,
+        "copies did not fail as set up; last scrape:\n{body}"
+    );
+    assert_eq!(
+        value(&body, "krabka_remote_copy_bytes_total"),
+        0.0,
+        "{body}"
+    );
+
+    let start = Instant::now();
+    let mut flood = Vec::new();
+    for _ in 0..FLOOD {
+        if start.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+        if let Ok(s) = TcpStream::connect_timeout(
+            &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            Duration::from_secs(2),
+        ) {
+            flood.push(s);
+        }
+    }
+    assert!(
+        flood.len() > FD_LIMIT,
+        "only {} connections made",
+        flood.len()
+    );
+    // Over the cap, connections are closed as soon as they are accepted.
+    let start = Instant::now();
+    let mut open = still_open(&flood);
+    while open > MAX_CONNECTIONS && start.elapsed() < Duration::from_secs(4) {
+        std::thread::sleep(Duration::from_millis(100));
+        open = still_open(&flood);
+    }
+    assert!(
+        open <= MAX_CONNECTIONS,
+        "{open} of {} idle connections held open",
+        flood.len()
+    );
+
+    // The copies may succeed from now on, while the idle connections are still open.
+    let pid = child.0.id().to_string();
+    let lifted = Command::new("prlimit")
+        .args(["--pid", &pid, "--fsize=unlimited"])
+        .output()
+        .unwrap();
+    assert!(
+        lifted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&lifted.stderr)
+    );
+    let remote_dir = dir.path().join("remote");
+    let copied = || {
+        walk(&remote_dir)
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .count()
+    };
+    let start = Instant::now();
+    while copied() < 4 && start.elapsed() < Duration::from_secs(20) {
+        assert!(
+            child.0.try_wait().unwrap().is_none(),
+            "tier exited under the flood"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(copied(), 4, "the closed segments were not all copied");
+    assert!(
+        still_open(&flood) > 0,
+        "the segments were copied only after every idle connection was closed"
+    );
+
+    // The idle connections time out (5 s to send a request), and the metrics are served again,
+    // counting the copies made under the flood.
+    let (served, body) = scrape_until(port, Duration::from_secs(20), |b| {
+        value(b, "krabka_remote_copy_bytes_total") > 0.0
+    });
+    assert!(
+        served,
+        "metrics not served after the flood; last scrape:\n{body}"
+    );
+    let start = Instant::now();
+    while still_open(&flood) > 0 && start.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(still_open(&flood), 0, "idle connections were never closed");
+    assert_eq!(status_of(port, "/"), "HTTP/1.1 404 Not Found");
+    assert_eq!(status_of(port, "/metrics"), "HTTP/1.1 200 OK");
+    assert!(child.0.try_wait().unwrap().is_none(), "tier exited");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// `--metrics-addr HOST:0` serves on the port the OS chose and prints it; an address other
+/// machines can reach is warned about, a loopback one is not.
+#[test]
+fn port_0_prints_the_port_it_got_and_a_network_address_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let remote = format!("fs://{}", dir.path().join("remote").display());
+    let out = krabka()
+        .args(["produce", log.to_str().unwrap(), "--generate", "100"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (addr, host, warned) in [
+        ("0.0.0.0:0", "0.0.0.0", true),
+        ("127.0.0.1:0", "127.0.0.1", false),
+    ] {
+        let out = krabka()
+            .args(["tier", log.to_str().unwrap(), "--remote", &remote])
+            .args(["--metrics-addr", addr])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{addr}: {stderr}");
+        let line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("serving metrics at http://{host}:")))
+            .unwrap_or_else(|| panic!("{addr}: no serving line in\n{stdout}"));
+        let port: u16 = line.trim_end_matches("/metrics").parse().unwrap();
+        assert_ne!(port, 0, "{addr}: {stdout}");
+        let warning = format!("warning: metrics are served to the network on {host}:{port}");
+        assert_eq!(stderr.contains(&warning), warned, "{addr}: {stderr}");
+        assert_eq!(stderr.contains("warning:"), warned, "{addr}: {stderr}");
+    }
+}

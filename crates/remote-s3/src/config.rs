@@ -372,6 +372,14 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// The message of `r`, which must be an [`RemoteStorageError::InvalidArgument`].
+    fn invalid_argument<T: std::fmt::Debug>(r: Result<T, RemoteStorageError>) -> String {
+        match r {
+            Err(RemoteStorageError::InvalidArgument { message }) => message,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
     #[test]
     fn debug_output_never_shows_secrets() {
         let c = S3Config::new("b").with_credentials(S3Credentials::Static {
@@ -412,13 +420,19 @@ mod tests {
 
     #[test]
     fn from_env_without_bucket_or_with_bad_number_is_an_error() {
-        assert!(S3Config::from_lookup(|_| None).is_err());
+        assert_eq!(
+            invalid_argument(S3Config::from_lookup(|_| None)),
+            "KRABKA_S3_BUCKET is not set"
+        );
         let bad = |k: &str| match k {
             "KRABKA_S3_BUCKET" => Some("b".to_owned()),
             "AWS_MAX_ATTEMPTS" => Some("many".to_owned()),
             _ => None,
         };
-        assert!(S3Config::from_lookup(bad).is_err());
+        assert_eq!(
+            invalid_argument(S3Config::from_lookup(bad)),
+            "AWS_MAX_ATTEMPTS `many` is not a positive integer"
+        );
     }
 
     #[test]
@@ -453,41 +467,58 @@ mod tests {
         // Nothing set: defaults, the default chain, an empty prefix.
         let bare = S3Config::from_lookup_for("tier".into(), String::new(), |_| None).unwrap();
         assert_eq!(bare, S3Config::new("tier"));
-        assert!(S3Config::from_lookup_for(String::new(), String::new(), |_| None).is_err());
+        assert_eq!(
+            invalid_argument(S3Config::from_lookup_for(
+                String::new(),
+                String::new(),
+                |_| None
+            )),
+            "S3 bucket name is empty"
+        );
         // The public entry point takes anything string-like.
-        assert!(S3Config::from_env_for("", "p").is_err());
+        assert_eq!(
+            invalid_argument(S3Config::from_env_for("", "p")),
+            "S3 bucket name is empty"
+        );
     }
 
     #[test]
     fn minimums_are_enforced() {
         assert!(S3Config::new("b").validate().is_ok());
-        assert!(S3Config::new("").validate().is_err());
-        assert!(
-            S3Config::new("b")
-                .with_multipart(16 * MIB, MIB)
-                .validate()
-                .is_err()
+        assert_eq!(
+            invalid_argument(S3Config::new("").validate()),
+            "S3 bucket name is empty"
         );
+        let small_part =
+            invalid_argument(S3Config::new("b").with_multipart(16 * MIB, MIB).validate());
         assert!(
-            S3Config::new("b")
-                .with_multipart(MIB, 8 * MIB)
-                .validate()
-                .is_err()
+            small_part.starts_with(&format!("part_size {MIB} is outside")),
+            "{small_part}"
         );
+        let small_threshold =
+            invalid_argument(S3Config::new("b").with_multipart(MIB, 8 * MIB).validate());
         assert!(
-            S3Config::new("b")
-                .with_upload_concurrency(0)
-                .validate()
-                .is_err()
+            small_threshold.starts_with(&format!("multipart_threshold {MIB} is below")),
+            "{small_threshold}"
         );
-        assert!(S3Config::new("b").with_max_attempts(0).validate().is_err());
+        let at_least_one =
+            "upload_concurrency, max_attempts and runtime_threads must be at least 1";
+        assert_eq!(
+            invalid_argument(S3Config::new("b").with_upload_concurrency(0).validate()),
+            at_least_one
+        );
+        assert_eq!(
+            invalid_argument(S3Config::new("b").with_max_attempts(0).validate()),
+            at_least_one
+        );
         let longest = "p".repeat(MAX_PREFIX_LEN);
         assert!(S3Config::new("b").with_prefix(&*longest).validate().is_ok());
-        let err = S3Config::new("b")
-            .with_prefix(format!("{longest}q"))
-            .validate()
-            .unwrap_err();
-        assert!(err.to_string().contains("prefix"), "{err}");
+        let err = invalid_argument(
+            S3Config::new("b")
+                .with_prefix(format!("{longest}q"))
+                .validate(),
+        );
+        assert!(err.starts_with("S3 key prefix is"), "{err}");
     }
 
     #[test]

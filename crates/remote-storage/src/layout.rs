@@ -417,6 +417,11 @@ mod tests {
         let m = RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp), 0, 0)
             .build()
             .unwrap();
-        assert!(log_key(&m).is_err());
+        let key = log_key(&m);
+        assert!(
+            matches!(&key, Err(RemoteStorageError::InvalidArgument { message })
+                if message.contains(r#"topic name "../../etc" is invalid"#)),
+            "{key:?}"
+        );
     }
 }

@@ -154,10 +154,34 @@ mod tests {
         assert_eq!(checked_range(10, 3, None).unwrap(), 3..10);
         assert_eq!(checked_range(10, 10, None).unwrap(), 10..10);
         assert_eq!(checked_range(0, 0, None).unwrap(), 0..0);
-        assert!(checked_range(10, 0, Some(10)).is_err());
-        assert!(checked_range(10, 5, Some(4)).is_err());
-        assert!(checked_range(10, 11, None).is_err());
-        assert!(checked_range(0, 0, Some(0)).is_err());
+        for (size, start, end, says) in [
+            (
+                10,
+                0,
+                Some(10),
+                "end position 10 is past the last byte of a 10-byte",
+            ),
+            (10, 5, Some(4), "end position 4 is before start position 5"),
+            (
+                10,
+                11,
+                None,
+                "start position 11 is past the end of a 10-byte segment",
+            ),
+            (
+                0,
+                0,
+                Some(0),
+                "end position 0 is past the last byte of a 0-byte",
+            ),
+        ] {
+            let got = checked_range(size, start, end);
+            assert!(
+                matches!(&got, Err(RemoteStorageError::InvalidArgument { message })
+                    if message.contains(says)),
+                "{size} {start} {end:?}: {got:?}"
+            );
+        }
     }
 
     #[test]

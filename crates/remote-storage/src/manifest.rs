@@ -41,7 +41,8 @@
 //! assert_eq!(read.start_offset(), 0);
 //! let started = manifest::decode(&manifest::encode_in_progress(&m), "k")?;
 //! assert_eq!(ManifestState::of(&started), ManifestState::InProgress);
-//! assert!(manifest::decode(&bytes[..bytes.len() - 1], "k").is_err());
+//! let cut = manifest::decode(&bytes[..bytes.len() - 1], "k");
+//! assert!(matches!(cut, Err(RemoteStorageError::Corrupt { .. })), "{cut:?}");
 //! # Ok::<(), RemoteStorageError>(())
 //! ```
 
@@ -279,9 +280,16 @@ mod tests {
         for i in 0..bytes.len() {
             let mut b = bytes.clone();
             b[i] ^= 0x40;
-            let err = decode(&b, "key-x").unwrap_err();
-            assert!(err.to_string().contains("key-x"), "{err}");
-            assert!(decode(&bytes[..i], "key-x").is_err());
+            let flipped = decode(&b, "key-x");
+            assert!(
+                matches!(&flipped, Err(RemoteStorageError::Corrupt { location, .. }) if location == "key-x"),
+                "flip at {i}: {flipped:?}"
+            );
+            let cut = decode(&bytes[..i], "key-x");
+            assert!(
+                matches!(&cut, Err(RemoteStorageError::Corrupt { location, .. }) if location == "key-x"),
+                "cut at {i}: {cut:?}"
+            );
         }
     }
 }

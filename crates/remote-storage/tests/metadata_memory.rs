@@ -283,10 +283,16 @@ fn not_ready_is_distinct_from_nothing_there(rlmm: &dyn RemoteLogMetadataManager)
         rlmm.segment_for_offset_ready(&p, 50).unwrap(),
         Some(finished)
     );
-    // Being deleted, with no copy in flight: nothing there.
+    // Being deleted, with the re-copy still in flight: not ready, naming the re-copy.
     rlmm.update_remote_log_segment_metadata(&to(&a, DeleteSegmentStarted))
         .unwrap();
-    assert!(rlmm.segment_for_offset_ready(&p, 50).is_err());
+    let deleting = rlmm.segment_for_offset_ready(&p, 50);
+    assert!(
+        matches!(&deleting, Err(RemoteStorageError::MetadataNotReady { message, .. })
+            if message.contains(&recopy.remote_log_segment_id().to_string())),
+        "{deleting:?}"
+    );
+    // Being deleted, with no copy in flight: nothing there.
     rlmm.update_remote_log_segment_metadata(&to(&recopy, CopySegmentFinished))
         .unwrap();
     rlmm.update_remote_log_segment_metadata(&to(&recopy, DeleteSegmentStarted))

@@ -13,7 +13,6 @@ use std::sync::mpsc;
 use bytes::Bytes;
 use krabka_remote_storage::{IndexSource, IndexType, LogSegmentData, RemoteLogSegmentId};
 use parking_lot::Mutex;
-use tempfile::TempDir;
 
 use crate::cache::OpenSegment;
 use crate::codec::{Compressor, Encoder, header_tag};
@@ -24,6 +23,7 @@ use crate::format::{
     ChunkEntry, EncryptionHeader, FLAG_AES_GCM, FLAG_ZSTD, Header, INDEX_SLOTS, IndexEntry,
     chunk_count, header_len, index_object, index_slot,
 };
+use crate::scratch::{self, Scratch};
 
 /// A transformed copy, ready for the inner store.
 pub(crate) struct Prepared {
@@ -35,7 +35,7 @@ pub(crate) struct Prepared {
     pub open: OpenSegment,
     /// Size of the transformed `.log` object.
     pub stored_size: u32,
-    pub _dir: TempDir,
+    pub _dir: Scratch,
 }
 
 fn too_large(segment: &RemoteLogSegmentId, object: &str, reason: String) -> TransformError {
@@ -49,13 +49,21 @@ fn too_large(segment: &RemoteLogSegmentId, object: &str, reason: String) -> Tran
 /// Index bodies in `IndexType::ALL` order, transformed.
 type IndexBodies = Vec<(IndexType, Vec<u8>)>;
 
-/// Transforms `data` into scratch files under a fresh directory.
+/// Transforms `data` into scratch files under a fresh directory; with `sweep`, first removes
+/// the scratch directories killed processes left behind (`scratch::sweep`).
 pub(crate) fn prepare(
     config: &TransformConfig,
     segment: &RemoteLogSegmentId,
     data: &LogSegmentData,
+    sweep: bool,
 ) -> Result<Prepared, TransformError> {
-    let dir = scratch_dir(config, segment)?;
+    let root = config
+        .scratch_dir()
+        .map_or_else(std::env::temp_dir, Path::to_path_buf);
+    let dir = scratch::create(&root, segment)?;
+    if sweep {
+        scratch::sweep(&root, dir.path());
+    }
     let log_path = &data.log_segment;
     let mut src = File::open(log_path).map_err(io(segment, log_path))?;
     let size = src.metadata().map_err(io(segment, log_path))?.len();
@@ -126,20 +134,6 @@ pub(crate) fn prepare(
         stored_size,
         _dir: dir,
     })
-}
-
-/// A fresh directory for the scratch files, under the configured scratch directory.
-fn scratch_dir(
-    config: &TransformConfig,
-    segment: &RemoteLogSegmentId,
-) -> Result<TempDir, TransformError> {
-    let scratch = config
-        .scratch_dir()
-        .map_or_else(std::env::temp_dir, Path::to_path_buf);
-    tempfile::Builder::new()
-        .prefix("krabka-transform-")
-        .tempdir_in(&scratch)
-        .map_err(|e| TransformError::io(segment, scratch.clone(), e))
 }
 
 /// A new data key wrapped for the header when encrypting, and the transform flags.

@@ -60,8 +60,8 @@ pub enum TransformError {
     /// The segment is encrypted under a master key the key provider does not have (a wrong
     /// key file, or a rotated-out key that is no longer supplied).
     #[error(
-        "segment {segment} is encrypted with master key {key_id}, which the key provider does \
-         not have{}",
+        "segment {segment} is encrypted with the master key of key id {key_id}, which the key \
+         provider does not have{}",
         if *configured { "" } else { " (no encryption key is configured)" }
     )]
     MissingKey {
@@ -75,8 +75,8 @@ pub enum TransformError {
     /// The provider has a key under the segment's key id, but it does not unwrap the segment's
     /// data key: a different key registered under that id, or a tampered header.
     #[error(
-        "segment {segment}: master key {key_id} does not unwrap the segment's data key (a \
-         different key under that id, or a tampered header)"
+        "segment {segment}: the master key of key id {key_id} does not unwrap the segment's \
+         data key (a different key under that id, or a tampered header)"
     )]
     WrongKey {
         /// The segment.

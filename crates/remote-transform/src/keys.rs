@@ -176,19 +176,14 @@ impl MasterKey {
         Ok(Self::new(*key))
     }
 
-    /// Reads a key file: 32 raw bytes, or 64 hex digits (see [`parse`](Self::parse)).
+    /// Reads a key file: 32 raw bytes, or 64 hex digits (see [`parse`](Self::parse)). Only a
+    /// regular file of at most [`MAX_KEY_FILE_LEN`](crate::MAX_KEY_FILE_LEN) bytes is read;
+    /// a directory, a device (`/dev/zero`), a FIFO or a larger file is refused at once.
     ///
     /// # Errors
     /// [`TransformError::InvalidKey`] naming the path when it cannot be read or parsed.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, TransformError> {
-        let path = path.as_ref();
-        let origin = format!("file {}", path.display());
-        let bytes =
-            Zeroizing::new(std::fs::read(path).map_err(|e| TransformError::InvalidKey {
-                origin: origin.clone(),
-                reason: e.to_string(),
-            })?);
-        Self::parse(&bytes, &origin)
+        crate::keyfile::read_key_file(path.as_ref())
     }
 
     /// Reads a key from an environment variable holding 64 hex digits.
@@ -267,7 +262,8 @@ pub trait KeyProvider: Send + Sync + fmt::Debug {
 pub struct KeyRing {
     current: MasterKey,
     old: Vec<MasterKey>,
-    origins: Vec<PathBuf>,
+    /// The file each key was read from, by id.
+    origins: Vec<(KeyId, PathBuf)>,
 }
 
 impl KeyRing {
@@ -287,9 +283,7 @@ impl KeyRing {
     /// [`TransformError::InvalidKey`] naming the path.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, TransformError> {
         let path = path.as_ref();
-        let mut ring = Self::new(MasterKey::from_file(path)?);
-        ring.origins.push(path.to_path_buf());
-        Ok(ring)
+        Ok(Self::new(MasterKey::from_file(path)?).with_origin(path.to_path_buf()))
     }
 
     /// A ring whose current key is the 64 hex digits of the environment variable `var`.
@@ -315,9 +309,31 @@ impl KeyRing {
     /// [`TransformError::InvalidKey`] naming the path.
     pub fn with_old_key_file(self, path: impl AsRef<Path>) -> Result<Self, TransformError> {
         let path = path.as_ref();
-        let mut ring = self.with_old_key(MasterKey::from_file(path)?);
-        ring.origins.push(path.to_path_buf());
-        Ok(ring)
+        Ok(self.with_old_key_from(MasterKey::from_file(path)?, path.to_path_buf()))
+    }
+
+    /// Records that the current key was read from `path`.
+    pub(crate) fn with_origin(mut self, path: PathBuf) -> Self {
+        self.origins.push((self.current.id(), path));
+        self
+    }
+
+    /// [`with_old_key`](Self::with_old_key) for a key read from `path`.
+    pub(crate) fn with_old_key_from(self, key: MasterKey, path: PathBuf) -> Self {
+        let id = key.id();
+        let mut ring = self.with_old_key(key);
+        if !ring.origins.iter().any(|(known, _)| *known == id) {
+            ring.origins.push((id, path));
+        }
+        ring
+    }
+
+    /// The file the key with id `id` was read from, when it came from one.
+    pub fn origin(&self, id: KeyId) -> Option<&Path> {
+        self.origins
+            .iter()
+            .find(|(known, _)| *known == id)
+            .map(|(_, p)| p.as_path())
     }
 
     /// The ids of every key, current first.

@@ -9,7 +9,8 @@
 //!   `zstd:LEVEL`), encryption keys, chunk size, limits. [`TransformConfig::from_options`]
 //!   builds it from the CLI's `--compression` and `--encryption-key-file`.
 //! - [`KeyProvider`] / [`KeyRing`] / [`MasterKey`] — master keys by [`KeyId`], from files
-//!   (32 raw bytes or 64 hex digits) or the environment; old keys keep old segments readable.
+//!   (32 raw bytes or 64 hex digits; any number of them or a directory: [`KeyRing::load`]) or
+//!   the environment; old keys keep old segments readable.
 //! - [`TransformError`] — one error enum naming the segment and object; it reaches SPI callers
 //!   as the source of a `RemoteStorageError::Backend` ([`TransformError::find`]).
 //!
@@ -17,8 +18,9 @@
 //! transformed segment starts with the same **transform header** (transform flags, segment identity,
 //! wrapped data key, chunk table, index table, GMAC, CRC); the `.log` object continues with the
 //! chunks, each index object with its transformed body. The copy's custom metadata records the
-//! header's length and digest and the sizes, so a cold ranged read is one small request for
-//! the header (or none, when an index was fetched first) plus one request for the chunks.
+//! header's length and digest, the sizes and (encrypted) the master key's id, so a cold ranged
+//! read is one small request for the header (or none, when an index was fetched first) plus one
+//! request for the chunks.
 //!
 //! # Platform
 //! Unix only, like the rest of the krabka workspace, which is built and tested on Unix alone.
@@ -49,7 +51,9 @@ mod crypto;
 mod crypto;
 mod error;
 mod format;
+mod keyfile;
 mod keys;
+mod scratch;
 mod transforming;
 
 pub use config::{
@@ -57,6 +61,7 @@ pub use config::{
     DEFAULT_ZSTD_LEVEL, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, TransformConfig,
 };
 pub use error::TransformError;
+pub use keyfile::{MAX_KEY_DIR_ENTRIES, MAX_KEY_FILE_LEN};
 pub use keys::{KeyId, KeyProvider, KeyRing, MASTER_KEY_LEN, MasterKey};
 pub use transforming::{SegmentInfo, Transforming};
 

@@ -75,19 +75,54 @@ fn recovered_metadata_equals_what_the_copy_returned() {
 }
 
 #[test]
-fn a_damaged_header_is_not_recovered() {
+fn a_damaged_header_is_not_recovered_and_never_taken_for_an_untransformed_segment() {
+    // Byte 0 is the magic, 5 the flags, 30 inside the segment uuid, 60 the chunk size (past the
+    // identity), 200 the chunk table.
+    for (at, mode) in [
+        (0, Mode::Zstd),
+        (3, Mode::Encrypted),
+        (5, Mode::Both),
+        (30, Mode::Encrypted),
+        (60, Mode::Zstd),
+        (200, Mode::Both),
+    ] {
+        let store = MapStore::new();
+        let t = Transforming::new(store.clone(), config(mode).with_chunk_size(4096).unwrap());
+        let s = segment_of(&tp(), None, payload(5, 20_000, true), false);
+        let m = copy(&t, &s);
+        let stored = t.inspect(&m).unwrap().unwrap().stored_bytes;
+        store.mutate(m.remote_log_segment_id(), None, |o| o[at] ^= 1);
+        let e = t.recover_metadata(&as_stored(&m, stored)).unwrap_err();
+        let found = transform_error(&e, m.remote_log_segment_id());
+        assert!(
+            matches!(found, TransformError::Corrupt { object, .. } if object == "transform header"),
+            "byte {at}, {mode:?}: {found}"
+        );
+        if at < 4 {
+            assert!(found.to_string().contains("bad magic"), "{found}");
+        }
+    }
+}
+
+#[test]
+fn key_ids_come_from_the_metadata_and_without_the_key_recovery_still_names_it() {
     let store = MapStore::new();
-    let t = Transforming::new(
-        store.clone(),
-        config(Mode::Zstd).with_chunk_size(4096).unwrap(),
-    );
-    let s = segment_of(&tp(), None, payload(5, 20_000, true), false);
+    let t = Transforming::new(store.clone(), config(Mode::Encrypted));
+    let s = segment_of(&tp(), None, payload(7, 10_000, true), false);
     let m = copy(&t, &s);
+    let id = key(0x5a).id();
+    assert_eq!(t.key_id(&m).unwrap(), Some(id));
+    assert!(t.has_key(id).unwrap());
+    // The id is in the custom metadata: no request needed, and recovery restores it.
+    assert!(m.custom_metadata().unwrap().value().starts_with(b"KTX2"));
     let stored = t.inspect(&m).unwrap().unwrap().stored_bytes;
-    store.mutate(m.remote_log_segment_id(), None, |o| o[60] ^= 1);
-    let e = t.recover_metadata(&as_stored(&m, stored)).unwrap_err();
-    assert!(matches!(
-        transform_error(&e, m.remote_log_segment_id()),
-        TransformError::Corrupt { .. }
-    ));
+    let keyless = Transforming::new(store.clone(), TransformConfig::new());
+    let recovered = keyless.recover_metadata(&as_stored(&m, stored)).unwrap();
+    assert_eq!(keyless.key_id(&recovered).unwrap(), Some(id));
+    assert!(!keyless.has_key(id).unwrap());
+    // Unencrypted segments have none.
+    let z = Transforming::new(store.clone(), config(Mode::Zstd));
+    let zm = copy(&z, &segment_of(&tp(), None, payload(8, 5_000, true), false));
+    assert_eq!(z.key_id(&zm).unwrap(), None);
+    assert!(zm.custom_metadata().unwrap().value().starts_with(b"KTX1"));
 }

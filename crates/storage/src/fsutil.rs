@@ -134,7 +134,11 @@ mod tests {
     fn open_rw_creates_only_when_asked_and_never_truncates() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
-        assert!(open_rw(&path, false).is_err());
+        let absent = open_rw(&path, false);
+        assert!(
+            matches!(&absent, Err(e) if e.kind() == io::ErrorKind::NotFound),
+            "{absent:?}"
+        );
         open_rw(&path, true).unwrap().write_all(b"abc").unwrap();
         drop(open_rw(&path, true).unwrap());
         assert_eq!(fs::read(&path).unwrap(), b"abc");

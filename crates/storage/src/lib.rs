@@ -51,7 +51,10 @@ use krabka_protocol::Message;
 pub use crate::log::{
     FsyncObserver, LOCK_RETRY_FOR, Log, LogStats, create_and_lock, try_lock_exclusive,
 };
-pub use crate::recovery::read_recovery_point;
+pub use crate::recovery::{
+    ACCEPTED_HOLES_FILE_NAME, AcceptedHole, KeptRun, QuarantinedPiece, RecoveryReport, RepairStep,
+    SegmentRepair, TruncatedTail, plan_segment_repair, read_accepted_holes, read_recovery_point,
+};
 
 /// Default [`Options::max_bytes`]: 64 MiB per segment.
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
@@ -157,13 +160,15 @@ pub enum RecoveryMode {
     TolerateTornTail,
     /// Any damage fails the open, a torn tail included ([`Error::TornTail`]).
     Strict,
-    /// Never fails for damage: every damaged suffix is moved aside into the quarantine
-    /// directory, stray and overlapping segment files are moved there whole, and the seqs that
-    /// are now missing become an explicit hole (a marker file named by
-    /// [`segment::hole_file_name`]); reads into a hole fail with [`Error::Quarantined`].
-    /// Appends continue after the highest seq at stake, so no seq is ever reused. What moved
-    /// is in [`RecoveryReport::quarantined`]. Use it as a repair the user asked for
-    /// (`krabka repair DIR`).
+    /// Never fails for damage: the damaged bytes of every segment are moved aside into the
+    /// quarantine directory and every intact frame after them is kept (each run of them in a
+    /// segment file of its own, under a journal that the next open finishes after a crash;
+    /// [`plan_segment_repair`] shows the plan), stray and overlapping segment files are moved
+    /// there whole, and the seqs that are now missing become an explicit hole (a marker file
+    /// named by [`segment::hole_file_name`]); reads into a hole fail with
+    /// [`Error::Quarantined`]. Appends continue after the highest seq at stake, so no seq is
+    /// ever reused. What moved is in [`RecoveryReport::quarantined`], what was kept in
+    /// [`RecoveryReport::kept`]. Use it as a repair the user asked for (`krabka repair DIR`).
     Repair,
 }
 
@@ -273,111 +278,6 @@ pub struct SegmentInfo {
     pub active: bool,
 }
 
-/// A torn tail cut from the active segment during recovery.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TruncatedTail {
-    /// The `.log` file that was truncated.
-    pub path: PathBuf,
-    /// The byte position it was truncated to (the first bad frame).
-    pub position: u64,
-    /// How many bytes were removed (saved into the quarantine directory first).
-    pub bytes_removed: u64,
-    /// Why the frame at `position` was rejected.
-    pub reason: String,
-}
-
-/// Bytes recovery moved aside into the quarantine directory (never deleted).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QuarantinedPiece {
-    /// The file the bytes came from.
-    pub from: PathBuf,
-    /// Byte position in `from` where the moved bytes started (0 for a whole file).
-    pub position: u64,
-    /// How many bytes moved.
-    pub bytes: u64,
-    /// Where they are now (inside [`segment::QUARANTINE_DIR`]).
-    pub to: PathBuf,
-    /// The seqs the log no longer holds because of this move (an explicit hole), if any.
-    pub seqs: Option<(u64, u64)>,
-    /// Why.
-    pub reason: String,
-}
-
-/// What [`Log::open`] found and repaired; every item is also logged with `tracing::warn!`.
-/// Its `Display` prints one line per thing open did or ignored (nothing when there is nothing
-/// to say); holes an earlier repair recorded are listed in [`holes`](Self::holes) but not
-/// printed again at every open.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RecoveryReport {
-    /// The torn tail cut from the active segment, if any (its bytes are also in
-    /// [`quarantined`](Self::quarantined)).
-    pub truncated: Option<TruncatedTail>,
-    /// `.log` files of closed segments whose index was missing or invalid and was rebuilt by a
-    /// scan.
-    pub rebuilt_indexes: Vec<PathBuf>,
-    /// Everything moved into the quarantine directory: torn tails, and under
-    /// [`RecoveryMode::Repair`] damaged suffixes, stray files and the markers of holes.
-    pub quarantined: Vec<QuarantinedPiece>,
-    /// Explicit holes in the log's seqs (from this or an earlier repair), with their marker
-    /// files.
-    pub holes: Vec<(u64, u64, PathBuf)>,
-    /// Files in the directory that are not segment files (ignored), and index files without a
-    /// `.log`. The lock file ([`LOCK_FILE_NAME`]) and the quarantine directory are not listed.
-    pub ignored_files: Vec<PathBuf>,
-    /// Bytes of `.log` files read by scans during open.
-    pub scanned_bytes: u64,
-    /// Whether the active segment was loaded from what the last [`Log::close`] recorded
-    /// ([`CLEAN_SHUTDOWN_FILE_NAME`]) instead of being scanned.
-    pub clean_shutdown: bool,
-}
-
-impl RecoveryReport {
-    /// Whether open found nothing to repair (ignored stray files and holes recorded by an
-    /// earlier repair do not count).
-    pub fn is_clean(&self) -> bool {
-        self.truncated.is_none() && self.rebuilt_indexes.is_empty() && self.quarantined.is_empty()
-    }
-}
-
-impl std::fmt::Display for RecoveryReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut lines = Vec::new();
-        if let Some(t) = &self.truncated {
-            lines.push(format!(
-                "recovery: cut a torn tail of {} bytes from {} at byte {} ({})",
-                t.bytes_removed,
-                t.path.display(),
-                t.position,
-                t.reason
-            ));
-        }
-        for p in &self.rebuilt_indexes {
-            lines.push(format!("recovery: rebuilt the index of {}", p.display()));
-        }
-        for q in &self.quarantined {
-            let seqs = match q.seqs {
-                Some((a, b)) => format!("; seqs {a}..={b} are now a hole"),
-                None => String::new(),
-            };
-            lines.push(format!(
-                "recovery: moved {} bytes of {} from byte {} to {} ({}){seqs}",
-                q.bytes,
-                q.from.display(),
-                q.position,
-                q.to.display(),
-                q.reason
-            ));
-        }
-        for p in &self.ignored_files {
-            lines.push(format!(
-                "recovery: ignored {} (not a segment file)",
-                p.display()
-            ));
-        }
-        write!(f, "{}", lines.join("\n"))
-    }
-}
-
 /// Errors of the storage layer.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -421,13 +321,17 @@ pub enum Error {
     },
     /// An fsync or write failed earlier; the log refuses appends and syncs because the OS may
     /// have dropped unsynced data. Close and reopen it (recovery finds what is really on disk).
+    /// `cause` is that first failure (a full disk says "No space left on device").
     #[error(
-        "the log in {} is poisoned by an earlier failed write or fsync; reopen it",
-        dir.display()
+        "the log in {} is poisoned by an earlier failed write or fsync ({}); reopen it",
+        dir.display(),
+        cause.message
     )]
     Poisoned {
         /// The log's directory.
         dir: PathBuf,
+        /// The failure that poisoned the log.
+        cause: Box<PoisonCause>,
     },
     /// The [`Options`] are invalid.
     #[error("invalid options: {field} {reason}")]
@@ -532,6 +436,16 @@ pub enum Error {
         /// The hole's marker file in the quarantine directory.
         path: PathBuf,
     },
+    /// [`Log::accept_holes`] named a seq that no explicit hole of the log holds.
+    #[error("seq {seq} of the log in {} is not in a hole a repair recorded: {reason}", dir.display())]
+    NotAHole {
+        /// The log's directory.
+        dir: PathBuf,
+        /// The seq.
+        seq: u64,
+        /// The holes the log has.
+        reason: String,
+    },
     /// [`Log::start_at`] on a log that holds records.
     #[error(
         "the log in {} holds records up to seq {last_seq}; only an empty log can start at a new seq",
@@ -558,6 +472,35 @@ pub enum Error {
         /// The path given to [`Log::open`].
         path: PathBuf,
     },
+}
+
+/// The failure that poisoned a log ([`Error::Poisoned`]): the first failed write or fsync, as it
+/// was reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoisonCause {
+    /// The kind of that I/O error (for example [`io::ErrorKind::StorageFull`] for a full
+    /// disk); [`io::ErrorKind::Other`] when the failure was not an I/O error.
+    pub kind: io::ErrorKind,
+    /// The failure's message, naming the file and the operating system's error.
+    pub message: String,
+}
+
+impl PoisonCause {
+    /// The cause recorded for `e`.
+    pub(crate) fn of(e: &Error) -> PoisonCause {
+        let kind = match e {
+            Error::Io { source, .. } => source.kind(),
+            Error::Poisoned { cause, .. } => cause.kind,
+            _ => io::ErrorKind::Other,
+        };
+        PoisonCause {
+            kind,
+            message: match e {
+                Error::Poisoned { cause, .. } => cause.message.clone(),
+                other => other.to_string(),
+            },
+        }
+    }
 }
 
 impl Error {

@@ -53,10 +53,15 @@ fn poisoned_error_names_the_directory() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), 1 << 20, SyncPolicy::EveryAppend);
     log.faults().fail_nth_fsync(1);
-    assert!(log.append(&msg(1)).is_err());
+    let first = log.append(&msg(1));
+    assert!(
+        matches!(&first, Err(Error::Io { path, .. })
+            if *path == dir.path().join("00000000000000000001.log")),
+        "{first:?}"
+    );
     match log.append(&msg(2)) {
         Err(e @ Error::Poisoned { .. }) => {
-            let Error::Poisoned { dir: d } = &e else {
+            let Error::Poisoned { dir: d, .. } = &e else {
                 unreachable!()
             };
             assert_eq!(d, dir.path());
@@ -190,7 +195,12 @@ fn failed_shared_fsync_fails_every_waiting_appender_and_poisons() {
                 .filter_map(|(r, m)| r.as_ref().ok().map(|&seq| (seq, m.clone()))),
         );
     }
-    assert!(results.iter().flatten().any(|(r, _)| r.is_err()));
+    assert!(
+        results.iter().flatten().any(|(r, _)| r
+            .as_ref()
+            .is_err_and(|e| e.ends_with(": injected Fsync fault"))),
+        "no append saw the injected fsync fault"
+    );
     let check = |log: &Log| {
         for (seq, m) in &acked {
             assert_eq!(&log.read(*seq, 1).unwrap()[0].message, m);

@@ -222,9 +222,16 @@ mod synced {
         let fsyncs = log.faults().fsync_count();
         log.faults().fail_nth_fsync(1);
         // The flusher may have synced between the append and arming the fault.
-        while log.synced_seq() >= last {
+        for _ in 0..10_000 {
+            if log.synced_seq() < last {
+                break;
+            }
             last = log.append(&msg(last + 1)).unwrap();
         }
+        assert!(
+            log.synced_seq() < last,
+            "every append of 10,000 was synced at once"
+        );
         wait_for(Duration::from_secs(10), "the background fsync", || {
             log.faults().fsync_count() > fsyncs
         });
@@ -236,7 +243,11 @@ mod synced {
         // Reads keep working; close does not hang on the stopped thread.
         assert_eq!(log.read(1, usize::MAX).unwrap().len() as u64, last);
         let t = Instant::now();
-        assert!(log.close().is_err());
+        let closed = log.close();
+        assert!(
+            matches!(&closed, Err(Error::Poisoned { dir: d, .. }) if d == dir.path()),
+            "{closed:?}"
+        );
         assert!(t.elapsed() < Duration::from_secs(5));
         assert_flusher_threads(0);
         let log = open(dir.path(), SyncPolicy::Never);

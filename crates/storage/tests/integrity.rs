@@ -83,17 +83,23 @@ fn flipped_byte_mid_active_segment_fails_open_and_keeps_every_intact_record() {
     );
     // Nothing moved: the file is exactly as damaged, and a second open says the same.
     assert_eq!(fs::read(&active.log_path).unwrap(), damaged);
-    assert!(Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)).is_err());
+    let again = Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)).map(|_| ());
+    assert!(
+        matches!(&again, Err(e @ Error::Damaged { .. }) if e.to_string() == err.to_string()),
+        "{again:?}"
+    );
     assert!(!dir.path().join(QUARANTINE_DIR).exists());
 }
 
 #[test]
-fn repair_moves_the_damaged_suffix_aside_and_never_reuses_its_seqs() {
+fn repair_moves_the_damaged_frame_aside_keeps_the_rest_and_never_reuses_its_seqs() {
     let dir = tempfile::tempdir().unwrap();
     let segs = setup(dir.path());
     let active = segs.last().unwrap();
+    assert!(active.last_seq >= active.base_seq + 2, "{active:?}");
     let before = fs::read(&active.log_path).unwrap();
     let second = segment::frame_len(&before).unwrap();
+    let third = second + segment::frame_len(&before[second..]).unwrap();
     flip(&active.log_path, second + 20);
     let log = Log::open(dir.path(), opts(RecoveryMode::Repair)).unwrap();
     let report = log.recovery_report().clone();
@@ -101,9 +107,19 @@ fn repair_moves_the_damaged_suffix_aside_and_never_reuses_its_seqs() {
     let piece = &report.quarantined[0];
     assert_eq!(piece.from, active.log_path);
     assert_eq!(piece.position, second as u64);
-    assert_eq!(piece.seqs, Some((active.base_seq + 1, RECORDS)));
+    // Only the damaged frame's seq is lost: the frames after it are kept.
+    let hole = active.base_seq + 1;
+    assert_eq!(piece.seqs, Some((hole, hole)));
+    assert_eq!(report.kept.len(), 1, "{report}");
+    assert_eq!(
+        (report.kept[0].first_seq, report.kept[0].last_seq),
+        (hole + 1, RECORDS)
+    );
+    for seq in hole + 1..=RECORDS {
+        assert_eq!(log.read(seq, 1).unwrap()[0].message, msg(seq));
+    }
     // The moved bytes are kept byte for byte.
-    let mut expect = before[second..].to_vec();
+    let mut expect = before[second..third].to_vec();
     expect[20] ^= 0x5a;
     assert_eq!(fs::read(&piece.to).unwrap(), expect);
     assert!(report.to_string().contains("hole"), "{report}");

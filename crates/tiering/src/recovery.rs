@@ -55,8 +55,12 @@ pub struct RecoveryOptions {
     pub local_log_dir: Option<PathBuf>,
     /// Turns the metadata a manifest holds (what the backend stored) into the metadata readers
     /// need, before it is recorded: a decorator over the backend that changes what it stores
-    /// (compression, encryption) restores its own sizes and custom metadata here. Default:
-    /// none (the manifests' metadata as it is).
+    /// (compression, encryption) restores its own sizes and custom metadata here, and checks it
+    /// can open the segment. Called for every chosen segment, `concurrency` at a time
+    /// ([`RemoteScan::map_chosen`](krabka_remote_storage::recovery::RemoteScan::map_chosen)):
+    /// a segment it refuses with an error that is not retriable is reported
+    /// ([`IgnoreReason::Unreadable`]) and costs its own seqs only (a hole); a retriable error
+    /// fails the recovery. Default: none (the manifests' metadata as it is).
     pub map_metadata: Option<MapMetadata>,
     /// The remote's location (as [`RemoteOwnership::location`](crate::RemoteOwnership::location)
     /// names it): with [`local_log_dir`](Self::local_log_dir), the directory is bound to it
@@ -181,7 +185,8 @@ pub struct RecoveryReport {
     /// The local log's binding to the remote ([`RecoveryOptions::bind_to`]).
     pub binding: Option<crate::ownership::Binding>,
     /// Seq ranges between the recovered segments that no whole segment holds (a damaged or
-    /// lost segment): lost, each costing its own seqs only; a read of them fails with
+    /// lost segment, or one [`RecoveryOptions::map_metadata`] cannot open): lost, each costing
+    /// its own seqs only; a read of them fails with
     /// [`Error::RemoteHole`](crate::Error::RemoteHole).
     pub holes: Vec<RangeInclusive<u64>>,
 }
@@ -208,6 +213,16 @@ pub fn recover(
     // the recovered directory later claims the partition.
     let since = krabka_remote_storage::now_ms();
     let rebuild = |lost: &Unmanifested| rebuild_metadata(lister, lost);
+    let mut scan = scan_with(
+        lister,
+        tp,
+        options.concurrency,
+        krabka_remote_storage::now_ms(),
+        Some(&rebuild),
+    )?;
+    if let Some(MapMetadata(map)) = &options.map_metadata {
+        scan = scan.map_chosen(options.concurrency, map.as_ref())?;
+    }
     let RemoteScan {
         objects_listed,
         manifests_read,
@@ -217,21 +232,9 @@ pub fn recover(
         rebuilt,
         ignored,
         holes,
+        claimed_end,
         ..
-    } = scan_with(
-        lister,
-        tp,
-        options.concurrency,
-        krabka_remote_storage::now_ms(),
-        Some(&rebuild),
-    )?;
-    let chosen = match &options.map_metadata {
-        Some(MapMetadata(map)) => chosen
-            .iter()
-            .map(|m| map(m))
-            .collect::<Result<Vec<_>, _>>()?,
-        None => chosen,
-    };
+    } = scan;
     let already_recorded = install(metadata, tp, &chosen)?;
     let seq_range = match (chosen.first(), chosen.last()) {
         (Some(a), Some(b)) => Some(a.start_offset()..=b.end_offset()),
@@ -240,11 +243,13 @@ pub fn recover(
     let bytes = chosen.iter().map(|m| m.segment_size_in_bytes()).sum();
     let local_log = match &options.local_log_dir {
         None => LocalLogOutcome::NotGiven,
-        Some(d) => setup_local_log(d, seq_range.as_ref().map(|r| *r.end()))?,
+        // After every seq the bucket shows used, not only the recovered ones: a damaged last
+        // segment's seqs become a hole, never seqs of new records.
+        Some(d) => setup_local_log(d, claimed_end)?,
     };
     let binding = match (&options.local_log_dir, &options.bind_to) {
         (Some(d), Some(location)) => {
-            let start = seq_range.as_ref().map_or(1, |r| r.end().saturating_add(1));
+            let start = claimed_end.map_or(1, |end| end.saturating_add(1));
             Some(
                 crate::ownership::bind_pending(d, tp, location, start, since, lister).map_err(
                     |e| RemoteStorageError::Backend {
@@ -284,6 +289,15 @@ pub fn recover(
         binding,
         holes,
     })
+}
+
+/// `metadata` as the durable metadata records it, seen as the remote storage manager (and any
+/// decorator in it, such as a transforming layer) returned it: without the chunk map a
+/// [`TieredLog`](crate::TieredLog) keeps around the custom metadata of its copies. What a
+/// caller outside a `TieredLog` hands the manager, or a decorator's own parser of its custom
+/// metadata (a recovered segment has no chunk map: it comes back as it is).
+pub fn backend_metadata(metadata: &RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata {
+    crate::tiered::chunkmap::backend_view(metadata).into_owned()
 }
 
 /// Records exactly `chosen` as `tp`'s segments in `metadata`, or refuses when it already

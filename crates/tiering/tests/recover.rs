@@ -421,6 +421,38 @@ fn damaged_objects(backend: &Backend, work: &Path) {
     assert_eq!(again.seq_range, report.seq_range);
 }
 
+/// The last segment's data lost: its seqs are a hole at the end of the recovered range, and the
+/// recovered log continues after them, never reusing a seq a writer acknowledged.
+fn damaged_last_segment(backend: &Backend, work: &Path) {
+    let (end, segments) = tier(backend, work, "a", 300);
+    let rlmm = DurableRemoteLogMetadataManager::open(work.join("meta")).unwrap();
+    let listed =
+        krabka_remote_storage::metadata::RemoteLogMetadataManager::list_remote_log_segments(
+            &rlmm,
+            &tp(),
+        )
+        .unwrap();
+    drop(rlmm);
+    let last = listed.last().unwrap();
+    assert_eq!(last.end_offset(), end);
+    backend
+        .lister
+        .delete_object(&layout::log_key(last).unwrap())
+        .unwrap();
+    wipe(work);
+    let report = run_recovery(backend, work, false);
+    let recovered_end = last.start_offset() - 1;
+    assert_eq!(report.seq_range, Some(1..=recovered_end), "{report:?}");
+    assert_eq!(report.segments, segments - 1);
+    assert_eq!(report.holes, vec![last.start_offset()..=end]);
+    assert_eq!(count(&report, |r| *r == IgnoreReason::DataMissing), 1);
+    assert_eq!(report.local_log, LocalLogOutcome::StartedAt(end + 1));
+    // Every record before the lost segment reads back; the append after the hole gets end + 1.
+    let (first, records) = read_all(backend, work);
+    assert_eq!(first, 1);
+    assert_eq!(records, expected("a", 1..=recovered_end));
+}
+
 /// Two incarnations under one prefix: the later one is the log; the older one's segments are
 /// reported as superseded and never mixed in.
 fn two_incarnations(backend: &Backend, work: &Path) {
@@ -476,6 +508,16 @@ fn fs_interrupted_copy_and_delete() {
 #[test]
 fn fs_damaged_objects() {
     on_fs(damaged_objects);
+}
+
+#[test]
+fn fs_damaged_last_segment() {
+    on_fs(damaged_last_segment);
+}
+
+#[test]
+fn s3_damaged_last_segment() {
+    on_s3(damaged_last_segment);
 }
 
 #[test]

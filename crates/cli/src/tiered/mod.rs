@@ -41,6 +41,12 @@ pub struct Tiered {
 pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliError {
     use krabka_tiering::Error as E;
     let d = dir.display();
+    if !matches!(e, E::Storage { .. })
+        && let Some(cause) = crate::error::os_error_hint(&e.to_string())
+    {
+        // A full disk, a read-only filesystem, no descriptors left: the cause, not the file.
+        return CliError::at(action, dir, remote::brief(&e.to_string())).hint(cause);
+    }
     match e {
         E::Storage { source, .. } => crate::error::storage(action, dir, *source),
         e @ E::DamagedSegment { .. } => CliError::at(action, dir, e).hint(format!(
@@ -85,8 +91,13 @@ pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliE
         ),
         e @ E::CorruptRemote { .. } => CliError::at(action, dir, remote::brief(&e.to_string()))
             .hint("the remote copy is damaged; restore it, or re-copy it from a local segment if one is left"),
-        e => CliError::at(action, dir, remote::brief(&e.to_string()))
-            .hint("check the log directory and that the remote is reachable"),
+        e => {
+            // A transformed object's damage or a missing key is no matter of reachability.
+            let hint = remote::transform_hint(&e).unwrap_or_else(|| {
+                "check the log directory and that the remote is reachable".to_owned()
+            });
+            CliError::at(action, dir, remote::brief(&e.to_string())).hint(hint)
+        }
     }
 }
 
@@ -379,8 +390,12 @@ fn check_start_explained(
 pub fn open_metadata(log_dir: &Path) -> Result<Arc<dyn RemoteLogMetadataManager>> {
     let dir = log_dir.join(METADATA_DIR);
     let rlmm = DurableRemoteLogMetadataManager::open(&dir).map_err(|e| {
-        CliError::at("cannot open remote metadata", &dir, e)
-            .hint("check the directory; it records which segments are remote")
+        crate::error::metadata_open(
+            log_dir,
+            &dir,
+            e,
+            "check the directory; it records which segments are remote",
+        )
     })?;
     if let Some(cut) = rlmm.torn_event_cut() {
         crate::output::note(format_args!("{}", describe_torn_event_cut(cut)));

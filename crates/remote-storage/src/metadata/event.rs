@@ -12,14 +12,15 @@
 //!
 //! ```
 //! use krabka_remote_storage::*;
-//! use krabka_remote_storage::metadata::event::MetadataEvent;
+//! use krabka_remote_storage::metadata::event::{EventDecodeError, MetadataEvent};
 //!
 //! let tp = TopicIdPartition::new(Uuid::new_v4(), "orders", 0);
 //! let m = RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp), 0, 9).build()?;
 //! let event = MetadataEvent::Add(m);
 //! let bytes = event.encode();
 //! assert_eq!(MetadataEvent::decode(&bytes).unwrap(), event);
-//! assert!(MetadataEvent::decode(&bytes[..bytes.len() - 1]).is_err());
+//! let cut = MetadataEvent::decode(&bytes[..bytes.len() - 1]);
+//! assert!(matches!(cut, Err(EventDecodeError::Checksum { .. })), "{cut:?}");
 //! # Ok::<(), RemoteStorageError>(())
 //! ```
 
@@ -445,7 +446,11 @@ mod tests {
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[i] ^= 0x10;
-            assert!(MetadataEvent::decode(&bad).is_err(), "flip at {i} accepted");
+            let got = MetadataEvent::decode(&bad);
+            assert!(
+                matches!(got, Err(EventDecodeError::Checksum { .. })),
+                "flip at {i}: {got:?}"
+            );
         }
     }
 

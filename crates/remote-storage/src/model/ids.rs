@@ -95,10 +95,12 @@ impl fmt::Display for TopicIdPartition {
 /// `.` or `..`.
 ///
 /// ```
-/// use krabka_remote_storage::validate_topic_name;
+/// use krabka_remote_storage::{validate_topic_name, RemoteStorageError};
 /// assert!(validate_topic_name("orders.v2_eu-west").is_ok());
-/// assert!(validate_topic_name("../etc").is_err());
-/// assert!(validate_topic_name("a/b").is_err());
+/// let up = validate_topic_name("../etc");
+/// assert!(matches!(up, Err(RemoteStorageError::InvalidArgument { .. })), "{up:?}");
+/// let slash = validate_topic_name("a/b");
+/// assert!(matches!(slash, Err(RemoteStorageError::InvalidArgument { .. })), "{slash:?}");
 /// ```
 ///
 /// # Errors

@@ -72,22 +72,24 @@ fn apply_rejects_invalid_transition_and_foreign_segment() {
 #[test]
 fn metadata_is_validated() {
     let id = RemoteLogSegmentId::generate(tp());
+    let reason_of = |r: Result<RemoteLogSegmentMetadata, RemoteStorageError>| match r {
+        Err(RemoteStorageError::InvalidMetadata { reason }) => reason,
+        other => panic!("expected InvalidMetadata, got {other:?}"),
+    };
+    let backwards = reason_of(RemoteLogSegmentMetadata::builder(id.clone(), 10, 9).build());
     assert!(
-        RemoteLogSegmentMetadata::builder(id.clone(), 10, 9)
-            .build()
-            .is_err()
+        backwards.contains("end offset 9 is before start offset 10")
+            && backwards.contains(&id.to_string()),
+        "{backwards}"
     );
-    assert!(
+    let huge = reason_of(
         RemoteLogSegmentMetadata::builder(id.clone(), 0, 0)
             .segment_size_in_bytes(u64::from(u32::MAX) + 1)
-            .build()
-            .is_err()
+            .build(),
     );
-    assert!(
-        RemoteLogSegmentMetadata::builder(id, 0, 0)
-            .build_strict()
-            .is_err()
-    );
+    assert!(huge.contains("does not fit u32"), "{huge}");
+    let no_epochs = reason_of(RemoteLogSegmentMetadata::builder(id, 0, 0).build_strict());
+    assert!(no_epochs.contains("leader epochs are empty"), "{no_epochs}");
 }
 
 #[test]
@@ -117,20 +119,31 @@ fn hostile_topic_names_are_rejected() {
         "ü",
         long.as_str(),
     ] {
-        assert!(validate_topic_name(name).is_err(), "{name:?}");
+        let got = validate_topic_name(name);
+        assert!(
+            matches!(&got, Err(RemoteStorageError::InvalidArgument { message })
+                if message.starts_with(&format!("topic name {name:?} is invalid"))),
+            "{name:?}: {got:?}"
+        );
     }
     assert!(validate_topic_name(&"x".repeat(249)).is_ok());
+    let negative = TopicIdPartition::new(Uuid::new_v4(), "ok", -1).validate();
     assert!(
-        TopicIdPartition::new(Uuid::new_v4(), "ok", -1)
-            .validate()
-            .is_err()
+        matches!(&negative, Err(RemoteStorageError::InvalidArgument { message })
+            if message.contains("partition -1 of topic `ok` is negative")),
+        "{negative:?}"
     );
 }
 
 #[test]
 fn custom_metadata_cap() {
     let cm = CustomMetadata::new(vec![0u8; 129]);
-    assert!(cm.check_size(DEFAULT_CUSTOM_METADATA_MAX_BYTES).is_err());
+    let over = cm.check_size(DEFAULT_CUSTOM_METADATA_MAX_BYTES);
+    assert!(
+        matches!(&over, Err(RemoteStorageError::InvalidMetadata { reason })
+            if reason.contains("129 bytes exceeds the cap of 128 bytes")),
+        "{over:?}"
+    );
     assert!(cm.check_size(129).is_ok());
 }
 

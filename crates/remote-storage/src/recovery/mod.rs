@@ -26,6 +26,10 @@
 //!    ([`RemoteScan::holes`]) and the segments on both sides are recovered: they are the only
 //!    surviving copies of their records (a writer killed with copies in flight may leave a
 //!    younger copy complete above an unfinished one).
+//! 4. **Openable.** [`RemoteScan::map_chosen`] passes each chosen segment through the caller's
+//!    map (a decorator restoring its own metadata and checking it can open the segment: a
+//!    transform header that is damaged, a key not given); one it cannot open is reported
+//!    ([`IgnoreReason::Unreadable`]) and costs its own seqs only, like a damaged segment.
 //!
 //! Memory: the listing is folded, page by page, into one small entry per segment (sizes and
 //! which objects exist), which is the only time the listing is held; decoded manifests replace
@@ -40,8 +44,10 @@ use crate::layout;
 use crate::model::{IndexType, TopicIdPartition};
 
 mod choose;
+mod map;
 mod scan;
 
+pub use map::MapChosen;
 pub use scan::{Rebuild, RemoteScan, Unmanifested, scan, scan_with};
 
 /// One object of a listing: its key relative to the backend's root or prefix (as
@@ -196,6 +202,11 @@ pub enum IgnoreReason {
     /// An ownership record (identity or writer epoch) that does not decode: reported, kept.
     /// A claimant still claims above an unreadable epoch record.
     CorruptOwnershipRecord(String),
+    /// A whole, chosen segment that the caller's map ([`RemoteScan::map_chosen`]) cannot
+    /// open, in its words (e.g. a transforming layer: a damaged transform header, a key that
+    /// was not given). Reported under its `.log` object's key; kept, never deleted; its seqs
+    /// are a hole.
+    Unreadable(String),
 }
 
 impl fmt::Display for IgnoreReason {
@@ -243,6 +254,7 @@ impl fmt::Display for IgnoreReason {
                 "copied by writer epoch {writer_epoch} after writer epoch {by_epoch} took the partition over from seq {at_seq} (a fenced writer's copy)"
             ),
             Self::CorruptOwnershipRecord(why) => write!(f, "corrupt ownership record: {why}"),
+            Self::Unreadable(why) => write!(f, "cannot be opened: {why}"),
         }
     }
 }
@@ -250,7 +262,9 @@ impl fmt::Display for IgnoreReason {
 /// One object recovery did not use.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IgnoredObject {
-    /// Its relative key (a segment's manifest key for reasons about the whole segment).
+    /// Its relative key (a segment's manifest key for reasons about the whole segment; its
+    /// `.log` object's key for [`IgnoreReason::Unreadable`], the object that could not be
+    /// opened).
     pub key: String,
     /// Why.
     pub reason: IgnoreReason,

@@ -46,10 +46,50 @@ pub struct RemoteScan {
     /// The highest epoch number among the epoch records listed, readable or not (a claimant
     /// claims above it); 0 when there are none.
     pub max_epoch: u64,
-    /// Seq ranges between the chosen segments that no whole segment holds (a damaged, lost or
-    /// unrebuildable segment): each costs its own seqs only, and a read of them fails naming
-    /// the hole.
+    /// Seq ranges that no chosen segment holds, between the chosen segments and after the last
+    /// one up to [`claimed_end`](Self::claimed_end) (a damaged, lost or unrebuildable segment,
+    /// or after [`map_chosen`](Self::map_chosen) one that cannot be opened): each costs its
+    /// own seqs only, and a read of them fails naming the hole.
     pub holes: Vec<std::ops::RangeInclusive<u64>>,
+    /// The highest seq the bucket shows a writer used: the end of the chosen segments or of a
+    /// segment that held acknowledged records but is not recovered (damaged, missing data or
+    /// an index, unreadable, an abandoned copy, a delete in progress, stranded; for a manifest
+    /// that does not decode, the start seq its key names). A recovered log continues after
+    /// it, so no seq is ever used twice. Not raised by a copy still in progress (its writer
+    /// is alive and finishes it), a fenced-out copy or a superseded one (a later lineage took
+    /// those seqs over), or a foreign manifest. `None` when there is none.
+    pub claimed_end: Option<u64>,
+}
+
+impl RemoteScan {
+    /// The seq a log recovered from this scan continues at: one past
+    /// [`claimed_end`](Self::claimed_end), or 1.
+    pub fn next_seq(&self) -> u64 {
+        self.claimed_end.map_or(1, |e| e.saturating_add(1))
+    }
+}
+
+/// The holes of a recovered range: the gaps between `chosen` (in seq order) and the seqs after
+/// the last one up to `claimed_end`.
+pub(super) fn holes_of(
+    chosen: &[RemoteLogSegmentMetadata],
+    claimed_end: Option<u64>,
+) -> Vec<std::ops::RangeInclusive<u64>> {
+    let mut holes: Vec<std::ops::RangeInclusive<u64>> = chosen
+        .windows(2)
+        .filter_map(|w| {
+            let (a, b) = (&w[0], &w[1]);
+            let from = a.end_offset().saturating_add(1);
+            (from < b.start_offset()).then(|| from..=b.start_offset() - 1)
+        })
+        .collect();
+    let from = chosen
+        .last()
+        .map_or(1, |m| m.end_offset().saturating_add(1));
+    if let Some(end) = claimed_end.filter(|end| *end >= from) {
+        holes.push(from..=end);
+    }
+    holes
 }
 
 /// A segment whose objects are listed without any manifest (see
@@ -136,12 +176,15 @@ pub fn scan_with(
     let mut whole: Vec<RemoteLogSegmentMetadata> = Vec::new();
     let mut orphans = Vec::new();
     let mut rebuilt = Vec::new();
+    let mut claimed: Option<u64> = None;
+    let mut claim = |seq: u64| claimed = Some(claimed.map_or(seq, |c| c.max(seq)));
     for ((start, id), result) in manifests.iter().zip(decoded) {
         let key = layout::segment_object_key(&dir, *start, *id, layout::MANIFEST_SUFFIX);
         let entry = listed.get(&(*start, *id));
         let m = match result {
             Ok(m) => m,
             Err(why) => {
+                claim(*start);
                 ignored.push(IgnoredObject {
                     key,
                     reason: IgnoreReason::CorruptManifest(why),
@@ -154,21 +197,29 @@ pub fn scan_with(
             ignored.push(IgnoredObject { key, reason });
             continue;
         }
+        let in_progress = matches!(ManifestState::of(&m), ManifestState::InProgress)
+            && now_ms < manifest::copy_abandoned_at(&m);
+        if let ManifestState::Complete = ManifestState::of(&m)
+            && let Ok(finished) = check_whole(&m, entry)
+        {
+            whole.push(finished);
+            orphans.extend(temp_keys(&dir, entry));
+            continue;
+        }
+        // Not recovered, but its records were acknowledged: unless a later writer epoch took
+        // its seqs over, or its writer is still copying it, they are never used again.
+        if !in_progress && ownership::superseded_by(&m, &epochs).is_none() {
+            claim(m.end_offset());
+        }
         let reason = match ManifestState::of(&m) {
             ManifestState::Complete => match check_whole(&m, entry) {
-                Ok(finished) => {
-                    whole.push(finished);
-                    orphans.extend(temp_keys(&dir, entry));
-                    continue;
-                }
+                Ok(_) => continue,
                 Err(reason) => reason,
             },
-            ManifestState::InProgress if now_ms < manifest::copy_abandoned_at(&m) => {
-                IgnoreReason::CopyInProgress {
-                    started_ms: m.event_timestamp_ms(),
-                    abandoned_at_ms: manifest::copy_abandoned_at(&m),
-                }
-            }
+            ManifestState::InProgress if in_progress => IgnoreReason::CopyInProgress {
+                started_ms: m.event_timestamp_ms(),
+                abandoned_at_ms: manifest::copy_abandoned_at(&m),
+            },
             ManifestState::InProgress => {
                 orphans.extend(segment_keys(&dir, *start, *id, entry, true));
                 IgnoreReason::AbandonedCopy {
@@ -228,10 +279,13 @@ pub fn scan_with(
                 whole.push(m);
                 rebuilt.push(key);
             }
-            Err(why) => ignored.push(IgnoredObject {
-                key,
-                reason: IgnoreReason::ManifestMissing(why),
-            }),
+            Err(why) => {
+                claim(*start);
+                ignored.push(IgnoredObject {
+                    key,
+                    reason: IgnoreReason::ManifestMissing(why),
+                });
+            }
         }
     }
     drop(listed);
@@ -244,7 +298,14 @@ pub fn scan_with(
                 reason: IgnoreReason::IncompleteCopy,
             }),
     );
-    let (chosen, superseded, stranded, holes) = choose(whole, &epochs);
+    let (chosen, superseded, stranded, _) = choose(whole, &epochs);
+    let claimed_end = chosen
+        .iter()
+        .chain(stranded.iter().map(|(m, _)| m))
+        .map(RemoteLogSegmentMetadata::end_offset)
+        .max()
+        .max(claimed);
+    let holes = holes_of(&chosen, claimed_end);
     let mut superseded_segments = Vec::new();
     for (m, reason) in superseded {
         let key = layout::manifest_key(&m)?;
@@ -269,6 +330,7 @@ pub fn scan_with(
         epochs,
         max_epoch,
         holes,
+        claimed_end,
     })
 }
 

@@ -7,7 +7,7 @@ mod record;
 #[cfg(test)]
 mod tests;
 
-use krabka_remote_storage::{IndexType, Uuid};
+use krabka_remote_storage::{IndexType, RemoteLogSegmentId, Uuid};
 
 use crate::keys::KeyId;
 
@@ -35,9 +35,14 @@ const CRC_LEN: usize = 4;
 /// Number of index slots.
 pub(crate) const INDEX_SLOTS: usize = 5;
 
+/// The record of a segment without a key id: unencrypted, or written before records carried one.
 const RECORD_MAGIC: &[u8; 4] = b"KTX1";
-/// Record bytes before the inner store's custom metadata.
+/// The record of an encrypted segment: the `KTX1` fields and the master key's id.
+const RECORD_MAGIC_KEYED: &[u8; 4] = b"KTX2";
+/// `KTX1` record bytes before the inner store's custom metadata.
 pub(crate) const RECORD_LEN: usize = 4 + 1 + 4 + 4 + 4 + 16 + 1;
+/// `KTX2` record bytes before the inner store's custom metadata (a key id more).
+pub(crate) const RECORD_LEN_KEYED: usize = RECORD_LEN + 8;
 
 /// How one chunk or index body is stored before encryption.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,20 +142,52 @@ pub(crate) fn header_len(encrypted: bool, chunks: u64) -> u64 {
         + chunks * CHUNK_ENTRY_LEN as u64
 }
 
-/// The length of the header whose first [`FIXED_LEN`] bytes are `prefix`, or `None` when
-/// `prefix` does not start a version-1 transform header (an untransformed `.log` starts with a
-/// record frame, whose length field can never read as the magic).
-pub(crate) fn header_len_from_prefix(prefix: &[u8]) -> Option<u64> {
-    if prefix.len() < FIXED_LEN || !prefix.starts_with(HEADER_MAGIC) {
-        return None;
+/// What the first [`FIXED_LEN`] bytes of a stored `.log` object say about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Prefix {
+    /// A transform header of this many bytes starts the object.
+    Header(u64),
+    /// Not a transformed object: neither the magic nor the segment's identity is there.
+    Plain,
+    /// The segment's identity sits where a transform header keeps it, but the magic is not
+    /// there: a transformed object whose header is damaged (what is wrong).
+    Damaged(String),
+}
+
+/// Classifies the first bytes of `segment`'s stored `.log` (see [`Prefix`]). A transform
+/// header is recognised by its magic **or** by the segment's own identity (topic id,
+/// partition, segment uuid) at bytes 8..44: an untransformed `.log` holds neither (its first
+/// record frame's length field never reads as the magic, and its bytes were written before the
+/// copy drew the segment's uuid), so a header damaged in either part is still told apart from
+/// an untransformed segment.
+pub(crate) fn classify_prefix(prefix: &[u8], segment: &RemoteLogSegmentId) -> Prefix {
+    if prefix.len() < FIXED_LEN {
+        return Prefix::Plain;
     }
-    let flags = prefix[5];
-    let mut count = [0u8; 4];
-    count.copy_from_slice(&prefix[52..56]);
-    Some(header_len(
-        flags & FLAG_AES_GCM != 0,
-        u64::from(u32::from_le_bytes(count)),
-    ))
+    if prefix.starts_with(HEADER_MAGIC) {
+        let flags = prefix[5];
+        let mut count = [0u8; 4];
+        count.copy_from_slice(&prefix[52..56]);
+        return Prefix::Header(header_len(
+            flags & FLAG_AES_GCM != 0,
+            u64::from(u32::from_le_bytes(count)),
+        ));
+    }
+    let tp = segment.topic_id_partition();
+    let identity = [
+        tp.topic_id().as_bytes().as_slice(),
+        &tp.partition().to_le_bytes(),
+        segment.id().as_bytes(),
+    ]
+    .concat();
+    if prefix[8..44] == identity[..] {
+        return Prefix::Damaged(format!(
+            "bad magic {:02x?} (expected {:02x?}), though the bytes after it name this segment",
+            &prefix[..4],
+            HEADER_MAGIC
+        ));
+    }
+    Prefix::Plain
 }
 
 impl Header {

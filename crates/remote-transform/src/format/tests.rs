@@ -109,21 +109,42 @@ fn records_round_trip_and_foreign_metadata_is_raw() {
         None,
         Some(CustomMetadata::new(b"s3v1\x01\0\0\0\0\0\0\0".to_vec())),
     ] {
-        let r = Record {
-            flags: FLAG_AES_GCM,
-            header_len: 200,
-            stored_size: 5000,
-            plaintext_size: 9000,
-            digest: [7; 16],
-            inner,
-        };
-        let cm = r.encode();
-        assert!(cm.len() <= 128);
-        assert_eq!(Record::decode(Some(&cm), &seg).unwrap(), Some(r));
+        for key_id in [None, Some(KeyId::from_bytes([9; 8]))] {
+            let r = Record {
+                flags: FLAG_AES_GCM,
+                header_len: 200,
+                stored_size: 5000,
+                plaintext_size: 9000,
+                digest: [7; 16],
+                key_id,
+                inner: inner.clone(),
+            };
+            let cm = r.encode();
+            assert!(cm.len() <= 128);
+            let magic: &[u8] = if key_id.is_some() { b"KTX2" } else { b"KTX1" };
+            assert!(cm.value().starts_with(magic));
+            assert_eq!(Record::decode(Some(&cm), &seg).unwrap(), Some(r));
+        }
     }
+    // A key id only with encryption.
+    let plain = Record {
+        flags: FLAG_ZSTD,
+        header_len: 200,
+        stored_size: 5000,
+        plaintext_size: 9000,
+        digest: [7; 16],
+        key_id: Some(KeyId::from_bytes([9; 8])),
+        inner: None,
+    };
+    assert!(Record::decode(Some(&plain.encode()), &seg).is_err());
     assert_eq!(Record::decode(None, &seg).unwrap(), None);
     let foreign = CustomMetadata::new(b"s3v1\0\0\0\0\0\0\0\0".to_vec());
     assert_eq!(Record::decode(Some(&foreign), &seg).unwrap(), None);
-    let short = CustomMetadata::new(b"KTX1\x01".to_vec());
-    assert!(Record::decode(Some(&short), &seg).is_err());
+    for short in [
+        &b"KTX1\x01"[..],
+        &[b"KTX2\x02".as_slice(), &[0; 34]].concat(),
+    ] {
+        let short = CustomMetadata::new(short.to_vec());
+        assert!(Record::decode(Some(&short), &seg).is_err());
+    }
 }

@@ -7,6 +7,7 @@ mod spi;
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use krabka_remote_storage::{
     CustomMetadata, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageError,
@@ -16,7 +17,7 @@ use krabka_remote_storage::{
 use crate::cache::SegmentCache;
 use crate::config::TransformConfig;
 use crate::error::TransformError;
-use crate::format::{FLAG_ZSTD, Header, Record};
+use crate::format::{FLAG_AES_GCM, FLAG_ZSTD, Header, Record};
 use crate::keys::KeyId;
 use read::check_against_record;
 
@@ -56,6 +57,8 @@ pub struct Transforming {
     inner: Arc<dyn RemoteStorageManager>,
     config: TransformConfig,
     cache: SegmentCache,
+    /// Whether a copy has swept the scratch root for directories of killed processes.
+    swept: AtomicBool,
 }
 
 /// What a transformed segment's header says about it (see [`Transforming::inspect`]).
@@ -88,6 +91,7 @@ impl Transforming {
             inner,
             config,
             cache,
+            swept: AtomicBool::new(false),
         }
     }
 
@@ -108,6 +112,60 @@ impl Transforming {
     /// [`TransformError`] when the custom metadata is this layer's but malformed.
     pub fn is_transformed(metadata: &RemoteLogSegmentMetadata) -> Result<bool, TransformError> {
         Ok(Record::decode(metadata.custom_metadata(), metadata.remote_log_segment_id())?.is_some())
+    }
+
+    /// Whether `metadata` describes a segment this layer encrypted (from its custom metadata;
+    /// no request).
+    ///
+    /// # Errors
+    /// [`TransformError`] when the custom metadata is this layer's but malformed.
+    pub fn is_encrypted(metadata: &RemoteLogSegmentMetadata) -> Result<bool, TransformError> {
+        let record = Record::decode(metadata.custom_metadata(), metadata.remote_log_segment_id())?;
+        Ok(record.is_some_and(|r| r.flags & FLAG_AES_GCM != 0))
+    }
+
+    /// The key id `metadata`'s custom metadata records (no request): `Some` for an encrypted
+    /// segment copied or recovered by this version, `None` for an unencrypted one and for one
+    /// encrypted by an older version (whose header holds it: [`key_id`](Self::key_id)).
+    ///
+    /// # Errors
+    /// [`TransformError`] when the custom metadata is this layer's but malformed.
+    pub fn recorded_key_id(
+        metadata: &RemoteLogSegmentMetadata,
+    ) -> Result<Option<KeyId>, TransformError> {
+        let record = Record::decode(metadata.custom_metadata(), metadata.remote_log_segment_id())?;
+        Ok(record.and_then(|r| r.key_id))
+    }
+
+    /// The id of the master key `metadata`'s segment is encrypted with; `None` when it is not
+    /// encrypted. From the custom metadata when it records the id (`KTX2`, every copy and
+    /// recovery of this version), else read from the segment's header (one small ranged
+    /// request: an encrypted segment copied by an older version).
+    ///
+    /// # Errors
+    /// As [`inspect`](Self::inspect).
+    pub fn key_id(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+    ) -> Result<Option<KeyId>, RemoteStorageError> {
+        let segment = metadata.remote_log_segment_id();
+        match Record::decode(metadata.custom_metadata(), segment)? {
+            None => Ok(None),
+            Some(record) if record.key_id.is_some() => Ok(record.key_id),
+            Some(record) if record.flags & FLAG_AES_GCM == 0 => Ok(None),
+            Some(_) => Ok(self.inspect(metadata)?.and_then(|info| info.key_id)),
+        }
+    }
+
+    /// Whether the configured key provider has the master key `id` (`false` without one).
+    ///
+    /// # Errors
+    /// The provider's error when it cannot be asked.
+    pub fn has_key(&self, id: KeyId) -> Result<bool, TransformError> {
+        match self.config.keys() {
+            Some(keys) => Ok(keys.key(id)?.is_some()),
+            None => Ok(false),
+        }
     }
 
     /// Reads a transformed segment's header (one small ranged request) and describes it;

@@ -254,6 +254,15 @@ pub(super) fn check_against_record(
             "its flags or size differ from the custom metadata",
         ));
     }
+    if let Some(recorded) = record.key_id
+        && header.encryption.map(|e| e.key_id) != Some(recorded)
+    {
+        return Err(TransformError::corrupt(
+            segment,
+            "transform header",
+            format!("its key id differs from the {recorded} of the custom metadata"),
+        ));
+    }
     let mut offsets = Vec::with_capacity(header.chunks.len() + 1);
     let mut at = bytes.len() as u64;
     offsets.push(at);

@@ -7,7 +7,7 @@ use super::{Transforming, truncated, with_size};
 use crate::codec::verify_header_tag;
 use crate::crypto::DataKey;
 use crate::error::TransformError;
-use crate::format::{FIXED_LEN, Header, Record, header_digest, header_len_from_prefix};
+use crate::format::{FIXED_LEN, Header, Prefix, Record, classify_prefix, header_digest};
 
 impl Transforming {
     /// The caller-facing metadata of a segment, from the metadata its backend knows (what
@@ -41,11 +41,13 @@ impl Transforming {
         let prefix = self
             .inner
             .fetch_log_segment(stored, 0, Some(FIXED_LEN as u32 - 1))?;
-        let Some(len) = header_len_from_prefix(&prefix) else {
-            return Ok(stored.clone());
-        };
         let corrupt = |reason: String| -> RemoteStorageError {
             TransformError::corrupt(segment, "transform header", reason).into()
+        };
+        let len = match classify_prefix(&prefix, segment) {
+            Prefix::Header(len) => len,
+            Prefix::Plain => return Ok(stored.clone()),
+            Prefix::Damaged(reason) => return Err(corrupt(reason)),
         };
         let (Ok(header_len), true) = (u32::try_from(len), len <= size) else {
             return Err(corrupt(format!(
@@ -77,6 +79,7 @@ impl Transforming {
             stored_size: u32::try_from(size).map_err(|_| corrupt(format!("{size} bytes")))?,
             plaintext_size: header.plaintext_size,
             digest: header_digest(&bytes),
+            key_id: header.encryption.map(|e| e.key_id),
             inner: stored.custom_metadata().cloned(),
         };
         check_against_record(&header, &bytes, &record, segment)?;

@@ -25,7 +25,10 @@ impl RemoteStorageManager for Transforming {
         if self.config.is_passthrough() {
             return self.inner.copy_log_segment_data(metadata, data);
         }
-        let prepared = prepare(&self.config, segment, data)?;
+        // The first copy of this instance also removes the scratch directories of killed
+        // processes.
+        let sweep = !self.swept.swap(true, std::sync::atomic::Ordering::Relaxed);
+        let prepared = prepare(&self.config, segment, data, sweep)?;
         let inner_meta = with_size(
             &metadata.with_custom_metadata(None),
             u64::from(prepared.stored_size),
@@ -46,6 +49,7 @@ impl RemoteStorageManager for Transforming {
             stored_size: prepared.stored_size,
             plaintext_size: prepared.open.header.plaintext_size,
             digest: header_digest(&prepared.header),
+            key_id: prepared.open.header.encryption.map(|e| e.key_id),
             inner: inner_cm,
         };
         let cm = record.encode();

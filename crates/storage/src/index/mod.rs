@@ -343,6 +343,11 @@ pub fn verify_time_index(time_index: &[u8]) -> Result<TimeIndexSummary, Error> {
 mod tests {
     use super::*;
 
+    /// Whether `r` is the [`Error::Corrupt`] (empty path) every index check returns.
+    fn is_corrupt<T>(r: &Result<T, Error>) -> bool {
+        matches!(r, Err(Error::Corrupt { path, .. }) if path.as_os_str().is_empty())
+    }
+
     fn sample() -> (OffsetIndex, TimeIndex) {
         let mut b = IndexBuilder::new(100);
         let mut pos = 0;
@@ -407,9 +412,14 @@ mod tests {
             for i in 0..bytes.len() {
                 let mut b = bytes.clone();
                 b[i] ^= 0x40;
-                assert!(verify_index(&b).is_err() && verify_time_index(&b).is_err());
+                let (offset, time) = (verify_index(&b), verify_time_index(&b));
+                assert!(
+                    is_corrupt(&offset) && is_corrupt(&time),
+                    "byte {i}: {offset:?} {time:?}"
+                );
             }
-            assert!(verify_index(&bytes[..bytes.len() - 1]).is_err());
+            let cut = verify_index(&bytes[..bytes.len() - 1]);
+            assert!(is_corrupt(&cut), "{cut:?}");
         }
     }
 
@@ -466,16 +476,19 @@ mod tests {
             for i in 0..bytes.len() {
                 let mut b = bytes.clone();
                 b[i] ^= 0x40;
-                let rejected = if time {
-                    TimeIndexView::parse(b).is_err()
+                if time {
+                    let got = TimeIndexView::parse(b);
+                    assert!(is_corrupt(&got), "byte {i}: {got:?}");
                 } else {
-                    OffsetIndexView::parse(b).is_err()
-                };
-                assert!(rejected, "byte {i}");
+                    let got = OffsetIndexView::parse(b);
+                    assert!(is_corrupt(&got), "byte {i}: {got:?}");
+                }
             }
             // The cheap constructor still checks the envelope.
-            assert!(OffsetIndexView::from_parsed_bytes(bytes[..bytes.len() - 1].to_vec()).is_err());
-            assert!(TimeIndexView::from_parsed_bytes(bytes[..bytes.len() - 1].to_vec()).is_err());
+            let cut = OffsetIndexView::from_parsed_bytes(bytes[..bytes.len() - 1].to_vec());
+            assert!(is_corrupt(&cut), "{cut:?}");
+            let cut = TimeIndexView::from_parsed_bytes(bytes[..bytes.len() - 1].to_vec());
+            assert!(is_corrupt(&cut), "{cut:?}");
         }
         // An empty segment's index has no entries and no floor.
         let empty = OffsetIndex {

@@ -128,10 +128,11 @@ impl Inner {
                 continue;
             }
             if let Err(e) = self.write_at(&ap.file, &ap.buf, ap.size) {
-                self.poison();
+                let e = Error::io(&ap.active.log_path, e);
+                self.poison(&e);
                 // Best effort: drop a partial write so the file ends at a frame boundary.
                 let _ = ap.file.set_len(ap.size);
-                return Err(Error::io(&ap.active.log_path, e));
+                return Err(e);
             }
             let count = (i - start) as u64;
             self.counters.written(count, ap.buf.len() as u64);
@@ -182,11 +183,11 @@ impl Inner {
         // A failed creation leaves the log as it was (the closed segment is synced and
         // indexed, and still the active one); the next append retries the roll.
         let file = self.create_segment_file(base)?;
-        self.fsync_dir().inspect_err(|_| self.poison())?;
+        self.fsync_dir().inspect_err(|e| self.poison(e))?;
         if sync {
             // Every record before `base` is synced: a later open must find them all.
             self.write_recovery_point(base - 1)
-                .inspect_err(|_| self.poison())?;
+                .inspect_err(|e| self.poison(e))?;
         }
         if !sync {
             // Listed before the new segment is published (see `sync_through`).
@@ -228,8 +229,9 @@ impl Inner {
     /// index files; returns their size. A failure poisons the log.
     fn close_active(&self, ap: &Appender, sync: bool) -> Result<u64, Error> {
         if sync && let Err(e) = self.sync_data(&ap.file, &ap.active.log_path) {
-            self.poison();
-            return Err(Error::io(&ap.active.log_path, e));
+            let e = Error::io(&ap.active.log_path, e);
+            self.poison(&e);
+            return Err(e);
         }
         let index_bytes = {
             let st = self.state.read();
@@ -238,7 +240,7 @@ impl Inner {
                 None => Ok(0),
             }
         };
-        index_bytes.inspect_err(|_| self.poison())
+        index_bytes.inspect_err(|e| self.poison(e))
     }
 
     /// Creates (truncating) the `.log` of a new segment `base`, through the fault seam; the
@@ -290,11 +292,11 @@ impl Inner {
                 fsutil::remove_if_exists(path).at(path)?;
             }
         }
-        self.fsync_dir().inspect_err(|_| self.poison())?;
+        self.fsync_dir().inspect_err(|e| self.poison(e))?;
         let file = self
             .create_segment_file(seq)
-            .inspect_err(|_| self.poison())?;
-        self.fsync_dir().inspect_err(|_| self.poison())?;
+            .inspect_err(|e| self.poison(e))?;
+        self.fsync_dir().inspect_err(|e| self.poison(e))?;
         let sf = seg_file(&self.dir, seq);
         let file = Arc::new(file);
         self.state.write().segs = vec![Seg::empty_active(seq, Arc::clone(&sf), Arc::clone(&file))];
@@ -306,7 +308,7 @@ impl Inner {
         ap.switch_to(sf, file, self.opts.index_interval_bytes);
         ap.next_seq = seq;
         self.write_recovery_point(seq - 1)
-            .inspect_err(|_| self.poison())?;
+            .inspect_err(|e| self.poison(e))?;
         tracing::info!(dir = %self.dir.display(), seq, "empty log now starts at a new seq");
         Ok(())
     }

@@ -88,7 +88,7 @@ impl Inner {
                 // The segment no longer holds what the marker says: remove the marker, so
                 // that the next open runs a full recovery, and refuse writes until then.
                 let _ = remove_clean_shutdown(&self.dir).and_then(|()| self.fsync_dir());
-                self.poison();
+                self.poison(&e);
                 return Err(e);
             }
         }
@@ -100,7 +100,7 @@ impl Inner {
         });
         if ap.clean_marker {
             if let Err(e) = removed.and_then(|()| self.fsync_dir()) {
-                self.poison();
+                self.poison(&e);
                 return Err(e);
             }
             ap.clean_marker = false;

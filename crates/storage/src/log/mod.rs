@@ -9,6 +9,7 @@
 
 mod append;
 mod clean;
+mod holes;
 mod lazy;
 mod open;
 mod read;
@@ -269,6 +270,8 @@ struct Inner {
     /// Wakes the flusher thread (on the first unsynced append after a sync, and to stop it).
     flush_wake: Condvar,
     poisoned: AtomicBool,
+    /// The failure that set `poisoned` (the first one), shown by every later refusal.
+    poison_cause: std::sync::OnceLock<crate::PoisonCause>,
     /// Appenders between entering `append_batch` and publishing their records: a sync leader
     /// gives them a moment to finish so that its fsync covers their records too.
     writers: AtomicUsize,
@@ -279,6 +282,8 @@ struct Inner {
     faults: FaultInjector,
     /// What [`Log::stats`] reports.
     counters: Counters,
+    /// The holes the user accepted ([`Log::accept_holes`]), as on disk.
+    accepted: Mutex<Vec<crate::AcceptedHole>>,
 }
 
 /// The paths of segment `base`'s files in `dir`.

@@ -117,6 +117,7 @@ impl Inner {
             Appender::on_active(&segs, builder).ok_or_else(|| no_active_segment(&dir))?;
         appender.clean_marker = clean_marker;
         let last = appender.next_seq - 1;
+        let accepted = crate::read_accepted_holes(&dir)?;
         Ok(Inner {
             fds: FdCache::new(opts.max_open_segments),
             dir,
@@ -129,11 +130,13 @@ impl Inner {
             sync_done: Condvar::new(),
             flush_wake: Condvar::new(),
             poisoned: AtomicBool::new(false),
+            poison_cause: std::sync::OnceLock::new(),
             writers: AtomicUsize::new(0),
             report,
             bufs: ReadBufs::default(),
             faults: FaultInjector::default(),
             counters: Counters::default(),
+            accepted: Mutex::new(accepted),
         })
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::{Inner, Log, SegFile, no_active_segment};
 use crate::fault::Op;
 use crate::fsutil::{self, IoResultExt};
-use crate::{Error, SyncPolicy};
+use crate::{Error, PoisonCause, SyncPolicy};
 
 /// At most this many extra yields of a sync leader waiting for writing appenders.
 const GATHER_YIELDS: usize = 16;
@@ -106,21 +106,33 @@ impl Inner {
             .at(&self.dir)
     }
 
-    /// [`Error::Poisoned`] once a write or fsync failed.
+    /// [`Error::Poisoned`] once a write or fsync failed, carrying that first failure.
     pub(super) fn check_poisoned(&self) -> Result<(), Error> {
         if self.poisoned.load(Ordering::Acquire) {
+            let cause = self
+                .poison_cause
+                .get()
+                .cloned()
+                .unwrap_or_else(|| PoisonCause {
+                    kind: io::ErrorKind::Other,
+                    message: "an earlier write or fsync failed".to_owned(),
+                });
             Err(Error::Poisoned {
                 dir: self.dir.clone(),
+                cause: Box::new(cause),
             })
         } else {
             Ok(())
         }
     }
 
-    /// Refuses every later append and sync (see [`Error::Poisoned`]).
-    pub(super) fn poison(&self) {
+    /// Refuses every later append and sync after the failure `cause` (see
+    /// [`Error::Poisoned`]); the first cause is kept.
+    pub(super) fn poison(&self, cause: &Error) {
+        // The cause first: a thread that sees the flag finds it.
+        let _ = self.poison_cause.set(PoisonCause::of(cause));
         self.poisoned.store(true, Ordering::Release);
-        tracing::warn!(dir = %self.dir.display(), "log poisoned after a failed write or fsync");
+        tracing::warn!(dir = %self.dir.display(), error = %cause, "log poisoned after a failed write or fsync");
     }
 
     /// Makes every record up to `target` durable, sharing one fsync among concurrent callers.
@@ -164,7 +176,7 @@ impl Inner {
             let upto = match result {
                 Ok(upto) => upto,
                 Err(e) => {
-                    self.poison();
+                    self.poison(&e);
                     self.sync_done.notify_all();
                     return Err(e);
                 }

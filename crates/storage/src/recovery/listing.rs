@@ -5,8 +5,10 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
+use super::accepted::{ACCEPTED_HOLES_FILE_NAME, ACCEPTED_HOLES_TMP};
 use super::clean::CLEAN_SHUTDOWN_TMP;
 use super::recovery_point::RECOVERY_POINT_TMP;
+use super::split::{SPLIT_JOURNAL, SPLIT_JOURNAL_TMP};
 use super::{Hole, MAX_SEQ, Recoverer};
 use crate::segment::{
     LOG_EXTENSION, QUARANTINE_DIR, parse_hole_file_name, parse_segment_file_name,
@@ -35,6 +37,10 @@ impl Recoverer<'_> {
                 || name == RECOVERY_POINT_TMP
                 || name == CLEAN_SHUTDOWN_FILE_NAME
                 || name == CLEAN_SHUTDOWN_TMP
+                || name == ACCEPTED_HOLES_FILE_NAME
+                || name == ACCEPTED_HOLES_TMP
+                || name == SPLIT_JOURNAL
+                || name == SPLIT_JOURNAL_TMP
             {
                 continue;
             }

@@ -8,13 +8,11 @@ use std::sync::Arc;
 
 use super::Recoverer;
 use super::clean::Marker;
-use crate::fault::FaultInjector;
+use super::resync::DamageAt;
 use crate::fsutil::{self, IoResultExt};
 use crate::index::{IndexBuilder, OffsetIndex, TimeIndex};
-use crate::log::{Seg, SegFile, load_indexes, seg_file, write_indexes};
-use crate::segment::{
-    SegmentProblem, find_valid_frame_after, frame_len, hole_file_name, scan_file,
-};
+use crate::log::{Seg, SegFile, load_indexes, seg_file};
+use crate::segment::{SegmentProblem, find_valid_frame_after, frame_len, scan_file};
 use crate::{Error, RecoveryMode, TruncatedTail};
 
 /// A closed segment's valid index files: offset index, time index and their total size.
@@ -30,6 +28,8 @@ struct Damage {
     torn: bool,
     /// Whether the file ends inside the bad frame.
     incomplete: bool,
+    /// Base seq of the next segment file (`None` for the newest).
+    next_base: Option<u64>,
 }
 
 impl Recoverer<'_> {
@@ -223,8 +223,8 @@ impl Recoverer<'_> {
         let incomplete = frame_len(&read_some(file, log_path, problem.position, file_len)?)
             .is_none_or(|n| problem.position + n as u64 > file_len);
         let last_at_stake = match (next_base, after) {
-            (Some(next), a) => next.saturating_sub(1).max(a.map_or(0, |(_, _, last)| last)),
-            (None, Some((_, _, last))) => last,
+            (Some(next), a) => next.saturating_sub(1).max(a.map_or(0, |r| r.last_seq)),
+            (None, Some(r)) => r.last_seq,
             (None, None) => scanned_last,
         };
         // Damage at or below the recovery point hit synced records: not a torn write.
@@ -241,6 +241,7 @@ impl Recoverer<'_> {
             last_at_stake,
             torn,
             incomplete,
+            next_base,
         })
     }
 
@@ -262,7 +263,16 @@ impl Recoverer<'_> {
                 reason: d.problem.reason,
             }),
             (true, _) => self.cut_torn_tail(seg, file, d).map(|()| Some(builder)),
-            (false, RecoveryMode::Repair) => self.repair_damage(seg, file, d).map(|()| None),
+            (false, RecoveryMode::Repair) => {
+                let at = DamageAt {
+                    position: d.problem.position,
+                    expected: d.first_at_stake,
+                    file_len: d.file_len,
+                    next_base: d.next_base,
+                    reason: &d.problem.reason,
+                };
+                self.repair_damage(seg, file, &at).map(|()| None)
+            }
             (false, _) => Err(Error::Damaged {
                 path: seg.file.log_path.clone(),
                 position: d.problem.position,
@@ -303,39 +313,6 @@ impl Recoverer<'_> {
         fsutil::remove_if_exists(&sf.index_path).at(&sf.index_path)?;
         fsutil::remove_if_exists(&sf.time_index_path).at(&sf.time_index_path)?;
         self.segs.push(seg);
-        Ok(())
-    }
-
-    /// A repair of damage that is not a torn tail: moves the damaged suffix aside, keeps what
-    /// is left as a closed segment (or drops an empty file), and records the seqs at stake as
-    /// a hole.
-    fn repair_damage(&mut self, mut seg: Seg, file: File, d: Damage) -> Result<(), Error> {
-        let sf = Arc::clone(&seg.file);
-        let (first, last) = (d.first_at_stake, d.last_at_stake);
-        let seqs = (last >= first).then_some((first, last));
-        self.quarantine_bytes(
-            Some(&file),
-            &sf.log_path,
-            d.problem.position,
-            d.file_len,
-            seqs,
-            &d.problem.reason,
-        )?;
-        drop(file);
-        if seg.last_seq >= seg.base_seq {
-            // What is left is a closed segment now (a hole or the next file follows).
-            seg.index_bytes = write_indexes(&seg, true, &FaultInjector::default(), None)?;
-            self.segs.push(seg);
-        } else {
-            for path in [&sf.index_path, &sf.time_index_path, &sf.log_path] {
-                fsutil::remove_if_exists(path).at(path)?;
-            }
-            fsutil::fsync_dir(self.dir).at(self.dir)?;
-        }
-        if let Some((first, last)) = seqs {
-            let marker = self.quarantine_dir()?.join(hole_file_name(first, last));
-            self.push_hole(first, last, marker);
-        }
         Ok(())
     }
 }

@@ -10,23 +10,31 @@
 //! - seqs are contiguous across segment files, except across an explicit hole that a repair
 //!   recorded with a marker file; appends never reuse a seq below or inside a hole.
 //!
-//! The steps, in order: read the recovery point ([`recovery_point`]), list the directory
-//! ([`listing`]), fit each segment after the previous one ([`holes`] between them, gaps and
-//! overlaps), load or scan it and deal with damage ([`load`], moving bytes aside through
-//! [`quarantine`]), check the end against the recovery point and the hole markers, and only
-//! then write what was deferred.
+//! The steps, in order: finish a repair's interrupted split ([`split`]), check the record of
+//! accepted holes ([`accepted`]), read the recovery point ([`recovery_point`]), list the
+//! directory ([`listing`]), fit each segment after the previous one ([`holes`] between them,
+//! gaps and overlaps), load or scan it and deal with damage ([`load`], moving bytes aside
+//! through [`quarantine`]; under a repair keeping the intact frames after damage: [`resync`]),
+//! check the end against the recovery point and the hole markers, and only then write what was
+//! deferred. What it did goes into the [`report`].
 
+mod accepted;
 mod clean;
 mod holes;
 mod listing;
 mod load;
 mod quarantine;
 mod recovery_point;
+mod report;
+mod resync;
+mod split;
 mod trusted;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub(crate) use self::accepted::write_accepted_holes;
+pub use self::accepted::{ACCEPTED_HOLES_FILE_NAME, AcceptedHole, read_accepted_holes};
 pub(crate) use self::clean::{
     CleanShutdown, ClosedSegment, epoch_parts, remove_clean_shutdown, stamp, stamp_time,
     write_clean_shutdown,
@@ -34,12 +42,14 @@ pub(crate) use self::clean::{
 use self::clean::{Marker, read_clean_shutdown};
 pub use self::recovery_point::read_recovery_point;
 pub(crate) use self::recovery_point::write_recovery_point;
+pub use self::report::{QuarantinedPiece, RecoveryReport, TruncatedTail};
+pub use self::resync::{KeptRun, RepairStep, SegmentRepair, plan_segment_repair};
 use crate::fault::FaultInjector;
 use crate::fsutil::{self, IoResultExt};
 use crate::index::IndexBuilder;
 use crate::log::{Seg, seg_file, write_indexes};
 use crate::segment::segment_paths;
-use crate::{Error, Options, RecoveryMode, RecoveryReport, SyncPolicy};
+use crate::{Error, Options, RecoveryMode, SyncPolicy};
 
 /// The largest seq a log accepts (Kafka's offsets are `i64`; this leaves room so that seq
 /// arithmetic never overflows). Segment files and hole markers beyond it are damage.
@@ -92,6 +102,10 @@ pub(crate) fn recover(dir: &Path, opts: &Options) -> Result<Recovered, Error> {
         bad_entries: Vec::new(),
         index_writes: Vec::new(),
     };
+    // A repair interrupted in the middle of a split is finished (or undone) before anything
+    // else looks at the files.
+    r.finish_interrupted_split()?;
+    r.check_accepted_holes()?;
     r.point = r.read_point()?;
     r.marker = read_clean_shutdown(dir);
     if let Some(recovered) = r.trust_unchanged_dir()? {

@@ -59,6 +59,32 @@ impl Recoverer<'_> {
         seqs: Option<(u64, u64)>,
         reason: &str,
     ) -> Result<(), Error> {
+        self.save_bytes(src, src_path, from, to, seqs, reason)?;
+        if let Some(src) = src {
+            src.set_len(from)
+                .and_then(|()| src.sync_all())
+                .map_err(|e| Error::io(src_path, e))?;
+        }
+        if let Some((first, last)) = seqs
+            && src.is_none()
+        {
+            let marker = self.quarantine_dir()?.join(hole_file_name(first, last));
+            self.push_hole(first, last, marker);
+        }
+        Ok(())
+    }
+
+    /// The first half of [`quarantine_bytes`](Self::quarantine_bytes): the copy into the
+    /// quarantine directory, synced there and reported, leaving `src` as it is.
+    pub(super) fn save_bytes(
+        &mut self,
+        src: Option<&File>,
+        src_path: &Path,
+        from: u64,
+        to: u64,
+        seqs: Option<(u64, u64)>,
+        reason: &str,
+    ) -> Result<(), Error> {
         let name = match seqs {
             Some((first, last)) => hole_file_name(first, last),
             None => format!(
@@ -88,11 +114,6 @@ impl Recoverer<'_> {
         drop(out);
         let qdir = self.quarantine_dir()?;
         fsutil::fsync_dir(&qdir).at(&qdir)?;
-        if let Some(src) = src {
-            src.set_len(from)
-                .and_then(|()| src.sync_all())
-                .map_err(|e| Error::io(src_path, e))?;
-        }
         tracing::warn!(
             from = %src_path.display(),
             position = from,
@@ -109,12 +130,6 @@ impl Recoverer<'_> {
             seqs,
             reason: reason.to_owned(),
         });
-        if let Some((first, last)) = seqs
-            && src.is_none()
-        {
-            let marker = self.quarantine_dir()?.join(hole_file_name(first, last));
-            self.push_hole(first, last, marker);
-        }
         Ok(())
     }
 
@@ -174,7 +189,7 @@ impl Recoverer<'_> {
 }
 
 /// Copies bytes `range` of `src` (at `src_path`) into `out` (at `target`), 1 MiB at a time.
-fn copy_range(
+pub(super) fn copy_range(
     src: &File,
     src_path: &Path,
     range: Range<u64>,

@@ -121,7 +121,9 @@ pub fn decode_records(buf: &Bytes, from_seq: u64, max: usize) -> Result<DecodedR
 /// encode_frame(7, &Message::new("a"), &mut buf);
 /// let buf = Bytes::from(buf);
 /// assert_eq!(decode_records_at(&buf, 7, 7, 10)?.records.len(), 1);
-/// assert!(decode_records_at(&buf, 6, 6, 10).is_err()); // the bytes do not start at seq 6
+/// // The bytes do not start at seq 6.
+/// let wrong = decode_records_at(&buf, 6, 6, 10);
+/// assert!(matches!(wrong, Err(krabka_storage::Error::Corrupt { position: 0, .. })), "{wrong:?}");
 /// # Ok::<(), krabka_storage::Error>(())
 /// ```
 ///
@@ -337,7 +339,12 @@ mod tests {
         let mut payload = good.clone();
         payload[second + FRAME_LEN_OF_HEADER + 3] ^= 1;
         assert_eq!(decode(&payload, true).unwrap(), (vec![4, 5, 6], Some(7)));
-        assert!(decode(&payload, false).is_err());
+        let checked = decode(&payload, false);
+        assert!(
+            matches!(&checked, Err(FrameError { position, reason })
+                if *position == second && reason.starts_with("CRC mismatch")),
+            "{checked:?}"
+        );
         // A wrong length in a skipped frame never yields a record.
         for delta in [1u32, 8, 40] {
             let mut len = good.clone();
@@ -355,11 +362,22 @@ mod tests {
         // The first frame is always checked.
         let mut first = good.clone();
         first[FRAME_LEN_OF_HEADER + 2] ^= 1;
-        assert!(decode(&first, true).is_err());
+        let got = decode(&first, true);
+        assert!(
+            matches!(&got, Err(FrameError { position: 0, reason }) if reason.starts_with("CRC mismatch")),
+            "{got:?}"
+        );
         // A frame holding the wrong seq is refused even when skipped.
         let mut seq = good;
         seq[third + 8] ^= 1;
-        assert!(decode(&seq, true).is_err());
+        let got = decode(&seq, true);
+        assert_eq!(
+            got,
+            Err(FrameError {
+                position: third,
+                reason: "frame holds seq 2, expected 3".to_owned(),
+            })
+        );
     }
 
     proptest! {
@@ -481,7 +499,12 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // A skipped (below from_seq) first frame is still checked.
-        assert!(decode_records_at(&buf, 6, 7, 10).is_err());
+        let skipped = decode_records_at(&buf, 6, 7, 10);
+        assert!(
+            matches!(&skipped, Err(Error::Corrupt { position: 0, reason, .. })
+                if reason == "frame holds seq 5, expected 6"),
+            "{skipped:?}"
+        );
         // A buffer without a complete frame has nothing to check.
         let torn = buf.slice(..10);
         let d = decode_records_at(&torn, 4, 4, 10).unwrap();

@@ -31,6 +31,7 @@
 
 mod decode;
 mod dump;
+mod dump_file;
 mod frame;
 mod name;
 mod scan;
@@ -41,6 +42,7 @@ pub use self::decode::{
     DecodedRecords, decode_records, decode_records_at, decode_records_skipping,
 };
 pub use self::dump::{DumpFrames, DumpedFrame, dump_frames, read_segment_file};
+pub use self::dump_file::{DUMP_DECODE_LIMIT, DumpFile};
 pub use self::frame::{FRAME_HEADER_LEN, MIN_MESSAGE_LEN, encode_frame, frame_len, read_chunk};
 pub(crate) use self::frame::{FrameError, encode_frame_sized, read_frame_chunk};
 pub(crate) use self::name::segment_paths;
@@ -50,7 +52,7 @@ pub use self::name::{
     segment_file_name,
 };
 #[doc(hidden)]
-pub(crate) use self::scan::{find_valid_frame_after, scan_file};
+pub(crate) use self::scan::{ValidRun, find_valid_frame_after, scan_file, scan_file_from};
 pub use self::verify::{SegmentProblem, SegmentVerification, verify_segment, verify_segment_files};
 pub use crate::index::{
     IndexSummary, TimeIndexSummary, lookup_position, lookup_time, verify_index, verify_time_index,

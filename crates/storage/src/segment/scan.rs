@@ -168,19 +168,32 @@ fn scan_buffer(
     }
 }
 
+/// A run of contiguous valid frames that [`find_valid_frame_after`] found after damage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ValidRun {
+    /// Byte position of its first frame.
+    pub(crate) position: u64,
+    /// Seq of its first frame.
+    pub(crate) first_seq: u64,
+    /// Seq of its last frame.
+    pub(crate) last_seq: u64,
+    /// The byte after its last frame (the end of the file, or where the next damage starts).
+    pub(crate) end: u64,
+}
+
 /// Looks for the first valid frame after the damage at `from`: a frame whose length and CRC
-/// check and whose seq is at least `expected_next` (and no larger than the frames that fit in
-/// the rest of the file allow). Returns its position, its seq and the last seq of the run of
-/// contiguous valid frames it starts, or `None` when nothing valid follows the damage (a torn
-/// tail). Memory stays bounded: the file is searched in 1 MiB windows and only candidates whose
-/// header passes are read whole.
+/// check, whose message decodes and whose seq is at least `expected_next` (and no larger than
+/// the frames that fit in the rest of the file allow). Returns the run of contiguous valid
+/// frames it starts, or `None` when nothing valid follows the damage (a torn tail). Memory
+/// stays bounded: the file is searched in 1 MiB windows and only candidates whose header passes
+/// are read whole.
 pub(crate) fn find_valid_frame_after(
     file: &File,
     path: &Path,
     from: u64,
     file_len: u64,
     expected_next: u64,
-) -> Result<Option<(u64, u64, u64)>, Error> {
+) -> Result<Option<ValidRun>, Error> {
     const WINDOW: u64 = 1 << 20;
     let min_frame = (FRAME_HEADER_LEN + MIN_MESSAGE_LEN) as u64;
     let most_frames = file_len.saturating_sub(from) / min_frame + 1;
@@ -219,7 +232,15 @@ pub(crate) fn find_valid_frame_after(
             {
                 let run =
                     scan_file_from(file, path, at, file_len, Some(seq), u64::MAX, &mut |_| {})?;
-                return Ok(Some((at, seq, run.last_seq.unwrap_or(seq))));
+                // A frame whose CRC matches but whose message does not decode starts no run.
+                if let Some(last_seq) = run.last_seq.filter(|_| run.records > 0) {
+                    return Ok(Some(ValidRun {
+                        position: at,
+                        first_seq: seq,
+                        last_seq,
+                        end: run.valid_len,
+                    }));
+                }
             }
         }
         pos += WINDOW;

@@ -3,7 +3,6 @@
 //! compaction too.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 
 use krabka_protocol::Message;
 use krabka_remote_storage::metadata::MetadataState;
@@ -88,7 +87,7 @@ impl DurableRemoteLogMetadataManager {
         // On failure the state holds segments that are not on disk: the manager is poisoned
         // and must be reopened, which reads what the disk holds.
         if let Err(e) = self.compact_locked_as(&mut w, crash, true) {
-            self.poisoned.store(true, Ordering::SeqCst);
+            self.poison(&e);
             return Err(e);
         }
         Ok(count)
@@ -125,7 +124,7 @@ impl DurableRemoteLogMetadataManager {
                     let tmp_gone = remove_file_if_exists(&self.dir.join(CURRENT_TMP)).is_ok();
                     let gen_gone = remove_dir_if_exists(&next_dir).is_ok();
                     if !(tmp_gone && gen_gone) {
-                        self.poisoned.store(true, Ordering::SeqCst);
+                        self.poison(&e);
                     }
                 }
                 return Err(e);
@@ -134,13 +133,14 @@ impl DurableRemoteLogMetadataManager {
         if let Err(e) = switch_current(&self.dir) {
             // `CURRENT` may name either generation after a crash: only a reopen can tell. The
             // new generation is complete and synced: closed, its end is on record either way.
-            self.poisoned.store(true, Ordering::SeqCst);
+            self.poison(&e);
             let _ = new_log.close();
             return Err(e);
         }
         if crash == Some(Step::Switched) {
-            self.poisoned.store(true, Ordering::SeqCst);
-            return Err(self.simulated(Step::Switched));
+            let e = self.simulated(Step::Switched);
+            self.poison(&e);
+            return Err(e);
         }
         let old = w.log.replace(new_log);
         let old_generation = std::mem::replace(&mut w.generation, next);

@@ -148,6 +148,8 @@ pub struct DurableRemoteLogMetadataManager {
     pub(super) writer: Mutex<Writer>,
     pub(super) state: SharedMetadataState,
     pub(super) poisoned: AtomicBool,
+    /// The failure that set `poisoned` (the first one), named by every later refusal.
+    pub(super) poison_cause: std::sync::OnceLock<String>,
     /// The torn last event open cut, if any.
     pub(super) torn_event_cut: Option<TornEventCut>,
     /// The locked `rlmm.lock`; released when the manager is dropped.
@@ -192,6 +194,13 @@ impl DurableRemoteLogMetadataManager {
         self.poisoned.load(Ordering::SeqCst)
     }
 
+    /// Refuses every later write until a reopen, after the failure `cause` (the first cause is
+    /// kept and named by each refusal: a full disk's "No space left on device").
+    pub(super) fn poison(&self, cause: &dyn std::fmt::Display) {
+        let _ = self.poison_cause.set(cause.to_string());
+        self.poisoned.store(true, Ordering::SeqCst);
+    }
+
     /// Compacts when dead events dominate; a failure is retried after more events.
     fn maybe_compact(&self, w: &mut Writer) {
         let Some(min) = self.opts.compact_min_events else {
@@ -220,12 +229,9 @@ impl DurableRemoteLogMetadataManager {
             return Err(closed_error(&self.dir));
         };
         if let Err(e) = log.append(&message) {
-            self.poisoned.store(true, Ordering::SeqCst);
-            return Err(storage_error(
-                &gen_dir(&self.dir, w.generation),
-                "append",
-                e,
-            ));
+            let e = storage_error(&gen_dir(&self.dir, w.generation), "append", e);
+            self.poison(&e);
+            return Err(e);
         }
         self.state.write().commit(next);
         w.events = w.events.saturating_add(1);
@@ -264,8 +270,12 @@ impl DurableRemoteLogMetadataManager {
             return Err(RemoteStorageError::Backend {
                 operation: "metadata append".to_owned(),
                 location: self.dir.display().to_string(),
-                message: "an earlier append or compaction failed; reopen the metadata manager"
-                    .to_owned(),
+                message: format!(
+                    "an earlier append or compaction failed ({}); reopen the metadata manager",
+                    self.poison_cause
+                        .get()
+                        .map_or("cause not recorded", String::as_str)
+                ),
                 source: None,
             });
         }

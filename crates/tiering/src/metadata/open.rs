@@ -100,6 +100,7 @@ impl DurableRemoteLogMetadataManager {
             }),
             state: SharedMetadataState::new(state),
             poisoned: AtomicBool::new(false),
+            poison_cause: std::sync::OnceLock::new(),
             torn_event_cut,
             _lock: lock,
         })

@@ -1,6 +1,8 @@
 //! Copy planning: which local segments to copy, which stale attempts to clean, and the first
 //! hole copying must not pass.
 
+use std::ops::RangeInclusive;
+
 use krabka_remote_storage::RemoteLogSegmentState;
 
 use super::{LocalSegment, RemoteSegment, covers, is_safely_remote};
@@ -58,11 +60,30 @@ pub fn stale_attempts<Id>(
         .collect()
 }
 
+/// The holes of `holes` (seqs a repair moved aside) that no acceptance of `accepted` covers:
+/// those that may still block copying ([`hole_barrier`]) and local retention. An accepted hole
+/// (`krabka repair DIR --accept-hole`) is one the user declared lost: nothing waits for it.
+pub fn blocking_holes(
+    holes: &[RangeInclusive<u64>],
+    accepted: &[RangeInclusive<u64>],
+) -> Vec<RangeInclusive<u64>> {
+    holes
+        .iter()
+        .filter(|h| {
+            !accepted
+                .iter()
+                .any(|a| a.start() <= h.start() && h.end() <= a.end())
+        })
+        .cloned()
+        .collect()
+}
+
 /// The first seq copying must not pass: the start of the first hole (seqs a repair moved
 /// aside) that no finished remote segment covers. Segments at or after it are not copied, and
-/// local retention never deletes past it. `None` when no hole blocks.
+/// local retention never deletes past it. `None` when no hole blocks. Pass the holes
+/// [`blocking_holes`] leaves: an accepted hole blocks nothing.
 pub fn hole_barrier<Id>(
-    holes: &[std::ops::RangeInclusive<u64>],
+    holes: &[RangeInclusive<u64>],
     remote: &[RemoteSegment<Id>],
 ) -> Option<u64> {
     let finished = || {
@@ -144,6 +165,24 @@ mod tests {
         assert_eq!(hole_barrier(&[5..=15, 25..=26], &r), Some(25));
         assert_eq!(hole_barrier(&[40..=41, 18..=22], &r), Some(18));
         assert_eq!(hole_barrier::<u32>(&[], &r), None);
+    }
+
+    #[test]
+    fn an_accepted_hole_blocks_nothing_and_a_partly_accepted_one_still_blocks() {
+        let holes = [5..=5, 9..=12, 20..=20];
+        assert_eq!(blocking_holes(&holes, &[]), holes.to_vec());
+        assert_eq!(
+            blocking_holes(&holes, &[5..=5, 9..=10]),
+            vec![9..=12, 20..=20]
+        );
+        assert_eq!(
+            blocking_holes(&holes, &[1..=30]),
+            Vec::<RangeInclusive<u64>>::new()
+        );
+        let r = [remote(1, 1, 4, CopySegmentFinished)];
+        let blocking = blocking_holes(&holes, &[5..=5, 9..=12]);
+        assert_eq!(hole_barrier(&blocking, &r), Some(20));
+        assert_eq!(hole_barrier(&holes, &r), Some(5));
     }
 
     proptest! {

@@ -17,8 +17,8 @@
 //! assert_eq!(segments_to_copy(&local, &remote, 0, Some(25)), vec![0, 1]);
 //! ```
 //!
-//! One module per decision: [`segments_to_copy`], [`stale_attempts`] and [`hole_barrier`]
-//! plan copies; [`local_keep_from`] and [`remote_to_delete`] apply retention; [`continuity`]
+//! One module per decision: [`segments_to_copy`], [`stale_attempts`], [`blocking_holes`] and
+//! [`hole_barrier`] plan copies; [`local_keep_from`] and [`remote_to_delete`] apply retention; [`continuity`]
 //! checks that a local log continues the remote tier; [`push_leader_epoch`] and
 //! [`segment_leader_epochs`] keep the leader epoch history.
 
@@ -32,7 +32,7 @@ mod retention;
 mod testutil;
 
 pub use continuity::{Continuity, Mismatch, continuity};
-pub use copy::{hole_barrier, segments_to_copy, stale_attempts};
+pub use copy::{blocking_holes, hole_barrier, segments_to_copy, stale_attempts};
 pub use epochs::{push_leader_epoch, segment_leader_epochs};
 pub use retention::{LocalLimits, RetentionLimits, local_keep_from, remote_to_delete};
 

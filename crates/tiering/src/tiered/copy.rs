@@ -263,8 +263,9 @@ impl TieredLog {
     }
 
     /// The closed, committed local segments without a finished copy, oldest first, up to the
-    /// first hole a repair left that no finished remote segment covers (reported in `report`,
-    /// which also gets the round's [`TieringReport::copy_blocked_at`]).
+    /// first hole a repair left that no finished remote segment covers and the user did not
+    /// accept (`Log::accept_holes`; reported in `report`, which also gets the round's
+    /// [`TieringReport::copy_blocked_at`]).
     pub(crate) fn copy_plan(&self, report: &mut TieringReport) -> Result<Vec<SegmentInfo>, Error> {
         let segs = self.log.segments();
         let local: Vec<LocalSegment> = segs.iter().map(local_segment).collect();
@@ -279,7 +280,13 @@ impl TieredLog {
         );
         let quarantined = self.log.quarantined();
         let holes: Vec<RangeInclusive<u64>> = quarantined.iter().map(|(r, _)| r.clone()).collect();
-        let barrier = policy::hole_barrier(&holes, &view);
+        let accepted: Vec<RangeInclusive<u64>> = self
+            .log
+            .accepted_holes()
+            .iter()
+            .map(|a| a.first_seq..=a.last_seq)
+            .collect();
+        let barrier = policy::hole_barrier(&policy::blocking_holes(&holes, &accepted), &view);
         self.blocked_at
             .store(barrier.unwrap_or(NOT_BLOCKED), Ordering::Release);
         report.copy_blocked_at = barrier;
@@ -289,7 +296,14 @@ impl TieredLog {
             let e = Error::DamagedSegment {
                 path: path.clone(),
                 position: 0,
-                reason: "a repair moved these seqs aside and no remote segment holds them".into(),
+                reason: format!(
+                    "a repair moved these seqs aside and no remote segment holds them; restore \
+                     them, or accept their loss with `krabka repair {} --accept-hole {}..={}` \
+                     and tiering goes on past them",
+                    self.log.dir().display(),
+                    range.start(),
+                    range.end()
+                ),
                 first_seq: *range.start(),
                 last_seq: *range.end(),
             };

@@ -26,6 +26,11 @@ impl TieredLog {
         let segs = self.log.segments();
         let holes: Vec<RangeInclusive<u64>> =
             self.log.quarantined().into_iter().map(|(r, _)| r).collect();
+        // An accepted hole holds nothing to keep: retention passes it like a copied segment.
+        let accepted: Vec<RangeInclusive<u64>> = (self.log.accepted_holes().iter())
+            .map(|a| a.first_seq..=a.last_seq)
+            .collect();
+        let holes = policy::blocking_holes(&holes, &accepted);
         let mut local: Vec<LocalSegment> = segs.iter().map(local_segment_on_disk).collect();
         local.extend(hole_segments(&holes));
         let blocked_at = self.blocked_at.load(Ordering::Acquire);

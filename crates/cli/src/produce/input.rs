@@ -1,0 +1,217 @@
+//! The stdin side of `produce`: lines to messages, appended as they come or, with
+//! `--all-or-nothing`, only once the whole input is checked.
+
+use std::io::{BufRead, BufReader, BufWriter, Seek, Write};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+
+use krabka_protocol::Message;
+
+use super::{Appender, BATCH, Stop};
+use crate::{escape, human, interrupt};
+
+/// How each line of stdin becomes a message.
+pub struct LineFormat<'a> {
+    /// `--key-separator`: the key is what comes before its first occurrence.
+    pub key_separator: Option<&'a str>,
+    /// `--escaped`: key and value hold `krabka read`'s escapes, and a key `-` is no key.
+    pub escaped: bool,
+    /// The largest encoded message the log accepts.
+    pub max_message_bytes: u64,
+}
+
+impl LineFormat<'_> {
+    /// The message of one line (without its `\n`; a `\r` before it is part of the value).
+    ///
+    /// # Errors
+    /// Why the line is not a valid record: invalid UTF-8, a bad escape, too large.
+    pub fn message(&self, line: &[u8]) -> Result<Message, String> {
+        let line = std::str::from_utf8(line)
+            .map_err(|e| format!("invalid UTF-8 (byte {} of the line)", e.valid_up_to() + 1))?;
+        let (key, value) = match self.key_separator.and_then(|sep| line.split_once(sep)) {
+            Some((key, value)) => (Some(key), value),
+            None => (None, line),
+        };
+        let msg = if self.escaped {
+            let value = escape::unescape(value).map_err(|e| format!("in the value: {e}"))?;
+            let key = match key {
+                Some(k) => escape::unescape_key(k).map_err(|e| format!("in the key: {e}"))?,
+                None => None,
+            };
+            let msg = Message::new(value);
+            match key {
+                Some(k) => msg.with_key(k),
+                None => msg,
+            }
+        } else {
+            let msg = Message::new(value.to_owned());
+            match key {
+                Some(k) => msg.with_key(k.to_owned()),
+                None => msg,
+            }
+        };
+        let size = msg.encoded_len() as u64;
+        if size > self.max_message_bytes {
+            return Err(format!(
+                "a record of {} exceeds the largest accepted, {}",
+                human::bytes(size),
+                human::bytes(self.max_message_bytes)
+            ));
+        }
+        Ok(msg)
+    }
+}
+
+/// How long the stdin loop waits for a line before it looks for a signal again.
+const POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Reads stdin lines (each with its `\n`, when it has one) on their own thread, so that a
+/// signal stops a `produce` that waits for input (a terminal, an idle pipe) at once.
+fn stdin_lines() -> Receiver<std::io::Result<Vec<u8>>> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(BATCH);
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut input = stdin.lock();
+        loop {
+            let mut raw = Vec::new();
+            match input.read_until(b'\n', &mut raw) {
+                Ok(0) => break,
+                Ok(_) => {
+                    if tx.send(Ok(raw)).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    break;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// What the next read of stdin gave.
+enum Input {
+    /// A line, without its `\n`.
+    Line(Vec<u8>),
+    /// The end of the input.
+    End,
+    /// A signal came first.
+    Interrupted,
+}
+
+/// The next line of `lines` (`line_no` lines were read before it).
+fn next_line(lines: &Receiver<std::io::Result<Vec<u8>>>, line_no: u64) -> Result<Input, Stop> {
+    loop {
+        if interrupt::requested() {
+            return Ok(Input::Interrupted);
+        }
+        match lines.recv_timeout(POLL) {
+            Ok(Ok(mut raw)) => {
+                // Split at `\n` only: a `\r` before it belongs to the value.
+                if raw.last() == Some(&b'\n') {
+                    raw.pop();
+                }
+                return Ok(Input::Line(raw));
+            }
+            Ok(Err(e)) => {
+                return Err(Stop::Failed {
+                    what: format!("cannot read stdin: {e}"),
+                    at: Some(line_no.saturating_add(1)),
+                });
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return Ok(Input::End),
+        }
+    }
+}
+
+/// Appends stdin's lines in batches. At a bad line, a failed read of stdin or a signal, the
+/// lines before it (all valid) are appended first, then the command stops.
+pub fn read_stdin(appender: &mut Appender<'_>, format: &LineFormat<'_>) -> Result<(), Stop> {
+    let lines = stdin_lines();
+    let mut batch: Vec<Message> = Vec::with_capacity(BATCH);
+    let mut line_no = 0u64;
+    let stop = loop {
+        match next_line(&lines, line_no) {
+            Ok(Input::Line(raw)) => {
+                line_no = line_no.saturating_add(1);
+                match format.message(&raw) {
+                    Ok(msg) => batch.push(msg),
+                    Err(what) => {
+                        break Stop::Invalid {
+                            line: line_no,
+                            what,
+                        };
+                    }
+                }
+                if batch.len() == BATCH {
+                    appender.flush(&mut batch)?;
+                }
+            }
+            Ok(Input::End) => return appender.flush(&mut batch),
+            Ok(Input::Interrupted) => break Stop::Interrupted,
+            Err(stop) => break stop,
+        }
+    };
+    // Every line before the stop is whole and valid: append them, then stop.
+    appender.flush(&mut batch)?;
+    Err(stop)
+}
+
+/// `--all-or-nothing`: reads and checks every line of stdin, keeping them in a temporary file,
+/// and appends nothing when one is bad, stdin fails or a signal comes; then appends them all.
+pub fn read_all_or_nothing(
+    appender: &mut Appender<'_>,
+    format: &LineFormat<'_>,
+) -> Result<(), Stop> {
+    let spool_error = |e: std::io::Error, at: Option<u64>| Stop::Failed {
+        what: format!(
+            "cannot keep the input in a temporary file (under TMPDIR, {}) for --all-or-nothing: {e}",
+            std::env::temp_dir().display()
+        ),
+        at,
+    };
+    let mut spool = tempfile::tempfile().map_err(|e| spool_error(e, None))?;
+    let lines = stdin_lines();
+    let mut line_no = 0u64;
+    {
+        let mut copy = BufWriter::new(&mut spool);
+        loop {
+            match next_line(&lines, line_no)? {
+                Input::Line(raw) => {
+                    line_no = line_no.saturating_add(1);
+                    format.message(&raw).map_err(|what| Stop::Invalid {
+                        line: line_no,
+                        what,
+                    })?;
+                    copy.write_all(&raw)
+                        .and_then(|()| copy.write_all(b"\n"))
+                        .map_err(|e| spool_error(e, Some(line_no)))?;
+                }
+                Input::End => break,
+                Input::Interrupted => return Err(Stop::Interrupted),
+            }
+        }
+        copy.flush().map_err(|e| spool_error(e, None))?;
+    }
+    spool.rewind().map_err(|e| spool_error(e, None))?;
+    // Every line is valid: append them all.
+    let mut batch: Vec<Message> = Vec::with_capacity(BATCH);
+    for (i, raw) in (1u64..).zip(BufReader::new(spool).split(b'\n')) {
+        if interrupt::requested() {
+            appender.flush(&mut batch)?;
+            return Err(Stop::Interrupted);
+        }
+        let raw = raw.map_err(|e| spool_error(e, Some(i)))?;
+        let msg = format.message(&raw).map_err(|what| Stop::Failed {
+            what: format!("the temporary copy of the input changed: {what}"),
+            at: Some(i),
+        })?;
+        batch.push(msg);
+        if batch.len() == BATCH {
+            appender.flush(&mut batch)?;
+        }
+    }
+    appender.flush(&mut batch)
+}

@@ -1,0 +1,330 @@
+//! Walking every frame of a segment *file* for tools, streaming: memory stays under a fixed
+//! ceiling whatever the file holds (its size, a frame length field, a file that never ends).
+
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use super::decode::decode_message;
+use super::dump::DumpedFrame;
+use super::frame::{FRAME_HEADER_LEN, MIN_BODY_LEN, Parsed, frame_len, parse_frame};
+use crate::{DEFAULT_MAX_MESSAGE_BYTES, Error};
+
+/// Bytes read per step.
+const CHUNK: u64 = 1 << 20;
+
+/// The largest frame [`DumpFile`] decodes: a frame of the default
+/// [`Options::max_message_bytes`](crate::Options::max_message_bytes). A longer frame (a log
+/// configured for larger messages, or a damaged length field) is checked against its CRC in
+/// 1 MiB steps and reported without its message.
+pub const DUMP_DECODE_LIMIT: u64 = DEFAULT_MAX_MESSAGE_BYTES + FRAME_HEADER_LEN as u64;
+
+/// Iterator over every frame of a segment file, read in bounded steps; see
+/// [`DumpFile::open`].
+#[derive(Debug)]
+pub struct DumpFile {
+    file: File,
+    path: PathBuf,
+    len: u64,
+    pos: u64,
+    /// Bytes of the file from `chunk_at`.
+    chunk: Bytes,
+    chunk_at: u64,
+    done: bool,
+}
+
+impl DumpFile {
+    /// Opens the segment file at `path` for a frame-by-frame walk, like
+    /// [`dump_frames`](super::dump_frames) but never holding more than [`DUMP_DECODE_LIMIT`]
+    /// bytes of it (1 MiB at a time for frames up to that size). The walk covers the bytes
+    /// the file had when it was opened. A frame with a bad CRC is reported and skipped by its
+    /// length; the walk ends after a frame whose length field is below the minimum or runs
+    /// past the end of the file (reported with its byte position), and after an I/O error.
+    /// Frames longer than [`DUMP_DECODE_LIMIT`] are reported with their CRC status and no
+    /// message.
+    ///
+    /// ```
+    /// use krabka_protocol::Message;
+    /// use krabka_storage::segment::{DumpFile, encode_frame};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("00000000000000000001.log");
+    /// let mut buf = Vec::new();
+    /// encode_frame(1, &Message::new("a"), &mut buf);
+    /// encode_frame(2, &Message::new("b"), &mut buf);
+    /// std::fs::write(&path, &buf)?;
+    /// let frames: Vec<_> = DumpFile::open(&path)?.collect::<Result<_, _>>()?;
+    /// assert_eq!(frames.len(), 2);
+    /// assert!(frames.iter().all(|f| f.crc_ok && f.problem.is_none()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file cannot be opened, or is not a regular file (a directory, a
+    /// device such as `/dev/zero`, a pipe: never opened, so never waited on).
+    pub fn open(path: &Path) -> Result<DumpFile, Error> {
+        let not_regular = |kind: &str| {
+            Error::io(
+                path,
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{kind}, not a regular file (a segment's .log file)"),
+                ),
+            )
+        };
+        let meta = fs::metadata(path).map_err(|e| Error::io(path, e))?;
+        if !meta.is_file() {
+            return Err(not_regular(file_kind(&meta)));
+        }
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        if !meta.is_file() {
+            return Err(not_regular(file_kind(&meta)));
+        }
+        Ok(DumpFile {
+            file,
+            path: path.to_path_buf(),
+            len: meta.len(),
+            pos: 0,
+            chunk: Bytes::new(),
+            chunk_at: 0,
+            done: false,
+        })
+    }
+
+    /// The file's length when it was opened: the bytes the walk covers.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the file was empty when it was opened.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes `pos..pos + need` (which must lie within the file) as a slice of the chunk,
+    /// reading a new chunk of at least `need` bytes from `pos` when the current one ends
+    /// before.
+    fn bytes_at(&mut self, need: u64) -> Result<Bytes, Error> {
+        let end = self.chunk_at + self.chunk.len() as u64;
+        if self.pos < self.chunk_at || self.pos + need > end {
+            let want = need.max(CHUNK).min(self.len - self.pos);
+            let mut buf = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
+            self.file
+                .read_exact_at(&mut buf, self.pos)
+                .map_err(|e| Error::io(&self.path, e))?;
+            self.chunk = Bytes::from(buf);
+            self.chunk_at = self.pos;
+        }
+        let from = usize::try_from(self.pos - self.chunk_at).unwrap_or(usize::MAX);
+        let to = usize::try_from(need).map_or(usize::MAX, |n| from.saturating_add(n));
+        Ok(self
+            .chunk
+            .slice(from.min(self.chunk.len())..to.min(self.chunk.len())))
+    }
+
+    /// The next frame, or `None` at the end of the walk.
+    fn step(&mut self) -> Result<Option<DumpedFrame>, Error> {
+        if self.done || self.pos >= self.len {
+            return Ok(None);
+        }
+        let rest = self.len - self.pos;
+        let head = self.bytes_at(rest.min(FRAME_HEADER_LEN as u64))?;
+        let mut out = DumpedFrame {
+            position: self.pos,
+            frame_len: rest,
+            seq: head
+                .get(8..16)
+                .and_then(|s| <[u8; 8]>::try_from(s).ok())
+                .map(u64::from_le_bytes),
+            crc_ok: false,
+            message: None,
+            problem: None,
+        };
+        let total = frame_len(&head).map(|n| n as u64);
+        let body = total.map_or(0, |n| n - 8);
+        match total {
+            Some(n) if head.len() == FRAME_HEADER_LEN && body >= MIN_BODY_LEN as u64 => {
+                out.frame_len = n;
+                if n > rest {
+                    out.problem = Some(format!(
+                        "the frame's length field says {n} bytes but {rest} bytes are left in \
+                         the file (a torn write, or a damaged length field)"
+                    ));
+                    self.done = true;
+                } else if n <= DUMP_DECODE_LIMIT {
+                    self.decoded(&mut out, n)?;
+                } else {
+                    self.crc_checked(&mut out, &head, n)?;
+                }
+            }
+            Some(n) if head.len() == FRAME_HEADER_LEN => {
+                out.frame_len = n;
+                out.problem = Some(format!(
+                    "frame length {body} is below the minimum {MIN_BODY_LEN}"
+                ));
+                self.done = true;
+            }
+            _ => {
+                out.problem = Some(format!("incomplete frame: {rest} bytes left at the end"));
+                self.done = true;
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// The frame of `n` bytes at `pos`, read whole and decoded.
+    fn decoded(&mut self, out: &mut DumpedFrame, n: u64) -> Result<(), Error> {
+        let frame = self.bytes_at(n)?;
+        match parse_frame(&frame) {
+            Parsed::Frame(f) => {
+                out.crc_ok = true;
+                match decode_message(&frame, f.message) {
+                    Ok(m) => out.message = Some(m),
+                    Err(reason) => out.problem = Some(reason),
+                }
+            }
+            Parsed::Bad(reason) => out.problem = Some(reason),
+            Parsed::Incomplete => {
+                out.problem = Some(format!("incomplete frame: {n} bytes"));
+                self.done = true;
+            }
+        }
+        self.pos += n;
+        Ok(())
+    }
+
+    /// The frame of `n` bytes at `pos`, longer than [`DUMP_DECODE_LIMIT`]: its CRC computed in
+    /// steps of 1 MiB, its message not decoded.
+    fn crc_checked(&mut self, out: &mut DumpedFrame, head: &[u8], n: u64) -> Result<(), Error> {
+        let stored = head
+            .get(4..8)
+            .and_then(|s| <[u8; 4]>::try_from(s).ok())
+            .map_or(0, u32::from_le_bytes);
+        let mut hasher = crc32fast::Hasher::new();
+        let mut buf = vec![0u8; CHUNK as usize];
+        let (mut at, end) = (self.pos + 8, self.pos + n);
+        while at < end {
+            let step = usize::try_from((end - at).min(CHUNK)).unwrap_or(buf.len());
+            let part = buf.get_mut(..step).unwrap_or_default();
+            self.file
+                .read_exact_at(part, at)
+                .map_err(|e| Error::io(&self.path, e))?;
+            hasher.update(part);
+            at += step as u64;
+        }
+        let actual = hasher.finalize();
+        out.crc_ok = actual == stored;
+        if !out.crc_ok {
+            out.problem = Some(format!(
+                "CRC mismatch: stored {stored:#010x}, computed {actual:#010x}"
+            ));
+        }
+        self.pos += n;
+        Ok(())
+    }
+}
+
+impl Iterator for DumpFile {
+    type Item = Result<DumpedFrame, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let step = self.step();
+        if step.is_err() {
+            self.done = true;
+        }
+        step.transpose()
+    }
+}
+
+/// What kind of file `meta` describes, for an error message.
+fn file_kind(meta: &fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a pipe"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segment::test_frames as frames;
+
+    fn walk(bytes: &[u8]) -> Vec<DumpedFrame> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000001.log");
+        fs::write(&path, bytes).unwrap();
+        DumpFile::open(&path)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_file_walks_like_its_bytes_and_an_absurd_length_ends_the_walk_naming_its_byte() {
+        let mut buf = frames(1..=5);
+        let second = frame_len(&buf).unwrap();
+        buf[second + 17] ^= 1;
+        let from_bytes: Vec<_> = crate::segment::dump_frames(Bytes::from(buf.clone())).collect();
+        assert_eq!(walk(&buf), from_bytes);
+        // A length field of 4 GiB at the last frame: reported there, nothing allocated for it.
+        let last = frames(1..=4).len();
+        buf[last..last + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let walked = walk(&buf);
+        assert_eq!(walked.len(), 5);
+        let bad = walked.last().unwrap();
+        assert_eq!(bad.position, last as u64);
+        assert!(
+            bad.problem.as_ref().unwrap().contains("length field"),
+            "{bad:?}"
+        );
+        // Zeros: one frame of length 0, then the end.
+        let zeros = walk(&[0u8; 100]);
+        assert_eq!(zeros.len(), 1);
+        assert!(
+            zeros[0]
+                .problem
+                .as_ref()
+                .unwrap()
+                .contains("below the minimum")
+        );
+    }
+
+    #[test]
+    fn a_frame_over_the_decode_limit_is_crc_checked_without_its_message() {
+        let msg = krabka_protocol::Message::new(vec![7u8; DUMP_DECODE_LIMIT as usize]);
+        let mut buf = Vec::new();
+        crate::segment::encode_frame(1, &msg, &mut buf);
+        crate::segment::encode_frame(2, &krabka_protocol::Message::new("b"), &mut buf);
+        let walked = walk(&buf);
+        assert_eq!(walked.len(), 2);
+        assert!(walked[0].crc_ok && walked[0].message.is_none() && walked[0].problem.is_none());
+        assert!(walked[1].message.is_some());
+        buf[100] ^= 1;
+        assert!(!walk(&buf)[0].crc_ok);
+    }
+
+    #[test]
+    fn devices_and_directories_are_refused_before_they_are_read() {
+        for path in ["/dev/zero", "/"] {
+            assert!(matches!(
+                DumpFile::open(Path::new(path)),
+                Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::InvalidInput
+            ));
+        }
+    }
+}
