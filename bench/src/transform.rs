@@ -351,7 +351,7 @@ fn measure(
             .collect();
         log.append_batch(&batch)?;
     }
-    log.log().roll()?;
+    log.roll()?;
     let start = Instant::now();
     let report = log.run_once()?;
     let upload_secs = start.elapsed().as_secs_f64();

@@ -77,7 +77,7 @@ impl Prepared {
             )?,
         };
         fill(|m| Ok(log.append_batch(m).map(drop)?), s)?;
-        log.log().roll()?;
+        log.roll()?;
         let segments = log
             .log()
             .segments()

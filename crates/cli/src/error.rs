@@ -324,14 +324,14 @@ pub fn io_hint(kind: std::io::ErrorKind, raw: Option<i32>) -> Option<&'static st
 
 /// Prints what opening a log found and did (its [`RecoveryReport`](krabka_storage::RecoveryReport),
 /// one line per item) on stderr; nothing when there is nothing to say. The files a tiered log
-/// keeps next to its segments (`remote-metadata/`, the retention checkpoint, the topic file)
+/// keeps next to its segments (`remote-metadata/`, the retention point's file, the topic file)
 /// are not news.
 pub fn print_recovery(report: &krabka_storage::RecoveryReport) {
     let mut report = report.clone();
     report.ignored_files.retain(|p| {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         name != crate::tiered::METADATA_DIR
-            && !name.starts_with(krabka_tiering::LOG_START_FILE)
+            && !name.starts_with(krabka_tiering::RETENTION_POINT_FILE)
             && name != crate::tiered::topic::TOPIC_FILE
             && name != format!("{}.tmp", crate::tiered::topic::TOPIC_FILE)
             && !name.starts_with(krabka_tiering::BINDING_FILE)

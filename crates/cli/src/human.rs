@@ -1,21 +1,13 @@
-//! Sizes, rates, counts and durations as a person reads them.
+//! Sizes, rates, counts and durations as a person reads them. Sizes and counts are
+//! indicatif's formatters (the progress bars' own), so every number reads the same way.
 
 use std::time::Duration;
 
-/// `1536` → `1.5 KiB`; bytes below 1 KiB are shown exactly (`512 B`).
+use indicatif::{HumanBytes, HumanCount};
+
+/// `1536` → `1.50 KiB`; bytes below 1 KiB are shown exactly (`512 B`).
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    let name = UNITS.get(unit).copied().unwrap_or("EiB");
-    format!("{value:.1} {name}")
+    HumanBytes(n).to_string()
 }
 
 /// Bytes per second over `elapsed` (`0 B/s` for a zero duration).
@@ -36,15 +28,7 @@ pub fn per_second(n: u64, elapsed: Duration) -> f64 {
 
 /// `1234567` → `1,234,567`.
 pub fn count(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    HumanCount(n).to_string()
 }
 
 /// `1.234 s`, `56 ms`, `2m 5s`.
@@ -118,9 +102,11 @@ mod tests {
     #[test]
     fn sizes_rates_and_counts_read_naturally() {
         assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(1536), "1.5 KiB");
-        assert_eq!(bytes(3 << 20), "3.0 MiB");
-        assert_eq!(rate(2 << 20, Duration::from_secs(2)), "1.0 MiB/s");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1536), "1.50 KiB");
+        assert_eq!(bytes(3 << 20), "3.00 MiB");
+        assert_eq!(bytes(u64::MAX), "16.00 EiB");
+        assert_eq!(rate(2 << 20, Duration::from_secs(2)), "1.00 MiB/s");
         assert_eq!(rate(5, Duration::ZERO), "0 B/s");
         assert_eq!(count(0), "0");
         assert_eq!(count(1234567), "1,234,567");

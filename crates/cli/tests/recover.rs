@@ -157,3 +157,104 @@ fn one_damaged_remote_segment_costs_only_its_own_seqs_and_every_read_says_so() {
         "records after the hole were read"
     );
 }
+
+#[test]
+fn a_damaged_last_remote_segment_is_a_hole_and_its_seqs_are_never_given_again() {
+    let work = tempfile::tempdir().unwrap();
+    let log = work.path().join("a").join("orders");
+    let remote_dir = work.path().join("remote");
+    let remote = format!("fs://{}", remote_dir.display());
+    let log_s = log.to_str().unwrap();
+    krabka(&[
+        "produce",
+        log_s,
+        "--generate",
+        "2000",
+        "--segment-bytes",
+        "32KiB",
+    ]);
+    krabka(&[
+        "tier",
+        log_s,
+        "--remote",
+        &remote,
+        "--local-retention-bytes",
+        "0",
+    ]);
+    let part = std::fs::read_dir(&remote_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .unwrap();
+    let mut logs: Vec<_> = std::fs::read_dir(&part)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    let newest = logs.last().unwrap();
+    let bytes = std::fs::read(newest).unwrap();
+    std::fs::write(newest, &bytes[..bytes.len() - 5]).unwrap();
+    let lost = work.path().join("b").join("orders");
+    let lost_s = lost.to_str().unwrap();
+    let out = krabka(&["recover", lost_s, "--remote", &remote]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let hole_line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("hole"))
+        .unwrap_or_else(|| panic!("no hole reported: {stdout}"));
+    let (from, to) = hole_line
+        .split("seqs ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|r| r.split_once("..="))
+        .map(|(a, b)| (a.parse::<u64>().unwrap(), b.parse::<u64>().unwrap()))
+        .unwrap();
+    // The newest segment held the last seqs the writer acknowledged.
+    let tiered_end = std::fs::read_dir(&log)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_suffix(".log")?.parse::<u64>().ok()
+        })
+        .max()
+        .unwrap();
+    assert_eq!(to + 1, tiered_end, "{stdout}");
+    assert!(from <= to && from > 1, "{stdout}");
+    // A record appended to the recovered log gets the seq after the lost ones: never reused.
+    let mut produce = Command::new(env!("CARGO_BIN_EXE_krabka"))
+        .args(["produce", lost_s])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        produce.stdin.take().unwrap().write_all(b"after\n").unwrap();
+    }
+    let produced = produce.wait_with_output().unwrap();
+    assert!(
+        produced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&produced.stderr)
+    );
+    let read = Command::new(env!("CARGO_BIN_EXE_krabka"))
+        .args(["read", lost_s, "--remote", &remote])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&read.stderr);
+    assert_eq!(read.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("seqs {from}..={to} are lost")),
+        "{stderr}"
+    );
+    let printed = String::from_utf8_lossy(&read.stdout);
+    let last = printed.lines().last().unwrap();
+    assert!(last.starts_with(&format!("{}\t", to + 1)), "{last}");
+    assert!(last.ends_with("\tafter"), "{last}");
+    assert_eq!(printed.lines().count() as u64, from, "{printed}");
+}

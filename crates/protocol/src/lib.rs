@@ -64,8 +64,10 @@ impl Header {
 }
 
 /// Milliseconds since the Unix epoch now, by the system's wall clock (negative before 1970;
-/// saturating at the ends of `i64`).
-pub fn now_ms() -> i64 {
+/// saturating at the ends of `i64`): the stamp of [`Message::new`]. Private: the workspace's
+/// one public clock is `krabka_remote_storage::now_ms` (the same reading); this crate depends
+/// on no other krabka crate, so it keeps these few lines of its own.
+fn now_ms() -> i64 {
     use std::time::{SystemTime, UNIX_EPOCH};
     match SystemTime::now().duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
@@ -88,16 +90,18 @@ pub struct Message {
 
 impl Message {
     /// Creates a message with the given value, stamped with the current wall-clock time
-    /// ([`now_ms`]), no key and no headers. [`with_timestamp`](Self::with_timestamp) overrides
+    /// (milliseconds since the Unix epoch), no key and no headers. [`with_timestamp`](Self::with_timestamp) overrides
     /// the stamp (for example with an event time); a caller that always sets its own
     /// timestamps can skip the clock read with a literal:
     /// `Message { timestamp, value, ..Message::default() }`.
     ///
     /// ```
-    /// use krabka_protocol::{Message, now_ms};
-    /// let before = now_ms();
+    /// use std::time::{SystemTime, UNIX_EPOCH};
+    /// use krabka_protocol::Message;
+    /// let now = || SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64);
+    /// let before = now().unwrap();
     /// let m = Message::new("v");
-    /// assert!(m.timestamp >= before && m.timestamp <= now_ms());
+    /// assert!(m.timestamp >= before && m.timestamp <= now().unwrap());
     /// assert_eq!(Message::new("v").with_timestamp(7).timestamp, 7);
     /// ```
     pub fn new(value: impl Into<Bytes>) -> Self {

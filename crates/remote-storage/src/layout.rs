@@ -83,7 +83,7 @@ fn stem(start: u64, id: uuid::Uuid) -> String {
 
 /// The key of one of a segment's objects from its parts: `<dir>/<stem><suffix>`, where `dir`
 /// is the [`partition_dir`] and `suffix` one of [`LOG_SUFFIX`], [`MANIFEST_SUFFIX`] or an
-/// [`IndexType::suffix`]. The inverse of [`parse_segment_file_name`] below `dir`; for listings
+/// [`IndexType::suffix`]. The inverse of [`parse_segment_object_name`] below `dir`; for listings
 /// that know a segment only by its start and uuid.
 pub fn segment_object_key(dir: &str, start: u64, id: uuid::Uuid, suffix: &str) -> String {
     format!("{dir}/{}{suffix}", stem(start, id))
@@ -203,7 +203,8 @@ pub fn parse_partition_dir(name: &str) -> Option<TopicIdPartition> {
 
 /// What a file (object) name below a partition directory is, as the layout writes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SegmentFile {
+#[non_exhaustive]
+pub enum SegmentObject {
     /// The segment's manifest.
     Manifest,
     /// The segment's `.log` data.
@@ -216,8 +217,10 @@ pub enum SegmentFile {
 
 /// Parses a file (object) name below a partition directory:
 /// `<20-digit start offset>-<segment uuid><suffix>`. Returns the start offset, the segment
-/// uuid and what the file is, or `None` for a name the layout never writes.
-pub fn parse_segment_file_name(name: &str) -> Option<(u64, uuid::Uuid, SegmentFile)> {
+/// uuid and what the object is, or `None` for a name the layout never writes. An object
+/// name, not a local log's segment file name (`<20-digit base seq>.<extension>`), which this
+/// crate does not know.
+pub fn parse_segment_object_name(name: &str) -> Option<(u64, uuid::Uuid, SegmentObject)> {
     let digits = name.get(..20)?;
     if !digits.bytes().all(|b| b.is_ascii_digit()) || name.get(20..21)? != "-" {
         return None;
@@ -230,13 +233,13 @@ pub fn parse_segment_file_name(name: &str) -> Option<(u64, uuid::Uuid, SegmentFi
     }
     let suffix = name.get(57..)?;
     let kind = if suffix == MANIFEST_SUFFIX {
-        SegmentFile::Manifest
+        SegmentObject::Manifest
     } else if suffix == LOG_SUFFIX {
-        SegmentFile::Log
+        SegmentObject::Log
     } else if let Some(t) = IndexType::ALL.into_iter().find(|t| t.suffix() == suffix) {
-        SegmentFile::Index(t)
+        SegmentObject::Index(t)
     } else if suffix.contains(".tmp-") {
-        SegmentFile::Temporary
+        SegmentObject::Temporary
     } else {
         return None;
     };
@@ -382,21 +385,21 @@ mod tests {
         let key = manifest_key(&m).unwrap();
         let name = key.rsplit('/').next().unwrap();
         assert_eq!(
-            parse_segment_file_name(name),
-            Some((42, seg, SegmentFile::Manifest))
+            parse_segment_object_name(name),
+            Some((42, seg, SegmentObject::Manifest))
         );
         for (i, k) in all_keys(&m).unwrap().iter().enumerate() {
             let name = k.rsplit('/').next().unwrap();
-            let (start, id, kind) = parse_segment_file_name(name).unwrap();
+            let (start, id, kind) = parse_segment_object_name(name).unwrap();
             assert_eq!((start, id), (42, seg));
-            assert_eq!(kind == SegmentFile::Manifest, i == 6);
+            assert_eq!(kind == SegmentObject::Manifest, i == 6);
         }
         let tmp = format!("{name}.tmp-12-3");
         assert_eq!(
-            parse_segment_file_name(&tmp).map(|p| p.2),
-            Some(SegmentFile::Temporary)
+            parse_segment_object_name(&tmp).map(|p| p.2),
+            Some(SegmentObject::Temporary)
         );
-        assert_eq!(parse_segment_file_name("junk"), None);
+        assert_eq!(parse_segment_object_name("junk"), None);
         let dir = partition_dir(m.topic_id_partition()).unwrap();
         assert_eq!(
             parse_partition_dir(&dir).as_ref(),
@@ -408,7 +411,7 @@ mod tests {
             Some(dashed)
         );
         assert_eq!(parse_partition_dir("orders-3"), None);
-        assert_eq!(parse_segment_file_name(&format!("{name}x")), None);
+        assert_eq!(parse_segment_object_name(&format!("{name}x")), None);
     }
 
     #[test]

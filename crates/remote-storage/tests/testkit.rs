@@ -1,12 +1,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The conformance kit against the in-memory reference backend, `FaultInjecting`, and
-//! `Instrumented` (counters, per-method delays and the hook).
+//! `Counting` (counters, per-method delays and the hook).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use krabka_remote_storage::testkit::{
-    self, CallCounts, FaultInjecting, Faults, InMemoryRemoteStorage, Instrumented, Method,
+    self, CallCounts, Counting, FaultInjecting, Faults, InMemoryRemoteStorage, Method,
 };
 use krabka_remote_storage::*;
 use parking_lot::Mutex;
@@ -235,7 +235,7 @@ fn the_kit_passes_through_a_disabled_fault_injector() {
 fn counts_every_call_and_the_bytes_fetched_and_take_resets() {
     let dir = tempfile::tempdir().unwrap();
     let (m, d) = small_segment(dir.path());
-    let rsm = Instrumented::new(InMemoryRemoteStorage::new());
+    let rsm = Counting::new(InMemoryRemoteStorage::new());
     rsm.copy_log_segment_data(&m, &d).unwrap();
     assert_eq!(rsm.fetch_log_segment(&m, 2, Some(5)).unwrap().len(), 4);
     rsm.fetch_log_segment(&m, 0, None).unwrap();
@@ -272,7 +272,7 @@ fn counts_every_call_and_the_bytes_fetched_and_take_resets() {
 fn delays_only_the_chosen_methods() {
     let dir = tempfile::tempdir().unwrap();
     let (m, d) = small_segment(dir.path());
-    let rsm = Instrumented::new(InMemoryRemoteStorage::new())
+    let rsm = Counting::new(InMemoryRemoteStorage::new())
         .with_delay(&[Method::FetchLogSegment], Duration::from_secs(2));
     // The undelayed calls take far less than the delay (a loaded machine still finishes two
     // in-memory calls well inside 2 s); the delayed one takes at least the delay.
@@ -292,7 +292,7 @@ fn the_hook_sees_each_call_and_its_error_fails_the_call_before_the_inner_store()
     let inner = Arc::new(InMemoryRemoteStorage::new());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
-    let rsm = Instrumented::new(inner.clone())
+    let rsm = Counting::new(inner.clone())
         .with_delay(&[Method::DeleteLogSegmentData], Duration::from_secs(10))
         .with_hook(move |call| {
             log.lock().push((call.method, call.metadata.start_offset()));
@@ -326,7 +326,7 @@ fn the_hook_sees_each_call_and_its_error_fails_the_call_before_the_inner_store()
 
 #[test]
 fn the_kit_passes_through_it() {
-    let rsm = Instrumented::new(InMemoryRemoteStorage::new());
+    let rsm = Counting::new(InMemoryRemoteStorage::new());
     testkit::each_index_type_round_trips(&rsm);
     let c = rsm.counts();
     assert!(

@@ -1,10 +1,11 @@
 //! Decoded segment headers (chunk table and unwrapped data key), kept per copy so a read
 //! after the first costs only the chunks it needs.
 
-use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use krabka_remote_storage::RemoteLogSegmentId;
+use lru::LruCache;
 use parking_lot::Mutex;
 
 use crate::crypto::DataKey;
@@ -23,65 +24,41 @@ pub(crate) struct OpenSegment {
 /// another digest, so it never meets a stale entry).
 pub(crate) type CacheKey = (RemoteLogSegmentId, [u8; 16]);
 
-/// A small LRU of [`OpenSegment`]s.
+/// At most `capacity` [`OpenSegment`]s, least recently used dropped first (bounded by count:
+/// a header's size is about its chunk table's). Capacity 0 keeps nothing.
 #[derive(Debug)]
 pub(crate) struct SegmentCache {
-    capacity: usize,
-    state: Mutex<State>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    tick: u64,
-    entries: HashMap<CacheKey, (u64, Arc<OpenSegment>)>,
+    /// `None` when the capacity is 0.
+    entries: Option<Mutex<LruCache<CacheKey, Arc<OpenSegment>>>>,
 }
 
 impl SegmentCache {
     pub fn new(capacity: usize) -> Self {
         Self {
-            capacity,
-            state: Mutex::new(State::default()),
+            entries: NonZeroUsize::new(capacity).map(|cap| Mutex::new(LruCache::new(cap))),
         }
     }
 
     pub fn get(&self, key: &CacheKey) -> Option<Arc<OpenSegment>> {
-        let mut s = self.state.lock();
-        s.tick += 1;
-        let tick = s.tick;
-        s.entries.get_mut(key).map(|(used, v)| {
-            *used = tick;
-            Arc::clone(v)
-        })
+        self.entries.as_ref()?.lock().get(key).map(Arc::clone)
     }
 
     pub fn insert(&self, key: CacheKey, value: Arc<OpenSegment>) {
-        if self.capacity == 0 {
-            return;
+        if let Some(entries) = &self.entries {
+            entries.lock().put(key, value);
         }
-        let mut s = self.state.lock();
-        s.tick += 1;
-        let tick = s.tick;
-        if !s.entries.contains_key(&key) && s.entries.len() >= self.capacity {
-            let oldest = s
-                .entries
-                .iter()
-                .min_by_key(|(_, (used, _))| *used)
-                .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                s.entries.remove(&oldest);
-            }
-        }
-        s.entries.insert(key, (tick, value));
     }
 
     /// Drops every copy of `segment` (on delete and re-copy).
     pub fn forget(&self, segment: &RemoteLogSegmentId) {
-        self.state.lock().entries.retain(|(id, _), _| id != segment);
+        if let Some(entries) = &self.entries {
+            entries.lock().retain(|(id, _), _| id != segment);
+        }
     }
 
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.state.lock().entries.len()
+        self.entries.as_ref().map_or(0, |e| e.lock().len())
     }
 }
 

@@ -63,7 +63,7 @@ pub use config::{
 pub use error::TransformError;
 pub use keyfile::{MAX_KEY_DIR_ENTRIES, MAX_KEY_FILE_LEN};
 pub use keys::{KeyId, KeyProvider, KeyRing, MASTER_KEY_LEN, MasterKey};
-pub use transforming::{SegmentInfo, Transforming};
+pub use transforming::{TransformedSegmentInfo, Transforming};
 
 #[doc(no_inline)]
 pub use krabka_remote_storage::RemoteStorageManager;

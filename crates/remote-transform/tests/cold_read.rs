@@ -1,5 +1,5 @@
 //! What a cold read costs: requests and bytes that reach the inner store, counted by
-//! `testkit::Instrumented` underneath the decorator. A 1-record read is one index request plus one chunk request, or,
+//! `testkit::Counting` underneath the decorator. A 1-record read is one index request plus one chunk request, or,
 //! straight to the data, one small header request plus one chunk request.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -8,7 +8,7 @@ mod support;
 use std::sync::Arc;
 
 use krabka_remote_fs::FsRemoteStorage;
-use krabka_remote_storage::testkit::Instrumented;
+use krabka_remote_storage::testkit::Counting;
 use krabka_remote_storage::{IndexType, RemoteStorageManager};
 use krabka_remote_transform::Transforming;
 use support::*;
@@ -21,13 +21,13 @@ fn setup(
     text: bool,
 ) -> (
     tempfile::TempDir,
-    Arc<Instrumented<Arc<FsRemoteStorage>>>,
+    Arc<Counting<Arc<FsRemoteStorage>>>,
     Segment,
     krabka_remote_storage::RemoteLogSegmentMetadata,
 ) {
     let root = tempfile::tempdir().unwrap();
     let fs = Arc::new(FsRemoteStorage::new(root.path()).unwrap());
-    let counting = Arc::new(Instrumented::new(fs));
+    let counting = Arc::new(Counting::new(fs));
     let s = segment_of(
         &tp(),
         None,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use krabka_remote_storage::{RemoteLogSegmentId, RemoteStorageError};
 
+use crate::fd_limit::{emfile, is_fd_exhaustion, open_files_limit};
 use crate::policy::Mismatch;
 
 /// What went wrong in a [`TieredLog`](crate::TieredLog), with the segment and seq involved.
@@ -395,45 +396,10 @@ pub enum Error {
     },
 }
 
-/// `EMFILE` and `ENFILE` on Linux and the BSDs.
-const EMFILE: i32 = 24;
-const ENFILE: i32 = 23;
-
-/// Whether `e` says the process (or system) is out of file descriptors.
-pub(crate) fn is_fd_exhaustion(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(EMFILE | ENFILE))
-}
-
-/// The limit the last successful [`open_files_limit`] read (0: none yet).
-static LAST_OPEN_FILES_LIMIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// The process's soft `RLIMIT_NOFILE`, read from `/proc/self/limits` (Linux); `None` elsewhere.
-/// Reading it takes a descriptor, so when the process has none left the value read last is
-/// returned (every [`TieredLog`](crate::TieredLog) and
-/// [`TieringService`](crate::TieringService) reads it once when it is created).
-pub fn open_files_limit() -> Option<u64> {
-    use std::sync::atomic::Ordering;
-    let read = || -> Option<u64> {
-        let text = std::fs::read_to_string("/proc/self/limits").ok()?;
-        let line = text.lines().find(|l| l.starts_with("Max open files"))?;
-        line.split_whitespace().nth(3)?.parse().ok()
-    };
-    match read() {
-        Some(limit) => {
-            LAST_OPEN_FILES_LIMIT.store(limit, Ordering::Relaxed);
-            Some(limit)
-        }
-        None => Some(LAST_OPEN_FILES_LIMIT.load(Ordering::Relaxed)).filter(|&l| l != 0),
-    }
-}
-
-/// Reads the descriptor limit once, while descriptors are still to be had, so that an error
-/// when they run out can name it.
-pub(crate) fn note_open_files_limit() {
-    if LAST_OPEN_FILES_LIMIT.load(std::sync::atomic::Ordering::Relaxed) == 0 {
-        let _ = open_files_limit();
-    }
-}
+/// Nothing to do any more: the limit is read with `getrlimit`, which needs no descriptor, so
+/// it no longer has to be read ahead of time. Kept only for the call in `service/`, which is
+/// being rewritten; remove both together.
+pub(crate) fn note_open_files_limit() {}
 
 fn at_byte(position: Option<u64>) -> String {
     position.map_or_else(String::new, |p| format!(" at byte {p}"))
@@ -496,7 +462,9 @@ impl Error {
             return Error::TooManyOpenFiles {
                 context: format!("remote {operation} of {segment} at {location}"),
                 limit: open_files_limit(),
-                source: std::io::Error::from_raw_os_error(io.raw_os_error().unwrap_or(EMFILE)),
+                source: io
+                    .raw_os_error()
+                    .map_or_else(emfile, std::io::Error::from_raw_os_error),
             };
         }
         Error::Remote {

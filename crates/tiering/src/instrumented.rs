@@ -26,6 +26,9 @@ use crate::service::ByteRateQuota;
 /// thread) while the shared fetch quota is in debt, then charges the bytes it returned.
 ///
 /// Every metric is labelled with the segment's `topic` and `partition`.
+///
+/// For production: tests that count calls, delay them or hook into them use
+/// `krabka_remote_storage::testkit::Counting` instead, which reports to nothing.
 #[derive(Debug)]
 pub struct Instrumented<R> {
     inner: R,

@@ -71,16 +71,18 @@
 
 mod background;
 mod cache;
-mod checkpoint;
 mod config;
 mod error;
+mod fd_limit;
 mod instrumented;
+mod lost;
 pub mod metadata;
 pub mod metrics;
 pub mod ownership;
 pub mod policy;
 mod read;
 pub mod recovery;
+mod retention_point;
 mod service;
 mod stats;
 mod tiered;
@@ -88,7 +90,6 @@ mod verify;
 
 pub use background::TieringHandle;
 pub use cache::{CacheStats, RemoteReadCache};
-pub use checkpoint::{LOG_START_FILE, read as read_retention_point};
 pub use config::{
     DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_BYTES, DEFAULT_COPY_CONCURRENCY, DEFAULT_COPY_DEADLINE,
     DEFAULT_COPY_THREADS, DEFAULT_DELETE_DEADLINE, DEFAULT_FETCH_DEADLINE,
@@ -96,12 +97,15 @@ pub use config::{
     DEFAULT_ROUND_INTERVAL, DEFAULT_WORKER_THREADS, MAX_FETCH_DEADLINE, MAX_SEGMENT_BYTES,
     MIN_CHUNK_BYTES, SPARE_BLOCKING_THREADS, ServiceConfig, TieringConfig, validate_log_options,
 };
-pub use error::{Error, open_files_limit};
+pub use error::Error;
+pub use fd_limit::open_files_limit;
 pub use instrumented::Instrumented;
+pub use lost::{LOST_SEQS_FILE, read as read_lost_seqs};
 pub use ownership::{BINDING_FILE, RemoteOwnership};
+pub use retention_point::{RETENTION_POINT_FILE, read as read_retention_point};
 pub use service::{ByteRateQuota, ShutdownReport, TieringService};
 pub use stats::{RemoteRequests, TieringReport, TieringStats};
-pub use tiered::TieredLog;
+pub use tiered::{LocalLogView, TieredLog};
 
 /// The filesystem backend (feature `fs`, on by default).
 #[cfg(feature = "fs")]

@@ -247,6 +247,23 @@ pub fn recover(
         // segment's seqs become a hole, never seqs of new records.
         Some(d) => setup_local_log(d, claimed_end)?,
     };
+    if let (Some(d), Some(lost)) = (&options.local_log_dir, holes.last())
+        && claimed_end == Some(*lost.end())
+        && seq_range.as_ref().is_none_or(|r| r.end() < lost.start())
+        && matches!(
+            local_log,
+            LocalLogOutcome::StartedAt(n) | LocalLogOutcome::AlreadyAt(n) if n == lost.end() + 1
+        )
+    {
+        // The local log starts after seqs no tier holds: recorded, so that opening the log
+        // accepts the gap and reads of it name it.
+        crate::lost::write(d, lost).map_err(|e| RemoteStorageError::Backend {
+            operation: "recording the lost seqs".to_owned(),
+            location: d.display().to_string(),
+            message: e.to_string(),
+            source: Some(Box::new(e)),
+        })?;
+    }
     let binding = match (&options.local_log_dir, &options.bind_to) {
         (Some(d), Some(location)) => {
             let start = claimed_end.map_or(1, |end| end.saturating_add(1));

@@ -13,8 +13,8 @@ use krabka_tiering::{Error, TieringConfig};
 
 // ---- the whole-log retention point is trusted only when retention could have written it ----
 
-fn checkpoint_path(s: &Setup) -> PathBuf {
-    s.local().join(krabka_tiering::LOG_START_FILE)
+fn retention_point_path(s: &Setup) -> PathBuf {
+    s.local().join(krabka_tiering::RETENTION_POINT_FILE)
 }
 
 /// The local directory's files but the lock, with their sizes.
@@ -29,12 +29,12 @@ fn assert_refused_point(s: &Setup, config: TieringConfig, point: u64, bound: u64
     let before = local_listing(s);
     let e = s.open_with(options(1024), config).unwrap_err();
     match &e {
-        Error::Checkpoint { path, .. } => assert_eq!(path, &checkpoint_path(s)),
+        Error::Checkpoint { path, .. } => assert_eq!(path, &retention_point_path(s)),
         other => panic!("point {point}: expected Error::Checkpoint, got {other}"),
     }
     let text = e.to_string();
     assert!(
-        text.contains(&checkpoint_path(s).display().to_string())
+        text.contains(&retention_point_path(s).display().to_string())
             && text.contains(&point.to_string())
             && text.contains(&bound.to_string()),
         "{text}"
@@ -59,13 +59,13 @@ fn a_forged_retention_point_on_a_never_tiered_log_fails_open_and_deletes_nothing
     log.close().unwrap();
 
     for point in [2000, 99_999, 2] {
-        std::fs::write(checkpoint_path(&s), format!("log_start {point}\n")).unwrap();
+        std::fs::write(retention_point_path(&s), format!("log_start {point}\n")).unwrap();
         assert_refused_point(&s, keep_nothing_locally(), point, 1);
     }
     assert!(s.finished().is_empty(), "nothing was copied");
 
     // Without the file, tiering starts from seq 1 and every record stays readable.
-    std::fs::remove_file(checkpoint_path(&s)).unwrap();
+    std::fs::remove_file(retention_point_path(&s)).unwrap();
     let log = s.open(keep_nothing_locally());
     let report = log.run_once().unwrap();
     assert!(report.failures.is_empty(), "{:?}", report.failures);
@@ -86,14 +86,14 @@ fn a_retention_point_past_the_remote_end_fails_open() {
     log.close().unwrap();
 
     for point in [remote_end + 2, 300, 99_999] {
-        std::fs::write(checkpoint_path(&s), format!("log_start {point}\n")).unwrap();
+        std::fs::write(retention_point_path(&s), format!("log_start {point}\n")).unwrap();
         assert_refused_point(&s, keep_nothing_locally(), point, remote_end);
     }
     assert!(s.finished().iter().all(|m| m.start_offset() >= 1));
     assert_eq!(s.finished().first().unwrap().start_offset(), 1);
 
     std::fs::write(
-        checkpoint_path(&s),
+        retention_point_path(&s),
         format!("log_start {}\n", remote_end + 1),
     )
     .unwrap();
@@ -118,7 +118,7 @@ fn a_retention_point_retention_wrote_survives_reopen_and_damage_is_refused() {
     let first = log.first_seq().unwrap();
     assert!(first > 1);
     log.close().unwrap();
-    let text = std::fs::read_to_string(checkpoint_path(&s)).unwrap();
+    let text = std::fs::read_to_string(retention_point_path(&s)).unwrap();
     assert!(
         text.starts_with(&format!("log_start {first} crc32 ")),
         "{text:?}"
@@ -143,12 +143,12 @@ fn a_retention_point_retention_wrote_survives_reopen_and_damage_is_refused() {
     assert_eq!(log.first_seq().unwrap(), first);
     log.close().unwrap();
 
-    let mut bytes = std::fs::read(checkpoint_path(&s)).unwrap();
+    let mut bytes = std::fs::read(retention_point_path(&s)).unwrap();
     bytes[10] ^= 0x01; // a digit of the seq
-    std::fs::write(checkpoint_path(&s), bytes).unwrap();
+    std::fs::write(retention_point_path(&s), bytes).unwrap();
     let e = s.open_with(options(1024), keep_everything()).unwrap_err();
     assert!(
-        matches!(&e, Error::Checkpoint { path, .. } if *path == checkpoint_path(&s)),
+        matches!(&e, Error::Checkpoint { path, .. } if *path == retention_point_path(&s)),
         "{e}"
     );
 }

@@ -193,7 +193,7 @@ fn the_local_log_counters_and_recovery_figures_are_published() {
     for _ in 0..10 {
         append(&log, 9, 5);
     }
-    log.log().roll().unwrap();
+    log.roll().unwrap();
     let stats = log.log().stats();
     assert!(stats.fsyncs > 0 && stats.rolls > 0, "{stats:?}");
     let got = published(&log);
@@ -258,7 +258,7 @@ fn every_local_fsync_is_recorded_in_the_fsync_latency_histogram() {
         for _ in 0..4 {
             append(&log, 9, 1);
         }
-        log.log().roll().unwrap();
+        log.roll().unwrap();
     });
     let fsyncs = log.log().stats().fsyncs - before;
     let seen = RefCell::new(HashMap::new());

@@ -12,7 +12,7 @@ use common::setup::*;
 use common::*;
 use krabka_remote_fs::FsRemoteStorage;
 use krabka_remote_storage::RemoteStorageError;
-use krabka_remote_storage::testkit::{Instrumented, Method};
+use krabka_remote_storage::testkit::{Counting, Method};
 use krabka_tiering::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
 use krabka_tiering::{RemoteReadCache, TieredLog, TieringConfig};
 use parking_lot::Mutex;
@@ -28,7 +28,7 @@ fn bed(max_bytes: u64, config: TieringConfig, records: u64) -> Bed {
     let dir = tempfile::tempdir().unwrap();
     let fetches = Arc::new(Mutex::new(Vec::new()));
     let by_thread = fetches.clone();
-    let rsm = Instrumented::new(FsRemoteStorage::new(dir.path().join("remote")).unwrap())
+    let rsm = Counting::new(FsRemoteStorage::new(dir.path().join("remote")).unwrap())
         .with_hook(move |call| {
             if call.method == Method::FetchLogSegment {
                 let name = std::thread::current().name().unwrap_or("").to_string();
@@ -245,7 +245,7 @@ fn slow_bed(records: u64) -> SlowBed {
     let fail_at = Arc::new(Mutex::new(None));
     let started = Arc::new(Mutex::new(Vec::new()));
     let (failing, starts) = (fail_at.clone(), started.clone());
-    let rsm = Instrumented::new(fs.clone())
+    let rsm = Counting::new(fs.clone())
         .with_hook(move |call| {
             if call.method != Method::CopyLogSegmentData {
                 return Ok(());

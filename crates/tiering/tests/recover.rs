@@ -320,6 +320,11 @@ fn interrupted_copy_and_delete(backend: &Backend, work: &Path) {
     ));
     assert_eq!(report.ignored.len(), 3, "{:?}", report.ignored);
     assert!(report.deleted.is_empty());
+    // The abandoned copy and the legacy one held seqs end + 1..=end + 5, acknowledged by a
+    // writer that is gone: the recovered log continues after them (the copy in progress
+    // does not count: its writer is alive and finishes it), and they are a reported hole.
+    assert_eq!(report.holes, vec![end + 1..=end + 5]);
+    assert_eq!(report.local_log, LocalLogOutcome::StartedAt(end + 6));
     let (first, records) = read_all(backend, work);
     assert_eq!(first, 1);
     assert_eq!(records, expected("a", 1..=end));
@@ -351,8 +356,9 @@ fn interrupted_copy_and_delete(backend: &Backend, work: &Path) {
     assert_eq!(after.seq_range, Some(1..=end));
     let (first, records) = read_all(backend, work);
     assert_eq!(first, 1);
-    // The first read appended one record after the remote end.
+    // The first read appended one record after the lost seqs.
     assert_eq!(records.len() as u64, end + 1);
+    assert_eq!(records.last().map(|r| r.0), Some(end + 6));
     assert_eq!(records[..records.len() - 1], expected("a", 1..=end)[..]);
 }
 

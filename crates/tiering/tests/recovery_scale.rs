@@ -48,7 +48,7 @@ impl Generated {
 
     fn index_of(&self, key: &str) -> u64 {
         let name = key.rsplit('/').next().unwrap();
-        let (start, _, _) = layout::parse_segment_file_name(name).unwrap();
+        let (start, _, _) = layout::parse_segment_object_name(name).unwrap();
         (start - 1) / RECORDS_PER_SEGMENT
     }
 }

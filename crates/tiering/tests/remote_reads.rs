@@ -13,7 +13,7 @@ use common::*;
 use krabka_protocol::{Bytes, Message};
 use krabka_remote_fs::FsRemoteStorage;
 use krabka_remote_storage::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
-use krabka_remote_storage::testkit::{Instrumented, Method};
+use krabka_remote_storage::testkit::{Counting, Method};
 use krabka_remote_storage::{
     IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState, RemoteStorageError, RemoteStorageManager, TopicIdPartition, layout,
@@ -29,8 +29,8 @@ fn retention_race(
     fs: Arc<FsRemoteStorage>,
     rlmm: Arc<InMemoryRemoteLogMetadataManager>,
     armed: Arc<Mutex<Option<RemoteLogSegmentMetadata>>>,
-) -> Instrumented<Arc<FsRemoteStorage>> {
-    Instrumented::new(fs.clone()).with_hook(move |call| {
+) -> Counting<Arc<FsRemoteStorage>> {
+    Counting::new(fs.clone()).with_hook(move |call| {
         if !matches!(call.method, Method::FetchLogSegment | Method::FetchIndex) {
             return Ok(());
         }

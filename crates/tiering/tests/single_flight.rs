@@ -14,7 +14,7 @@ use common::setup::finished;
 use common::*;
 use krabka_remote_fs::FsRemoteStorage;
 use krabka_remote_storage::metadata::InMemoryRemoteLogMetadataManager;
-use krabka_remote_storage::testkit::{Instrumented, Method};
+use krabka_remote_storage::testkit::{Counting, Method};
 use krabka_remote_storage::{IndexType, RemoteLogSegmentMetadata, RemoteStorageManager};
 use krabka_tiering::{Error, RemoteReadCache, TieredLog, TieringConfig};
 
@@ -75,8 +75,8 @@ fn gated(
     gate: Arc<Gate>,
     cache: RemoteReadCache,
     hold: fn() -> bool,
-) -> Arc<Instrumented<Arc<FsRemoteStorage>>> {
-    Arc::new(Instrumented::new(fs).with_hook(move |call| {
+) -> Arc<Counting<Arc<FsRemoteStorage>>> {
+    Arc::new(Counting::new(fs).with_hook(move |call| {
         if call.method != Method::FetchIndex {
             return Ok(());
         }
@@ -272,7 +272,7 @@ fn a_wait_past_the_fetch_deadline_is_a_typed_error_and_sends_no_second_request()
     let cache = RemoteReadCache::new(64 << 20);
     // The first reader's index fetch stalls far longer than the second one may wait.
     let stall = Arc::new(Mutex::new(None::<u64>));
-    let rsm = Arc::new(Instrumented::new(fs).with_hook({
+    let rsm = Arc::new(Counting::new(fs).with_hook({
         let stall = stall.clone();
         move |call| {
             if call.method == Method::FetchIndex

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use krabka_remote_storage::{TopicIdPartition, Uuid};
+use krabka_storage::fsutil;
 
 use crate::error::{CliError, Result};
 
@@ -102,15 +103,7 @@ pub fn read_topic_file(log_dir: &Path) -> Result<Option<TopicIdPartition>> {
 pub fn write_topic_file(log_dir: &Path, topic: &TopicIdPartition) -> Result<()> {
     let path = log_dir.join(TOPIC_FILE);
     let tmp = log_dir.join(format!("{TOPIC_FILE}.tmp"));
-    let written = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        std::io::Write::write_all(&mut f, topic_file_text(topic).as_bytes())?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, &path)?;
-        std::fs::File::open(log_dir)?.sync_all()
-    })();
-    written.map_err(|e| {
+    fsutil::write_atomic(&path, &tmp, topic_file_text(topic).as_bytes()).map_err(|e| {
         CliError::at("cannot write", &path, e)
             .hint("check that the log directory is writable and not full")
     })
@@ -126,9 +119,9 @@ pub fn new_topic(log_dir: &Path) -> TopicIdPartition {
 }
 
 /// The topic derived from a log directory's name: that name (made a valid topic name) and an
-/// id derived from it. Logs tiered before [`TOPIC_FILE`] existed were tiered under this topic
-/// (and still are, until the file records it); a new log only takes its name (see
-/// [`new_topic`]).
+/// id derived from it ([`legacy_topic_id`]). Logs tiered before [`TOPIC_FILE`] existed were
+/// tiered under this topic (and still are, until the file records it); a new log only takes
+/// its name (see [`new_topic`]).
 pub fn topic_for(log_dir: &Path) -> TopicIdPartition {
     let name: String = log_dir
         .canonicalize()
@@ -151,14 +144,22 @@ pub fn topic_for(log_dir: &Path) -> TopicIdPartition {
     } else {
         name
     };
-    // FNV-1a over the name, twice with different offsets: a stable 128-bit id.
+    TopicIdPartition::new(legacy_topic_id(&name), name, 0)
+}
+
+/// The topic id of a log tiered before [`TOPIC_FILE`] existed: FNV-1a over the topic name,
+/// twice with different offsets. Frozen: such a log's metadata and remote segments are found
+/// by recomputing it (its directory records no id), so it must give the same id in every
+/// version. `Uuid::new_v5` would be today's way to name a UUID after a string, but gives other
+/// ids, so it cannot replace this; new logs get a random id instead ([`new_topic`]), recorded
+/// in the file.
+fn legacy_topic_id(name: &str) -> Uuid {
     let fnv = |offset: u64| {
         name.bytes().fold(offset, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3)
         })
     };
-    let id = Uuid::from_u64_pair(fnv(0xcbf2_9ce4_8422_2325), fnv(0x8422_2325_cbf2_9ce4));
-    TopicIdPartition::new(id, name, 0)
+    Uuid::from_u64_pair(fnv(0xcbf2_9ce4_8422_2325), fnv(0x8422_2325_cbf2_9ce4))
 }
 
 #[cfg(test)]
@@ -202,5 +203,19 @@ mod tests {
         assert!(a.validate().is_ok());
         assert_ne!(a, topic_for(Path::new("/x/other")));
         assert_eq!(topic_for(Path::new("/")).topic(), "krabka");
+    }
+
+    #[test]
+    fn the_legacy_topic_id_is_the_one_earlier_versions_derived() {
+        // Logs tiered before the topic file existed are found under these ids.
+        let id = |s: &str| Uuid::parse_str(s).expect("uuid");
+        assert_eq!(
+            topic_for(Path::new("/tmp/does-not-exist/my log")).topic_id(),
+            id("1d16f2ab-a7d2-8b96-8d89-1f929eef92bb")
+        );
+        assert_eq!(
+            topic_for(Path::new("/")).topic_id(),
+            id("1adfb74b-78f1-8813-62a0-0d0333368a7e")
+        );
     }
 }

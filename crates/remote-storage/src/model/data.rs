@@ -112,10 +112,14 @@ pub enum IndexSource<'a> {
     Bytes(&'a Bytes),
 }
 
-/// The current time in milliseconds since the Unix epoch (0 if the clock is before 1970).
+/// Milliseconds since the Unix epoch now, by the system's wall clock (negative before 1970;
+/// saturating at the ends of `i64`): the clock of every event time, record and manifest
+/// stamp, and the one the layers above use (`krabka_protocol::Message::new` stamps messages
+/// with the same reading).
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    use std::time::{SystemTime, UNIX_EPOCH};
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
+    }
 }

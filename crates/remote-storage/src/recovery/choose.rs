@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::IgnoreReason;
+use super::{IgnoreReason, RemoteScan};
 use crate::model::RemoteLogSegmentMetadata;
 use crate::ownership::{self, EpochRecord};
 
@@ -14,21 +14,18 @@ type ByStart = BTreeMap<u64, RemoteLogSegmentMetadata>;
 type Superseded = Vec<(RemoteLogSegmentMetadata, IgnoreReason)>;
 /// Whole segments stranded before a hole, with why.
 type Stranded = Vec<(RemoteLogSegmentMetadata, String)>;
-/// Seq ranges inside the chosen segments' span that no chosen segment holds.
-pub(super) type Holes = Vec<std::ops::RangeInclusive<u64>>;
-/// What [`choose`] returns: the log's segments, the superseded ones, the stranded ones, and
-/// the holes between the chosen ones.
-type Chosen = (Vec<RemoteLogSegmentMetadata>, Superseded, Stranded, Holes);
+/// What [`choose`] returns: the log's segments, the superseded ones and the stranded ones
+/// ([`holes_of`] gives the holes).
+type Chosen = (Vec<RemoteLogSegmentMetadata>, Superseded, Stranded);
 
 /// Steps 2 and 3 of the [module docs](super): the recovered segments in seq order, the
-/// superseded ones, the whole ones stranded before a leader epoch that goes back, and the
-/// holes between the recovered ones.
+/// superseded ones and the whole ones stranded before a leader epoch that goes back.
 pub(super) fn choose(whole: Vec<RemoteLogSegmentMetadata>, epochs: &[EpochRecord]) -> Chosen {
     let (whole, fenced) = fenced_out(whole, epochs);
     let (accepted, mut superseded) = one_lineage(whole);
     superseded.extend(fenced);
-    let (chain, stranded, holes) = contiguous(accepted);
-    (chain, superseded, stranded, holes)
+    let (chain, stranded) = contiguous(accepted);
+    (chain, superseded, stranded)
 }
 
 /// Step 2, first part: drops every copy a later writer epoch superseded (it holds seqs at or
@@ -99,10 +96,9 @@ fn one_lineage(mut whole: Vec<RemoteLogSegmentMetadata>) -> (ByStart, Superseded
 
 /// Step 3: the run of `accepted` ending at the highest seq without a hole or a leader epoch
 /// going back, in seq order; the segments before the break, with why.
-fn contiguous(accepted: ByStart) -> (Vec<RemoteLogSegmentMetadata>, Stranded, Holes) {
+fn contiguous(accepted: ByStart) -> (Vec<RemoteLogSegmentMetadata>, Stranded) {
     let mut chain: Vec<RemoteLogSegmentMetadata> = Vec::new();
     let mut stranded = Vec::new();
-    let mut holes = Holes::new();
     let mut rev = accepted.into_values().rev();
     if let Some(last) = rev.next() {
         chain.push(last);
@@ -120,10 +116,7 @@ fn contiguous(accepted: ByStart) -> (Vec<RemoteLogSegmentMetadata>, Stranded, Ho
             // A hole (a segment damaged, lost, never finished, or superseded without a
             // successor): it costs its own seqs only; the run goes on below it. The whole
             // segments on both sides are the only surviving copies of their records.
-            Some(_) if m.end_offset().saturating_add(1) < cur.start_offset() => {
-                holes.push(m.end_offset().saturating_add(1)..=cur.start_offset().saturating_sub(1));
-                chain.push(m);
-            }
+            Some(_) if m.end_offset().saturating_add(1) < cur.start_offset() => chain.push(m),
             Some(why) => {
                 stranded.push((m, why.clone()));
                 broken = Some(why);
@@ -132,8 +125,38 @@ fn contiguous(accepted: ByStart) -> (Vec<RemoteLogSegmentMetadata>, Stranded, Ho
         }
     }
     chain.reverse();
-    holes.reverse();
-    (chain, stranded, holes)
+    (chain, stranded)
+}
+
+impl RemoteScan {
+    /// The seq a log recovered from this scan continues at: one past
+    /// [`claimed_end`](Self::claimed_end), or 1.
+    pub fn next_seq(&self) -> u64 {
+        self.claimed_end.map_or(1, |e| e.saturating_add(1))
+    }
+}
+
+/// The holes of a recovered range: the gaps between `chosen` (in seq order) and the seqs after
+/// the last one up to `claimed_end`.
+pub(super) fn holes_of(
+    chosen: &[RemoteLogSegmentMetadata],
+    claimed_end: Option<u64>,
+) -> Vec<std::ops::RangeInclusive<u64>> {
+    let mut holes: Vec<std::ops::RangeInclusive<u64>> = chosen
+        .windows(2)
+        .filter_map(|w| {
+            let (a, b) = (&w[0], &w[1]);
+            let from = a.end_offset().saturating_add(1);
+            (from < b.start_offset()).then(|| from..=b.start_offset() - 1)
+        })
+        .collect();
+    let from = chosen
+        .last()
+        .map_or(1, |m| m.end_offset().saturating_add(1));
+    if let Some(end) = claimed_end.filter(|end| *end >= from) {
+        holes.push(from..=end);
+    }
+    holes
 }
 
 /// Why `prev` does not join `cur` (the next segment): a hole or a leader epoch going back.
@@ -187,10 +210,14 @@ mod tests {
         // A writer killed with two copies in flight (21..=30 never finished, 31..=40
         // complete), or a damaged segment: both sides are recovered, the hole reported.
         let whole = vec![seg(1, 10, 1), seg(11, 20, 2), seg(31, 40, 4)];
-        let (chain, _, stranded, holes) = choose(whole, &[]);
+        let (chain, _, stranded) = choose(whole, &[]);
         assert_eq!(starts(&chain), [1, 11, 31]);
         assert!(stranded.is_empty());
-        assert_eq!(holes, [21..=30]);
+        assert_eq!(holes_of(&chain, Some(40)), [21..=30]);
+        // Seqs used past the last whole segment (a damaged newest one) are a hole at the end.
+        assert_eq!(holes_of(&chain, Some(45)), [21..=30, 41..=45]);
+        assert_eq!(holes_of(&[], Some(3)), [1..=3]);
+        assert!(holes_of(&[], None).is_empty());
     }
 
     #[test]
@@ -202,11 +229,10 @@ mod tests {
                 .build()
                 .unwrap()
         };
-        let (chain, _, stranded, holes) =
-            choose(vec![with_epoch(1, 10, 5), with_epoch(11, 20, 3)], &[]);
+        let (chain, _, stranded) = choose(vec![with_epoch(1, 10, 5), with_epoch(11, 20, 3)], &[]);
         assert_eq!(starts(&chain), [11]);
         assert_eq!(stranded.len(), 1);
-        assert!(holes.is_empty());
+        assert!(holes_of(&chain, Some(20)).is_empty());
     }
 
     #[test]
@@ -217,7 +243,7 @@ mod tests {
             .build()
             .unwrap();
         let epochs = [EpochRecord::new(2, 11, Uuid::nil(), 0, "b")];
-        let (chain, superseded, _, _) = choose(vec![seg(1, 10, 1), late], &epochs);
+        let (chain, superseded, _) = choose(vec![seg(1, 10, 1), late], &epochs);
         assert_eq!(starts(&chain), [1]);
         assert!(matches!(
             superseded[0].1,

@@ -54,7 +54,7 @@ impl RemoteScan {
             }
         }
         kept.sort_by_key(RemoteLogSegmentMetadata::start_offset);
-        self.holes = super::scan::holes_of(&kept, self.claimed_end);
+        self.holes = super::choose::holes_of(&kept, self.claimed_end);
         self.chosen = kept;
         self.ignored.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(self)

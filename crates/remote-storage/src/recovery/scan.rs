@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use uuid::Uuid;
 
-use super::choose::choose;
+use super::choose::{choose, holes_of};
 use super::{IgnoreReason, IgnoredObject, RemoteSegmentLister};
 use crate::error::RemoteStorageError;
-use crate::layout::{self, SegmentFile};
+use crate::layout::{self, SegmentObject};
 use crate::manifest::{self, ManifestState};
 use crate::model::{
     IndexType, LOG_SUFFIX, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition,
@@ -59,37 +59,6 @@ pub struct RemoteScan {
     /// is alive and finishes it), a fenced-out copy or a superseded one (a later lineage took
     /// those seqs over), or a foreign manifest. `None` when there is none.
     pub claimed_end: Option<u64>,
-}
-
-impl RemoteScan {
-    /// The seq a log recovered from this scan continues at: one past
-    /// [`claimed_end`](Self::claimed_end), or 1.
-    pub fn next_seq(&self) -> u64 {
-        self.claimed_end.map_or(1, |e| e.saturating_add(1))
-    }
-}
-
-/// The holes of a recovered range: the gaps between `chosen` (in seq order) and the seqs after
-/// the last one up to `claimed_end`.
-pub(super) fn holes_of(
-    chosen: &[RemoteLogSegmentMetadata],
-    claimed_end: Option<u64>,
-) -> Vec<std::ops::RangeInclusive<u64>> {
-    let mut holes: Vec<std::ops::RangeInclusive<u64>> = chosen
-        .windows(2)
-        .filter_map(|w| {
-            let (a, b) = (&w[0], &w[1]);
-            let from = a.end_offset().saturating_add(1);
-            (from < b.start_offset()).then(|| from..=b.start_offset() - 1)
-        })
-        .collect();
-    let from = chosen
-        .last()
-        .map_or(1, |m| m.end_offset().saturating_add(1));
-    if let Some(end) = claimed_end.filter(|end| *end >= from) {
-        holes.push(from..=end);
-    }
-    holes
 }
 
 /// A segment whose objects are listed without any manifest (see
@@ -298,7 +267,7 @@ pub fn scan_with(
                 reason: IgnoreReason::IncompleteCopy,
             }),
     );
-    let (chosen, superseded, stranded, _) = choose(whole, &epochs);
+    let (chosen, superseded, stranded) = choose(whole, &epochs);
     let claimed_end = chosen
         .iter()
         .chain(stranded.iter().map(|(m, _)| m))
@@ -358,8 +327,8 @@ fn read_epochs(
 fn is_temp(key: &str) -> bool {
     let name = key.rsplit('/').next().unwrap_or(key);
     matches!(
-        layout::parse_segment_file_name(name),
-        Some((_, _, SegmentFile::Temporary))
+        layout::parse_segment_object_name(name),
+        Some((_, _, SegmentObject::Temporary))
     )
 }
 
@@ -424,7 +393,7 @@ fn list_segments(
             }
             return Ok(());
         }
-        let Some((start, id, kind)) = layout::parse_segment_file_name(name) else {
+        let Some((start, id, kind)) = layout::parse_segment_object_name(name) else {
             ignored.push(IgnoredObject {
                 key: obj.key,
                 reason: IgnoreReason::UnrecognizedName,
@@ -433,15 +402,15 @@ fn list_segments(
         };
         let entry = listed.entry((start, id)).or_default();
         match kind {
-            SegmentFile::Manifest => entry.manifest = true,
-            SegmentFile::Log => entry.log_size = Some(obj.size),
-            SegmentFile::Index(t) => {
+            SegmentObject::Manifest => entry.manifest = true,
+            SegmentObject::Log => entry.log_size = Some(obj.size),
+            SegmentObject::Index(t) => {
                 entry.indexes |= index_bit(t);
                 if let Some(size) = entry.index_sizes.get_mut(index_slot(t)) {
                     *size = obj.size;
                 }
             }
-            SegmentFile::Temporary => entry.temps.push(name.to_owned()),
+            SegmentObject::Temporary => entry.temps.push(name.to_owned()),
         }
         Ok(())
     })?;

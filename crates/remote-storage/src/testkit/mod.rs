@@ -14,14 +14,14 @@
 //! ```
 //!
 //! Also here: [`FaultInjecting`], a decorator that fails or stalls chosen calls,
-//! [`Instrumented`], a decorator that counts calls and fetched bytes, slows chosen methods down
+//! [`Counting`], a decorator that counts calls and fetched bytes, slows chosen methods down
 //! and runs a test's hook before each call, and [`InMemoryRemoteStorage`], a map-backed
 //! reference backend.
 
 mod checks;
+mod counting;
 mod fault;
 mod fixtures;
-mod instrumented;
 mod memory;
 
 pub use checks::{
@@ -32,8 +32,8 @@ pub use checks::{
     partitions_and_topics_never_collide, range_past_the_end_is_invalid_argument,
     recopy_under_the_same_id_replaces_cleanly, zero_byte_segment,
 };
+pub use counting::{Call, CallCounts, Counting};
 pub use fault::{FaultInjecting, FaultStats, Faults, Method};
-pub use instrumented::{Call, CallCounts, Instrumented};
 pub use memory::InMemoryRemoteStorage;
 
 use crate::manager::RemoteStorageManager;

@@ -61,10 +61,12 @@ pub struct Transforming {
     swept: AtomicBool,
 }
 
-/// What a transformed segment's header says about it (see [`Transforming::inspect`]).
+/// What a transformed segment's header says about it (see [`Transforming::inspect`]): how its
+/// remote objects are encoded. Not `krabka_storage::SegmentInfo`, which describes a local
+/// segment's files and seqs; this one knows only the stored bytes of a remote copy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct SegmentInfo {
+pub struct TransformedSegmentInfo {
     /// Whether its chunks and indexes were compressed with zstd (chunks that did not shrink are
     /// stored as they are).
     pub compressed: bool,
@@ -176,7 +178,7 @@ impl Transforming {
     pub fn inspect(
         &self,
         metadata: &RemoteLogSegmentMetadata,
-    ) -> Result<Option<SegmentInfo>, RemoteStorageError> {
+    ) -> Result<Option<TransformedSegmentInfo>, RemoteStorageError> {
         let segment = metadata.remote_log_segment_id();
         let Some(record) = Record::decode(metadata.custom_metadata(), segment)? else {
             return Ok(None);
@@ -185,7 +187,7 @@ impl Transforming {
         let bytes = self.fetch_header(&inner_meta, &record, segment)?;
         let header = Header::decode(&bytes, segment)?;
         check_against_record(&header, &bytes, &record, segment)?;
-        Ok(Some(SegmentInfo {
+        Ok(Some(TransformedSegmentInfo {
             compressed: header.flags & FLAG_ZSTD != 0,
             key_id: header.encryption.map(|e| e.key_id),
             chunk_size: header.chunk_size,

@@ -2,9 +2,10 @@
 //! chunks, shareable between tiered logs.
 //!
 //! Entries are reference-counted [`Bytes`]; the bound counts their lengths. An entry larger than
-//! the whole budget is not kept. Small and dependency-free: a map from key to entry plus an
-//! ordered map from a use tick to key, so lookup, insert and eviction are `O(log n)`. Keys hold
-//! the remote segment attempt's id (a UUID), so the logs sharing one cache never collide.
+//! the whole budget is not kept. The use order is the `lru` crate's (unbounded by count: the
+//! byte budget evicts from its least recently used end), so lookup, insert and eviction are
+//! `O(1)`. Keys hold the remote segment attempt's id (a UUID), so the logs sharing one cache
+//! never collide.
 //!
 //! Every remote fetch of an entry (chunks, offset and time indexes) is single-flight: readers
 //! fetch through [`ByteLru::get_or_fetch`] and the read-ahead through [`ByteLru::begin_fetch`],
@@ -12,12 +13,13 @@
 //! is fetching waits for that fetch (bounded by its deadline) and takes its result instead of
 //! issuing its own request.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use lru::LruCache;
 use parking_lot::Mutex;
 use uuid::Uuid;
 
@@ -134,11 +136,10 @@ impl RemoteReadCache {
     }
 }
 
-#[derive(Default)]
 struct Inner {
-    map: HashMap<Key, (Bytes, u64)>,
-    order: BTreeMap<u64, Key>,
-    tick: u64,
+    /// The entries, least recently used first out.
+    entries: LruCache<Key, Bytes>,
+    /// The sum of the entries' lengths.
     bytes: u64,
     /// Entries being fetched now.
     flights: HashMap<Key, Arc<Flight>>,
@@ -184,7 +185,11 @@ impl ByteLru {
     pub(crate) fn new(capacity: u64) -> Self {
         Self {
             capacity,
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner {
+                entries: LruCache::unbounded(),
+                bytes: 0,
+                flights: HashMap::new(),
+            }),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             waits: AtomicU64::new(0),
@@ -207,15 +212,7 @@ impl ByteLru {
     }
 
     fn touch(inner: &mut Inner, key: &Key) -> Option<Bytes> {
-        let Inner {
-            map, order, tick, ..
-        } = inner;
-        let (value, used) = map.get_mut(key)?;
-        *tick += 1;
-        order.remove(used);
-        *used = *tick;
-        order.insert(*tick, *key);
-        Some(value.clone())
+        inner.entries.get(key).cloned()
     }
 
     /// The entry for `key`, marking it most recently used, without counting a lookup (for
@@ -281,7 +278,7 @@ impl ByteLru {
     /// read-ahead: neither counts as a lookup nor changes the use order).
     pub(crate) fn begin_fetch(&self, key: Key) -> Option<FetchGuard<'_>> {
         let mut inner = self.inner.lock();
-        if inner.map.contains_key(&key) || inner.flights.contains_key(&key) {
+        if inner.entries.contains(&key) || inner.flights.contains_key(&key) {
             return None;
         }
         Some(self.register(&mut inner, key))
@@ -301,7 +298,7 @@ impl ByteLru {
     /// Whether `key` is cached or being fetched (no lookup counted, use order unchanged).
     pub(crate) fn contains(&self, key: &Key) -> bool {
         let inner = self.inner.lock();
-        inner.map.contains_key(key) || inner.flights.contains_key(key)
+        inner.entries.contains(key) || inner.flights.contains_key(key)
     }
 
     /// Stores `value` under `key`, evicting least recently used entries to stay in budget.
@@ -311,25 +308,19 @@ impl ByteLru {
             return;
         }
         let mut inner = self.inner.lock();
-        inner.tick += 1;
-        let tick = inner.tick;
-        if let Some((old, used)) = inner.map.remove(&key) {
-            inner.order.remove(&used);
+        if let Some(old) = inner.entries.pop(&key) {
             inner.bytes -= old.len() as u64;
         }
         let mut evicted = 0;
         while inner.bytes + len > self.capacity {
-            let Some((_, victim)) = inner.order.pop_first() else {
+            let Some((_, old)) = inner.entries.pop_lru() else {
                 break;
             };
-            if let Some((old, _)) = inner.map.remove(&victim) {
-                inner.bytes -= old.len() as u64;
-                evicted += 1;
-            }
+            inner.bytes -= old.len() as u64;
+            evicted += 1;
         }
         inner.bytes += len;
-        inner.order.insert(tick, key);
-        inner.map.insert(key, (value, tick));
+        inner.entries.put(key, value);
         drop(inner);
         if evicted > 0 {
             self.evictions.fetch_add(evicted, Ordering::Relaxed);
@@ -339,18 +330,14 @@ impl ByteLru {
     /// Drops every entry of one remote segment attempt (after it is deleted).
     pub(crate) fn remove_segment(&self, id: Uuid) {
         let mut inner = self.inner.lock();
-        let keys: Vec<(Key, u64)> = inner
-            .map
-            .iter()
-            .filter(|(k, _)| k.0 == id)
-            .map(|(k, (_, used))| (*k, *used))
-            .collect();
-        for (key, used) in keys {
-            inner.order.remove(&used);
-            if let Some((old, _)) = inner.map.remove(&key) {
-                inner.bytes -= old.len() as u64;
+        let Inner { entries, bytes, .. } = &mut *inner;
+        entries.retain(|key, value| {
+            let keep = key.0 != id;
+            if !keep {
+                *bytes -= value.len() as u64;
             }
-        }
+            keep
+        });
     }
 
     /// Lookups that found an entry.
@@ -371,6 +358,6 @@ impl ByteLru {
     /// Bytes and entries held now.
     fn size(&self) -> (u64, u64) {
         let inner = self.inner.lock();
-        (inner.bytes, inner.map.len() as u64)
+        (inner.bytes, inner.entries.len() as u64)
     }
 }

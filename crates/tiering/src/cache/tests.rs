@@ -182,7 +182,7 @@ proptest! {
         for (k, len) in ops {
             c.insert(key(k), Bytes::from(vec![0; len]));
             prop_assert!(c.bytes() <= cap);
-            let held: u64 = c.inner.lock().map.values().map(|(v, _)| v.len() as u64).sum();
+            let held: u64 = c.inner.lock().entries.iter().map(|(_, v)| v.len() as u64).sum();
             prop_assert_eq!(held, c.bytes());
         }
     }

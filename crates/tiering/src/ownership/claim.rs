@@ -336,8 +336,8 @@ fn copies_past(
     lister
         .list_partition(&pdir, &mut |obj| {
             let name = obj.key.strip_prefix(&prefix).unwrap_or(&obj.key);
-            if let Some((start, _, layout::SegmentFile::Manifest)) =
-                layout::parse_segment_file_name(name)
+            if let Some((start, _, layout::SegmentObject::Manifest)) =
+                layout::parse_segment_object_name(name)
                 && start >= start_seq
             {
                 keys.push((start, obj.key));

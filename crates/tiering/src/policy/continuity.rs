@@ -41,11 +41,11 @@ pub enum Continuity {
 ///
 /// `local` holds the local segments (real ones; [`LocalSegment::active`] marks the newest),
 /// `holes` the seq ranges a repair moved aside, `next_seq` the seq of the next append, `remote`
-/// the remote segments (only finished ones ending at or after `log_start` count) and
-/// `log_start` the whole-log retention point.
+/// the remote segments (only finished ones ending at or after `retention_point` count) and
+/// `retention_point` the whole-log retention point (Kafka's log start offset).
 ///
 /// - The local log holds no record (and no hole): [`Continuity::StartAt`] the remote end + 1
-///   (or `log_start` when larger) when `next_seq` is below it; a mismatch of kind
+///   (or `retention_point` when larger) when `next_seq` is below it; a mismatch of kind
 ///   [`Mismatch::Gap`] when `next_seq` is past the remote end + 1.
 /// - Nothing remote: [`Continuity::Consistent`].
 /// - Otherwise the local range (first record or hole to `next_seq - 1`) must reach the remote
@@ -73,11 +73,11 @@ pub fn continuity<Id>(
     holes: &[RangeInclusive<u64>],
     next_seq: u64,
     remote: &[RemoteSegment<Id>],
-    log_start: u64,
+    retention_point: u64,
 ) -> Continuity {
     let mut finished: Vec<&RemoteSegment<Id>> = remote
         .iter()
-        .filter(|r| r.is_finished() && r.end >= log_start)
+        .filter(|r| r.is_finished() && r.end >= retention_point)
         .collect();
     finished.sort_by_key(|r| r.start);
     let remote_end = finished.iter().map(|r| r.end).max();
@@ -88,7 +88,7 @@ pub fn continuity<Id>(
         .chain(holes.iter().map(|h| *h.start()))
         .min();
     let Some(local_first) = local_first else {
-        return continue_empty(next_seq, remote_end, log_start);
+        return continue_empty(next_seq, remote_end, retention_point);
     };
     let Some(remote_end) = remote_end else {
         return Continuity::Consistent;
@@ -109,9 +109,11 @@ fn mismatch(kind: Mismatch, reason: String) -> Continuity {
 }
 
 /// [`continuity`] for a local log holding no record (and no hole): start it after the remote
-/// end (or at `log_start` when larger), or refuse a next seq past the remote end + 1.
-fn continue_empty(next_seq: u64, remote_end: Option<u64>, log_start: u64) -> Continuity {
-    let start = remote_end.map_or(0, |e| e.saturating_add(1)).max(log_start);
+/// end (or at `retention_point` when larger), or refuse a next seq past the remote end + 1.
+fn continue_empty(next_seq: u64, remote_end: Option<u64>, retention_point: u64) -> Continuity {
+    let start = remote_end
+        .map_or(0, |e| e.saturating_add(1))
+        .max(retention_point);
     if next_seq < start {
         return Continuity::StartAt(start);
     }

@@ -10,14 +10,14 @@ use super::{LocalSegment, RemoteSegment, covers, is_safely_remote};
 /// Indexes into `local` of the segments to copy, oldest first.
 ///
 /// A segment is copied when it is closed, lies wholly at or below `commit_seq` (`None`: nothing
-/// is committed), starts at or after `log_start` (older data is past retention), and has no
+/// is committed), starts at or after `retention_point` (older data is past retention), and has no
 /// finished remote copy. Normally that is exactly "after the highest finished offset"; a segment
 /// whose copy failed while a newer one succeeded (concurrent copies) is still picked up, so no
 /// gap is ever left behind.
 pub fn segments_to_copy<Id>(
     local: &[LocalSegment],
     remote: &[RemoteSegment<Id>],
-    log_start: u64,
+    retention_point: u64,
     commit_seq: Option<u64>,
 ) -> Vec<usize> {
     let Some(commit) = commit_seq else {
@@ -30,7 +30,7 @@ pub fn segments_to_copy<Id>(
             !s.active
                 && s.last_seq >= s.base_seq
                 && s.last_seq <= commit
-                && s.base_seq >= log_start
+                && s.base_seq >= retention_point
                 && !is_safely_remote(s, remote)
         })
         .map(|(i, _)| i)

@@ -98,22 +98,22 @@ pub fn highest_finished_seq<Id>(remote: &[RemoteSegment<Id>]) -> Option<u64> {
 }
 
 /// The earliest readable seq of a log: the smaller of the first finished remote start and the
-/// local first seq, never below `log_start`. `None` when neither tier holds a record.
+/// local first seq, never below `retention_point`. `None` when neither tier holds a record.
 pub fn first_readable_seq<Id>(
     remote: &[RemoteSegment<Id>],
     local_first: Option<u64>,
-    log_start: u64,
+    retention_point: u64,
 ) -> Option<u64> {
     let remote_first = remote
         .iter()
-        .filter(|r| r.is_finished() && r.end >= log_start)
+        .filter(|r| r.is_finished() && r.end >= retention_point)
         .map(|r| r.start)
         .min();
     let first = match (remote_first, local_first) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }?;
-    Some(first.max(log_start))
+    Some(first.max(retention_point))
 }
 
 /// Whether the union of the inclusive `ranges` covers every seq of `start..=end`.

@@ -16,7 +16,7 @@ pub struct LocalLimits {
 /// `None` when nothing is to be deleted.
 ///
 /// Walks closed segments oldest first and stops at the first one that must stay: a segment goes
-/// when it lies wholly below `log_start` (past whole-log retention), or when it has a finished
+/// when it lies wholly below `retention_point` (past whole-log retention), or when it has a finished
 /// remote copy *and* local size ([`LocalSegment::disk_bytes`], every file of the segment) or
 /// age exceeds `limits`. A segment without a finished copy ends the walk, so only a contiguous
 /// oldest prefix of safely remote segments is ever removed. A hole left by a repair is passed
@@ -24,7 +24,7 @@ pub struct LocalLimits {
 pub fn local_keep_from<Id>(
     local: &[LocalSegment],
     remote: &[RemoteSegment<Id>],
-    log_start: u64,
+    retention_point: u64,
     limits: LocalLimits,
     now_ms: i64,
 ) -> Option<u64> {
@@ -36,7 +36,7 @@ pub fn local_keep_from<Id>(
         if seg.active {
             break;
         }
-        let past_retention = seg.last_seq < log_start;
+        let past_retention = seg.last_seq < retention_point;
         let over_size = limits.bytes.is_some_and(|b| total > b);
         let too_old = limits
             .ms
@@ -65,14 +65,14 @@ pub struct RetentionLimits {
 /// The log's size is the finished remote segments plus the local segments that have no
 /// finished copy (`local_only_bytes`); copies in flight never count. The walk goes over
 /// finished segments by start offset and stops at the first one within both limits. Finished
-/// segments wholly below `log_start` are past retention already (an earlier deletion that did
+/// segments wholly below `retention_point` are past retention already (an earlier deletion that did
 /// not complete) and are always deleted.
 pub fn remote_to_delete<Id>(
     remote: &[RemoteSegment<Id>],
     local_only_bytes: u64,
     limits: RetentionLimits,
     now_ms: i64,
-    log_start: u64,
+    retention_point: u64,
 ) -> Vec<usize> {
     let mut finished: Vec<usize> = remote
         .iter()
@@ -94,7 +94,7 @@ pub fn remote_to_delete<Id>(
         let too_old = limits
             .ms
             .is_some_and(|ms| age_exceeds(r.max_timestamp, ms, now_ms));
-        if !(over_size || too_old || r.end < log_start) {
+        if !(over_size || too_old || r.end < retention_point) {
             break;
         }
         total = total.saturating_sub(r.size);

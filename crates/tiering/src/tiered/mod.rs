@@ -1,7 +1,8 @@
 //! [`TieredLog`]: the local log, the remote tier and the policy joining them.
 //!
 //! The facade (state, appends, accessors, stats) is here; the rest by concept: `open` (the
-//! checks when a log is joined with the remote tier), `read` (reads across both tiers), `copy`
+//! checks when a log is joined with the remote tier), `local` (the read-only view of the local
+//! log and `roll`), `read` (reads across both tiers), `copy`
 //! (a tiering round and its copies), `retention` (whole-log and local retention) and `remote`
 //! (the remote segments' listing, states and deletes).
 
@@ -26,11 +27,14 @@ use crate::stats::{Counters, TieringStats};
 pub(crate) mod chunkmap;
 mod copy;
 pub(crate) mod hints;
+mod local;
 mod open;
 mod read;
 mod readahead;
 mod remote;
 mod retention;
+
+pub use local::LocalLogView;
 
 /// `commit_seq` value meaning "no bound set: everything appended is committed".
 const NO_COMMIT_BOUND: u64 = u64::MAX;
@@ -50,10 +54,11 @@ pub struct TieredLog {
     pub(crate) tp: TopicIdPartition,
     pub(crate) config: TieringConfig,
     commit_seq: AtomicU64,
-    /// Whole-log retention watermark: records below it are gone (or going) from both tiers.
-    /// Mirrors the checkpoint file (see [`checkpoint`]); raised only after the file is.
+    /// The retention point: records below it are gone (or going) from both tiers. Mirrors
+    /// its file (see [`retention_point`](crate::retention_point)); raised only after the file
+    /// is. (The field keeps the name of Kafka's log start offset, which the point is.)
     log_start: AtomicU64,
-    /// Serializes checkpoint writes.
+    /// Serializes writes of the retention point's file.
     log_start_write: Mutex<()>,
     /// Leader epoch history: `(epoch, start seq)`, epochs and start seqs increasing.
     epochs: Mutex<Vec<(i32, u64)>>,
@@ -88,12 +93,6 @@ impl std::fmt::Debug for TieredLog {
 }
 
 impl TieredLog {
-    /// The local log (for its segments, options, recovery report...). Writing or deleting
-    /// through it bypasses the tiering policy.
-    pub fn log(&self) -> &Log {
-        &self.log
-    }
-
     /// The writer epoch this log holds in the remote tier, when it was opened with
     /// [`open_owned`](Self::open_owned).
     pub fn writer_epoch(&self) -> Option<u64> {

@@ -16,17 +16,17 @@ use parking_lot::Mutex;
 
 use super::{NO_COMMIT_BOUND, NOT_BLOCKED, TieredLog, local_segment};
 use crate::cache::RemoteReadCache;
-use crate::checkpoint;
 use crate::config::{TieringConfig, validate_log_options};
 use crate::error::Error;
 use crate::policy::{self, Continuity, LocalSegment};
+use crate::retention_point;
 use crate::stats::Counters;
 
 impl TieredLog {
     /// Joins an open local log with a remote tier.
     ///
-    /// The whole-log retention point is read from the checkpoint file in the log's directory
-    /// ([`LOG_START_FILE`](crate::LOG_START_FILE)), so `first_seq()` never moves backwards
+    /// The whole-log retention point is read from its file in the log's directory
+    /// ([`RETENTION_POINT_FILE`](crate::RETENTION_POINT_FILE)), so `first_seq()` never moves backwards
     /// across restarts. It is checked against the tiers before anything else uses it: local
     /// retention drops local segments below it whether or not they were copied.
     ///
@@ -40,7 +40,7 @@ impl TieredLog {
     /// [`Error::InvalidConfig`] for a config below a minimum, a topic name that could not
     /// name remote objects, or log options allowing segments over
     /// [`MAX_SEGMENT_BYTES`](crate::MAX_SEGMENT_BYTES); [`Error::Checkpoint`] when the
-    /// retention checkpoint cannot be read, or records a point whole-log retention cannot have
+    /// retention point's file cannot be read, or records a point whole-log retention cannot have
     /// written (past the remote end + 1 while anything is remote, past the local first seq
     /// when nothing is, past the local next seq), naming the file and both seqs — nothing is
     /// changed then; [`Error::Metadata`] when the remote segments
@@ -54,9 +54,8 @@ impl TieredLog {
         config: TieringConfig,
     ) -> Result<Self, Error> {
         validate_all(log.options(), &topic_id_partition, &config)?;
-        crate::error::note_open_files_limit();
-        let log_start = checkpoint::read(log.dir())?;
-        validate_log_start(&log, rlmm.as_ref(), &topic_id_partition, log_start)?;
+        let retention_point = retention_point::read(log.dir())?;
+        validate_retention_point(&log, rlmm.as_ref(), &topic_id_partition, retention_point)?;
         let this = Self {
             epochs: Mutex::new(vec![(config.leader_epoch, 0)]),
             cache: RemoteReadCache::new(config.cache_bytes),
@@ -66,7 +65,7 @@ impl TieredLog {
             tp: topic_id_partition,
             config,
             commit_seq: AtomicU64::new(NO_COMMIT_BOUND),
-            log_start: AtomicU64::new(log_start),
+            log_start: AtomicU64::new(retention_point),
             log_start_write: Mutex::new(()),
             counters: Counters::default(),
             readahead: Default::default(),
@@ -90,11 +89,15 @@ impl TieredLog {
     /// Makes sure the local log continues the remote tier (see [`new`](Self::new)).
     fn join_remote(&self) -> Result<(), Error> {
         let local: Vec<LocalSegment> = self.log.segments().iter().map(local_segment).collect();
-        let holes: Vec<RangeInclusive<u64>> =
+        let mut holes: Vec<RangeInclusive<u64>> =
             self.log.quarantined().into_iter().map(|(r, _)| r).collect();
+        // Seqs a recovery found used but could not recover: the gap they leave between the
+        // tiers is known, not a mismatch (reads of them fail naming them).
+        holes.extend(crate::lost::read(self.log.dir())?);
+        holes.sort_by_key(|h| *h.start());
         let view = self.remote_view()?;
-        let log_start = self.log_start.load(Ordering::Acquire);
-        match policy::continuity(&local, &holes, self.log.next_seq(), &view, log_start) {
+        let retention_point = self.log_start.load(Ordering::Acquire);
+        match policy::continuity(&local, &holes, self.log.next_seq(), &view, retention_point) {
             Continuity::Consistent => Ok(()),
             Continuity::StartAt(seq) => {
                 tracing::info!(partition = %self.tp, dir = %self.log.dir().display(), seq,
@@ -201,19 +204,18 @@ fn open_local(
     config: &TieringConfig,
 ) -> Result<Log, Error> {
     validate_all(&options, tp, config)?;
-    crate::error::note_open_files_limit();
     Log::open(dir, options).map_err(|e| Error::storage(format!("opening {}", dir.display()), e))
 }
 
-/// Checks the retention point `log_start` read from `log`'s directory against the local log
-/// and the partition's remote segments ([`checkpoint::validate`]) before anything uses it.
-fn validate_log_start(
+/// Checks the retention point read from `log`'s directory against the local log
+/// and the partition's remote segments ([`retention_point::validate`]) before anything uses it.
+fn validate_retention_point(
     log: &Log,
     rlmm: &dyn RemoteLogMetadataManager,
     tp: &TopicIdPartition,
-    log_start: u64,
+    retention_point: u64,
 ) -> Result<(), Error> {
-    if log_start == 0 {
+    if retention_point == 0 {
         return Ok(());
     }
     let remote = rlmm
@@ -239,10 +241,10 @@ fn validate_log_start(
         .map(|s| s.base_seq)
         .chain(log.quarantined().iter().map(|(r, _)| *r.start()))
         .min();
-    checkpoint::validate(
+    retention_point::validate(
         log.dir(),
-        log_start,
-        checkpoint::Bounds {
+        retention_point,
+        retention_point::Bounds {
             remote_end,
             local_first,
             local_next: log.next_seq(),

@@ -201,19 +201,19 @@ impl TieredLog {
     /// local log.
     pub fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
         let local_first = self.log.first_seq();
-        let log_start = self.log_start.load(Ordering::Acquire);
+        let retention_point = self.log_start.load(Ordering::Acquire);
         let mut remote: Vec<RemoteLogSegmentMetadata> = self
             .remote_list()?
             .into_iter()
             .filter(|m| {
                 m.state() == RemoteLogSegmentState::CopySegmentFinished
-                    && m.end_offset() >= log_start
+                    && m.end_offset() >= retention_point
                     && m.start_offset() < local_first
             })
             .collect();
         remote.sort_by_key(RemoteLogSegmentMetadata::start_offset);
         for meta in remote.iter().filter(|m| m.max_timestamp_ms() >= ts) {
-            let found = match self.search_remote_time(meta, ts, log_start, local_first) {
+            let found = match self.search_remote_time(meta, ts, retention_point, local_first) {
                 Err(e) if e.is_remote_not_found() && meta.end_offset() < self.first_seq()? => {
                     continue; // deleted by retention meanwhile
                 }
@@ -229,18 +229,18 @@ impl TieredLog {
     }
 
     /// The first record with a timestamp `>= ts` in one remote segment, at or after
-    /// `log_start` and below `local_first`.
+    /// `retention_point` and below `local_first`.
     fn search_remote_time(
         &self,
         meta: &RemoteLogSegmentMetadata,
         ts: i64,
-        log_start: u64,
+        retention_point: u64,
         local_first: u64,
     ) -> Result<Option<u64>, Error> {
         let Some(floor) = self.remote_time_floor(meta, ts)? else {
             return Ok(None);
         };
-        let mut seq = floor.max(log_start);
+        let mut seq = floor.max(retention_point);
         let end = meta.end_offset().min(local_first.saturating_sub(1));
         while seq <= end {
             let want = usize::try_from(end - seq + 1)

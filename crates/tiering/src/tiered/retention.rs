@@ -12,9 +12,9 @@ use krabka_storage::SegmentInfo;
 
 use super::remote::remote_segment;
 use super::{TieredLog, local_segment};
-use crate::checkpoint;
 use crate::error::Error;
 use crate::policy::{self, LocalLimits, LocalSegment, RetentionLimits};
+use crate::retention_point;
 use crate::stats::TieringReport;
 
 impl TieredLog {
@@ -87,7 +87,7 @@ impl TieredLog {
             self.check_owner()?;
         }
         let persisted = match new_start {
-            Some(start) => self.raise_log_start(start),
+            Some(start) => self.raise_retention_point(start),
             None => Ok(()),
         };
         if let Err(e) = persisted {
@@ -114,9 +114,9 @@ impl TieredLog {
             bytes: self.config.local_retention_bytes,
             ms: self.config.local_retention_ms,
         };
-        let log_start = self.log_start.load(Ordering::Acquire);
-        if let Some(keep_from) =
-            policy::local_keep_from(local, &view, log_start, limits, now).map(|k| k.min(blocked_at))
+        let retention_point = self.log_start.load(Ordering::Acquire);
+        if let Some(keep_from) = policy::local_keep_from(local, &view, retention_point, limits, now)
+            .map(|k| k.min(blocked_at))
         {
             if local.iter().any(|s| !s.active && s.last_seq < keep_from) {
                 self.check_owner()?;
@@ -130,14 +130,14 @@ impl TieredLog {
         Ok(())
     }
 
-    /// Raises the whole-log retention point to `start`: the checkpoint file first, then the
+    /// Raises the whole-log retention point to `start`: its file first, then the
     /// in-memory value.
-    fn raise_log_start(&self, start: u64) -> Result<(), Error> {
+    fn raise_retention_point(&self, start: u64) -> Result<(), Error> {
         let _write = self.log_start_write.lock();
         if start <= self.log_start.load(Ordering::Acquire) {
             return Ok(());
         }
-        checkpoint::write(self.log.dir(), start)?;
+        retention_point::write(self.log.dir(), start)?;
         self.log_start.store(start, Ordering::Release);
         Ok(())
     }

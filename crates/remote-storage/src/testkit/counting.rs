@@ -1,5 +1,6 @@
-//! [`Instrumented`]: a decorator RSM that counts calls and returned bytes, can slow chosen
-//! methods down, and runs a test's hook before each call.
+//! [`Counting`]: a decorator RSM that counts calls and returned bytes, can slow chosen
+//! methods down, and runs a test's hook before each call. A test double; the decorator that
+//! reports calls to metrics and tracing in production is `krabka_tiering::Instrumented`.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +11,7 @@ use crate::error::RemoteStorageError;
 use crate::manager::RemoteStorageManager;
 use crate::model::{CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata};
 
-/// Calls an [`Instrumented`] store has seen, per method, and the bytes its fetches returned.
+/// Calls an [`Counting`] store has seen, per method, and the bytes its fetches returned.
 ///
 /// A call is counted when it arrives, whether it then fails or not; bytes only when the inner
 /// store returned them.
@@ -42,7 +43,7 @@ impl CallCounts {
     }
 }
 
-/// One call an [`Instrumented`] store received, as its hook sees it.
+/// One call an [`Counting`] store received, as its hook sees it.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub struct Call<'a> {
@@ -67,9 +68,9 @@ const METHODS: usize = Method::ALL.len();
 ///
 /// ```
 /// use std::time::Duration;
-/// use krabka_remote_storage::testkit::{InMemoryRemoteStorage, Instrumented, Method};
+/// use krabka_remote_storage::testkit::{InMemoryRemoteStorage, Counting, Method};
 ///
-/// let rsm = Instrumented::new(InMemoryRemoteStorage::new())
+/// let rsm = Counting::new(InMemoryRemoteStorage::new())
 ///     .with_delay(&[Method::FetchLogSegment], Duration::from_millis(1))
 ///     .with_hook(|call| {
 ///         // e.g. record `call.metadata.start_offset()`, or return an error to fail the call.
@@ -80,7 +81,7 @@ const METHODS: usize = Method::ALL.len();
 /// let counts = rsm.take(); // and reset
 /// assert_eq!(counts.fetch_log, rsm.calls(Method::FetchLogSegment));
 /// ```
-pub struct Instrumented<R> {
+pub struct Counting<R> {
     inner: R,
     calls: [AtomicU64; METHODS],
     fetch_log_bytes: AtomicU64,
@@ -89,9 +90,9 @@ pub struct Instrumented<R> {
     hook: Option<Hook>,
 }
 
-impl<R: fmt::Debug> fmt::Debug for Instrumented<R> {
+impl<R: fmt::Debug> fmt::Debug for Counting<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Instrumented")
+        f.debug_struct("Counting")
             .field("inner", &self.inner)
             .field("calls", &self.calls)
             .field("fetch_log_bytes", &self.fetch_log_bytes)
@@ -102,7 +103,7 @@ impl<R: fmt::Debug> fmt::Debug for Instrumented<R> {
     }
 }
 
-impl<R: RemoteStorageManager> Instrumented<R> {
+impl<R: RemoteStorageManager> Counting<R> {
     /// Wraps `inner`: counts only, no delay, no hook.
     pub fn new(inner: R) -> Self {
         Self {
@@ -198,7 +199,7 @@ impl<R: RemoteStorageManager> Instrumented<R> {
     }
 }
 
-impl<R: RemoteStorageManager> RemoteStorageManager for Instrumented<R> {
+impl<R: RemoteStorageManager> RemoteStorageManager for Counting<R> {
     fn copy_log_segment_data(
         &self,
         metadata: &RemoteLogSegmentMetadata,

@@ -5,7 +5,7 @@
 //! already past retention could be copied again. It is written before any data is deleted
 //! (write a temporary file, fsync it, rename it over the old one, fsync the directory), and
 //! read when a [`TieredLog`](crate::TieredLog) is created. The storage layer ignores files that
-//! are not segment files, so the checkpoint lives next to the segments.
+//! are not segment files, so the file lives next to the segments.
 //!
 //! Format (one line): `log_start <seq> crc32 <8 lowercase hex digits>\n`, the CRC-32 (IEEE)
 //! of the bytes `log_start <seq>`, the seq in canonical decimal. A file of the format written
@@ -24,16 +24,17 @@ use krabka_storage::fsutil;
 
 use crate::error::Error;
 
-/// Name of the checkpoint file, in the local log's directory.
-pub const LOG_START_FILE: &str = "tiering-log-start";
+/// Name of the retention point's file, in the local log's directory (`tiering-log-start`,
+/// after Kafka's log start offset, which is what the point is; the name on disk is kept).
+pub const RETENTION_POINT_FILE: &str = "tiering-log-start";
 const TMP_SUFFIX: &str = ".tmp";
 const PREFIX: &str = "log_start ";
 const CRC_SEPARATOR: &str = " crc32 ";
-/// More than any valid checkpoint; a longer file is reported by its first bytes.
+/// More than any valid file; a longer file is reported by its first bytes.
 const MAX_LEN: u64 = 128;
 
 fn path(dir: &Path) -> PathBuf {
-    dir.join(LOG_START_FILE)
+    dir.join(RETENTION_POINT_FILE)
 }
 
 fn error(path: &Path, reason: impl Into<String>) -> Error {
@@ -56,7 +57,7 @@ fn parse_seq(digits: &str) -> Option<u64> {
     (seq.to_string() == digits).then_some(seq)
 }
 
-/// The seq a checkpoint's text records, or why it is refused.
+/// The seq the file's text records, or why it is refused.
 fn parse(text: &str) -> Result<u64, String> {
     let line = text
         .strip_suffix('\n')
@@ -86,9 +87,10 @@ fn parse(text: &str) -> Result<u64, String> {
     Ok(seq)
 }
 
-/// The retention point recorded in the tiered log directory `dir` (its [`LOG_START_FILE`]):
-/// every seq below it was deleted by retention. 0 when there is no checkpoint yet. Checked for
-/// damage but not against the tiers (a `TieredLog` does that when it opens).
+/// The retention point recorded in the tiered log directory `dir` (its [`RETENTION_POINT_FILE`]):
+/// every seq below it was deleted by retention. 0 when there is no file yet. Checked for
+/// damage but not against the tiers (a `TieredLog` does that when it opens). Exported as
+/// `krabka_tiering::read_retention_point`.
 ///
 /// # Errors
 /// [`Error::Checkpoint`] naming the file when it cannot be read or is damaged.
@@ -178,7 +180,7 @@ pub(crate) fn validate(dir: &Path, point: u64, bounds: Bounds) -> Result<(), Err
 /// over the old one, then the directory fsynced).
 pub(crate) fn write(dir: &Path, seq: u64) -> Result<(), Error> {
     let path = path(dir);
-    let tmp = dir.join(format!("{LOG_START_FILE}{TMP_SUFFIX}"));
+    let tmp = dir.join(format!("{RETENTION_POINT_FILE}{TMP_SUFFIX}"));
     fsutil::write_atomic(&path, &tmp, render(seq).as_bytes())
         .map_err(|e| error(&path, format!("cannot write: {e}")))
 }
@@ -202,7 +204,7 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(names, [LOG_START_FILE], "no temporary file is left");
+        assert_eq!(names, [RETENTION_POINT_FILE], "no temporary file is left");
     }
 
     #[test]
@@ -243,16 +245,16 @@ mod tests {
             &good[..good.len() - 3],
         ] {
             let dir = tempfile::tempdir().unwrap();
-            fs::write(dir.path().join(LOG_START_FILE), text).unwrap();
+            fs::write(dir.path().join(RETENTION_POINT_FILE), text).unwrap();
             let e = read(dir.path()).unwrap_err();
             assert!(matches!(e, Error::Checkpoint { .. }), "{text:?}: {e}");
-            assert!(e.to_string().contains(LOG_START_FILE), "{e}");
+            assert!(e.to_string().contains(RETENTION_POINT_FILE), "{e}");
         }
         let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join(LOG_START_FILE), "x".repeat(1000)).unwrap();
+        fs::write(dir.path().join(RETENTION_POINT_FILE), "x".repeat(1000)).unwrap();
         assert!(read(dir.path()).is_err());
-        fs::remove_file(dir.path().join(LOG_START_FILE)).unwrap();
-        fs::create_dir(dir.path().join(LOG_START_FILE)).unwrap();
+        fs::remove_file(dir.path().join(RETENTION_POINT_FILE)).unwrap();
+        fs::create_dir(dir.path().join(RETENTION_POINT_FILE)).unwrap();
         assert!(matches!(
             read(dir.path()).unwrap_err(),
             Error::Checkpoint { .. }
@@ -285,7 +287,7 @@ mod tests {
         let e = validate(dir, 2000, b(None, Some(1), 3001)).unwrap_err();
         let shown = e.to_string();
         assert!(
-            shown.contains(LOG_START_FILE) && shown.contains("2000"),
+            shown.contains(RETENTION_POINT_FILE) && shown.contains("2000"),
             "{shown}"
         );
         assert!(shown.contains("starts at seq 1"), "{shown}");
