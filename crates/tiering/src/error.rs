@@ -330,7 +330,8 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
-    /// Another tiering round (the background task or a concurrent `run_once`) is running.
+    /// Another tiering round (`run_once`, the background task, or a `TieringService` turn) is
+    /// running.
     #[error("a tiering round is already running on this log")]
     RoundInProgress,
     /// A blocking task of the background runner panicked or was cancelled.
