@@ -250,7 +250,8 @@ impl RemoteLogMetadataManager for Watching {
 /// A log of 12+ closed segments on an [`Uneven`] remote watched by [`Watching`], copying up
 /// to three segments at a time and keeping locally only what is not remote yet.
 struct World {
-    dir: tempfile::TempDir,
+    /// Holds the directories until the test ends.
+    _dir: tempfile::TempDir,
     rsm: Arc<Uneven>,
     rlmm: Arc<Watching>,
     log: Arc<TieredLog>,
@@ -279,7 +280,7 @@ impl World {
         append(&log, 300);
         rsm.arm(&log, fail);
         Self {
-            dir,
+            _dir: dir,
             rsm,
             rlmm,
             log: Arc::new(log),
@@ -295,7 +296,6 @@ impl World {
         assert_eq!(self.lag(), 0, "copies left");
         self.rlmm.check();
         assert_eq!(read_all_and_check(&self.log, 1), 300);
-        let _ = self.dir.path();
     }
 }
 

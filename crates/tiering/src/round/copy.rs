@@ -193,7 +193,10 @@ impl TieredLog {
         match blocking(move || Ok(this.check_launch(&l))).await {
             Ok(None) => {}
             Ok(Some(outcome)) => return outcome,
-            Err(e) => return Outcome::failed(None, e),
+            Err(e) => {
+                launch.halt_here();
+                return Outcome::failed(None, e);
+            }
         }
         if let Some(q) = &limits.quota {
             let waited = q.acquire(launch.seg.size).await;
@@ -205,7 +208,10 @@ impl TieredLog {
         let meta = match blocking(move || Ok(this.begin_launch(&l))).await {
             Ok(Ok(meta)) => meta,
             Ok(Err(outcome)) => return outcome,
-            Err(e) => return Outcome::failed(None, e),
+            Err(e) => {
+                launch.halt_here();
+                return Outcome::failed(None, e);
+            }
         };
         let (this, l, m) = (self.clone(), launch.clone(), meta.clone());
         let gave_up = Arc::new(AtomicBool::new(false));

@@ -132,7 +132,7 @@ impl Round {
         while let Some((_, outcome, settle)) = self.order.pop_ready() {
             let recorded = match settle {
                 Settle::InOrder => self.record(log, outcome),
-                _ => {
+                Settle::Discard => {
                     self.discard(log, outcome);
                     true
                 }
