@@ -84,9 +84,10 @@ pub struct TieringConfig {
     /// Age above which remote segments are deleted (and the log's first seq moves past them).
     /// `None`: no age limit. Default: 7 days. Minimum: 0.
     pub retention_ms: Option<u64>,
-    /// Copies the background task runs at once, and uploads
-    /// [`TieredLog::run_once`](crate::TieredLog::run_once) runs at once (it still finishes
-    /// them in seq order). Default: 2. Minimum: 1.
+    /// Copies one round of [`TieredLog::run_once`](crate::TieredLog::run_once) or of the
+    /// background task runs at once (a [`TieringService`](crate::TieringService) runs one copy
+    /// per partition at a time); every engine still finishes them in seq order. Default: 2.
+    /// Minimum: 1.
     pub copy_concurrency: usize,
     /// How long the background task waits for one copy before abandoning it; the segment is
     /// copied again next round under a new id, and the abandoned attempt's objects are deleted

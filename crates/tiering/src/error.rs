@@ -331,7 +331,8 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
-    /// Another tiering round (the background task or a concurrent `run_once`) is running.
+    /// Another tiering round (`run_once`, the background task, or a `TieringService` turn) is
+    /// running.
     #[error("a tiering round is already running on this log")]
     RoundInProgress,
     /// A blocking task of the background runner panicked or was cancelled.
@@ -395,11 +396,6 @@ pub enum Error {
         source: std::io::Error,
     },
 }
-
-/// Nothing to do any more: the limit is read with `getrlimit`, which needs no descriptor, so
-/// it no longer has to be read ahead of time. Kept only for the call in `service/`, which is
-/// being rewritten; remove both together.
-pub(crate) fn note_open_files_limit() {}
 
 fn at_byte(position: Option<u64>) -> String {
     position.map_or_else(String::new, |p| format!(" at byte {p}"))

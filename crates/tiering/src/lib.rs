@@ -13,6 +13,9 @@
 //!   per-copy deadline, stopped with [`TieringHandle::shutdown`].
 //! - [`TieringService`] — many partitions on bounded pools: fair round-robin scheduling,
 //!   copy/delete/fetch deadlines, byte-rate quotas, a shared cache, a bounded reader queue.
+//!
+//!   All three run one round engine: whatever order copies complete in, they are recorded
+//!   finished in seq order, and none above a failed one ([`policy::FinishOrder`]).
 //! - [`Instrumented`] and [`metrics`] — every backend call and every round reported through
 //!   the `metrics` facade and `tracing` spans.
 //! - [`TieredLog::read`] and [`TieredLog::seq_for_timestamp`] — reads and timestamp lookups
@@ -83,6 +86,7 @@ pub mod policy;
 mod read;
 pub mod recovery;
 mod retention_point;
+mod round;
 mod service;
 mod stats;
 mod tiered;

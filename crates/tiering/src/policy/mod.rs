@@ -18,7 +18,8 @@
 //! ```
 //!
 //! One module per decision: [`segments_to_copy`], [`stale_attempts`], [`blocking_holes`] and
-//! [`hole_barrier`] plan copies; [`local_keep_from`] and [`remote_to_delete`] apply retention; [`continuity`]
+//! [`hole_barrier`] plan copies; [`FinishOrder`] records a round's copies finished in seq order,
+//! never above a failed one; [`local_keep_from`] and [`remote_to_delete`] apply retention; [`continuity`]
 //! checks that a local log continues the remote tier; [`push_leader_epoch`] and
 //! [`segment_leader_epochs`] keep the leader epoch history.
 
@@ -27,6 +28,7 @@ use krabka_remote_storage::RemoteLogSegmentState;
 mod continuity;
 mod copy;
 mod epochs;
+mod finish;
 mod retention;
 #[cfg(test)]
 mod testutil;
@@ -34,6 +36,7 @@ mod testutil;
 pub use continuity::{Continuity, Mismatch, continuity};
 pub use copy::{blocking_holes, hole_barrier, segments_to_copy, stale_attempts};
 pub use epochs::{push_leader_epoch, segment_leader_epochs};
+pub use finish::{FinishOrder, Settle};
 pub use retention::{LocalLimits, RetentionLimits, local_keep_from, remote_to_delete};
 
 /// A local segment as the policy sees it.

@@ -7,9 +7,10 @@
 //! slots, reads one of `read_threads`; `read_queue` more reads may wait.
 //!
 //! Fairness: partitions take turns from one queue. A turn does one step of the partition's
-//! round — the first turn cleans stale attempts, plans and copies the first segment, each later
-//! turn copies one more segment, the last applies retention — and a partition with work left
-//! goes to the back of the queue. A partition with a thousand segments to copy therefore delays
+//! round (of the round engine `run_once` and `spawn` run too, `crate::round`) — the first turn
+//! cleans stale attempts, plans and copies the first segment, each later turn copies one more
+//! segment, the last applies retention — and a partition with work left goes to the back of
+//! the queue. A partition with a thousand segments to copy therefore delays
 //! every other partition's first copy by at most one segment copy per slot.
 
 mod partition;
@@ -100,7 +101,6 @@ impl TieringService {
     /// cannot start (for example, no thread could be spawned).
     pub fn new(config: ServiceConfig) -> Result<Self, Error> {
         config.validate()?;
-        crate::error::note_open_files_limit();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.worker_threads)
             .max_blocking_threads(

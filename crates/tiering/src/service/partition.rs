@@ -1,12 +1,10 @@
-//! One partition in the service: its round, cut into turns (start and first copy, one copy per
-//! later turn, retention last), and its retirement.
+//! One partition in the service: its round (the engine's, `crate::round`) cut into turns —
+//! start and first copy, one copy per later turn, retention last — and its retirement.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use krabka_storage::SegmentInfo;
 use parking_lot::Mutex;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::task::JoinHandle;
@@ -14,7 +12,8 @@ use tracing::Instrument;
 
 use super::Shared;
 use crate::error::Error;
-use crate::metrics::{self as m, time};
+use crate::metrics::{self as m};
+use crate::round::{self, CopyLimits, Round, blocking};
 use crate::stats::TieringReport;
 use crate::tiered::TieredLog;
 
@@ -24,7 +23,7 @@ const OPS: u32 = 1 << 20;
 /// Where a partition is in its round.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum Phase {
-    /// The next turn cleans stale attempts, plans the copies and copies the first segment.
+    /// The next turn starts a round (stale cleanup, plan) and copies the first segment.
     #[default]
     Start,
     /// The next turn copies the next planned segment.
@@ -36,8 +35,8 @@ enum Phase {
 #[derive(Default)]
 struct State {
     phase: Phase,
-    plan: VecDeque<SegmentInfo>,
-    report: TieringReport,
+    /// The round in progress (from its start until it ends).
+    round: Option<Round>,
     round_started: Option<Instant>,
     /// Retention that outlived its deadline: the partition waits until it returns.
     lingering: Option<JoinHandle<Result<TieringReport, Error>>>,
@@ -59,14 +58,6 @@ pub(crate) struct Partition {
     ops: Semaphore,
     removed: AtomicBool,
     state: Mutex<State>,
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
-) -> Result<T, Error> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::Task(e.to_string()))?
 }
 
 impl Partition {
@@ -134,7 +125,7 @@ impl Partition {
             }
             let copying = {
                 let st = self.state.lock();
-                st.phase == Phase::Copying && !st.plan.is_empty()
+                st.phase == Phase::Copying && st.round.as_ref().is_some_and(|r| !r.copying_done())
             };
             if copying {
                 self.copy_next(shared).await;
@@ -147,133 +138,76 @@ impl Partition {
         .await
     }
 
-    /// Cleans stale attempts and plans the round's copies; false when that failed.
+    /// Starts the round (stale cleanup, plan); false when that failed.
     async fn start_round(&self) -> bool {
         let log = self.log.clone();
-        let planned = blocking(move || {
-            log.prune_abandoned();
-            let mut report = TieringReport::default();
-            log.clean_stale(&mut report)?;
-            let plan = log.copy_plan(&mut report)?;
-            Ok((report, plan))
-        })
-        .await;
+        let started = blocking(move || Round::start(&log)).await;
         let mut st = self.state.lock();
         st.round_started = Some(Instant::now());
-        match planned {
-            Ok((report, plan)) => {
-                st.report = report;
-                st.plan = plan.into();
-                st.phase = Phase::Copying;
-                true
-            }
-            Err(e) => {
-                st.report = TieringReport::default();
-                st.report.failures.push(e);
-                false
-            }
+        let ok = started.is_ok();
+        st.round = Some(started.unwrap_or_else(Round::failed));
+        if ok {
+            st.phase = Phase::Copying;
         }
+        ok
     }
 
-    /// Copies the next planned segment (checked first, within the copy quota and deadline).
-    /// After the last one, or a failure, the next turn applies retention.
+    /// Runs the round's next copy (one per turn, so the partition's copies never overlap),
+    /// within the copy quota and deadline, and records it. Once the copies are done (the plan
+    /// ended, or a copy failed), the next turn applies retention.
     async fn copy_next(&self, shared: &Shared) {
-        let seg = {
+        let launch = {
             let mut st = self.state.lock();
-            match st.plan.pop_front() {
-                Some(seg) => seg,
-                None => {
-                    st.phase = Phase::Retention;
-                    return;
-                }
-            }
+            st.round.as_mut().and_then(|r| r.next_launch(&self.log, 1))
         };
-        let tp = self.log.topic_id_partition().clone();
-        let log = self.log.clone();
-        let checked = seg.clone();
-        let check = blocking(move || {
-            let mut r = TieringReport::default();
-            let result = log.check_before_copy(&checked, &mut r);
-            Ok((r.copy_blocked_at, result))
-        })
-        .await;
-        let result = match check {
-            Ok((_, Ok(()))) => self.copy_one(shared, seg).await,
-            Ok((blocked, Err(e))) => {
-                if let Some(seq) = blocked {
-                    self.state.lock().report.copy_blocked_at = Some(seq);
-                }
-                Err(e)
-            }
-            Err(e) => Err(e),
-        };
-        let mut st = self.state.lock();
-        match result {
-            Ok(bytes) => {
-                st.report.segments_copied += 1;
-                st.report.bytes_copied += bytes;
-            }
-            Err(e) => {
-                tracing::warn!(partition = %tp, error = %e, "copy failed; retried next round");
-                st.report.failures.push(e);
-                st.plan.clear();
-            }
+        if let Some(launch) = launch {
+            let base_seq = launch.base_seq();
+            let limits = CopyLimits {
+                deadline: Some(shared.config.copy_deadline),
+                quota: shared.copy_quota.clone(),
+                cancel: Some(shared.cancel.subscribe()),
+            };
+            let outcome = self.log.copy(launch, limits).await;
+            let round = self.state.lock().round.take();
+            let log = self.log.clone();
+            let settled = blocking(move || {
+                let mut round = round.ok_or(Error::Task("a turn lost its round".into()))?;
+                round.complete(base_seq, outcome);
+                round.settle(&log);
+                Ok(round)
+            })
+            .await;
+            self.state.lock().round = Some(settled.unwrap_or_else(Round::failed));
         }
-        if st.plan.is_empty() {
+        let mut st = self.state.lock();
+        if st.round.as_ref().is_none_or(Round::copying_done) {
             st.phase = Phase::Retention;
         }
-    }
-
-    async fn copy_one(&self, shared: &Shared, seg: SegmentInfo) -> Result<u64, Error> {
-        let tp = self.log.topic_id_partition();
-        if let Some(q) = &shared.copy_quota {
-            let waited = q.acquire(seg.size).await;
-            if !waited.is_zero() {
-                time(m::COPY_THROTTLE_SECONDS, tp, waited);
-            }
-        }
-        let span = tracing::info_span!(
-            "tiering_copy",
-            base_seq = seg.base_seq,
-            last_seq = seg.last_seq,
-            bytes = seg.size
-        );
-        let (base, last) = (seg.base_seq, seg.last_seq);
-        let cancel = Some(shared.cancel.subscribe());
-        let started = Instant::now();
-        // One copy per turn, in seq order: the time is taken in plan order too.
-        let at = self.log.next_copy_time();
-        let result = self
-            .log
-            .copy_with_deadline(seg, at, shared.config.copy_deadline, cancel)
-            .instrument(span)
-            .await;
-        if let Ok(bytes) = result {
-            tracing::info!(partition = %tp, base_seq = base, last_seq = last, bytes,
-                millis = started.elapsed().as_millis() as u64, "segment copied to the remote tier");
-        }
-        result
     }
 
     /// Whole-log and local retention within the delete deadline, then the partition's gauges.
     async fn retention(&self, shared: &Shared) {
         let log = self.log.clone();
         let mut handle = tokio::task::spawn_blocking(move || {
-            let mut r = TieringReport::default();
-            let result = log.apply_retention(&mut r);
+            let result = round::retention(&log);
             crate::metrics::publish_partition(&log);
-            result.map(|()| r)
+            result
         });
         let deadline = shared.config.delete_deadline;
         let outcome = tokio::time::timeout(deadline, &mut handle).await;
         let mut st = self.state.lock();
+        let st = &mut *st;
+        let report = st
+            .round
+            .get_or_insert_with(|| Round::failed(Error::Task("a turn lost its round".into())))
+            .report_mut();
         match outcome {
-            Ok(Ok(Ok(r))) => st.report.merge(r),
-            Ok(Ok(Err(e))) => st.report.failures.push(e),
-            Ok(Err(join)) => st.report.failures.push(Error::Task(join.to_string())),
+            Ok(Ok(Ok(r))) => report.merge(r),
+            Ok(Ok(Err(e))) => report.failures.push(e),
+            Ok(Err(join)) => report.failures.push(Error::Task(join.to_string())),
             Err(_) => {
                 st.lingering = Some(handle);
-                st.report.failures.push(Error::DeleteDeadlineExceeded {
+                report.failures.push(Error::DeleteDeadlineExceeded {
                     partition: self.log.topic_id_partition().clone(),
                     deadline,
                 });
@@ -285,8 +219,7 @@ impl Partition {
     fn finish_round(&self) -> TurnEnd {
         let tp = self.log.topic_id_partition();
         let mut st = self.state.lock();
-        let report = std::mem::take(&mut st.report);
-        st.plan.clear();
+        let report = st.round.take().map(Round::into_report).unwrap_or_default();
         st.phase = Phase::Start;
         let took = st.round_started.take().map(|t| t.elapsed());
         drop(st);

@@ -13,6 +13,7 @@ use super::Shared;
 use super::partition::Partition;
 use crate::error::Error;
 use crate::metrics::{self as m, add, time};
+use crate::round::blocking;
 
 type ReadResult = Result<Vec<Record>, Error>;
 
@@ -105,10 +106,9 @@ async fn run(
         max,
         records = tracing::field::Empty
     );
-    let records = tokio::task::spawn_blocking(move || log.read(from_seq, max))
+    let records = blocking(move || log.read(from_seq, max))
         .instrument(span.clone())
-        .await
-        .map_err(|e| Error::Task(e.to_string()))??;
+        .await?;
     span.record("records", records.len());
     Ok(records)
 }

@@ -1,9 +1,8 @@
-//! One tiering round and the copy of each segment: the round flag, the stale cleanup, the copy
-//! plan, the check before a copy, and the copy attempt (started, uploaded, finished).
+//! The steps of a round the engine (`crate::round`) takes on the log: the round flag, the stale
+//! cleanup, the copy plan, and the copy attempt (started, uploaded, finished, discarded).
 
-use std::collections::VecDeque;
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,25 +19,6 @@ use super::{NOT_BLOCKED, TieredLog, local_segment};
 use crate::error::Error;
 use crate::policy::{self, LocalSegment};
 use crate::stats::{TieringReport, bump};
-use crate::verify::verify_for_copy;
-
-type Meta = RemoteLogSegmentMetadata;
-/// An uploaded attempt: its metadata and the custom metadata to record when it finishes.
-type Attempt = (Meta, Option<CustomMetadata>);
-/// A failed attempt: its metadata when it was recorded, and the error.
-type Failed = Box<(Option<Meta>, Error)>;
-
-/// How one copy's thread ended.
-enum Outcome {
-    /// Checked and uploaded; to be finished in seq order.
-    Uploaded(Attempt),
-    /// The segment (this base seq) failed its check: nothing of its copy was started.
-    Refused(u64, Error),
-    /// An older segment failed first: nothing was started.
-    Skipped,
-    /// The attempt or its upload failed.
-    Failed(Failed),
-}
 
 /// Clears the round flag when a round ends, however it ends.
 pub(crate) struct RoundGuard<'a>(&'a AtomicBool);
@@ -50,194 +30,10 @@ impl Drop for RoundGuard<'_> {
 }
 
 impl TieredLog {
-    /// One deterministic round: clean stale attempts, copy eligible segments (up to
-    /// [`copy_concurrency`](crate::TieringConfig::copy_concurrency) uploads at a time, each
-    /// segment checked on its copy's thread before its upload starts, finished in seq order,
-    /// stopping at the first failure), apply whole-log retention to the remote tier, then
-    /// local retention.
-    ///
-    /// Copies finish in seq order: a segment's copy is recorded finished only after every
-    /// older segment of the round finished, so the highest finished seq only grows and the
-    /// finished segments never leave a gap behind them. A damaged segment starts no upload
-    /// and nothing after it is copied: when a segment fails its check or its copy, the copies
-    /// after it already running are discarded (their attempts deleted) and copied again next
-    /// round.
-    ///
-    /// Failures of individual copies and deletes are in [`TieringReport::failures`] and are
-    /// retried next round.
+    /// Marks a round (or a service turn) as running on this log until the guard drops.
     ///
     /// # Errors
-    /// [`Error::RoundInProgress`] when another round runs; [`Error::Metadata`] when the
-    /// metadata manager cannot list segments; [`Error::Storage`] when local retention fails.
-    pub fn run_once(&self) -> Result<TieringReport, Error> {
-        let _guard = self.begin_round()?;
-        let mut report = TieringReport::default();
-        self.clean_stale(&mut report)?;
-        let plan = self.copy_plan(&mut report)?;
-        self.copy_in_order(plan, &mut report);
-        self.apply_retention(&mut report)?;
-        Ok(report)
-    }
-
-    /// Copies `plan` (oldest first) with up to `copy_concurrency` copies in flight on scoped
-    /// threads, finishing them in plan order; see [`run_once`](Self::run_once). Each copy's
-    /// thread checks its segment before anything of the copy starts, so the checks overlap
-    /// with the uploads of older segments.
-    fn copy_in_order(&self, plan: Vec<SegmentInfo>, report: &mut TieringReport) {
-        let width = self.config.copy_concurrency.max(1);
-        // The lowest base seq whose check, upload or finish failed: copies of later segments
-        // not started yet start nothing, and nothing more is spawned.
-        let halt = AtomicU64::new(u64::MAX);
-        std::thread::scope(|scope| {
-            let mut pending = VecDeque::new();
-            let mut plan = plan.into_iter();
-            // A segment failed its check or its copy: nothing more finishes this round.
-            let mut stopped = false;
-            loop {
-                while !stopped && halt.load(Ordering::Acquire) == u64::MAX && pending.len() < width
-                {
-                    let Some(seg) = plan.next() else { break };
-                    let halt = &halt;
-                    // Taken here, in plan order, not on the copy's thread.
-                    let at = self.next_copy_time();
-                    pending.push_back(scope.spawn(move || self.check_and_copy(&seg, at, halt)));
-                }
-                let Some(copy) = pending.pop_front() else {
-                    break;
-                };
-                let outcome = copy.join().unwrap_or_else(|_| {
-                    Outcome::Failed(Box::new((
-                        None,
-                        Error::Task("a copy thread panicked".into()),
-                    )))
-                });
-                if stopped {
-                    self.discard_outcome(outcome, report);
-                    continue;
-                }
-                stopped = !self.settle(outcome, report);
-                if stopped {
-                    halt.store(0, Ordering::Release);
-                }
-            }
-        });
-    }
-
-    /// One copy's thread: checks `seg` ([`check_before_copy`](Self::check_before_copy)'s
-    /// check), then records its attempt and uploads it, unless an older segment of the round
-    /// failed first (`halt`).
-    fn check_and_copy(&self, seg: &SegmentInfo, at: i64, halt: &AtomicU64) -> Outcome {
-        let older_failed = || halt.load(Ordering::Acquire) < seg.base_seq;
-        if older_failed() {
-            return Outcome::Skipped;
-        }
-        if let Err(e) = verify_for_copy(seg) {
-            // Retention must not pass it from now on, whatever else the round does.
-            self.block_at(seg.base_seq);
-            halt.fetch_min(seg.base_seq, Ordering::AcqRel);
-            return Outcome::Refused(seg.base_seq, e);
-        }
-        if older_failed() {
-            return Outcome::Skipped;
-        }
-        let outcome = match self.start_and_upload(seg, at) {
-            Ok(attempt) => Outcome::Uploaded(attempt),
-            Err(failed) => Outcome::Failed(failed),
-        };
-        if matches!(outcome, Outcome::Failed(_)) {
-            halt.fetch_min(seg.base_seq, Ordering::AcqRel);
-        }
-        outcome
-    }
-
-    /// Settles the oldest outstanding copy while nothing older failed: finishes it, or
-    /// reports its failure. `false` when it failed (the round's copying stops there).
-    fn settle(&self, outcome: Outcome, report: &mut TieringReport) -> bool {
-        match outcome {
-            Outcome::Uploaded((meta, custom)) => match self.finish_copy(&meta, custom) {
-                Ok(bytes) => {
-                    report.segments_copied += 1;
-                    report.bytes_copied += bytes;
-                    true
-                }
-                Err(e) => {
-                    self.fail_copy(Some(&meta), e, report, true);
-                    false
-                }
-            },
-            Outcome::Refused(base_seq, e) => {
-                self.refuse(base_seq, &e, report);
-                report.failures.push(e);
-                false
-            }
-            Outcome::Failed(failed) => {
-                let (meta, e) = *failed;
-                self.fail_copy(meta.as_ref(), e, report, true);
-                false
-            }
-            // Only after an older failure, which stopped the round already.
-            Outcome::Skipped => false,
-        }
-    }
-
-    /// Undoes a copy younger than a failed one: its attempt is not finished (it is copied
-    /// again next round).
-    fn discard_outcome(&self, outcome: Outcome, report: &mut TieringReport) {
-        match outcome {
-            Outcome::Uploaded((meta, _)) => self.discard_after_failure(&meta),
-            Outcome::Failed(failed) => {
-                let (meta, e) = *failed;
-                self.fail_copy(meta.as_ref(), e, report, false);
-            }
-            Outcome::Refused(base_seq, e) => {
-                tracing::debug!(partition = %self.tp, base_seq, error = %e,
-                    "a segment after a failed copy failed its check too; checked again next round");
-            }
-            Outcome::Skipped => {}
-        }
-    }
-
-    /// Records a segment refused by its check: the round's
-    /// [`TieringReport::copy_blocked_at`] (retention never passes it), the counter, the log.
-    fn refuse(&self, base_seq: u64, e: &Error, report: &mut TieringReport) {
-        self.block_at(base_seq);
-        report.block_at(base_seq);
-        bump(&self.counters.segments_refused, 1);
-        tracing::warn!(partition = %self.tp, error = %e,
-            "a local segment failed its check before the copy; it is not copied");
-    }
-
-    /// Records a new attempt for `seg` and uploads it; on failure the attempt (when it was
-    /// recorded) comes back with the error.
-    fn start_and_upload(&self, seg: &SegmentInfo, at: i64) -> Result<Attempt, Failed> {
-        let meta = self.begin_copy(seg, at).map_err(|e| Box::new((None, e)))?;
-        match self.upload(&meta, seg) {
-            Ok(custom) => Ok((meta, custom)),
-            Err(e) => Err(Box::new((Some(meta), e))),
-        }
-    }
-
-    /// Counts a failed copy, removes its attempt, and reports the error when `report_it`
-    /// (a copy failing after an older one failed is not reported: it never should have run).
-    fn fail_copy(
-        &self,
-        meta: Option<&Meta>,
-        e: Error,
-        report: &mut TieringReport,
-        report_it: bool,
-    ) {
-        bump(&self.counters.copy_failures, 1);
-        if let Some(meta) = meta {
-            self.discard_after_failure(meta);
-        }
-        if report_it {
-            report.failures.push(e);
-        } else {
-            tracing::debug!(partition = %self.tp, error = %e,
-                "a copy after a failed one failed too; it is retried next round");
-        }
-    }
-
+    /// [`Error::RoundInProgress`] when one runs already.
     pub(crate) fn begin_round(&self) -> Result<RoundGuard<'_>, Error> {
         self.round_running
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
@@ -317,23 +113,11 @@ impl TieredLog {
             .collect())
     }
 
-    /// Verifies `seg` before its copy ([`verify_for_copy`]). A damaged segment becomes the
-    /// round's [`TieringReport::copy_blocked_at`] (copying stops there and retention never
-    /// passes it) and is logged with `tracing::warn!`.
-    pub(crate) fn check_before_copy(
-        &self,
-        seg: &SegmentInfo,
-        report: &mut TieringReport,
-    ) -> Result<(), Error> {
-        verify_for_copy(seg).inspect_err(|e| self.refuse(seg.base_seq, e, report))
-    }
-
     /// Lowers the seq retention must not pass to `seq`.
-    fn block_at(&self, seq: u64) {
+    pub(crate) fn block_at(&self, seq: u64) {
         self.blocked_at.fetch_min(seq, Ordering::AcqRel);
     }
 
-    /// Records a new attempt (CopySegmentStarted) for `seg` under a fresh id.
     /// The event time for the next copy attempt: now, or just after the previous attempt's time
     /// when the clock is behind it. Call it in plan (seq) order and hand the time to
     /// [`begin_copy`](Self::begin_copy): recovery orders copies by this time (ties by seq), so

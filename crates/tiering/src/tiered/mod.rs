@@ -2,9 +2,9 @@
 //!
 //! The facade (state, appends, accessors, stats) is here; the rest by concept: `open` (the
 //! checks when a log is joined with the remote tier), `local` (the read-only view of the local
-//! log and `roll`), `read` (reads across both tiers), `copy`
-//! (a tiering round and its copies), `retention` (whole-log and local retention) and `remote`
-//! (the remote segments' listing, states and deletes).
+//! log and `roll`), `read` (reads across both tiers), `copy` (the steps the round engine,
+//! `crate::round`, takes on the log: plan, record, upload, finish), `retention` (whole-log and
+//! local retention) and `remote` (the remote segments' listing, states and deletes).
 
 use std::collections::HashSet;
 use std::ops::RangeInclusive;
