@@ -318,7 +318,7 @@ fn with_remote(
 
 /// Refuses a local log that starts above seq 1 when the metadata (`topic`'s segments, or no
 /// metadata at all when `topic` is `None`) knows no remote segment and neither the whole-log
-/// retention point nor a hole a repair recorded explains the start. `krabka produce` never
+/// retention point nor a hole a repair or a recovery recorded explains the start. `krabka produce` never
 /// drops a segment, so such a log lost its `remote-metadata/` (or, with no topic file, its
 /// directory was renamed): tiering on would make the records below the start unreachable.
 fn check_start_explained(
@@ -338,7 +338,9 @@ fn check_start_explained(
         // Unreadable: opening the tiered log names what is wrong with it.
         return Ok(());
     };
-    let holes: Vec<_> = local.quarantined().into_iter().map(|(r, _)| r).collect();
+    let mut holes: Vec<_> = local.quarantined().into_iter().map(|(r, _)| r).collect();
+    // Seqs a recovery found used but could not recover (unreadable: opening names it).
+    holes.extend(krabka_tiering::read_lost_seqs(log_dir).ok().flatten());
     let mut covered = retention_point.max(1);
     while let Some(hole) = holes.iter().find(|h| h.contains(&covered)) {
         covered = hole.end().saturating_add(1);
