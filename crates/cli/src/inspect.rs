@@ -1,9 +1,9 @@
-//! `krabka dump`: every frame of a segment file; and what `dump`, `verify` and the reader share
-//! (how bytes and timestamps print, the segments and explicit holes of a log directory). Neither
-//! opens (and so recovers or changes) the log.
+//! `krabka dump`: every frame of a segment file, streamed through
+//! [`DumpFile`](segment::DumpFile); and how `dump`, `read` and `verify` print bytes and
+//! timestamps. It never opens (and so recovers or changes) the log.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
 use krabka_storage::segment::{self, LOG_EXTENSION, parse_segment_file_name};
@@ -63,7 +63,14 @@ pub struct DumpSummary {
 /// encrypted) remote object; when stdout fails; after printing everything, when any frame is
 /// bad (naming the file and the byte of the first bad frame).
 pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<DumpSummary> {
-    let frames = segment::DumpFile::open(path).map_err(|e| cannot_dump(path, &e))?;
+    let base = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(parse_segment_file_name)
+        .map(|(base, _)| base);
+    let frames = segment::DumpFile::open(path)
+        .map_err(|e| cannot_dump(path, &e))?
+        .checking_seqs(base);
     if let Some(e) = transformed_object(path)? {
         return Err(e);
     }
@@ -71,11 +78,6 @@ pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<
     let w = |e: std::io::Error| output::write_error(&e);
     writeln!(out, "Dumping {} ({})", path.display(), human::bytes(size)).map_err(w)?;
     let mut summary = DumpSummary::default();
-    let mut expect = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(parse_segment_file_name)
-        .map(|(base, _)| base);
     let mut first_bad: Option<(u64, String)> = None;
     for frame in frames {
         let frame = frame.map_err(|e| {
@@ -104,23 +106,13 @@ pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<
         } else {
             " crc: BAD"
         });
-        if frame.crc_ok && frame.message.is_none() && frame.problem.is_none() {
+        if frame.crc_ok && frame.message.is_none() && frame.frame_len > segment::DUMP_DECODE_LIMIT {
             line.push_str(&format!(
                 " (message not shown: the frame is over the {} dump limit)",
                 human::bytes(segment::DUMP_DECODE_LIMIT)
             ));
         }
-        let mut problem = frame.problem.clone();
-        if problem.is_none()
-            && let (Some(e), Some(s)) = (expect, frame.seq)
-            && s != e
-        {
-            problem = Some(format!("frame holds seq {s}, expected {e}"));
-        }
-        if frame.problem.is_none() {
-            expect = frame.seq.and_then(|s| s.checked_add(1));
-        }
-        match problem {
+        match frame.problem.clone() {
             Some(p) => {
                 summary.bad += 1;
                 line.push_str(&format!(" problem: {p}"));
@@ -212,100 +204,6 @@ fn transformed_object(path: &Path) -> Result<Option<CliError>> {
     ))
 }
 
-/// The segments of a log directory, by base seq.
-pub fn segment_bases(dir: &Path) -> Result<Vec<u64>> {
-    let entries = std::fs::read_dir(dir).map_err(|e| {
-        CliError::at("cannot read log directory", dir, e)
-            .hint("pass the directory that holds the .log segment files")
-    })?;
-    let mut bases = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| CliError::at("cannot read log directory", dir, e))?;
-        let name = entry.file_name();
-        if let Some((base, LOG_EXTENSION)) = name.to_str().and_then(parse_segment_file_name) {
-            bases.push(base);
-        }
-    }
-    bases.sort_unstable();
-    Ok(bases)
-}
-
-/// Seqs a repair moved out of the log (or found missing), marked by a file of
-/// `DIR/quarantine/` named by [`segment::hole_file_name`]: an explicit hole in the log's seqs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hole {
-    /// First seq of the hole.
-    pub first: u64,
-    /// Last seq of the hole.
-    pub last: u64,
-    /// Its marker file (holding the bytes moved aside, if any).
-    pub path: PathBuf,
-    /// When the user accepted it as lost (`krabka repair --accept-hole`), in ms since the
-    /// epoch; `None` when not accepted.
-    pub accepted_at_ms: Option<i64>,
-}
-
-impl Hole {
-    /// Whether `seq` is in the hole.
-    pub fn contains(&self, seq: u64) -> bool {
-        (self.first..=self.last).contains(&seq)
-    }
-}
-
-/// Whether `holes` (sorted by first seq) cover every seq of `first..=last`.
-pub fn holes_cover(holes: &[Hole], first: u64, last: u64) -> bool {
-    let mut next = first;
-    for h in holes {
-        if h.first <= next && h.last >= next {
-            if h.last >= last {
-                return true;
-            }
-            next = h.last + 1;
-        }
-    }
-    next > last
-}
-
-/// The explicit holes of the log at `dir` (files of `DIR/quarantine/`), by first seq, each with
-/// its acceptance (`DIR/accepted-holes`) if any; none when the directory does not exist.
-///
-/// # Errors
-/// When `DIR/quarantine/` exists but cannot be listed, or `DIR/accepted-holes` cannot be read.
-pub fn quarantine_holes(dir: &Path) -> Result<Vec<Hole>> {
-    let accepted = krabka_storage::read_accepted_holes(dir).map_err(|e| {
-        CliError::new(e.to_string()).hint(format!(
-            "`krabka repair {}` moves a damaged record of accepted holes aside (the holes are \
-             then no longer accepted)",
-            dir.display()
-        ))
-    })?;
-    let qdir = dir.join(segment::QUARANTINE_DIR);
-    let entries = match std::fs::read_dir(&qdir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(CliError::at("cannot read quarantine directory", &qdir, e)),
-    };
-    let mut holes = Vec::new();
-    for entry in entries {
-        let entry =
-            entry.map_err(|e| CliError::at("cannot read quarantine directory", &qdir, e))?;
-        let name = entry.file_name();
-        if let Some((first, last)) = name.to_str().and_then(segment::parse_hole_file_name) {
-            holes.push(Hole {
-                first,
-                last,
-                path: entry.path(),
-                accepted_at_ms: accepted
-                    .iter()
-                    .find(|a| a.covers(first, last))
-                    .map(|a| a.accepted_at_ms),
-            });
-        }
-    }
-    holes.sort_by_key(|h| (h.first, h.last));
-    Ok(holes)
-}
-
 /// Runs `krabka dump`.
 ///
 /// # Errors
@@ -339,21 +237,5 @@ mod tests {
         assert_eq!(show_bytes(b"a\nb", 64), "a\\nb");
         assert_eq!(show_bytes(br#"{"a":1}"#, 64), r#"{"a":1}"#);
         assert_eq!(show_bytes(b"abcdef", 3), "abc…");
-    }
-
-    #[test]
-    fn adjacent_holes_cover_a_gap_and_a_partial_one_does_not() {
-        let hole = |first, last| Hole {
-            first,
-            last,
-            path: PathBuf::from("q"),
-            accepted_at_ms: None,
-        };
-        let holes = [hole(10, 19), hole(20, 29)];
-        assert!(holes_cover(&holes, 10, 29));
-        assert!(holes_cover(&holes, 15, 22));
-        assert!(!holes_cover(&holes, 10, 30));
-        assert!(!holes_cover(&holes, 5, 12));
-        assert!(!holes_cover(&[], 1, 1));
     }
 }

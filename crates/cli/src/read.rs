@@ -4,13 +4,13 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use krabka_storage::Record;
+use krabka_storage::view::LogView;
 
 use crate::args::ReadArgs;
 use crate::error::{CliError, Result};
 use crate::escape;
 use crate::inspect::timestamp;
 use crate::output::errln;
-use crate::reader::LocalReader;
 use crate::source::{Source, TieredSource};
 use crate::{human, interrupt, output};
 
@@ -46,7 +46,7 @@ pub fn run(args: &ReadArgs) -> Result<()> {
             print_records(args, &mut source)
         }
         None => {
-            let mut reader = LocalReader::new(&args.dir, args.from);
+            let mut reader = LogView::new(&args.dir).reader(args.from);
             print_records(args, &mut reader)?;
             if let Some(tail) = reader.incomplete_tail() {
                 errln!(

@@ -13,6 +13,7 @@ use std::ops::RangeInclusive;
 use std::path::Path;
 
 use krabka_storage::segment::{self, LOG_EXTENSION, QUARANTINE_DIR};
+use krabka_storage::view::LogView;
 use krabka_storage::{
     ACCEPTED_HOLES_FILE_NAME, Log, Options, RecoveryMode, RecoveryReport, RepairStep, SegmentRepair,
 };
@@ -20,8 +21,9 @@ use krabka_storage::{
 use crate::args::RepairArgs;
 use crate::error::{CliError, Result, storage};
 use crate::human;
-use crate::inspect::{segment_bases, timestamp};
+use crate::inspect::timestamp;
 use crate::output::outln;
+use crate::reader::view_error;
 use crate::verify::verify;
 
 /// Parses `--accept-hole`: `N` or `N..=M` with `1 <= N <= M`.
@@ -138,16 +140,16 @@ pub fn run(args: &RepairArgs) -> Result<()> {
 
 /// The log's holes as `seq A..=B in PATH` (accepted ones said so), joined.
 fn hole_list(log: &Log) -> String {
-    let accepted = log.accepted_holes();
-    log.quarantined()
+    log.holes()
         .iter()
-        .map(|(r, p)| {
-            let mark = if accepted.iter().any(|a| a.covers(*r.start(), *r.end())) {
-                " (accepted)"
-            } else {
-                ""
-            };
-            format!("seq {}..={} in {}{mark}", r.start(), r.end(), p.display())
+        .map(|h| {
+            let mark = if h.is_accepted() { " (accepted)" } else { "" };
+            format!(
+                "seq {}..={} in {}{mark}",
+                h.first_seq,
+                h.last_seq,
+                h.marker.display()
+            )
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -155,11 +157,10 @@ fn hole_list(log: &Log) -> String {
 
 /// The log's holes no acceptance covers.
 fn unaccepted_holes(log: &Log) -> Vec<RangeInclusive<u64>> {
-    let accepted = log.accepted_holes();
-    log.quarantined()
+    log.holes()
         .into_iter()
-        .map(|(r, _)| r)
-        .filter(|r| !accepted.iter().any(|a| a.covers(*r.start(), *r.end())))
+        .filter(|h| !h.is_accepted())
+        .map(|h| h.seqs())
         .collect()
 }
 
@@ -279,23 +280,14 @@ fn is_hole_only(q: &krabka_storage::QuarantinedPiece) -> bool {
 }
 
 /// What a repair would change: the repair's own plan for every damaged segment file
-/// ([`krabka_storage::plan_segment_repair`]), and what else the read-only checks of
+/// ([`LogView::plan_repair`]), and what else the read-only checks of
 /// `krabka verify` find.
 fn dry_run(dir: &Path) -> Result<()> {
     let mut sink = Vec::new();
     let report = verify(dir, true, &mut sink)?;
-    let bases = segment_bases(dir)?;
-    let point = krabka_storage::read_recovery_point(dir)
-        .map_err(|e| CliError::new(e.to_string()))?
-        .unwrap_or(0);
-    let mut plans = Vec::new();
-    for (i, &base) in bases.iter().enumerate() {
-        let path = dir.join(segment::segment_file_name(base, LOG_EXTENSION));
-        let plan =
-            krabka_storage::plan_segment_repair(&path, base, bases.get(i + 1).copied(), point)
-                .map_err(|e| CliError::at("cannot read", &path, e))?;
-        plans.extend(plan);
-    }
+    let plans = LogView::new(dir)
+        .plan_repair()
+        .map_err(|e| view_error(dir, e))?;
     let others: Vec<_> = report
         .problems
         .iter()

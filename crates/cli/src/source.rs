@@ -1,14 +1,16 @@
-//! Where `krabka read` takes its records from: the local files ([`LocalReader`]), or both
-//! tiers ([`TieredSource`]).
+//! Where `krabka read` takes its records from: the local files (a [`LogReader`] of the log's
+//! [`LogView`](krabka_storage::view::LogView), which reads them without opening the log), or
+//! both tiers ([`TieredSource`]).
 
 use std::path::Path;
 
+use krabka_storage::view::LogReader;
 use krabka_storage::{Options, Record};
 use krabka_tiering::TieringConfig;
 
 use crate::args::RemoteArgs;
 use crate::error::{CliError, Result};
-use crate::reader::LocalReader;
+use crate::reader::{print_fallbacks, view_error};
 use crate::remote;
 use crate::tiered::{self, Tiered, tiering_error};
 
@@ -23,9 +25,11 @@ pub trait Source {
     }
 }
 
-impl Source for LocalReader {
+impl Source for LogReader {
     fn next_records(&mut self, max: usize) -> Result<Vec<Record>> {
-        self.poll(max)
+        let records = self.poll(max);
+        print_fallbacks(self.take_fallbacks());
+        records.map_err(|e| view_error(self.dir(), e))
     }
 }
 

@@ -4,18 +4,21 @@
 //! What the next open of the log repairs by itself is not damage, and is reported as such
 //! (exit 0): a closed segment's index files that are missing or do not describe its intact
 //! `.log` (what a crash during local retention, which deletes the index files first, leaves)
-//! are rebuilt from the `.log`; see [`indexes_rebuilt_at_open`]. A log that starts above seq 1
-//! after `recover` (or local retention) is not short: its older records are in the remote tier.
+//! are rebuilt from the `.log`; see [`LogView::indexes_rebuilt_at_open`]. A log that starts
+//! above seq 1 after `recover` (or local retention) is not short: its older records are in the
+//! remote tier. Everything is read through storage's read-only [`LogView`].
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use krabka_storage::index::{OffsetIndexView, TimeIndexView};
 use krabka_storage::segment::{self, INDEX_EXTENSION, LOG_EXTENSION, TIME_INDEX_EXTENSION};
+use krabka_storage::view::LogView;
+use krabka_storage::{Hole, holes_cover};
 
 use crate::args::VerifyArgs;
 use crate::error::{CliError, Result};
-use crate::inspect::{Hole, VERIFY_HINT, holes_cover, quarantine_holes, segment_bases};
+use crate::inspect::VERIFY_HINT;
+use crate::reader::view_error;
 use crate::{human, output, progress};
 
 /// One finding of [`verify`].
@@ -80,14 +83,15 @@ pub const REBUILT_AT_OPEN: &str = "will be rebuilt at the next open of the log f
 /// When the directory cannot be read or a file cannot be opened. Corruption is not an error
 /// here: it is in [`VerifyReport::problems`].
 pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyReport> {
-    let bases = segment_bases(dir)?;
+    let view = LogView::new(dir);
+    let bases = view.segment_bases().map_err(|e| view_error(dir, e))?;
     if bases.is_empty() {
         return Err(
             CliError::new(format!("no segment files (*.log) in {}", dir.display()))
                 .hint("pass the directory of a krabka log"),
         );
     }
-    let holes = quarantine_holes(dir)?;
+    let holes = view.holes().map_err(|e| view_error(dir, e))?;
     let total: u64 = bases
         .iter()
         .filter_map(|b| std::fs::metadata(segment_path(dir, *b, LOG_EXTENSION)).ok())
@@ -96,6 +100,7 @@ pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyRep
     let bar = progress::bytes_bar("verify", total);
     let w = |e: std::io::Error| output::write_error(&e);
     let mut walk = Walk {
+        view: &view,
         dir,
         holes: &holes,
         report: VerifyReport::default(),
@@ -114,7 +119,7 @@ pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyRep
         mut report, held, ..
     } = walk;
     check_hole_markers(&holes, &held, &mut report);
-    check_recovery_point(dir, &bases, &holes, &mut report);
+    check_recovery_point(&view, &bases, &holes, &mut report);
     if let Some(line) = below_local_start(dir, &bases) {
         writeln!(out, "{line}").map_err(w)?;
     }
@@ -122,17 +127,17 @@ pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyRep
         let accepted = h.accepted_at_ms.map_or_else(String::new, |at| {
             format!(
                 " (accepted hole seq {}..={}, accepted {}: tiering goes on past it)",
-                h.first,
-                h.last,
+                h.first_seq,
+                h.last_seq,
                 crate::inspect::timestamp(at)
             )
         });
         writeln!(
             out,
             "hole    seq {}..={} moved aside by a repair: {}{accepted}",
-            h.first,
-            h.last,
-            h.path.display()
+            h.first_seq,
+            h.last_seq,
+            h.marker.display()
         )
         .map_err(w)?;
     }
@@ -153,6 +158,7 @@ fn segment_path(dir: &Path, base: u64, suffix: &str) -> PathBuf {
 
 /// What [`verify`] carries from one segment to the next.
 struct Walk<'a> {
+    view: &'a LogView,
     dir: &'a Path,
     holes: &'a [Hole],
     report: VerifyReport,
@@ -214,7 +220,7 @@ impl Walk<'_> {
             && !empty_closed
             && !log_problem
             && v.problem.is_some()
-            && indexes_rebuilt_at_open(&index_path, &time_path, base, v.file_bytes);
+            && self.view.indexes_rebuilt_at_open(base, v.file_bytes);
         if let Some(p) = &v.problem {
             let path = v.problem_path.clone().unwrap_or_else(|| log_path.clone());
             if rebuilt {
@@ -310,42 +316,6 @@ fn segment_line(
     )
 }
 
-/// Whether opening the log rebuilds the index files of the closed segment `base` (whose `.log`
-/// is intact and `log_len` bytes long) by itself, instead of trusting them.
-///
-/// Mirrors what `Log::open` does (`krabka_storage`'s `load_indexes`, used by the full recovery
-/// and by the index loaded at first use after a clean close): it trusts a closed segment's
-/// `.index` and `.timeindex` only when both can be read and decode, both name the segment's base
-/// seq, the offset index describes a `.log` of exactly its length holding at least one record,
-/// and the two agree on the largest timestamp and on the seq of every entry. Anything else is
-/// scanned from the `.log` and written again. Index files that pass those checks but point at
-/// the wrong frames are trusted by open, so they stay a problem here.
-pub fn indexes_rebuilt_at_open(index: &Path, time_index: &Path, base: u64, log_len: u64) -> bool {
-    let read = |p: &Path| match std::fs::read(p) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        // A file open cannot read it cannot replace either (a directory in its place).
-        Err(e) => Err(e),
-    };
-    let (Ok(idx), Ok(tidx)) = (read(index), read(time_index)) else {
-        return false;
-    };
-    let (Some(idx), Some(tidx)) = (idx, tidx) else {
-        return true;
-    };
-    let (Ok(idx), Ok(tidx)) = (OffsetIndexView::parse(idx), TimeIndexView::parse(tidx)) else {
-        return true;
-    };
-    let trusted = idx.base_seq() == base
-        && tidx.base_seq() == base
-        && idx.log_size() == log_len
-        && idx.max_timestamp() == tidx.max_timestamp()
-        && idx.len() == tidx.len()
-        && (0..idx.len()).all(|i| idx.entry(i).map(|e| e.0) == tidx.entry(i).map(|e| e.1))
-        && idx.last_seq() >= base;
-    !trusted
-}
-
 /// The line saying where the seqs below the first local segment are, for a tiered log whose
 /// local files start above seq 1 (after `recover`, or local retention): they are not missing.
 fn below_local_start(dir: &Path, bases: &[u64]) -> Option<String> {
@@ -367,13 +337,16 @@ fn below_local_start(dir: &Path, bases: &[u64]) -> Option<String> {
 /// A hole marker over records the segment files hold contradicts them (open refuses it).
 fn check_hole_markers(holes: &[Hole], held: &[(u64, u64)], report: &mut VerifyReport) {
     for h in holes {
-        if held.iter().any(|&(a, b)| a <= h.last && h.first <= b) {
+        if held
+            .iter()
+            .any(|&(a, b)| a <= h.last_seq && h.first_seq <= b)
+        {
             report.problems.push(Problem {
-                path: h.path.clone(),
+                path: h.marker.clone(),
                 position: None,
                 reason: format!(
                     "the hole marker claims seqs {}..={} are missing, but segment files hold some of them",
-                    h.first, h.last
+                    h.first_seq, h.last_seq
                 ),
             });
         }
@@ -381,8 +354,9 @@ fn check_hole_markers(holes: &[Hole], held: &[(u64, u64)], report: &mut VerifyRe
 }
 
 /// Segment files that end below the recovery point have lost records.
-fn check_recovery_point(dir: &Path, bases: &[u64], holes: &[Hole], report: &mut VerifyReport) {
-    match krabka_storage::read_recovery_point(dir) {
+fn check_recovery_point(view: &LogView, bases: &[u64], holes: &[Hole], report: &mut VerifyReport) {
+    let dir = view.dir();
+    match view.recovery_point() {
         Ok(Some(point)) => {
             // As open counts it: the seq before the next one, which an empty active segment
             // (a recovered log, or one that just rolled) gives by its base.
@@ -434,7 +408,7 @@ pub fn run(a: &VerifyArgs) -> Result<()> {
         let holes: Vec<String> = report
             .holes
             .iter()
-            .map(|h| format!("{}..={}", h.first, h.last))
+            .map(|h| format!("{}..={}", h.first_seq, h.last_seq))
             .collect();
         summary.push_str(&format!(
             ", {} hole(s) left by a repair (seq {})",

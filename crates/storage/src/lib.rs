@@ -30,30 +30,36 @@
 //! any other damage, naming the file, byte and seqs at stake; what it did is in
 //! [`RecoveryReport`]. The byte formats are in `docs/format.md`; the
 //! [`segment`] module decodes them from plain bytes (for segments fetched from a remote tier).
+//! The [`view`] module reads a log directory without opening it (no lock, no recovery, nothing
+//! changed), following a log another process writes.
 
 mod bufs;
+mod error;
 #[doc(hidden)]
 pub mod fault;
 pub mod fsutil;
 pub mod index;
+mod layout;
 mod log;
 mod recovery;
 pub mod segment;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod view;
 
-use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use krabka_protocol::Message;
 
-pub use crate::log::{
-    FsyncObserver, LOCK_RETRY_FOR, Log, LogStats, create_and_lock, try_lock_exclusive,
-};
+pub use crate::error::{Error, PoisonCause};
+pub use crate::layout::accepted::{ACCEPTED_HOLES_FILE_NAME, AcceptedHole, read_accepted_holes};
+pub use crate::layout::hole::{Hole, holes_cover};
+pub use crate::layout::recovery_point::read_recovery_point;
+pub use crate::log::{FsyncObserver, Log, LogStats, create_and_lock};
 pub use crate::recovery::{
-    ACCEPTED_HOLES_FILE_NAME, AcceptedHole, KeptRun, QuarantinedPiece, RecoveryReport, RepairStep,
-    SegmentRepair, TruncatedTail, plan_segment_repair, read_accepted_holes, read_recovery_point,
+    KeptRun, QuarantinedPiece, RecoveryReport, RepairStep, SegmentRepair, TruncatedTail,
+    plan_segment_repair,
 };
 
 /// Default [`Options::max_bytes`]: 64 MiB per segment.
@@ -276,238 +282,4 @@ pub struct SegmentInfo {
     pub time_index_path: PathBuf,
     /// Whether this is the active (newest, still written) segment.
     pub active: bool,
-}
-
-/// Errors of the storage layer.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// A read started outside `first_seq()..=last_seq() + 1`.
-    #[error("seq {seq} is out of range: the log holds {first}..={last}")]
-    OutOfRange {
-        /// The requested seq.
-        seq: u64,
-        /// The log's first seq at the time.
-        first: u64,
-        /// The log's last seq at the time.
-        last: u64,
-    },
-    /// Stored bytes are invalid (bad length, CRC, seq, message or index).
-    #[error("corrupt data in {}: at byte {position}: {reason}", path.display())]
-    Corrupt {
-        /// The file (empty for the pure functions of [`segment`], which see only bytes).
-        path: PathBuf,
-        /// Byte position of the problem in that file (or buffer).
-        position: u64,
-        /// What is wrong.
-        reason: String,
-    },
-    /// An I/O operation failed.
-    #[error("I/O error on {}: {source}", path.display())]
-    Io {
-        /// The file or directory involved.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
-    },
-    /// A message's encoding is larger than [`Options::max_message_bytes`].
-    #[error("message of {size} bytes exceeds max_message_bytes ({max})")]
-    MessageTooLarge {
-        /// Encoded size of the message.
-        size: u64,
-        /// The configured limit.
-        max: u64,
-    },
-    /// An fsync or write failed earlier; the log refuses appends and syncs because the OS may
-    /// have dropped unsynced data. Close and reopen it (recovery finds what is really on disk).
-    /// `cause` is that first failure (a full disk says "No space left on device").
-    #[error(
-        "the log in {} is poisoned by an earlier failed write or fsync ({}); reopen it",
-        dir.display(),
-        cause.message
-    )]
-    Poisoned {
-        /// The log's directory.
-        dir: PathBuf,
-        /// The failure that poisoned the log.
-        cause: Box<PoisonCause>,
-    },
-    /// The [`Options`] are invalid.
-    #[error("invalid options: {field} {reason}")]
-    InvalidOptions {
-        /// The name of the offending [`Options`] field.
-        field: &'static str,
-        /// What is wrong with its value.
-        reason: String,
-    },
-    /// Another `Log` (in this or another process) has the log directory open: it holds the
-    /// exclusive lock on the directory's lock file ([`LOCK_FILE_NAME`]). Only one writer may
-    /// open a log at a time; close the other one first.
-    #[error(
-        "the log in {} is already open (its lock file {LOCK_FILE_NAME} is held by another Log or process)",
-        dir.display()
-    )]
-    Locked {
-        /// The log's directory.
-        dir: PathBuf,
-    },
-    /// Open found a bad frame that is not a torn tail: valid records follow it, or it is in a
-    /// closed segment. Nothing was changed. Records `first_seq..=last_seq` are at stake (they
-    /// follow the damage or are missing); open with [`RecoveryMode::Repair`]
-    /// (`krabka repair DIR`) to move the damaged bytes aside and record the hole.
-    #[error(
-        "damaged segment {}: bad frame at byte {position} ({reason}); records {first_seq}..={last_seq} are at stake; nothing was changed (an open with RecoveryMode::Repair moves the damaged bytes aside)",
-        path.display()
-    )]
-    Damaged {
-        /// The damaged `.log` file.
-        path: PathBuf,
-        /// Byte position of the first bad frame.
-        position: u64,
-        /// What is wrong there.
-        reason: String,
-        /// First seq at stake.
-        first_seq: u64,
-        /// Last seq at stake.
-        last_seq: u64,
-    },
-    /// Under [`RecoveryMode::Strict`]: the active segment ends in a damaged tail that no valid
-    /// frame follows (what a torn write leaves). Nothing was changed.
-    #[error(
-        "torn tail in {}: {bytes_after} bytes from byte {position} do not hold a valid frame ({reason}); strict recovery refuses to cut them",
-        path.display()
-    )]
-    TornTail {
-        /// The active segment's `.log` file.
-        path: PathBuf,
-        /// Byte position of the first bad frame.
-        position: u64,
-        /// Bytes from `position` to the end of the file.
-        bytes_after: u64,
-        /// Whether the file ends inside that frame (its length runs past the end of the file):
-        /// a write cut short, as opposed to complete bytes that fail their CRC.
-        incomplete: bool,
-        /// What is wrong there.
-        reason: String,
-    },
-    /// Seqs `expected..found` are missing between two segment files: a segment was deleted or
-    /// truncated, or `path` is a stray file. Nothing was changed.
-    #[error(
-        "seqs {expected}..={} are missing: {} ends at seq {} and {} starts at seq {found} (segment file {expected:020}.log was deleted or truncated, or the later file is stray); nothing was changed (an open with RecoveryMode::Repair records the hole)",
-        found.saturating_sub(1), previous.display(), expected.saturating_sub(1), path.display()
-    )]
-    SeqGap {
-        /// The segment file before the gap.
-        previous: PathBuf,
-        /// The segment file after the gap.
-        path: PathBuf,
-        /// The seq the next segment should start at.
-        expected: u64,
-        /// The seq it starts at.
-        found: u64,
-    },
-    /// A segment file starts at a seq the previous segment already holds (a stray or copied
-    /// file). Nothing was changed.
-    #[error(
-        "{} starts at seq {found} but {} already holds seqs up to {}; nothing was changed (an open with RecoveryMode::Repair moves the overlapping file aside)",
-        path.display(), previous.display(), expected.saturating_sub(1)
-    )]
-    SeqOverlap {
-        /// The segment file before.
-        previous: PathBuf,
-        /// The overlapping segment file.
-        path: PathBuf,
-        /// The seq it should start at.
-        expected: u64,
-        /// The seq it starts at.
-        found: u64,
-    },
-    /// A read reached seqs that a repair moved aside (or found missing): an explicit hole.
-    #[error(
-        "seqs {first_seq}..={last_seq} are not in the log: a repair moved them aside (see {})",
-        path.display()
-    )]
-    Quarantined {
-        /// First seq of the hole.
-        first_seq: u64,
-        /// Last seq of the hole.
-        last_seq: u64,
-        /// The hole's marker file in the quarantine directory.
-        path: PathBuf,
-    },
-    /// [`Log::accept_holes`] named a seq that no explicit hole of the log holds.
-    #[error("seq {seq} of the log in {} is not in a hole a repair recorded: {reason}", dir.display())]
-    NotAHole {
-        /// The log's directory.
-        dir: PathBuf,
-        /// The seq.
-        seq: u64,
-        /// The holes the log has.
-        reason: String,
-    },
-    /// [`Log::start_at`] on a log that holds records.
-    #[error(
-        "the log in {} holds records up to seq {last_seq}; only an empty log can start at a new seq",
-        dir.display()
-    )]
-    NotEmpty {
-        /// The log's directory.
-        dir: PathBuf,
-        /// Its last seq.
-        last_seq: u64,
-    },
-    /// [`Log::start_at`] with a seq below the next one the log would assign (seqs never go
-    /// back).
-    #[error("cannot start the log at seq {seq}: its next seq is already {next_seq}")]
-    InvalidStart {
-        /// The requested seq.
-        seq: u64,
-        /// The log's next seq.
-        next_seq: u64,
-    },
-    /// The log path exists and is not a directory.
-    #[error("{} is not a directory", path.display())]
-    NotADirectory {
-        /// The path given to [`Log::open`].
-        path: PathBuf,
-    },
-}
-
-/// The failure that poisoned a log ([`Error::Poisoned`]): the first failed write or fsync, as it
-/// was reported.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PoisonCause {
-    /// The kind of that I/O error (for example [`io::ErrorKind::StorageFull`] for a full
-    /// disk); [`io::ErrorKind::Other`] when the failure was not an I/O error.
-    pub kind: io::ErrorKind,
-    /// The failure's message, naming the file and the operating system's error.
-    pub message: String,
-}
-
-impl PoisonCause {
-    /// The cause recorded for `e`.
-    pub(crate) fn of(e: &Error) -> PoisonCause {
-        let kind = match e {
-            Error::Io { source, .. } => source.kind(),
-            Error::Poisoned { cause, .. } => cause.kind,
-            _ => io::ErrorKind::Other,
-        };
-        PoisonCause {
-            kind,
-            message: match e {
-                Error::Poisoned { cause, .. } => cause.message.clone(),
-                other => other.to_string(),
-            },
-        }
-    }
-}
-
-impl Error {
-    pub(crate) fn io(path: &Path, source: io::Error) -> Error {
-        Error::Io {
-            path: path.to_path_buf(),
-            source,
-        }
-    }
 }

@@ -2,7 +2,7 @@
 //! publishing them to readers, rolling to a new segment, and the index files a roll writes.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::ops::RangeInclusive;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use krabka_protocol::Message;
 
-use super::stats::Counters;
-use super::{Inner, Seg, SegFile, seg_file};
-use crate::fault::{FaultInjector, Op};
+use super::{Inner, Seg, SegFile};
+use crate::fault::Op;
 use crate::fsutil::{self, IoResultExt};
-use crate::index::{IndexBuilder, encode_indexes};
+use crate::index::IndexBuilder;
+use crate::layout::{seg_file, write_indexes};
 use crate::segment::{FRAME_HEADER_LEN, encode_frame_sized, segment_paths};
 use crate::{Error, SyncPolicy};
 
@@ -236,7 +236,10 @@ impl Inner {
         let index_bytes = {
             let st = self.state.read();
             match st.active() {
-                Some(seg) => write_indexes(seg, sync, &self.faults, Some(&self.counters)),
+                Some(seg) => write_indexes(
+                    seg,
+                    sync.then_some(&|f: &File, p: &Path| self.sync_data(f, p)),
+                ),
                 None => Ok(0),
             }
         };
@@ -338,46 +341,4 @@ impl Inner {
         }
         Ok(seq != ap.next_seq)
     }
-}
-
-/// Writes a closed segment's `.index` and `.timeindex`; returns their total size. Their
-/// fsyncs (when `sync`) are counted in `counters` when given.
-pub(crate) fn write_indexes(
-    seg: &Seg,
-    sync: bool,
-    faults: &FaultInjector,
-    counters: Option<&Counters>,
-) -> Result<u64, Error> {
-    let (offsets, times) = seg.all_entries()?;
-    let (idx, tidx) = encode_indexes(
-        seg.base_seq,
-        seg.last_seq,
-        seg.size,
-        seg.max_timestamp,
-        offsets,
-        times,
-    );
-    write_file(&seg.file.index_path, &idx, sync, faults, counters)?;
-    write_file(&seg.file.time_index_path, &tidx, sync, faults, counters)?;
-    Ok((idx.len() + tidx.len()) as u64)
-}
-
-fn write_file(
-    path: &Path,
-    bytes: &[u8],
-    sync: bool,
-    faults: &FaultInjector,
-    counters: Option<&Counters>,
-) -> Result<(), Error> {
-    let mut f = File::create(path).map_err(|e| Error::io(path, e))?;
-    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
-    if sync {
-        let fsync = || faults.sync_file(&f, path);
-        match counters {
-            Some(c) => c.fsync(fsync),
-            None => fsync(),
-        }
-        .map_err(|e| Error::io(path, e))?;
-    }
-    Ok(())
 }

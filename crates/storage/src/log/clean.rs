@@ -1,4 +1,4 @@
-//! The log's side of the clean-shutdown marker (see `recovery::clean`): writing it at the end of
+//! The log's side of the clean-shutdown marker (see `layout::clean`): writing it at the end of
 //! a clean close, and removing it before the first write after an open that trusted it.
 
 use super::Inner;
@@ -6,11 +6,11 @@ use super::append::Appender;
 use crate::Error;
 use crate::fault::Op;
 use crate::fsutil::{self, IoResultExt};
-use crate::log::write_indexes;
-use crate::recovery::{
+use crate::layout::clean::{
     CleanShutdown, ClosedSegment, epoch_parts, remove_clean_shutdown, stamp, stamp_time,
     write_clean_shutdown,
 };
+use crate::layout::write_indexes;
 
 impl Inner {
     /// The last step of a clean close, under the append lock, once every record is synced and
@@ -31,7 +31,7 @@ impl Inner {
             // leave it to the scan.
             return Ok(());
         }
-        write_indexes(seg, true, &self.faults, Some(&self.counters))?;
+        write_indexes(seg, Some(&|f, p| self.sync_data(f, p)))?;
         stamp(&ap.file, path)?;
         self.faults
             .check(Op::Fsync)

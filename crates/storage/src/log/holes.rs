@@ -5,7 +5,7 @@ use std::ops::RangeInclusive;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::Log;
-use crate::recovery::write_accepted_holes;
+use crate::layout::accepted::write_accepted_holes;
 use crate::{AcceptedHole, Error};
 
 impl Log {
@@ -16,7 +16,7 @@ impl Log {
         self.inner.accepted.lock().clone()
     }
 
-    /// Accepts the explicit holes ([`Log::quarantined`]) that hold `seqs` as lost: records
+    /// Accepts the explicit holes ([`Log::holes`]) that hold `seqs` as lost: records
     /// each of them whole, with the time, in
     /// [`ACCEPTED_HOLES_FILE_NAME`](crate::ACCEPTED_HOLES_FILE_NAME) (replaced atomically and
     /// synced before this returns). Reads of their seqs still fail with
@@ -37,22 +37,22 @@ impl Log {
     /// [`Error::NotAHole`] naming the first seq of `seqs` that no hole holds (nothing is
     /// recorded then); [`Error::Io`] when the file cannot be written.
     pub fn accept_holes(&self, seqs: RangeInclusive<u64>) -> Result<Vec<AcceptedHole>, Error> {
-        let holes = self.quarantined();
+        let holes = self.inner.state.read().holes();
         let (mut next, end) = (*seqs.start(), *seqs.end());
         let mut touched = Vec::new();
-        for (hole, _) in &holes {
-            if next > end || *hole.start() > next {
+        for hole in &holes {
+            if next > end || hole.first_seq > next {
                 break;
             }
-            if *hole.end() >= next {
-                touched.push((*hole.start(), *hole.end()));
-                next = hole.end().saturating_add(1);
+            if hole.last_seq >= next {
+                touched.push((hole.first_seq, hole.last_seq));
+                next = hole.last_seq.saturating_add(1);
             }
         }
         if next <= end || touched.is_empty() {
             let listed: Vec<String> = holes
                 .iter()
-                .map(|(h, _)| format!("{}..={}", h.start(), h.end()))
+                .map(|h| format!("{}..={}", h.first_seq, h.last_seq))
                 .collect();
             return Err(Error::NotAHole {
                 dir: self.dir().to_path_buf(),

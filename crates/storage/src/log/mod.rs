@@ -10,7 +10,7 @@
 mod append;
 mod clean;
 mod holes;
-mod lazy;
+mod lock;
 mod open;
 mod read;
 mod retention;
@@ -28,140 +28,15 @@ use krabka_protocol::Message;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use self::append::Appender;
-pub(crate) use self::append::write_indexes;
-pub(crate) use self::lazy::LazyIndex;
-use self::lazy::{offset_floor, timestamp_floor};
-pub(crate) use self::open::load_indexes;
-pub use self::open::{LOCK_RETRY_FOR, create_and_lock, try_lock_exclusive};
+pub use self::lock::create_and_lock;
 use self::read::FdCache;
 use self::stats::Counters;
 pub use self::stats::{FsyncObserver, LogStats};
 use self::sync::{Flusher, SyncState};
 use crate::bufs::ReadBufs;
 use crate::fault::FaultInjector;
-use crate::index::{OffsetEntries, TimeEntries};
-use crate::segment::segment_paths;
-use crate::{Error, Options, Record, RecoveryReport, SegmentInfo, SyncPolicy};
-
-/// The paths of a segment's files.
-#[derive(Debug)]
-pub(crate) struct SegFile {
-    pub(crate) log_path: PathBuf,
-    pub(crate) index_path: PathBuf,
-    pub(crate) time_index_path: PathBuf,
-}
-
-/// A segment's published state: what readers may see. An explicit hole (seqs a repair moved
-/// aside or found missing) is a `Seg` too, with `hole` set and no data, so seqs stay contiguous
-/// across the list.
-#[derive(Debug)]
-pub(crate) struct Seg {
-    pub(crate) base_seq: u64,
-    pub(crate) file: Arc<SegFile>,
-    /// The open `.log` file of the active segment (shared with the appender); `None` for closed
-    /// segments, whose files are opened on demand through the [`FdCache`].
-    pub(crate) open: Option<Arc<File>>,
-    /// Seq of the last published record (`base_seq - 1` when empty).
-    pub(crate) last_seq: u64,
-    /// Bytes of published frames.
-    pub(crate) size: u64,
-    pub(crate) max_timestamp: i64,
-    /// Index entries on disk that are loaded at first use (after an open that trusted the
-    /// clean-shutdown marker); `offsets` and `times` follow them.
-    pub(crate) lazy: Option<Arc<LazyIndex>>,
-    pub(crate) offsets: Vec<(u64, u64)>,
-    pub(crate) times: Vec<(i64, u64)>,
-    /// Bytes of its index files on disk (0 for the active segment).
-    pub(crate) index_bytes: u64,
-    /// For an explicit hole: its marker file in the quarantine directory.
-    pub(crate) hole: Option<PathBuf>,
-}
-
-impl Seg {
-    /// A new, empty active segment `base` with files `file`, open for appends as `open`.
-    pub(crate) fn empty_active(base: u64, file: Arc<SegFile>, open: Arc<File>) -> Seg {
-        Seg {
-            base_seq: base,
-            file,
-            open: Some(open),
-            last_seq: base - 1,
-            size: 0,
-            max_timestamp: i64::MIN,
-            lazy: None,
-            offsets: Vec::new(),
-            times: Vec::new(),
-            index_bytes: 0,
-            hole: None,
-        }
-    }
-
-    /// The last index entry with a seq `<= seq` and the entry after it; `Err` with the lazy
-    /// index to load first when the answer may be in entries not loaded yet.
-    pub(crate) fn offset_floor(
-        &self,
-        seq: u64,
-    ) -> Result<crate::index::IndexBounds, Arc<LazyIndex>> {
-        match &self.lazy {
-            None => Ok(offset_floor(&[], &self.offsets, seq)),
-            Some(lazy) => match lazy.get() {
-                Some(e) => Ok(offset_floor(&e.offsets, &self.offsets, seq)),
-                None if self.offsets.first().is_some_and(|&(s, _)| s <= seq) => {
-                    Ok(offset_floor(&[], &self.offsets, seq))
-                }
-                None => Err(Arc::clone(lazy)),
-            },
-        }
-    }
-
-    /// The seq to scan from for the first record with a timestamp `>= ts` (`None` when the
-    /// segment holds none); `Err` as for [`offset_floor`](Self::offset_floor).
-    pub(crate) fn time_floor(&self, ts: i64) -> Result<Option<u64>, Arc<LazyIndex>> {
-        if self.max_timestamp < ts {
-            return Ok(None);
-        }
-        match &self.lazy {
-            None => Ok(timestamp_floor(&[], &self.times, self.max_timestamp, ts)),
-            Some(lazy) => match lazy.get() {
-                Some(e) => Ok(timestamp_floor(
-                    &e.times,
-                    &self.times,
-                    self.max_timestamp,
-                    ts,
-                )),
-                None if self.times.first().is_some_and(|&(before, _)| before < ts) => {
-                    Ok(timestamp_floor(&[], &self.times, self.max_timestamp, ts))
-                }
-                None => Err(Arc::clone(lazy)),
-            },
-        }
-    }
-
-    /// Every index entry, the lazy ones (loaded when needed) first.
-    pub(crate) fn all_entries(&self) -> Result<(OffsetEntries, TimeEntries), Error> {
-        let Some(lazy) = &self.lazy else {
-            return Ok((self.offsets.clone(), self.times.clone()));
-        };
-        let loaded = lazy.load()?;
-        let offsets = loaded
-            .offsets
-            .iter()
-            .chain(&self.offsets)
-            .copied()
-            .collect();
-        let times = loaded.times.iter().chain(&self.times).copied().collect();
-        Ok((offsets, times))
-    }
-
-    /// Loads the lazy entries (when there are any) and keeps them in `offsets` and `times`,
-    /// ahead of the entries added since.
-    pub(crate) fn materialize(&mut self) -> Result<(), Error> {
-        if self.lazy.is_some() {
-            (self.offsets, self.times) = self.all_entries()?;
-            self.lazy = None;
-        }
-        Ok(())
-    }
-}
+use crate::layout::{LazyIndex, Seg, SegFile};
+use crate::{Error, Hole, Options, Record, RecoveryReport, SegmentInfo, SyncPolicy};
 
 /// What readers see: the segments (and holes), oldest first, the active one last.
 #[derive(Debug)]
@@ -210,14 +85,14 @@ impl State {
             .collect()
     }
 
-    /// The explicit holes with their marker files.
-    fn quarantined(&self) -> Vec<(RangeInclusive<u64>, PathBuf)> {
+    /// The explicit holes (not marked accepted).
+    fn holes(&self) -> Vec<Hole> {
         self.segs
             .iter()
             .filter_map(|s| {
                 s.hole
                     .as_ref()
-                    .map(|p| (s.base_seq..=s.last_seq, p.clone()))
+                    .map(|p| Hole::new(s.base_seq, s.last_seq, p.clone()))
             })
             .collect()
     }
@@ -284,16 +159,6 @@ struct Inner {
     counters: Counters,
     /// The holes the user accepted ([`Log::accept_holes`]), as on disk.
     accepted: Mutex<Vec<crate::AcceptedHole>>,
-}
-
-/// The paths of segment `base`'s files in `dir`.
-pub(crate) fn seg_file(dir: &Path, base: u64) -> Arc<SegFile> {
-    let (log_path, index_path, time_index_path) = segment_paths(dir, base);
-    Arc::new(SegFile {
-        log_path,
-        index_path,
-        time_index_path,
-    })
 }
 
 /// The error for an internal invariant that does not hold: the log always has an active
@@ -462,12 +327,24 @@ impl Log {
         self.inner.next_seq()
     }
 
-    /// The explicit holes in the log's seqs, with their marker files in the quarantine
-    /// directory: seqs a repair ([`RecoveryMode::Repair`](crate::RecoveryMode::Repair)) moved
-    /// aside or found missing. Reads into one fail with [`Error::Quarantined`]. Empty unless
-    /// the log was repaired.
+    /// The explicit holes in the log's seqs, by first seq, each with its marker file in the
+    /// quarantine directory and its acceptance ([`Log::accept_holes`]): seqs a repair
+    /// ([`RecoveryMode::Repair`](crate::RecoveryMode::Repair)) moved aside or found missing.
+    /// Reads into one fail with [`Error::Quarantined`]. Empty unless the log was repaired.
+    pub fn holes(&self) -> Vec<Hole> {
+        let holes = self.inner.state.read().holes();
+        crate::layout::hole::with_acceptance(holes, &self.inner.accepted.lock())
+    }
+
+    /// [`Log::holes`] as `(seqs, marker file)` pairs, without their acceptance.
     pub fn quarantined(&self) -> Vec<(RangeInclusive<u64>, PathBuf)> {
-        self.inner.state.read().quarantined()
+        self.inner
+            .state
+            .read()
+            .holes()
+            .into_iter()
+            .map(|h| (h.seqs(), h.marker))
+            .collect()
     }
 
     /// Makes `seq` the seq of the next append of a log that holds no records, like Kafka's

@@ -2,12 +2,13 @@
 //! (falling back to a scan from its start when an index entry lies), the descriptor cache of
 //! closed segments, and timestamp lookups.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
+use std::num::NonZeroUsize;
 use std::path::Path;
 use std::sync::Arc;
 
+use lru::LruCache;
 use parking_lot::Mutex;
 
 use super::LazyIndex;
@@ -19,63 +20,39 @@ use crate::{Error, Record};
 /// evicted first.
 #[derive(Debug)]
 pub(super) struct FdCache {
-    cap: usize,
-    inner: Mutex<FdCacheInner>,
-}
-
-#[derive(Debug, Default)]
-struct FdCacheInner {
-    /// Base seq → (file, last use).
-    files: HashMap<u64, (Arc<File>, u64)>,
-    tick: u64,
+    /// Base seq → file.
+    files: Mutex<LruCache<u64, Arc<File>>>,
 }
 
 impl FdCache {
     pub(super) fn new(cap: usize) -> Self {
         Self {
-            cap: cap.max(1),
-            inner: Mutex::new(FdCacheInner::default()),
+            files: Mutex::new(LruCache::new(
+                NonZeroUsize::new(cap).unwrap_or(NonZeroUsize::MIN),
+            )),
         }
     }
 
     /// The open `.log` of the closed segment `base`, opening it (and evicting the least
     /// recently used one when full) when it is not cached.
     fn get(&self, base: u64, path: &Path) -> Result<Arc<File>, Error> {
-        {
-            let mut c = self.inner.lock();
-            c.tick += 1;
-            let tick = c.tick;
-            if let Some((f, used)) = c.files.get_mut(&base) {
-                *used = tick;
-                return Ok(Arc::clone(f));
-            }
+        if let Some(f) = self.files.lock().get(&base) {
+            return Ok(Arc::clone(f));
         }
         // Opened outside the lock: other readers keep hitting the cache meanwhile.
         let file = Arc::new(File::open(path).map_err(|e| Error::io(path, e))?);
-        let mut c = self.inner.lock();
-        c.tick += 1;
-        let tick = c.tick;
-        if !c.files.contains_key(&base) {
-            while c.files.len() >= self.cap {
-                let Some(oldest) = c.files.iter().min_by_key(|(_, (_, t))| *t).map(|(b, _)| *b)
-                else {
-                    break;
-                };
-                c.files.remove(&oldest);
-            }
-        }
-        c.files.insert(base, (Arc::clone(&file), tick));
+        self.files.lock().put(base, Arc::clone(&file));
         Ok(file)
     }
 
     /// Closes the cached file of segment `base` (dropped by retention).
     pub(super) fn remove(&self, base: u64) {
-        self.inner.lock().files.remove(&base);
+        self.files.lock().pop(&base);
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.inner.lock().files.len()
+        self.files.lock().len()
     }
 }
 
@@ -434,7 +411,7 @@ mod tests {
         cache.get(4, &paths[3]).unwrap();
         assert_eq!(cache.len(), 3);
         let cached: Vec<u64> = {
-            let mut v: Vec<u64> = cache.inner.lock().files.keys().copied().collect();
+            let mut v: Vec<u64> = cache.files.lock().iter().map(|(b, _)| *b).collect();
             v.sort_unstable();
             v
         };

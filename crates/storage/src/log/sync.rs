@@ -234,7 +234,7 @@ impl Inner {
         self.faults
             .check(Op::Fsync)
             .map_err(|e| Error::io(&self.dir, e))?;
-        crate::recovery::write_recovery_point(&self.dir, seq)
+        crate::layout::recovery_point::write_recovery_point(&self.dir, seq)
     }
 }
 

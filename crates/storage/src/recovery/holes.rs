@@ -4,13 +4,13 @@
 
 use std::path::PathBuf;
 
-use super::{Hole, Holes, Recoverer};
-use crate::fault::FaultInjector;
+use super::{Holes, Recoverer};
 use crate::fsutil::{self, IoResultExt};
 use crate::index::IndexBuilder;
-use crate::log::{Seg, seg_file, write_indexes};
+use crate::layout::index_files::plain_fsync;
+use crate::layout::{Seg, seg_file, write_indexes};
 use crate::segment::segment_paths;
-use crate::{Error, RECOVERY_POINT_FILE_NAME};
+use crate::{Error, Hole, RECOVERY_POINT_FILE_NAME};
 
 impl Recoverer<'_> {
     /// Appends the hole `first..=last` (marker `path`) to the recovered segments.
@@ -34,33 +34,33 @@ impl Recoverer<'_> {
     /// the log (retention has not passed it yet); older ones were dropped by retention.
     pub(super) fn take_holes_before_first(&mut self, base: u64, holes: &mut Holes) {
         let mut before: Vec<Hole> = Vec::new();
-        while let Some(h) = holes.next_if(|(_, last, _)| *last < base) {
+        while let Some(h) = holes.next_if(|h| h.last_seq < base) {
             before.push(h);
         }
         let mut chain = Vec::new();
         let mut end = base.saturating_sub(1);
         while let Some(h) = before.pop() {
-            if h.1 == end {
-                end = h.0.saturating_sub(1);
+            if h.last_seq == end {
+                end = h.first_seq.saturating_sub(1);
                 chain.push(h);
-            } else if h.1 < end {
+            } else if h.last_seq < end {
                 break;
             }
         }
-        for (first, last, path) in chain.into_iter().rev() {
-            self.push_hole(first, last, path);
+        for h in chain.into_iter().rev() {
+            self.push_hole(h.first_seq, h.last_seq, h.marker);
         }
     }
 
     /// Holes below segment `base` that continue the log (which would go on at `expected`) are
     /// part of it; older ones are skipped.
     pub(super) fn take_holes_between(&mut self, expected: u64, base: u64, holes: &mut Holes) {
-        while let Some((first, last, _)) = holes.peek() {
-            if *last < expected {
+        while let Some(h) = holes.peek() {
+            if h.last_seq < expected {
                 holes.next();
-            } else if *first == self.next_seq().unwrap_or(expected) && *last < base {
-                if let Some((first, last, path)) = holes.next() {
-                    self.push_hole(first, last, path);
+            } else if h.first_seq == self.next_seq().unwrap_or(expected) && h.last_seq < base {
+                if let Some(h) = holes.next() {
+                    self.push_hole(h.first_seq, h.last_seq, h.marker);
                 }
             } else {
                 break;
@@ -74,10 +74,10 @@ impl Recoverer<'_> {
         holes: &mut Holes,
         active_builder: &mut Option<IndexBuilder>,
     ) {
-        while let Some((first, last, _)) = holes.peek() {
+        while let Some(h) = holes.peek() {
             let next = self.next_seq().unwrap_or(1);
-            if *first == next || (self.segs.is_empty() && *first >= next) {
-                if let Some((first, last, path)) = holes.next() {
+            if h.first_seq == next || (self.segs.is_empty() && h.first_seq >= next) {
+                if let Some(h) = holes.next() {
                     // The active segment is a closed one now: a new one starts after the hole.
                     if let Some(pos) = self.segs.len().checked_sub(1)
                         && let Some(seg) = self.segs.get_mut(pos)
@@ -89,9 +89,9 @@ impl Recoverer<'_> {
                             self.index_writes.push(pos);
                         }
                     }
-                    self.push_hole(first, last, path);
+                    self.push_hole(h.first_seq, h.last_seq, h.marker);
                 }
-            } else if *last < next {
+            } else if h.last_seq < next {
                 holes.next();
             } else {
                 break;
@@ -149,7 +149,7 @@ impl Recoverer<'_> {
             seg.open = None;
             *active_builder = None;
             if seg.last_seq >= seg.base_seq {
-                seg.index_bytes = write_indexes(seg, true, &FaultInjector::default(), None)?;
+                seg.index_bytes = write_indexes(seg, Some(&plain_fsync))?;
             }
         }
         if self.segs.last().is_some_and(|s| s.last_seq < s.base_seq) {
@@ -164,12 +164,13 @@ impl Recoverer<'_> {
 
     /// A hole marker that overlaps records the log holds contradicts the segment files.
     pub(super) fn check_hole_markers(&mut self, all_holes: &[Hole]) -> Result<(), Error> {
-        for (first, last, path) in all_holes {
+        for h in all_holes {
+            let (first, last, path) = (h.first_seq, h.last_seq, &h.marker);
             let overlaps = self
                 .segs
                 .iter()
                 .filter(|s| s.hole.is_none() && s.last_seq >= s.base_seq)
-                .any(|s| s.base_seq <= *last && *first <= s.last_seq);
+                .any(|s| s.base_seq <= last && first <= s.last_seq);
             if !overlaps {
                 continue;
             }

@@ -5,20 +5,20 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
-use super::accepted::{ACCEPTED_HOLES_FILE_NAME, ACCEPTED_HOLES_TMP};
-use super::clean::CLEAN_SHUTDOWN_TMP;
-use super::recovery_point::RECOVERY_POINT_TMP;
 use super::split::{SPLIT_JOURNAL, SPLIT_JOURNAL_TMP};
-use super::{Hole, MAX_SEQ, Recoverer};
-use crate::segment::{
-    LOG_EXTENSION, QUARANTINE_DIR, parse_hole_file_name, parse_segment_file_name,
-};
+use super::{MAX_SEQ, Recoverer};
+use crate::Hole;
+use crate::layout::accepted::{ACCEPTED_HOLES_FILE_NAME, ACCEPTED_HOLES_TMP};
+use crate::layout::clean::CLEAN_SHUTDOWN_TMP;
+use crate::layout::hole::list_hole_markers;
+use crate::layout::recovery_point::RECOVERY_POINT_TMP;
+use crate::segment::{LOG_EXTENSION, QUARANTINE_DIR, parse_segment_file_name};
 use crate::{CLEAN_SHUTDOWN_FILE_NAME, Error, LOCK_FILE_NAME, RECOVERY_POINT_FILE_NAME};
 
 /// The segment files and hole markers of a log directory.
 pub(super) struct Listing {
     pub(super) bases: Vec<u64>,
-    /// `(first, last, marker path)`, sorted.
+    /// Sorted by seqs.
     pub(super) holes: Vec<Hole>,
 }
 
@@ -72,39 +72,26 @@ impl Recoverer<'_> {
     }
 }
 
-/// The hole markers in the quarantine directory of `dir`, sorted; overlapping markers are
-/// refused.
+/// The hole markers in the quarantine directory of `dir` that recovery places, sorted (none
+/// when `quarantine` is not a directory; markers beyond [`MAX_SEQ`] are not holes);
+/// overlapping markers are refused.
 fn list_holes(dir: &Path) -> Result<Vec<Hole>, Error> {
-    let mut holes = Vec::new();
-    let qdir = dir.join(QUARANTINE_DIR);
-    match fs::read_dir(&qdir) {
-        Ok(entries) => {
-            for entry in entries {
-                let entry = entry.map_err(|e| Error::io(&qdir, e))?;
-                if let Some((first, last)) = entry
-                    .file_name()
-                    .to_str()
-                    .and_then(parse_hole_file_name)
-                    .filter(|&(_, last)| last < MAX_SEQ)
-                {
-                    holes.push((first, last, entry.path()));
-                }
-            }
+    let mut holes = match list_hole_markers(dir) {
+        Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::NotADirectory => {
+            Vec::new()
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) if e.kind() == io::ErrorKind::NotADirectory => {}
-        Err(e) => return Err(Error::io(&qdir, e)),
-    }
-    holes.sort();
+        other => other?,
+    };
+    holes.retain(|h| h.last_seq < MAX_SEQ);
     // Overlapping markers cannot come from this code; refuse rather than guess.
     for pair in holes.windows(2) {
-        if let [(_, a_last, a), (b_first, _, b)] = pair
-            && b_first <= a_last
+        if let [a, b] = pair
+            && b.first_seq <= a.last_seq
         {
             return Err(Error::Corrupt {
-                path: b.clone(),
+                path: b.marker.clone(),
                 position: 0,
-                reason: format!("hole marker overlaps {}", a.display()),
+                reason: format!("hole marker overlaps {}", a.marker.display()),
             });
         }
     }

@@ -7,11 +7,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::Recoverer;
-use super::clean::Marker;
 use super::resync::DamageAt;
 use crate::fsutil::{self, IoResultExt};
 use crate::index::{IndexBuilder, OffsetIndex, TimeIndex};
-use crate::log::{Seg, SegFile, load_indexes, seg_file};
+use crate::layout::clean::Marker;
+use crate::layout::{Seg, SegFile, load_indexes, seg_file};
 use crate::segment::{SegmentProblem, find_valid_frame_after, frame_len, scan_file};
 use crate::{Error, RecoveryMode, TruncatedTail};
 

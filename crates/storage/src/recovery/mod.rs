@@ -19,7 +19,6 @@
 //! deferred. What it did goes into the [`report`].
 
 mod accepted;
-mod clean;
 mod holes;
 mod listing;
 mod load;
@@ -33,23 +32,15 @@ mod trusted;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub(crate) use self::accepted::write_accepted_holes;
-pub use self::accepted::{ACCEPTED_HOLES_FILE_NAME, AcceptedHole, read_accepted_holes};
-pub(crate) use self::clean::{
-    CleanShutdown, ClosedSegment, epoch_parts, remove_clean_shutdown, stamp, stamp_time,
-    write_clean_shutdown,
-};
-use self::clean::{Marker, read_clean_shutdown};
-pub use self::recovery_point::read_recovery_point;
-pub(crate) use self::recovery_point::write_recovery_point;
 pub use self::report::{QuarantinedPiece, RecoveryReport, TruncatedTail};
 pub use self::resync::{KeptRun, RepairStep, SegmentRepair, plan_segment_repair};
-use crate::fault::FaultInjector;
 use crate::fsutil::{self, IoResultExt};
 use crate::index::IndexBuilder;
-use crate::log::{Seg, seg_file, write_indexes};
+use crate::layout::clean::{Marker, read_clean_shutdown};
+use crate::layout::index_files::plain_fsync;
+use crate::layout::{Seg, seg_file, write_indexes};
 use crate::segment::segment_paths;
-use crate::{Error, Options, RecoveryMode, SyncPolicy};
+use crate::{Error, Hole, Options, RecoveryMode, SyncPolicy};
 
 /// The largest seq a log accepts (Kafka's offsets are `i64`; this leaves room so that seq
 /// arithmetic never overflows). Segment files and hole markers beyond it are damage.
@@ -65,9 +56,6 @@ pub(crate) struct Recovered {
     /// disk until the log first writes.
     pub(crate) clean_marker: bool,
 }
-
-/// An explicit hole: `(first seq, last seq, marker path)`.
-type Hole = (u64, u64, PathBuf);
 
 /// The hole markers not placed yet, in seq order.
 type Holes = std::iter::Peekable<std::vec::IntoIter<Hole>>;
@@ -266,8 +254,8 @@ impl Recoverer<'_> {
         for pos in std::mem::take(&mut self.index_writes) {
             if let Some(seg) = self.segs.get_mut(pos) {
                 tracing::warn!(path = %seg.file.log_path.display(), "rebuilt a missing or invalid segment index");
-                seg.index_bytes =
-                    write_indexes(seg, sync_files(self.opts), &FaultInjector::default(), None)?;
+                let fsync = sync_files(self.opts).then_some(&plain_fsync as _);
+                seg.index_bytes = write_indexes(seg, fsync)?;
                 if seg.open.is_none() && !self.report.rebuilt_indexes.contains(&seg.file.log_path) {
                     self.report.rebuilt_indexes.push(seg.file.log_path.clone());
                 }
@@ -283,7 +271,11 @@ impl Recoverer<'_> {
         self.report.holes = self
             .segs
             .iter()
-            .filter_map(|s| s.hole.as_ref().map(|p| (s.base_seq, s.last_seq, p.clone())))
+            .filter_map(|s| {
+                s.hole
+                    .as_ref()
+                    .map(|p| Hole::new(s.base_seq, s.last_seq, p.clone()))
+            })
             .collect();
         Ok(Recovered {
             segs: self.segs,

@@ -54,8 +54,8 @@ pub struct RecoveryReport {
     /// segment file of its own.
     pub kept: Vec<KeptRun>,
     /// Explicit holes in the log's seqs (from this or an earlier repair), with their marker
-    /// files.
-    pub holes: Vec<(u64, u64, PathBuf)>,
+    /// files and acceptance, as [`Log::holes`](crate::Log::holes) lists them at open.
+    pub holes: Vec<crate::Hole>,
     /// Files in the directory that are not segment files (ignored), and index files without a
     /// `.log`. The lock file ([`LOCK_FILE_NAME`](crate::LOCK_FILE_NAME)) and the quarantine directory are not listed.
     pub ignored_files: Vec<PathBuf>,

@@ -17,9 +17,9 @@ use super::Recoverer;
 use super::quarantine::copy_range;
 use super::split::{self, Journal};
 use crate::Error;
-use crate::fault::FaultInjector;
 use crate::fsutil::{self, IoResultExt};
-use crate::log::{Seg, seg_file, write_indexes};
+use crate::layout::index_files::plain_fsync;
+use crate::layout::{Seg, seg_file, write_indexes};
 use crate::segment::{
     FRAME_HEADER_LEN, MIN_MESSAGE_LEN, ValidRun, find_valid_frame_after, hole_file_name, scan_file,
     scan_file_from, segment_paths,
@@ -290,7 +290,7 @@ impl Recoverer<'_> {
         // 3. What the log holds now, in seq order.
         if head {
             // What is left is a closed segment now (a hole or a kept run follows).
-            seg.index_bytes = write_indexes(&seg, true, &FaultInjector::default(), None)?;
+            seg.index_bytes = write_indexes(&seg, Some(&plain_fsync))?;
             self.segs.push(seg);
         }
         for step in steps {
@@ -377,7 +377,7 @@ impl Recoverer<'_> {
             index_bytes: 0,
             hole: None,
         };
-        seg.index_bytes = write_indexes(&seg, true, &FaultInjector::default(), None)?;
+        seg.index_bytes = write_indexes(&seg, Some(&plain_fsync))?;
         tracing::warn!(from = %src_path.display(), position = from, to = %log_path.display(),
             first_seq = base, last_seq, "kept the intact frames after damage as a segment file");
         self.report.kept.push(KeptRun {

@@ -1,6 +1,6 @@
 //! The open after a clean close: when the clean-shutdown marker describes every segment file
 //! exactly as the directory lists them, the log is built from the marker alone. No index file
-//! is read (each segment's entries load at first use, see `log::lazy`) and no segment is
+//! is read (each segment's entries load at first use, see `layout::lazy`) and no segment is
 //! scanned, so the open of a large log costs about what a small one's does.
 //!
 //! Trusted only when the marker is intact, the mode is not
@@ -12,17 +12,18 @@
 //! listed and every closed `.log` must also have the length the close left. Anything else falls
 //! back to the full recovery, which still uses the marker for the active segment where it can.
 //! (A closed `.log` cut or grown while the directory stayed unchanged is found at its first
-//! use, see `log::lazy`.)
+//! use, see `layout::lazy`.)
 
 use std::fs;
 use std::sync::Arc;
 
-use super::clean::{CleanShutdown, Marker};
-use super::{Hole, MAX_SEQ, Recovered, Recoverer};
+use super::{MAX_SEQ, Recovered, Recoverer};
 use crate::Error;
+use crate::Hole;
 use crate::fsutil::{self, IoResultExt};
 use crate::index::IndexBuilder;
-use crate::log::{LazyIndex, Seg, seg_file};
+use crate::layout::clean::{CleanShutdown, Marker};
+use crate::layout::{LazyIndex, Seg, seg_file};
 use crate::segment::{QUARANTINE_DIR, segment_paths};
 
 impl Recoverer<'_> {

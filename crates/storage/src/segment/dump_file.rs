@@ -34,6 +34,10 @@ pub struct DumpFile {
     chunk: Bytes,
     chunk_at: u64,
     done: bool,
+    /// Whether seqs are checked ([`DumpFile::checking_seqs`]).
+    check_seqs: bool,
+    /// The seq the next frame must carry, when known.
+    expect: Option<u64>,
 }
 
 impl DumpFile {
@@ -92,7 +96,48 @@ impl DumpFile {
             chunk: Bytes::new(),
             chunk_at: 0,
             done: false,
+            check_seqs: false,
+            expect: None,
         })
+    }
+
+    /// Also checks seqs, as every reader of a log does: each frame must carry the seq after the
+    /// previous intact frame's, the first one `first_seq` when given (the base seq a segment
+    /// file's name gives). A frame that does not is reported with the problem `frame holds seq
+    /// S, expected E`, and the walk expects the seq after its own next.
+    ///
+    /// ```
+    /// use krabka_protocol::Message;
+    /// use krabka_storage::segment::{DumpFile, encode_frame};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("00000000000000000001.log");
+    /// let mut buf = Vec::new();
+    /// encode_frame(1, &Message::new("a"), &mut buf);
+    /// encode_frame(3, &Message::new("b"), &mut buf);
+    /// std::fs::write(&path, &buf)?;
+    /// let frames: Vec<_> = DumpFile::open(&path)?.checking_seqs(Some(1)).collect::<Result<_, _>>()?;
+    /// assert_eq!(frames[1].problem.as_deref(), Some("frame holds seq 3, expected 2"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn checking_seqs(mut self, first_seq: Option<u64>) -> DumpFile {
+        self.check_seqs = true;
+        self.expect = first_seq;
+        self
+    }
+
+    /// Adds the seq problem of `frame`, if any, and moves the expected seq past it.
+    fn check_seq(&mut self, frame: &mut DumpedFrame) {
+        if !self.check_seqs || frame.problem.is_some() {
+            return;
+        }
+        if let (Some(e), Some(s)) = (self.expect, frame.seq)
+            && s != e
+        {
+            frame.problem = Some(format!("frame holds seq {s}, expected {e}"));
+        }
+        self.expect = frame.seq.and_then(|s| s.checked_add(1));
     }
 
     /// The file's length when it was opened: the bytes the walk covers.
@@ -232,9 +277,11 @@ impl Iterator for DumpFile {
     type Item = Result<DumpedFrame, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let step = self.step();
-        if step.is_err() {
-            self.done = true;
+        let mut step = self.step();
+        match &mut step {
+            Ok(Some(frame)) => self.check_seq(frame),
+            Ok(None) => {}
+            Err(_) => self.done = true,
         }
         step.transpose()
     }
