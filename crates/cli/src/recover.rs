@@ -41,8 +41,12 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| CliError::at("cannot create", dir, e))?;
     let meta_dir = dir.join(METADATA_DIR);
     let rlmm = DurableRemoteLogMetadataManager::open(&meta_dir).map_err(|e| {
-        CliError::at("cannot open remote metadata", &meta_dir, e)
-            .hint("move the damaged directory aside; recover rebuilds it from the remote")
+        CliError::at(
+            "cannot open remote metadata",
+            &meta_dir,
+            crate::tiered::metadata_failure(&e),
+        )
+        .hint("move the damaged directory aside; recover rebuilds it from the remote")
     })?;
     let started = Instant::now();
     // Segments the transforming layer compressed or encrypted record their transform in the
