@@ -1,7 +1,5 @@
 //! The remote log metadata of krabka: which segments of a partition are in the remote tier, and
-//! in what state, kept by a
-//! [`RemoteLogMetadataManager`](krabka_remote_storage::metadata::RemoteLogMetadataManager) (the
-//! SPI's trait, re-exported here).
+//! in what state, kept by a [`RemoteLogMetadataManager`] (the SPI's trait, re-exported here).
 //!
 //! - [`DurableRemoteLogMetadataManager`] — every event (in the SPI's
 //!   [`event`](krabka_remote_storage::metadata::event) encoding) appended to a crash-safe

@@ -270,8 +270,8 @@ impl MetadataState {
 /// A [`MetadataState`] behind a reader-writer lock: the one state a metadata manager keeps.
 ///
 /// Its query methods take the read lock for one answer each; they are the read half of
-/// [`RemoteLogMetadataManager`](crate::RemoteLogMetadataManager) for every manager built on it
-/// ([`StateBackedManager`](crate::StateBackedManager)). Writers take [`write`](Self::write).
+/// [`RemoteLogMetadataManager`](crate::RemoteLogMetadataManager) for both managers of this
+/// crate, and for any other built on it. Writers take [`write`](Self::write).
 #[derive(Debug, Default)]
 pub struct SharedMetadataState(RwLock<MetadataState>);
 

@@ -16,7 +16,7 @@ use crate::model::{
 };
 
 /// Tracks the remote segments of every partition through their lifecycle
-/// ([`RemoteLogSegmentState`](crate::RemoteLogSegmentState)).
+/// ([`RemoteLogSegmentState`]).
 ///
 /// Synchronous, `Send + Sync` and dyn compatible: layers above hold an
 /// `Arc<dyn RemoteLogMetadataManager>`. `krabka-remote-metadata` implements it (in memory, and
