@@ -1,5 +1,5 @@
 //! Errors of the durable metadata manager: a `krabka_storage` error as a
-//! [`RemoteStorageError`], damage becoming [`MetadataError::Log`](crate::MetadataError::Log).
+//! [`RemoteStorageError`], damage becoming [`MetadataError::Log`].
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -37,8 +37,8 @@ fn damaged(
     .into()
 }
 
-/// A storage error as this crate's: damage becomes [`MetadataError::Log`](crate::MetadataError::Log) naming
-/// the file, byte and seqs.
+/// A storage error as the SPI's: damage becomes [`MetadataError::Log`] naming the file, byte and
+/// seqs.
 pub(super) fn storage_error(
     dir: &Path,
     operation: &str,
@@ -80,8 +80,8 @@ pub(super) fn storage_error(
 }
 
 /// The torn-tail, seq-order and quarantine errors of a log as
-/// [`MetadataError::Log`](crate::MetadataError::Log) (a file that is not a directory as
-/// [`MetadataError::Generation`](crate::MetadataError::Generation)); any other error back.
+/// [`MetadataError::Log`] (a file that is not a directory as [`MetadataError::Generation`]); any
+/// other error back.
 fn seq_damage(e: krabka_storage::Error) -> Result<RemoteStorageError, krabka_storage::Error> {
     use krabka_storage::Error as E;
     Ok(match e {

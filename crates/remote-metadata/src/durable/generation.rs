@@ -169,7 +169,7 @@ fn parse_pointer(text: &str) -> Option<Pointer> {
     })
 }
 
-/// A [`MetadataError::Pointer`](crate::MetadataError::Pointer) about the pointer at `path`.
+/// A [`MetadataError::Pointer`] about the pointer at `path`.
 pub(super) fn pointer_error(path: PathBuf, reason: impl Into<String>) -> RemoteStorageError {
     MetadataError::Pointer {
         path,

@@ -95,12 +95,15 @@ pub(super) struct Writer {
 /// A manager that was closed ([`close`](Self::close), or dropped) recorded its log's end as
 /// the log's recovery point, so its last event is never taken for a torn one: losing it later
 /// is damage, refused like any other.
-/// Anything else fails the open with a typed error naming the file, and changes nothing:
+/// Anything else fails the open with a typed [`MetadataError`](crate::MetadataError) naming the
+/// file (inside [`RemoteStorageError::Backend`]; found with
+/// [`MetadataError::find`](crate::MetadataError::find)), and changes nothing:
 /// - a bad frame, an event that does not decode or does not apply, a missing or wrong
-///   generation record: [`MetadataError::Log`](crate::MetadataError::Log) (file, byte or seq);
+///   generation record: [`Log`](crate::MetadataError::Log) (file, byte or seq);
 /// - a missing `CURRENT` while generations exist, an unparsable one, or one naming a missing
-///   generation: [`MetadataError::Pointer`](crate::MetadataError::Pointer);
-/// - a generation directory it cannot account for: [`MetadataError::Generation`](crate::MetadataError::Generation).
+///   generation: [`Pointer`](crate::MetadataError::Pointer);
+/// - a generation directory it cannot account for:
+///   [`Generation`](crate::MetadataError::Generation).
 ///
 /// # Compaction
 /// The log lives in a generation directory `gen-<20-digit n>` named by the pointer file

@@ -38,8 +38,8 @@ impl DurableRemoteLogMetadataManager {
     /// manager left (see the type's docs).
     ///
     /// # Errors
-    /// [`MetadataError::Pointer`](crate::MetadataError::Pointer), [`MetadataError::Generation`](crate::MetadataError::Generation) and
-    /// [`MetadataError::Log`](crate::MetadataError::Log) naming the damaged file (nothing is changed or
+    /// [`MetadataError::Pointer`], [`MetadataError::Generation`] and [`MetadataError::Log`]
+    /// naming the damaged file, inside [`RemoteStorageError::Backend`] (nothing is changed or
     /// deleted then); [`RemoteStorageError::Backend`] when another manager has `dir` open;
     /// [`RemoteStorageError::Io`].
     pub fn open_with(

@@ -287,7 +287,7 @@ struct Replay<'a> {
 }
 
 impl Replay<'_> {
-    /// A [`MetadataError::Log`](crate::MetadataError::Log) naming the file holding `seq`.
+    /// A [`MetadataError::Log`] naming the file holding `seq`.
     fn damaged(&self, seq: Option<u64>, reason: String) -> RemoteStorageError {
         let segments = self.log.segments();
         let at = seq.unwrap_or(1);

@@ -53,8 +53,8 @@ pub trait RemoteLogMetadataManager: Send + Sync {
     /// tell them apart use [`segment_for_offset_ready`](Self::segment_for_offset_ready).
     ///
     /// # Errors
-    /// Implementation specific (the managers of `krabka-remote-metadata` do not fail, and never return
-    /// [`RemoteStorageError::MetadataNotReady`] here).
+    /// Implementation specific (the managers of `krabka-remote-metadata` do not fail, and never
+    /// return [`RemoteStorageError::MetadataNotReady`] here).
     fn remote_log_segment_metadata(
         &self,
         tp: &TopicIdPartition,
