@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use krabka_protocol::Message;
 use krabka_remote_fs::FsRemoteStorage;
-use krabka_remote_storage::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_remote_storage::{
     CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageError,
     RemoteStorageManager, TopicIdPartition, Uuid,
 };
 use krabka_storage::{Options, SyncPolicy};
+use krabka_tiering::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_tiering::{ServiceConfig, TieredLog, TieringConfig, TieringService};
 use parking_lot_free::Mutex;
 

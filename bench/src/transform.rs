@@ -10,7 +10,6 @@ use std::time::Instant;
 
 use krabka_protocol::Message;
 use krabka_remote_s3::test_server::TestServer;
-use krabka_remote_storage::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_remote_storage::{
     CustomMetadata, IndexSource, IndexType, LogSegmentData, RemoteLogSegmentMetadata,
     RemoteStorageError, RemoteStorageManager, TopicIdPartition, Uuid,
@@ -18,6 +17,7 @@ use krabka_remote_storage::{
 use krabka_remote_transform::{Compression, KeyRing, MasterKey, TransformConfig, Transforming};
 use krabka_storage::{Options, SyncPolicy};
 use krabka_tiering::fs::FsRemoteStorage;
+use krabka_tiering::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_tiering::s3::S3RemoteStorage;
 use krabka_tiering::{TieredLog, TieringConfig};
 

@@ -20,6 +20,8 @@ const LAYERS: &[(&str, usize)] = &[
     ("krabka-remote-fs", 3),
     ("krabka-remote-s3", 3),
     ("krabka-remote-transform", 3),
+    // The metadata managers and recovery: the local log and the SPI, no backend (see ALLOWED).
+    ("krabka-remote-metadata", 3),
     ("krabka-tiering", 4),
     ("krabka-cli", 5),
     ("krabka-bench", 5),
@@ -35,6 +37,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("krabka-remote-fs", &["krabka-remote-storage"]),
     ("krabka-remote-s3", &["krabka-remote-storage"]),
     ("krabka-remote-transform", &["krabka-remote-storage"]),
+    // Metadata knows the log it appends events to and the SPI, never a backend nor tiering.
+    (
+        "krabka-remote-metadata",
+        &["krabka-protocol", "krabka-storage", "krabka-remote-storage"],
+    ),
     ("xtask", &[]),
 ];
 
@@ -217,7 +224,7 @@ fn crates_depend_only_on_lower_layers() {
     assert!(
         problems.is_empty(),
         "dependency direction (protocol → storage → remote-storage SPI → remote-fs / remote-s3 / \
-         remote-transform → tiering → cli, bench):\n  {}",
+         remote-transform / remote-metadata → tiering → cli, bench):\n  {}",
         problems.join("\n  ")
     );
 }

@@ -5,13 +5,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use krabka_remote_storage::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_remote_storage::{
     LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageManager,
     TopicIdPartition, Uuid,
 };
 use krabka_storage::segment::verify_segment_files;
 use krabka_storage::{Log, SegmentInfo};
+use krabka_tiering::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_tiering::{RemoteOwnership, RemoteRequests, TieredLog, TieringConfig};
 
 use super::{COPY_CONCURRENCY, Sizes, fill, mbps, options};

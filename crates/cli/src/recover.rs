@@ -45,7 +45,7 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
         crate::error::metadata_open(
             dir,
             &meta_dir,
-            e,
+            crate::tiered::metadata_failure(&e),
             "move the damaged directory aside; recover rebuilds it from the remote",
         )
     })?;

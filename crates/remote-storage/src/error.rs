@@ -1,7 +1,6 @@
 //! The one error type of the remote tier.
 
 use std::error::Error as StdError;
-use std::path::PathBuf;
 
 use crate::model::{RemoteLogSegmentId, RemoteLogSegmentState};
 
@@ -107,47 +106,6 @@ pub enum RemoteStorageError {
         /// What is wrong.
         reason: String,
     },
-    /// The durable metadata's generation pointer (`CURRENT`) cannot be used: it is missing while
-    /// generation directories exist, does not parse, is not a regular file, or names a
-    /// generation that is not there. Open changed nothing; the manager never guesses which
-    /// generation is current.
-    #[error("remote metadata pointer {} is unusable: {reason}", path.display())]
-    MetadataPointer {
-        /// The pointer file.
-        path: PathBuf,
-        /// What is wrong, naming the generation directories involved.
-        reason: String,
-    },
-    /// A directory entry of the durable metadata that looks like a generation but that the
-    /// manager cannot account for: a name it does not write, a generation newer than a
-    /// compaction could have left, or an unfinished generation whose events the current one
-    /// does not cover. Open changed nothing and never deletes it.
-    #[error("remote metadata generation {} cannot be accounted for: {reason}", path.display())]
-    MetadataGeneration {
-        /// The generation directory (or stray entry).
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
-    /// The durable metadata's log is damaged: a bad frame that is not a genuinely torn last
-    /// event, an event that does not decode or does not apply, a generation record that is
-    /// missing or wrong (the log was truncated, emptied or replaced), or a gap between its
-    /// segment files. Open changed nothing.
-    #[error(
-        "remote metadata log {} is damaged{}: {reason}",
-        path.display(),
-        position_and_seq(*position, *seq)
-    )]
-    MetadataLog {
-        /// The damaged `.log` file (or the generation directory when no file is known).
-        path: PathBuf,
-        /// Byte position of the damage in `path`, when known.
-        position: Option<u64>,
-        /// Seq of the damaged event, when known.
-        seq: Option<u64>,
-        /// What is wrong.
-        reason: String,
-    },
     /// Any other failure of the store that retrying will not fix.
     #[error("remote store failure during {operation} of {location}: {message}")]
     Backend {
@@ -161,16 +119,6 @@ pub enum RemoteStorageError {
         #[source]
         source: Option<BoxError>,
     },
-}
-
-/// ` at byte P (seq S)`, ` at byte P`, ` at seq S` or nothing.
-fn position_and_seq(position: Option<u64>, seq: Option<u64>) -> String {
-    match (position, seq) {
-        (Some(p), Some(s)) => format!(" at byte {p} (seq {s})"),
-        (Some(p), None) => format!(" at byte {p}"),
-        (None, Some(s)) => format!(" at seq {s}"),
-        (None, None) => String::new(),
-    }
 }
 
 impl RemoteStorageError {

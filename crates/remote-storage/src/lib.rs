@@ -2,15 +2,15 @@
 //! data model (modeled on Kafka's KIP-405 storage API), and the errors callers act on.
 //!
 //! A leaf crate: it depends on no other krabka crate, so a backend depends on it alone. The
-//! durable metadata manager and the recovery that installs into it and sets up the local log
-//! live in `krabka-tiering` (`krabka_tiering::metadata`, `krabka_tiering::recovery`).
+//! metadata managers (in memory, and durable) and the recovery that installs into the durable
+//! one and sets up the local log live in `krabka-remote-metadata`.
 //!
 //! - [`RemoteStorageManager`] — copy, fetch a byte range, fetch an index, delete.
 //! - [`RemoteLogSegmentMetadata`] and its lifecycle [`RemoteLogSegmentState`].
 //! - [`layout`] — the object layout shared by the filesystem and S3 backends.
-//! - [`metadata`] — [`RemoteLogMetadataManager`](metadata::RemoteLogMetadataManager), the
-//!   shared state every manager answers its reads from, the in-memory manager, and the
-//!   [`event`](metadata::event) encoding the durable manager stores.
+//! - [`metadata`] — the [`RemoteLogMetadataManager`](metadata::RemoteLogMetadataManager) trait
+//!   and the [`event`](metadata::event) encoding the durable manager stores and every manifest
+//!   embeds.
 //! - [`manifest`] — the self-describing manifest every copy writes (in progress first,
 //!   complete last), and
 //!   [`recovery`] — the [`RemoteSegmentLister`](recovery::RemoteSegmentLister) backends

@@ -83,8 +83,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use std::time::Instant;
 
+    use crate::metadata::InMemoryRemoteLogMetadataManager;
     use krabka_protocol::Message;
-    use krabka_remote_storage::metadata::InMemoryRemoteLogMetadataManager;
     use krabka_remote_storage::testkit::{FaultInjecting, Faults, InMemoryRemoteStorage, Method};
     use krabka_remote_storage::{TopicIdPartition, Uuid};
     use krabka_storage::{Options, SyncPolicy};

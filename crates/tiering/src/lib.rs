@@ -3,7 +3,7 @@
 //!
 //! A [`TieredLog`] owns a local `krabka_storage::Log`, a
 //! [`RemoteStorageManager`](krabka_remote_storage::RemoteStorageManager) and a
-//! [`RemoteLogMetadataManager`](krabka_remote_storage::metadata::RemoteLogMetadataManager).
+//! [`RemoteLogMetadataManager`](metadata::RemoteLogMetadataManager).
 //! Appends go to the local log; tiering rounds copy closed segments to the remote tier, delete
 //! local segments once their copy is finished, and apply whole-log retention; reads below the
 //! local start are served from the remote tier through a byte-bounded cache.
@@ -21,11 +21,13 @@
 //! - [`TieredLog::read`] and [`TieredLog::seq_for_timestamp`] — reads and timestamp lookups
 //!   across both tiers; every read is exact or an error.
 //! - [`policy`] — the decisions as pure functions over plain data.
-//! - [`metadata`] — the durable
-//!   [`DurableRemoteLogMetadataManager`](metadata::DurableRemoteLogMetadataManager): every
-//!   metadata event appended to a local log, compacted into snapshot generations.
+//! - [`metadata`] — the metadata managers of `krabka-remote-metadata`, re-exported: the durable
+//!   [`DurableRemoteLogMetadataManager`](metadata::DurableRemoteLogMetadataManager) (every
+//!   metadata event appended to a local log, compacted into snapshot generations) and the
+//!   in-memory one.
 //! - [`recovery`] — [`recover`](recovery::recover): rebuild a partition's durable metadata and
-//!   its local log's start from the remote tier alone.
+//!   its local log's start from the remote tier alone (`krabka-remote-metadata`), and bind the
+//!   recovered directory to its remote.
 //!
 //! Integrity: a segment is checked (frames, seqs, indexes) before it is copied and a damaged
 //! one is never copied nor deleted locally; a local log that does not continue the remote tier
@@ -37,7 +39,7 @@
 //! use std::sync::Arc;
 //! use krabka_protocol::Message;
 //! use krabka_remote_storage::{TopicIdPartition, Uuid};
-//! use krabka_remote_storage::metadata::InMemoryRemoteLogMetadataManager;
+//! use krabka_tiering::metadata::InMemoryRemoteLogMetadataManager;
 //! use krabka_storage::Options;
 //! use krabka_tiering::{TieredLog, TieringConfig, fs::FsRemoteStorage};
 //!

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::*;
 use krabka_remote_fs::FsRemoteStorage;
-use krabka_remote_storage::metadata::InMemoryRemoteLogMetadataManager;
+use krabka_tiering::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_tiering::{Error, TieredLog, TieringConfig};
 
 const SEGMENT: u64 = 64 << 10;

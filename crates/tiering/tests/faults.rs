@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use krabka_remote_fs::FsRemoteStorage;
-use krabka_remote_storage::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_remote_storage::testkit::{FaultInjecting, Faults, Method};
+use krabka_tiering::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_tiering::{TieredLog, TieringConfig};
 
 #[test]

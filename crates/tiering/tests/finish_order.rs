@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use common::{append, options, read_all_and_check, tp};
 use krabka_remote_fs::FsRemoteStorage;
-use krabka_remote_storage::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
 use krabka_remote_storage::{
     CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState, RemoteStorageError,
     RemoteStorageManager, TopicIdPartition,
 };
+use krabka_tiering::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
 use krabka_tiering::{Error, ServiceConfig, TieredLog, TieringConfig, TieringService};
 use parking_lot::Mutex;
 

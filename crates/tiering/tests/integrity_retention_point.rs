@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use common::setup::*;
 use common::*;
-use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
+use krabka_tiering::metadata::{DurableRemoteLogMetadataManager, MetadataError};
 use krabka_tiering::{Error, TieringConfig};
 
 // ---- the whole-log retention point is trusted only when retention could have written it ----
@@ -189,7 +189,7 @@ fn closing_a_tiered_log_closes_its_durable_metadata() {
         .unwrap();
     let e = DurableRemoteLogMetadataManager::open(&metadata).unwrap_err();
     assert!(
-        matches!(&e, krabka_remote_storage::RemoteStorageError::MetadataLog { path, .. } if *path == gen_log),
+        matches!(MetadataError::find(&e), Some(MetadataError::Log { path, .. }) if *path == gen_log),
         "{e:?}"
     );
 }

@@ -17,8 +17,8 @@ use krabka_protocol::Message;
 use krabka_remote_s3::test_server::TestServer;
 use krabka_remote_s3::{S3Config, S3RemoteStorage};
 use krabka_remote_storage::{
-    LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageManager,
-    TopicIdPartition, Uuid, layout,
+    LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageError,
+    RemoteStorageManager, TopicIdPartition, Uuid, layout,
 };
 use krabka_storage::Options;
 use krabka_tiering::fs::FsRemoteStorage;
@@ -26,7 +26,7 @@ use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
 use krabka_tiering::recovery::{
     IgnoreReason, LocalLogOutcome, RecoveryOptions, RecoveryReport, RemoteSegmentLister, recover,
 };
-use krabka_tiering::{TieredLog, TieringConfig};
+use krabka_tiering::{Error, TieredLog, TieringConfig};
 
 /// Overwrites an object (relative key) with bytes.
 type Put = Box<dyn Fn(&str, Vec<u8>)>;
@@ -480,6 +480,42 @@ fn two_incarnations(backend: &Backend, work: &Path) {
     assert_eq!(records, expected("new", 1..=end));
 }
 
+/// The binding of the recovered directory comes before the clean-up: a recovery whose binding
+/// is refused (the directory is bound to another remote) deletes nothing; the same run with the
+/// remote the directory is bound to deletes the abandoned copy.
+fn a_refused_binding_deletes_nothing(backend: &Backend, work: &Path) {
+    let (end, _) = tier(backend, work, "a", 100);
+    let abandoned = interrupted_copy(backend, end + 1, 1_000);
+    let manifest = layout::manifest_key(&abandoned).unwrap();
+    wipe(work);
+    let run = |location: &str, clean: bool| {
+        let rlmm = DurableRemoteLogMetadataManager::open(work.join("meta")).unwrap();
+        recover(
+            &*backend.lister,
+            &tp(),
+            &rlmm,
+            &RecoveryOptions::default()
+                .local_log_dir(work.join("log"))
+                .bind_to(location)
+                .clean_orphans(clean),
+        )
+    };
+    let bound = run("fs://first", false).unwrap();
+    assert!(bound.binding.is_some());
+    assert!(bound.deleted.is_empty());
+    let refused = run("fs://second", true).map(|_| ()).unwrap_err();
+    assert!(
+        matches!(&refused, RemoteStorageError::Backend { operation, source: Some(source), .. }
+            if operation == "binding the recovered log"
+                && matches!(source.downcast_ref::<Error>(), Some(Error::WrongRemote { .. }))),
+        "{refused:?}"
+    );
+    assert!(backend.lister.read_object(&manifest).is_ok());
+    let cleaned = run("fs://first", true).unwrap();
+    assert_eq!(cleaned.deleted.last(), Some(&manifest), "{cleaned:?}");
+    assert!(backend.lister.read_object(&manifest).is_err());
+}
+
 fn on_fs(scenario: fn(&Backend, &Path)) {
     let dir = tempfile::tempdir().unwrap();
     let backend = fs_backend(&dir.path().join("remote"));
@@ -504,6 +540,11 @@ fn on_ceph(scenario: fn(&Backend, &Path)) {
 #[test]
 fn fs_wipe_recover_read() {
     on_fs(wipe_recover_read);
+}
+
+#[test]
+fn fs_a_refused_binding_deletes_nothing() {
+    on_fs(a_refused_binding_deletes_nothing);
 }
 
 #[test]

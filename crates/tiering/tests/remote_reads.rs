@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use krabka_protocol::{Bytes, Message};
 use krabka_remote_fs::FsRemoteStorage;
-use krabka_remote_storage::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
 use krabka_remote_storage::testkit::{Counting, Method};
 use krabka_remote_storage::{
     IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
@@ -20,6 +19,7 @@ use krabka_remote_storage::{
 };
 use krabka_storage::segment::{decode_records, encode_frame};
 use krabka_storage::{Log, Options};
+use krabka_tiering::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
 use krabka_tiering::{Error, MAX_SEGMENT_BYTES, TieredLog, TieringConfig, policy};
 
 /// A filesystem remote that, when `armed`, deletes a segment the way retention does

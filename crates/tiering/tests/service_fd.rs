@@ -75,7 +75,7 @@ fn child(dir: &Path) {
     let world = World {
         dir: tempfile::tempdir_in(dir).unwrap(),
         fs: Arc::new(krabka_remote_fs::FsRemoteStorage::new(dir.join("remote")).unwrap()),
-        rlmm: Arc::new(krabka_remote_storage::metadata::InMemoryRemoteLogMetadataManager::new()),
+        rlmm: Arc::new(krabka_tiering::metadata::InMemoryRemoteLogMetadataManager::new()),
     };
     let svc = TieringService::new(ServiceConfig {
         round_interval: Duration::from_millis(20),

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use common::setup::finished;
 use common::*;
 use krabka_remote_fs::FsRemoteStorage;
-use krabka_remote_storage::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_remote_storage::testkit::{Counting, Method};
 use krabka_remote_storage::{IndexType, RemoteLogSegmentMetadata, RemoteStorageManager};
+use krabka_tiering::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_tiering::{Error, RemoteReadCache, TieredLog, TieringConfig};
 
 /// How long the hook holds a fetch at most, and how long a test waits for the hook.

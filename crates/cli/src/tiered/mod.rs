@@ -12,7 +12,7 @@ use std::sync::Arc;
 use krabka_remote_storage::{RemoteLogSegmentState, RemoteStorageManager, TopicIdPartition};
 use krabka_storage::{Log, Options};
 use krabka_tiering::metadata::{
-    DurableRemoteLogMetadataManager, RemoteLogMetadataManager, TornEventCut,
+    DurableRemoteLogMetadataManager, MetadataError, RemoteLogMetadataManager, TornEventCut,
 };
 use krabka_tiering::{RemoteOwnership, TieredLog, TieringConfig};
 
@@ -395,7 +395,7 @@ pub fn open_metadata(log_dir: &Path) -> Result<Arc<dyn RemoteLogMetadataManager>
         crate::error::metadata_open(
             log_dir,
             &dir,
-            e,
+            metadata_failure(&e),
             "check the directory; it records which segments are remote",
         )
     })?;
@@ -403,6 +403,12 @@ pub fn open_metadata(log_dir: &Path) -> Result<Arc<dyn RemoteLogMetadataManager>
         crate::output::note(format_args!("{}", describe_torn_event_cut(cut)));
     }
     Ok(Arc::new(rlmm))
+}
+
+/// Why the durable metadata cannot be used: the damaged file's own message when its files are
+/// damaged ([`MetadataError`]), else the error.
+pub fn metadata_failure(e: &krabka_remote_storage::RemoteStorageError) -> String {
+    MetadataError::find(e).map_or_else(|| e.to_string(), ToString::to_string)
 }
 
 /// The line printed for a torn last event the metadata store cut on open.

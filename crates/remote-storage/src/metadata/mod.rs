@@ -1,50 +1,26 @@
 //! Remote log metadata: which segments of a partition are in the remote tier, and in what state.
 //!
-//! [`RemoteLogMetadataManager`] is the interface the tiering layer drives; [`MetadataState`] is
-//! the pure, I/O-free bookkeeping every implementation shares, and [`SharedMetadataState`] its
-//! locked form: a type implementing [`StateBackedManager`] (only the two writes) gets the
-//! whole trait, its reads answered from that one state.
-//! - [`InMemoryRemoteLogMetadataManager`] — for tests and single-process setups;
-//! - the durable manager (`krabka_tiering::metadata::DurableRemoteLogMetadataManager`) appends
-//!   every event, in the [`event`] encoding, to a local log and rebuilds its state on open, so
-//!   the metadata survives a crash exactly like the data.
+//! [`RemoteLogMetadataManager`] is the interface the tiering layer drives, and [`event`] the
+//! encoding of its changes (every manifest embeds one). The managers live in
+//! `krabka-remote-metadata`: an in-memory one for tests, and the durable one
+//! (`krabka_remote_metadata::DurableRemoteLogMetadataManager`), which appends every event to a
+//! local log and rebuilds its state on open, so the metadata survives a crash exactly like the
+//! data.
 
 pub mod event;
-mod memory;
-mod shared;
-mod state;
-
-pub use memory::{DROPPED_IDS_SLACK, InMemoryRemoteLogMetadataManager};
-pub use shared::StateBackedManager;
-pub use state::{MetadataState, SharedMetadataState};
 
 use crate::error::RemoteStorageError;
 use crate::model::{
-    RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, TopicIdPartition,
+    RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState, TopicIdPartition,
 };
 
 /// Tracks the remote segments of every partition through their lifecycle
-/// ([`RemoteLogSegmentState`](crate::RemoteLogSegmentState)).
+/// ([`RemoteLogSegmentState`]).
 ///
 /// Synchronous, `Send + Sync` and dyn compatible: layers above hold an
-/// `Arc<dyn RemoteLogMetadataManager>`.
-///
-/// ```
-/// use krabka_remote_storage::*;
-/// use krabka_remote_storage::metadata::*;
-///
-/// let rlmm = InMemoryRemoteLogMetadataManager::new();
-/// let tp = TopicIdPartition::new(Uuid::new_v4(), "orders", 0);
-/// let id = RemoteLogSegmentId::generate(tp.clone());
-/// let m = RemoteLogSegmentMetadata::builder(id.clone(), 0, 99).segment_size_in_bytes(10).build()?;
-/// rlmm.add_remote_log_segment_metadata(&m)?;
-/// assert_eq!(rlmm.remote_log_segment_metadata(&tp, 50)?, None); // not finished yet
-/// rlmm.update_remote_log_segment_metadata(&RemoteLogSegmentMetadataUpdate::to_state(
-///     id, RemoteLogSegmentState::CopySegmentFinished, 0))?;
-/// assert_eq!(rlmm.highest_remote_offset(&tp)?, Some(99));
-/// assert_eq!(rlmm.remote_log_size(&tp)?, 10);
-/// # Ok::<(), RemoteStorageError>(())
-/// ```
+/// `Arc<dyn RemoteLogMetadataManager>`. `krabka-remote-metadata` implements it (in memory, and
+/// durably); its docs show the trait in use.
 pub trait RemoteLogMetadataManager: Send + Sync {
     /// Records a new segment.
     ///
@@ -77,8 +53,8 @@ pub trait RemoteLogMetadataManager: Send + Sync {
     /// tell them apart use [`segment_for_offset_ready`](Self::segment_for_offset_ready).
     ///
     /// # Errors
-    /// Implementation specific (the provided ones do not fail, and never return
-    /// [`RemoteStorageError::MetadataNotReady`] here).
+    /// Implementation specific (the managers of `krabka-remote-metadata` do not fail, and never
+    /// return [`RemoteStorageError::MetadataNotReady`] here).
     fn remote_log_segment_metadata(
         &self,
         tp: &TopicIdPartition,
@@ -95,22 +71,8 @@ pub trait RemoteLogMetadataManager: Send + Sync {
     ///
     /// The provided default derives the answer from
     /// [`remote_log_segment_metadata`](Self::remote_log_segment_metadata) and
-    /// [`list_remote_log_segments`](Self::list_remote_log_segments); both managers of this crate
-    /// answer it directly.
-    ///
-    /// ```
-    /// use krabka_remote_storage::*;
-    /// use krabka_remote_storage::metadata::*;
-    ///
-    /// let rlmm = InMemoryRemoteLogMetadataManager::new();
-    /// let tp = TopicIdPartition::new(Uuid::new_v4(), "orders", 0);
-    /// let m = RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp.clone()), 0, 99).build()?;
-    /// rlmm.add_remote_log_segment_metadata(&m)?;
-    /// let err = rlmm.segment_for_offset_ready(&tp, 50).unwrap_err();
-    /// assert!(matches!(err, RemoteStorageError::MetadataNotReady { .. }));
-    /// assert_eq!(rlmm.segment_for_offset_ready(&tp, 100)?, None); // nothing there
-    /// # Ok::<(), RemoteStorageError>(())
-    /// ```
+    /// [`list_remote_log_segments`](Self::list_remote_log_segments), answering
+    /// [`not_ready`]; the managers of `krabka-remote-metadata` answer it directly.
     ///
     /// # Errors
     /// [`RemoteStorageError::MetadataNotReady`] as above; otherwise as
@@ -124,10 +86,11 @@ pub trait RemoteLogMetadataManager: Send + Sync {
             return Ok(Some(found));
         }
         let segments = self.list_remote_log_segments(tp)?;
-        match segments.iter().find(|m| {
-            m.state() == crate::RemoteLogSegmentState::CopySegmentStarted && m.contains(offset)
-        }) {
-            Some(m) => Err(state::not_ready(tp, offset, m)),
+        match segments
+            .iter()
+            .find(|m| m.state() == RemoteLogSegmentState::CopySegmentStarted && m.contains(offset))
+        {
+            Some(m) => Err(not_ready(tp, offset, m)),
             None => Ok(None),
         }
     }
@@ -136,7 +99,7 @@ pub trait RemoteLogMetadataManager: Send + Sync {
     /// then event time (then segment id, so the order is total).
     ///
     /// # Errors
-    /// Implementation specific (the provided ones do not fail).
+    /// Implementation specific (the managers of `krabka-remote-metadata` do not fail).
     fn list_remote_log_segments(
         &self,
         tp: &TopicIdPartition,
@@ -145,7 +108,7 @@ pub trait RemoteLogMetadataManager: Send + Sync {
     /// The highest end offset among `CopySegmentFinished` segments.
     ///
     /// # Errors
-    /// Implementation specific (the provided ones do not fail).
+    /// Implementation specific (the managers of `krabka-remote-metadata` do not fail).
     fn highest_remote_offset(
         &self,
         tp: &TopicIdPartition,
@@ -154,15 +117,34 @@ pub trait RemoteLogMetadataManager: Send + Sync {
     /// The sum of `segment_size_in_bytes` over `CopySegmentFinished` segments.
     ///
     /// # Errors
-    /// Implementation specific (the provided ones do not fail).
+    /// Implementation specific (the managers of `krabka-remote-metadata` do not fail).
     fn remote_log_size(&self, tp: &TopicIdPartition) -> Result<u64, RemoteStorageError>;
 
     /// One segment by id, in any state except dropped.
     ///
     /// # Errors
-    /// Implementation specific (the provided ones do not fail).
+    /// Implementation specific (the managers of `krabka-remote-metadata` do not fail).
     fn segment_metadata(
         &self,
         id: &RemoteLogSegmentId,
     ) -> Result<Option<RemoteLogSegmentMetadata>, RemoteStorageError>;
+}
+
+/// The [`RemoteStorageError::MetadataNotReady`] a manager answers
+/// [`segment_for_offset_ready`](RemoteLogMetadataManager::segment_for_offset_ready) with when
+/// `offset` of `tp` is covered only by `m`, a segment whose copy has started but not finished.
+pub fn not_ready(
+    tp: &TopicIdPartition,
+    offset: u64,
+    m: &RemoteLogSegmentMetadata,
+) -> RemoteStorageError {
+    RemoteStorageError::MetadataNotReady {
+        what: format!("offset {offset} of {tp}"),
+        message: format!(
+            "it is covered only by segment {} (offsets {}..={}), whose copy has not finished",
+            m.remote_log_segment_id(),
+            m.start_offset(),
+            m.end_offset()
+        ),
+    }
 }

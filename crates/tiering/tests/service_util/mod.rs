@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use krabka_protocol::Message;
 use krabka_remote_fs::FsRemoteStorage;
-use krabka_remote_storage::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
 use krabka_remote_storage::{
     RemoteLogSegmentState, RemoteStorageManager, TopicIdPartition, Uuid, layout,
 };
 use krabka_storage::{Options, SyncPolicy};
+use krabka_tiering::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
 use krabka_tiering::{TieredLog, TieringConfig};
 
 /// Partition `i` of topic `t`.

@@ -1,9 +1,10 @@
 //! Errors of the durable metadata manager: a `krabka_storage` error as a
-//! [`RemoteStorageError`], damage becoming [`RemoteStorageError::MetadataLog`].
+//! [`RemoteStorageError`], damage becoming [`MetadataError::Log`].
 
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::MetadataError;
 use krabka_remote_storage::RemoteStorageError;
 
 /// Maps an I/O error on `path`.
@@ -27,16 +28,17 @@ fn damaged(
     seq: Option<u64>,
     reason: String,
 ) -> RemoteStorageError {
-    RemoteStorageError::MetadataLog {
+    MetadataError::Log {
         path,
         position,
         seq,
         reason,
     }
+    .into()
 }
 
-/// A storage error as this crate's: damage becomes [`RemoteStorageError::MetadataLog`] naming
-/// the file, byte and seqs.
+/// A storage error as the SPI's: damage becomes [`MetadataError::Log`] naming the file, byte and
+/// seqs.
 pub(super) fn storage_error(
     dir: &Path,
     operation: &str,
@@ -78,8 +80,8 @@ pub(super) fn storage_error(
 }
 
 /// The torn-tail, seq-order and quarantine errors of a log as
-/// [`RemoteStorageError::MetadataLog`] (a file that is not a directory as
-/// [`RemoteStorageError::MetadataGeneration`]); any other error back.
+/// [`MetadataError::Log`] (a file that is not a directory as [`MetadataError::Generation`]); any
+/// other error back.
 fn seq_damage(e: krabka_storage::Error) -> Result<RemoteStorageError, krabka_storage::Error> {
     use krabka_storage::Error as E;
     Ok(match e {
@@ -142,10 +144,11 @@ fn seq_damage(e: krabka_storage::Error) -> Result<RemoteStorageError, krabka_sto
             Some(first_seq),
             format!("events {first_seq}..={last_seq} were moved aside by a repair"),
         ),
-        E::NotADirectory { path } => RemoteStorageError::MetadataGeneration {
+        E::NotADirectory { path } => MetadataError::Generation {
             path,
             reason: "it is not a directory".to_owned(),
-        },
+        }
+        .into(),
         other => return Err(other),
     })
 }

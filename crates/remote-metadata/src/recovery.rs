@@ -1,6 +1,7 @@
 //! Disaster recovery: rebuild a partition's durable metadata (and set up its local log) from
 //! the remote tier alone, using the
 //! [`manifest`](krabka_remote_storage::manifest::encode) every copy writes when it is complete.
+//! (`krabka_tiering::recovery` runs this and binds the recovered local log to its remote.)
 //!
 //! [`recover`] runs the SPI's read-only [`scan_with`]: it
 //! lists the partition's objects through a [`RemoteSegmentLister`] (each backend implements
@@ -9,7 +10,11 @@
 //! rules are in [`krabka_remote_storage::recovery`]). `recover` then installs them as
 //! `CopySegmentFinished` in a [`DurableRemoteLogMetadataManager`], and starts an empty local
 //! log after the remote end. It reports everything it ignored, and why; it deletes nothing
-//! unless [`RecoveryOptions::clean_orphans`] is set.
+//! unless [`RecoveryOptions::clean_orphans`] is set, and then only last.
+//!
+//! [`recover`] is [`install`] then [`Installed::finish`]: a caller with a step of its own to
+//! take once the metadata is installed and before anything is deleted (the tiering layer's
+//! binding of the local log to its remote) calls the two itself.
 //!
 //! The metadata is installed with one compaction (one fsync), not two events per segment.
 
@@ -27,7 +32,7 @@ use krabka_remote_storage::{
 use krabka_storage::index::{OffsetIndexView, TimeIndexView};
 use uuid::Uuid;
 
-use crate::metadata::DurableRemoteLogMetadataManager;
+use crate::DurableRemoteLogMetadataManager;
 
 pub use krabka_remote_storage::recovery::{
     IgnoreReason, IgnoredObject, ListedObject, RemoteSegmentLister, find_partitions,
@@ -62,12 +67,6 @@ pub struct RecoveryOptions {
     /// ([`IgnoreReason::Unreadable`]) and costs its own seqs only (a hole); a retriable error
     /// fails the recovery. Default: none (the manifests' metadata as it is).
     pub map_metadata: Option<MapMetadata>,
-    /// The remote's location (as [`RemoteOwnership::location`](crate::RemoteOwnership::location)
-    /// names it): with [`local_log_dir`](Self::local_log_dir), the directory is bound to it
-    /// and the partition as a *pending* claim from the seq after the recovered end
-    /// ([`ownership::bind_pending`](crate::ownership::bind_pending)). Recovery fences nobody;
-    /// the log's first owned open takes the partition over. Default: none.
-    pub bind_to: Option<String>,
 }
 
 /// The function of a [`MapMetadata`].
@@ -92,7 +91,6 @@ impl Default for RecoveryOptions {
             clean_orphans: false,
             local_log_dir: None,
             map_metadata: None,
-            bind_to: None,
         }
     }
 }
@@ -116,13 +114,6 @@ impl RecoveryOptions {
     #[must_use]
     pub fn local_log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.local_log_dir = Some(dir.into());
-        self
-    }
-
-    /// Sets [`bind_to`](Self::bind_to).
-    #[must_use]
-    pub fn bind_to(mut self, location: impl Into<String>) -> Self {
-        self.bind_to = Some(location.into());
         self
     }
 
@@ -160,6 +151,9 @@ pub enum LocalLogOutcome {
 pub struct RecoveryReport {
     /// The partition.
     pub partition: TopicIdPartition,
+    /// When the recovery began (ms since the epoch), taken before the remote tier was first
+    /// read: a copy that begins later proves its writer alive.
+    pub started_ms: i64,
     /// Objects listed under the partition.
     pub objects_listed: u64,
     /// Manifests read.
@@ -182,18 +176,24 @@ pub struct RecoveryReport {
     pub deleted: Vec<String>,
     /// What happened to the local log.
     pub local_log: LocalLogOutcome,
-    /// The local log's binding to the remote ([`RecoveryOptions::bind_to`]).
-    pub binding: Option<crate::ownership::Binding>,
     /// Seq ranges between the recovered segments that no whole segment holds (a damaged or
-    /// lost segment, or one [`RecoveryOptions::map_metadata`] cannot open): lost, each costing
-    /// its own seqs only; a read of them fails with
-    /// [`Error::RemoteHole`](crate::Error::RemoteHole).
+    /// lost segment, or one [`RecoveryOptions::map_metadata`] cannot open, or seqs past the last
+    /// recovered segment up to [`claimed_end`](Self::claimed_end)): lost, each costing its own
+    /// seqs only; the tiering layer's reads of them fail naming the hole
+    /// (`krabka_tiering::Error::RemoteHole`).
     pub holes: Vec<RangeInclusive<u64>>,
+    /// The highest seq the bucket shows a writer used
+    /// ([`RemoteScan::claimed_end`](krabka_remote_storage::recovery::RemoteScan::claimed_end)):
+    /// the local log continues after it, so no acknowledged seq is used twice. Above the end
+    /// of [`seq_range`](Self::seq_range) when the newest segments are lost (then the last of
+    /// [`holes`](Self::holes)).
+    pub claimed_end: Option<u64>,
 }
 
-/// Rebuilds `tp`'s metadata in `metadata` from the remote tier `lister` lists, and sets up
-/// the local log (see the [module docs](self) and [`krabka_remote_storage::recovery`] for the
-/// rules).
+/// Rebuilds `tp`'s metadata in `metadata` from the remote tier `lister` lists, sets up the
+/// local log, then deletes what no one needs when asked (see the [module docs](self) and
+/// [`krabka_remote_storage::recovery`] for the rules): [`install`], then
+/// [`Installed::finish`].
 ///
 /// Running it again gives the same result: segments the metadata already records identically
 /// are kept.
@@ -202,16 +202,75 @@ pub struct RecoveryReport {
 /// A listing or a retriable read failure (nothing is recorded then);
 /// [`RemoteStorageError::InvalidArgument`] when `metadata` already records segments of `tp`
 /// that are not exactly the recovered ones (move the directory aside first); a metadata or
-/// local log write failure.
+/// local log write failure; a failed delete.
 pub fn recover(
     lister: &dyn RemoteSegmentLister,
     tp: &TopicIdPartition,
     metadata: &DurableRemoteLogMetadataManager,
     options: &RecoveryOptions,
 ) -> Result<RecoveryReport, RemoteStorageError> {
+    install(lister, tp, metadata, options)?.finish()
+}
+
+/// A recovery whose metadata is installed and whose local log is set up, and that has deleted
+/// nothing yet: [`report`](Self::report) says what it found, [`finish`](Self::finish) deletes
+/// the unused objects when [`RecoveryOptions::clean_orphans`] is set.
+#[must_use = "nothing is deleted until `finish` is called"]
+pub struct Installed<'a> {
+    lister: &'a dyn RemoteSegmentLister,
+    report: RecoveryReport,
+    /// Objects no writer or reader can need, in their delete order.
+    orphans: Vec<String>,
+    /// Superseded segments that have a manifest, whose objects are deleted after the orphans.
+    superseded: Vec<RemoteLogSegmentMetadata>,
+    clean_orphans: bool,
+}
+
+impl std::fmt::Debug for Installed<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Installed")
+            .field("report", &self.report)
+            .field("orphans", &self.orphans.len())
+            .field("superseded", &self.superseded.len())
+            .field("clean_orphans", &self.clean_orphans)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Installed<'_> {
+    /// What the recovery found and did so far ([`RecoveryReport::deleted`] is empty).
+    pub fn report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// Deletes the objects no writer or reader can need when
+    /// [`RecoveryOptions::clean_orphans`] is set, and returns the whole report.
+    ///
+    /// # Errors
+    /// A failed delete (what was deleted before it stays deleted; a rerun finds the rest).
+    pub fn finish(self) -> Result<RecoveryReport, RemoteStorageError> {
+        let mut report = self.report;
+        if self.clean_orphans {
+            report.deleted = delete_unused(self.lister, &self.orphans, &self.superseded)?;
+        }
+        Ok(report)
+    }
+}
+
+/// The first step of [`recover`]: scans the remote tier, records the chosen segments in
+/// `metadata` and sets up the local log; deletes nothing.
+///
+/// # Errors
+/// As [`recover`], but for the deletes.
+pub fn install<'a>(
+    lister: &'a dyn RemoteSegmentLister,
+    tp: &TopicIdPartition,
+    metadata: &DurableRemoteLogMetadataManager,
+    options: &RecoveryOptions,
+) -> Result<Installed<'a>, RemoteStorageError> {
     // Before the remote is read: a copy that begins from now on proves its writer alive when
     // the recovered directory later claims the partition.
-    let since = krabka_remote_storage::now_ms();
+    let started_ms = krabka_remote_storage::now_ms();
     let rebuild = |lost: &Unmanifested| rebuild_metadata(lister, lost);
     let mut scan = scan_with(
         lister,
@@ -235,7 +294,7 @@ pub fn recover(
         claimed_end,
         ..
     } = scan;
-    let already_recorded = install(metadata, tp, &chosen)?;
+    let already_recorded = record_exactly(metadata, tp, &chosen)?;
     let seq_range = match (chosen.first(), chosen.last()) {
         (Some(a), Some(b)) => Some(a.start_offset()..=b.end_offset()),
         _ => None,
@@ -247,79 +306,39 @@ pub fn recover(
         // segment's seqs become a hole, never seqs of new records.
         Some(d) => setup_local_log(d, claimed_end)?,
     };
-    if let (Some(d), Some(lost)) = (&options.local_log_dir, holes.last())
-        && claimed_end == Some(*lost.end())
-        && seq_range.as_ref().is_none_or(|r| r.end() < lost.start())
-        && matches!(
-            local_log,
-            LocalLogOutcome::StartedAt(n) | LocalLogOutcome::AlreadyAt(n) if n == lost.end() + 1
-        )
-    {
-        // The local log starts after seqs no tier holds: recorded, so that opening the log
-        // accepts the gap and reads of it name it.
-        crate::lost::write(d, lost).map_err(|e| RemoteStorageError::Backend {
-            operation: "recording the lost seqs".to_owned(),
-            location: d.display().to_string(),
-            message: e.to_string(),
-            source: Some(Box::new(e)),
-        })?;
-    }
-    let binding = match (&options.local_log_dir, &options.bind_to) {
-        (Some(d), Some(location)) => {
-            let start = claimed_end.map_or(1, |end| end.saturating_add(1));
-            Some(
-                crate::ownership::bind_pending(d, tp, location, start, since, lister).map_err(
-                    |e| RemoteStorageError::Backend {
-                        operation: "binding the recovered log".to_owned(),
-                        location: d.display().to_string(),
-                        message: e.to_string(),
-                        source: Some(Box::new(e)),
-                    },
-                )?,
-            )
-        }
-        _ => None,
-    };
     // Objects without a manifest are never deleted, not even when their rebuilt segment is
     // superseded: nothing proves they are unneeded.
     let superseded: Vec<RemoteLogSegmentMetadata> = superseded
         .into_iter()
         .filter(|m| layout::manifest_key(m).map_or(true, |key| !rebuilt.contains(&key)))
         .collect();
-    let deleted = if options.clean_orphans {
-        delete_unused(lister, &orphans, &superseded)?
-    } else {
-        Vec::new()
-    };
-    Ok(RecoveryReport {
-        partition: tp.clone(),
-        objects_listed,
-        manifests_read,
-        rebuilt,
-        segments: chosen.len(),
-        seq_range,
-        bytes,
-        already_recorded,
-        ignored,
-        deleted,
-        local_log,
-        binding,
-        holes,
+    Ok(Installed {
+        lister,
+        report: RecoveryReport {
+            partition: tp.clone(),
+            started_ms,
+            objects_listed,
+            manifests_read,
+            rebuilt,
+            segments: chosen.len(),
+            seq_range,
+            bytes,
+            already_recorded,
+            ignored,
+            deleted: Vec::new(),
+            local_log,
+            holes,
+            claimed_end,
+        },
+        orphans,
+        superseded,
+        clean_orphans: options.clean_orphans,
     })
-}
-
-/// `metadata` as the durable metadata records it, seen as the remote storage manager (and any
-/// decorator in it, such as a transforming layer) returned it: without the chunk map a
-/// [`TieredLog`](crate::TieredLog) keeps around the custom metadata of its copies. What a
-/// caller outside a `TieredLog` hands the manager, or a decorator's own parser of its custom
-/// metadata (a recovered segment has no chunk map: it comes back as it is).
-pub fn backend_metadata(metadata: &RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata {
-    crate::tiered::chunkmap::backend_view(metadata).into_owned()
 }
 
 /// Records exactly `chosen` as `tp`'s segments in `metadata`, or refuses when it already
 /// records others; returns how many it already recorded identically.
-fn install(
+fn record_exactly(
     metadata: &DurableRemoteLogMetadataManager,
     tp: &TopicIdPartition,
     chosen: &[RemoteLogSegmentMetadata],

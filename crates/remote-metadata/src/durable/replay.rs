@@ -4,8 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::MetadataError;
+use crate::MetadataState;
 use krabka_remote_storage::RemoteStorageError;
-use krabka_remote_storage::metadata::MetadataState;
 use krabka_remote_storage::metadata::event::MetadataEvent;
 use krabka_storage::segment::{
     LOG_EXTENSION, QUARANTINE_DIR, decode_records, parse_segment_file_name, read_segment_file,
@@ -50,14 +51,14 @@ pub(super) fn open_log(log_dir: &Path) -> Result<(Log, Option<TornEventCut>), Re
                 .as_ref()
                 .is_some_and(|t| t.path == path && t.position == position);
             if !cut_as_reported {
-                return Err(RemoteStorageError::MetadataLog {
+                return Err(MetadataError::Log {
                     path,
                     position: Some(position),
                     seq: None,
                     reason: format!(
                         "a torn last event was found there, but recovery did not cut exactly it: {report}"
                     ),
-                });
+                }.into());
             }
             let saved_to = report
                 .quarantined
@@ -97,12 +98,13 @@ fn read_generation(dir: &Path) -> Result<Vec<Record>, RemoteStorageError> {
         let decoded = decode_records(&bytes, 0, usize::MAX).map_err(|e| match e {
             krabka_storage::Error::Corrupt {
                 position, reason, ..
-            } => RemoteStorageError::MetadataLog {
+            } => MetadataError::Log {
                 path: path.clone(),
                 position: Some(position),
                 seq: None,
                 reason,
-            },
+            }
+            .into(),
             other => storage_error(dir, "read", other),
         })?;
         out.extend(decoded.records);
@@ -161,12 +163,14 @@ pub(super) fn check_unfinished_generation(
     n: u64,
     state: &MetadataState,
 ) -> Result<(), RemoteStorageError> {
-    let unaccounted = |reason: String| RemoteStorageError::MetadataGeneration {
+    let unaccounted = |reason: String| {
+        MetadataError::Generation {
         path: path.to_path_buf(),
         reason: format!(
             "CURRENT names generation {} and this newer one is not an unfinished compaction of it: {reason}",
             n - 1
         ),
+    }.into()
     };
     // Only what a log writes may be removed with it.
     for name in entry_names(path)? {
@@ -283,7 +287,7 @@ struct Replay<'a> {
 }
 
 impl Replay<'_> {
-    /// A [`RemoteStorageError::MetadataLog`] naming the file holding `seq`.
+    /// A [`MetadataError::Log`] naming the file holding `seq`.
     fn damaged(&self, seq: Option<u64>, reason: String) -> RemoteStorageError {
         let segments = self.log.segments();
         let at = seq.unwrap_or(1);
@@ -293,12 +297,13 @@ impl Replay<'_> {
             .find(|s| s.base_seq <= at)
             .or(segments.first())
             .map_or_else(|| self.log.dir().to_path_buf(), |s| s.log_path.clone());
-        RemoteStorageError::MetadataLog {
+        MetadataError::Log {
             path,
             position: None,
             seq,
             reason,
         }
+        .into()
     }
 
     /// Applies one record to `state`: `Ok(true)` for an event, `Ok(false)` for the generation

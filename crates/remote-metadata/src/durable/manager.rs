@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use krabka_protocol::Message;
+use krabka_remote_storage::metadata::RemoteLogMetadataManager;
 use krabka_remote_storage::metadata::event::MetadataEvent;
-use krabka_remote_storage::metadata::{SharedMetadataState, StateBackedManager};
 use krabka_remote_storage::{
     RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, RemoteStorageError,
 };
@@ -17,6 +17,8 @@ use parking_lot::Mutex;
 
 use super::error::{closed_error, storage_error};
 use super::generation::gen_dir;
+use crate::SharedMetadataState;
+use crate::shared::reads_from_shared_state;
 
 /// Options of a [`DurableRemoteLogMetadataManager`].
 #[derive(Clone, Debug)]
@@ -76,9 +78,9 @@ pub(super) struct Writer {
     pub(super) retry_at: u64,
 }
 
-/// A [`RemoteLogMetadataManager`](krabka_remote_storage::metadata::RemoteLogMetadataManager) that appends every accepted event (an add or an update, in
-/// the [`event`](krabka_remote_storage::metadata::event) encoding) to a `krabka_storage::Log` synced on every append,
-/// and rebuilds its state by replaying that log on open.
+/// A [`RemoteLogMetadataManager`] that appends every accepted event (an add or an update, in
+/// the [`event`](krabka_remote_storage::metadata::event) encoding) to a `krabka_storage::Log`
+/// synced on every append, and rebuilds its state by replaying that log on open.
 ///
 /// Durability: an add or update that returned `Ok` survives a process crash and a power loss.
 /// One that returned an error may or may not have been persisted (the write may have reached
@@ -93,12 +95,15 @@ pub(super) struct Writer {
 /// A manager that was closed ([`close`](Self::close), or dropped) recorded its log's end as
 /// the log's recovery point, so its last event is never taken for a torn one: losing it later
 /// is damage, refused like any other.
-/// Anything else fails the open with a typed error naming the file, and changes nothing:
+/// Anything else fails the open with a typed [`MetadataError`](crate::MetadataError) naming the
+/// file (inside [`RemoteStorageError::Backend`]; found with
+/// [`MetadataError::find`](crate::MetadataError::find)), and changes nothing:
 /// - a bad frame, an event that does not decode or does not apply, a missing or wrong
-///   generation record: [`RemoteStorageError::MetadataLog`] (file, byte or seq);
+///   generation record: [`Log`](crate::MetadataError::Log) (file, byte or seq);
 /// - a missing `CURRENT` while generations exist, an unparsable one, or one naming a missing
-///   generation: [`RemoteStorageError::MetadataPointer`];
-/// - a generation directory it cannot account for: [`RemoteStorageError::MetadataGeneration`].
+///   generation: [`Pointer`](crate::MetadataError::Pointer);
+/// - a generation directory it cannot account for:
+///   [`Generation`](crate::MetadataError::Generation).
 ///
 /// # Compaction
 /// The log lives in a generation directory `gen-<20-digit n>` named by the pointer file
@@ -126,7 +131,7 @@ pub(super) struct Writer {
 ///
 /// ```
 /// use krabka_remote_storage::*;
-/// use krabka_tiering::metadata::*;
+/// use krabka_remote_metadata::*;
 ///
 /// let dir = tempfile::tempdir()?;
 /// let tp = TopicIdPartition::new(Uuid::new_v4(), "orders", 0);
@@ -291,12 +296,11 @@ impl Drop for DurableRemoteLogMetadataManager {
     }
 }
 
-impl StateBackedManager for DurableRemoteLogMetadataManager {
-    fn shared_state(&self) -> &SharedMetadataState {
-        &self.state
-    }
-
-    fn write_add(&self, metadata: &RemoteLogSegmentMetadata) -> Result<(), RemoteStorageError> {
+impl RemoteLogMetadataManager for DurableRemoteLogMetadataManager {
+    fn add_remote_log_segment_metadata(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+    ) -> Result<(), RemoteStorageError> {
         let mut w = self.writer.lock();
         self.check_writable()?;
         self.state.read().check_add(metadata)?;
@@ -307,7 +311,7 @@ impl StateBackedManager for DurableRemoteLogMetadataManager {
         )
     }
 
-    fn write_update(
+    fn update_remote_log_segment_metadata(
         &self,
         update: &RemoteLogSegmentMetadataUpdate,
     ) -> Result<RemoteLogSegmentMetadata, RemoteStorageError> {
@@ -317,4 +321,6 @@ impl StateBackedManager for DurableRemoteLogMetadataManager {
         self.persist(&mut w, &MetadataEvent::Update(update.clone()), next.clone())?;
         Ok(next)
     }
+
+    reads_from_shared_state!(state);
 }

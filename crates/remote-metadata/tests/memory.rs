@@ -2,7 +2,7 @@
 //! The lifecycle rules of `InMemoryRemoteLogMetadataManager` (shared with the durable one).
 
 use RemoteLogSegmentState::*;
-use krabka_remote_storage::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
+use krabka_remote_metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
 use krabka_remote_storage::*;
 
 fn tp(p: i32) -> TopicIdPartition {

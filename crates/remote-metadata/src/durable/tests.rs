@@ -10,8 +10,7 @@ use krabka_remote_storage::RemoteLogSegmentState::{self, *};
 use krabka_remote_storage::metadata::RemoteLogMetadataManager;
 use krabka_remote_storage::metadata::event::MetadataEvent;
 use krabka_remote_storage::{
-    RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
-    RemoteStorageError, TopicIdPartition,
+    RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, TopicIdPartition,
 };
 use krabka_storage::{Log, RecoveryMode};
 use uuid::Uuid;
@@ -20,6 +19,7 @@ use super::compact::Step;
 use super::generation::{CURRENT, CURRENT_TMP, GEN_PREFIX, entry_names, gen_dir};
 use super::replay::log_options;
 use super::{DurableOptions, DurableRemoteLogMetadataManager};
+use crate::MetadataError;
 use krabka_storage::segment::is_segment_file_name;
 
 fn tp() -> TopicIdPartition {
@@ -158,7 +158,7 @@ fn an_unfinished_compaction_is_removed_only_when_it_holds_nothing_but_known_snap
         }
         let err = DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap_err();
         assert!(
-            matches!(&err, RemoteStorageError::MetadataGeneration { path, .. } if *path == leftover),
+            matches!(MetadataError::find(&err), Some(MetadataError::Generation { path, .. }) if *path == leftover),
             "{stray}: {err:?}"
         );
         assert!(leftover.is_dir(), "{stray}");
@@ -271,7 +271,7 @@ fn a_malformed_pointer_fails_open() {
         fs::write(dir.path().join(CURRENT), text).unwrap();
         let err = DurableRemoteLogMetadataManager::open(dir.path()).unwrap_err();
         assert!(
-            matches!(&err, RemoteStorageError::MetadataPointer { path, .. } if path.ends_with(CURRENT)),
+            matches!(MetadataError::find(&err), Some(MetadataError::Pointer { path, .. }) if path.ends_with(CURRENT)),
             "{text:?}: {err:?}"
         );
         assert_eq!(generations(dir.path()).len(), 1, "{text:?}");

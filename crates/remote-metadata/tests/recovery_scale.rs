@@ -3,7 +3,7 @@
 //! at 2,000 segments in the normal run, and at 100,000 in an ignored measurement:
 //!
 //! ```sh
-//! cargo test --release -p krabka-tiering --test recovery_scale -- --ignored --nocapture
+//! cargo test --release -p krabka-remote-metadata --test recovery_scale -- --ignored --nocapture
 //! ```
 //! which prints the time and the process's peak RSS (`VmHWM`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -11,13 +11,13 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use krabka_remote_metadata::recovery::{
+    IgnoreReason, ListedObject, RecoveryOptions, RemoteSegmentLister, recover,
+};
+use krabka_remote_metadata::{DurableRemoteLogMetadataManager, RemoteLogMetadataManager};
 use krabka_remote_storage::{
     IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageError, TopicIdPartition,
     Uuid, layout, manifest,
-};
-use krabka_tiering::metadata::{DurableRemoteLogMetadataManager, RemoteLogMetadataManager};
-use krabka_tiering::recovery::{
-    IgnoreReason, ListedObject, RecoveryOptions, RemoteSegmentLister, recover,
 };
 
 const RECORDS_PER_SEGMENT: u64 = 100;

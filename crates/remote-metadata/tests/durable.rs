@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use RemoteLogSegmentState::*;
 use krabka_protocol::Message;
+use krabka_remote_metadata::{
+    DurableOptions, DurableRemoteLogMetadataManager, MetadataError, RemoteLogMetadataManager,
+};
 use krabka_remote_storage::metadata::event::MetadataEvent;
 use krabka_remote_storage::*;
 use krabka_storage::{Log, Options};
-use krabka_tiering::metadata::{
-    DurableOptions, DurableRemoteLogMetadataManager, RemoteLogMetadataManager,
-};
 
 fn tp() -> TopicIdPartition {
     TopicIdPartition::new(Uuid::from_u128(42), "meta", 0)
@@ -110,7 +110,7 @@ fn a_corrupt_event_fails_open_naming_its_seq() {
     let err = open_err(dir.path());
     let msg = err.to_string();
     assert!(
-        matches!(&err, RemoteStorageError::MetadataLog { path, seq: Some(3), .. }
+        matches!(MetadataError::find(&err), Some(MetadataError::Log { path, seq: Some(3), .. })
             if path.starts_with(&log_dir) && path.extension().is_some_and(|e| e == "log")),
         "{err:?}"
     );

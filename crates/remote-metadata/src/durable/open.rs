@@ -5,17 +5,18 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
+use crate::MetadataError;
+use crate::{MetadataState, SharedMetadataState};
 use krabka_remote_storage::RemoteStorageError;
-use krabka_remote_storage::metadata::{MetadataState, SharedMetadataState};
 use parking_lot::Mutex;
 
-use super::durable::{DurableOptions, DurableRemoteLogMetadataManager, Writer};
 use super::error::{io_err, storage_error};
 use super::generation::{
     CURRENT, CURRENT_TMP, Listing, POINTER_RECORDED, Pointer, fsync_dir, gen_dir,
     generation_record, list_dir, pointer_error, read_current, read_pointer, remove_dir_if_exists,
     remove_file_if_exists, remove_legacy_files, switch_current, write_current_tmp,
 };
+use super::manager::{DurableOptions, DurableRemoteLogMetadataManager, Writer};
 use super::replay::{
     check_unfinished_generation, is_complete_generation, is_unfinished_creation, open_log, replay,
 };
@@ -37,8 +38,8 @@ impl DurableRemoteLogMetadataManager {
     /// manager left (see the type's docs).
     ///
     /// # Errors
-    /// [`RemoteStorageError::MetadataPointer`], [`RemoteStorageError::MetadataGeneration`] and
-    /// [`RemoteStorageError::MetadataLog`] naming the damaged file (nothing is changed or
+    /// [`MetadataError::Pointer`], [`MetadataError::Generation`] and [`MetadataError::Log`]
+    /// naming the damaged file, inside [`RemoteStorageError::Backend`] (nothing is changed or
     /// deleted then); [`RemoteStorageError::Backend`] when another manager has `dir` open;
     /// [`RemoteStorageError::Io`].
     pub fn open_with(
@@ -63,12 +64,12 @@ impl DurableRemoteLogMetadataManager {
             .range(unfinished.saturating_add(1)..)
             .next()
         {
-            return Err(RemoteStorageError::MetadataGeneration {
+            return Err(MetadataError::Generation {
                 path: path.clone(),
                 reason: format!(
                     "CURRENT names generation {generation}, and a compaction only ever writes the next one"
                 ),
-            });
+            }.into());
         }
         let log_dir = gen_dir(&dir, generation);
         let (log, torn_event_cut) = open_log(&log_dir)?;

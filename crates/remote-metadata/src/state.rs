@@ -7,10 +7,10 @@ use std::ops::{Deref, DerefMut};
 use parking_lot::RwLock;
 use uuid::Uuid;
 
-use crate::error::RemoteStorageError;
-use crate::model::{
+use krabka_remote_storage::metadata::not_ready;
+use krabka_remote_storage::{
     RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
-    RemoteLogSegmentState, TopicIdPartition,
+    RemoteLogSegmentState, RemoteStorageError, TopicIdPartition,
 };
 
 /// The segments of every partition, with the lifecycle rules applied.
@@ -35,7 +35,7 @@ impl MetadataState {
     /// Validates the addition of a new segment.
     ///
     /// # Errors
-    /// As [`RemoteLogMetadataManager::add_remote_log_segment_metadata`](super::RemoteLogMetadataManager::add_remote_log_segment_metadata).
+    /// As [`RemoteLogMetadataManager::add_remote_log_segment_metadata`](crate::RemoteLogMetadataManager::add_remote_log_segment_metadata).
     pub fn check_add(&self, metadata: &RemoteLogSegmentMetadata) -> Result<(), RemoteStorageError> {
         let id = metadata.remote_log_segment_id();
         if metadata.state() != RemoteLogSegmentState::CopySegmentStarted {
@@ -56,7 +56,7 @@ impl MetadataState {
     /// Validates an update and returns the metadata it would produce.
     ///
     /// # Errors
-    /// As [`RemoteLogMetadataManager::update_remote_log_segment_metadata`](super::RemoteLogMetadataManager::update_remote_log_segment_metadata).
+    /// As [`RemoteLogMetadataManager::update_remote_log_segment_metadata`](crate::RemoteLogMetadataManager::update_remote_log_segment_metadata).
     pub fn check_update(
         &self,
         update: &RemoteLogSegmentMetadataUpdate,
@@ -270,8 +270,8 @@ impl MetadataState {
 /// A [`MetadataState`] behind a reader-writer lock: the one state a metadata manager keeps.
 ///
 /// Its query methods take the read lock for one answer each; they are the read half of
-/// [`RemoteLogMetadataManager`](super::RemoteLogMetadataManager) for every manager built on it
-/// ([`StateBackedManager`](super::StateBackedManager)). Writers take [`write`](Self::write).
+/// [`RemoteLogMetadataManager`](crate::RemoteLogMetadataManager) for both managers of this
+/// crate, and for any other built on it. Writers take [`write`](Self::write).
 #[derive(Debug, Default)]
 pub struct SharedMetadataState(RwLock<MetadataState>);
 
@@ -326,23 +326,5 @@ impl SharedMetadataState {
     /// As [`MetadataState::get`], cloned.
     pub fn get(&self, id: &RemoteLogSegmentId) -> Option<RemoteLogSegmentMetadata> {
         self.0.read().get(id).cloned()
-    }
-}
-
-/// The [`RemoteStorageError::MetadataNotReady`] for `offset` of `tp`, covered only by `m`, a
-/// segment whose copy has started but not finished.
-pub(crate) fn not_ready(
-    tp: &TopicIdPartition,
-    offset: u64,
-    m: &RemoteLogSegmentMetadata,
-) -> RemoteStorageError {
-    RemoteStorageError::MetadataNotReady {
-        what: format!("offset {offset} of {tp}"),
-        message: format!(
-            "it is covered only by segment {} (offsets {}..={}), whose copy has not finished",
-            m.remote_log_segment_id(),
-            m.start_offset(),
-            m.end_offset()
-        ),
     }
 }

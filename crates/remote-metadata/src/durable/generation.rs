@@ -7,6 +7,7 @@ use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use crate::MetadataError;
 use krabka_protocol::Message;
 use krabka_remote_storage::RemoteStorageError;
 use krabka_storage::fsutil;
@@ -129,12 +130,12 @@ pub(super) fn list_dir(dir: &Path) -> Result<Listing, RemoteStorageError> {
                     listing.generations.insert(n, path);
                 }
                 _ => {
-                    return Err(RemoteStorageError::MetadataGeneration {
+                    return Err(MetadataError::Generation {
                         path,
                         reason: format!(
                             "it is named like a generation but is not a {GEN_PREFIX}<20-digit n >= 1> directory the manager writes; move it away"
                         ),
-                    });
+                    }.into());
                 }
             }
         } else if is_segment_file_name(&name) {
@@ -168,12 +169,13 @@ fn parse_pointer(text: &str) -> Option<Pointer> {
     })
 }
 
-/// A [`RemoteStorageError::MetadataPointer`] about the pointer at `path`.
+/// A [`MetadataError::Pointer`] about the pointer at `path`.
 pub(super) fn pointer_error(path: PathBuf, reason: impl Into<String>) -> RemoteStorageError {
-    RemoteStorageError::MetadataPointer {
+    MetadataError::Pointer {
         path,
         reason: reason.into(),
     }
+    .into()
 }
 
 /// Reads the pointer; `None` when there is no `CURRENT`.

@@ -7,12 +7,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use RemoteLogSegmentState::*;
+use krabka_remote_metadata::{
+    DurableOptions, DurableRemoteLogMetadataManager, MetadataError, RemoteLogMetadataManager,
+};
 use krabka_remote_storage::*;
 use krabka_storage::segment::{dump_frames, read_segment_file, segment_file_name};
 use krabka_storage::testkit;
-use krabka_tiering::metadata::{
-    DurableOptions, DurableRemoteLogMetadataManager, RemoteLogMetadataManager,
-};
 
 fn tp() -> TopicIdPartition {
     TopicIdPartition::new(Uuid::from_u128(77), "integrity", 0)
@@ -156,7 +156,7 @@ fn flipped_byte_in_generation_log_fails_open_naming_the_file() {
     flip(&log, len / 2);
     let err = open_err(dir.path());
     assert!(
-        matches!(&err, RemoteStorageError::MetadataLog { path, position: Some(_), .. } if *path == log),
+        matches!(MetadataError::find(&err), Some(MetadataError::Log { path, position: Some(_), .. }) if *path == log),
         "{err:?}"
     );
     assert_names(&err, &log);
@@ -177,7 +177,7 @@ fn flipped_byte_in_the_last_event_is_not_taken_for_a_torn_write() {
     flip(&log, len - 1);
     let err = open_err(dir.path());
     assert!(
-        matches!(&err, RemoteStorageError::MetadataLog { path, .. } if *path == log),
+        matches!(MetadataError::find(&err), Some(MetadataError::Log { path, .. }) if *path == log),
         "{err:?}"
     );
     assert_eq!(fs::metadata(&log).unwrap().len() as usize, len);
@@ -224,13 +224,16 @@ fn emptied_generation_log_fails_open_instead_of_forgetting_segments() {
         }
         let err = open_err(dir.path());
         assert!(
-            matches!(&err, RemoteStorageError::MetadataLog { path, .. } if *path == log),
+            matches!(MetadataError::find(&err), Some(MetadataError::Log { path, .. }) if *path == log),
             "delete {delete}: {err:?}"
         );
         assert_names(&err, &log);
         // Still refused on the next open: the empty log was not adopted.
         let again = open_err(dir.path());
-        assert!(matches!(again, RemoteStorageError::MetadataLog { .. }));
+        assert!(matches!(
+            MetadataError::find(&again),
+            Some(MetadataError::Log { .. })
+        ));
     }
 }
 
@@ -244,7 +247,7 @@ fn missing_current_fails_open_and_keeps_generations() {
     fs::remove_file(&current).unwrap();
     let err = open_err(dir.path());
     assert!(
-        matches!(&err, RemoteStorageError::MetadataPointer { path, .. } if *path == current),
+        matches!(MetadataError::find(&err), Some(MetadataError::Pointer { path, .. }) if *path == current),
         "{err:?}"
     );
     assert_names(&err, &current);
@@ -264,7 +267,10 @@ fn current_naming_a_missing_generation_fails_open_and_keeps_generations() {
     fs::write(dir.path().join("CURRENT"), "5 v2\n").unwrap();
     let err = open_err(dir.path());
     assert!(
-        matches!(&err, RemoteStorageError::MetadataPointer { .. }),
+        matches!(
+            MetadataError::find(&err),
+            Some(MetadataError::Pointer { .. })
+        ),
         "{err:?}"
     );
     assert_names(&err, &dir.path().join("CURRENT"));
@@ -285,7 +291,7 @@ fn a_generation_it_cannot_account_for_fails_open_and_is_kept() {
         fs::create_dir(&path).unwrap();
         let err = open_err(dir.path());
         assert!(
-            matches!(&err, RemoteStorageError::MetadataGeneration { path: p, .. } if *p == path),
+            matches!(MetadataError::find(&err), Some(MetadataError::Generation { path: p, .. }) if *p == path),
             "{stray}: {err:?}"
         );
         assert!(path.is_dir(), "{stray} was removed");
@@ -296,7 +302,10 @@ fn a_generation_it_cannot_account_for_fails_open_and_is_kept() {
     fs::write(&path, b"x").unwrap();
     let err = open_err(dir.path());
     assert!(
-        matches!(err, RemoteStorageError::MetadataGeneration { .. }),
+        matches!(
+            MetadataError::find(&err),
+            Some(MetadataError::Generation { .. })
+        ),
         "{err:?}"
     );
     assert!(path.is_file());
@@ -321,7 +330,7 @@ fn a_newer_generation_that_was_once_current_is_not_taken_for_a_leftover() {
     fs::write(dir.path().join("CURRENT"), "1 v2\n").unwrap();
     let err = open_err(dir.path());
     assert!(
-        matches!(&err, RemoteStorageError::MetadataGeneration { path, .. } if *path == filled.generation_dir),
+        matches!(MetadataError::find(&err), Some(MetadataError::Generation { path, .. }) if *path == filled.generation_dir),
         "{err:?}"
     );
     assert!(filled.log().is_file());
@@ -520,13 +529,8 @@ fn metadata_corruption_matrix_never_loses_segments_silently() {
             }
             let problem = match (&expect, outcome) {
                 (Expect::ErrorNaming(p) | Expect::ErrorNamingOrAll(p), Err(e)) => {
-                    let typed = matches!(
-                        e,
-                        RemoteStorageError::MetadataLog { .. }
-                            | RemoteStorageError::MetadataPointer { .. }
-                            | RemoteStorageError::MetadataGeneration { .. }
-                            | RemoteStorageError::Io { .. }
-                    );
+                    let typed = MetadataError::find(&e).is_some()
+                        || matches!(e, RemoteStorageError::Io { .. });
                     if !typed {
                         Some(format!("untyped error {e:?}"))
                     } else if !e.to_string().contains(&p.display().to_string()) {
@@ -608,7 +612,7 @@ fn a_closed_manager_refuses_a_truncated_last_event() {
         truncate(&log, len - 10);
         let err = open_err(dir.path());
         assert!(
-            matches!(&err, RemoteStorageError::MetadataLog { path, .. } if *path == log),
+            matches!(MetadataError::find(&err), Some(MetadataError::Log { path, .. }) if *path == log),
             "{how}: {err:?}"
         );
         assert_names(&err, &log);
@@ -640,7 +644,7 @@ fn a_closed_manager_refuses_a_truncated_event_after_compaction() {
     truncate(&log, len - 10);
     let err = open_err(dir.path());
     assert!(
-        matches!(&err, RemoteStorageError::MetadataLog { path, .. } if *path == log),
+        matches!(MetadataError::find(&err), Some(MetadataError::Log { path, .. }) if *path == log),
         "{err:?}"
     );
 }

@@ -4,18 +4,18 @@
 
 use std::collections::HashSet;
 
+use crate::MetadataState;
 use krabka_protocol::Message;
-use krabka_remote_storage::metadata::MetadataState;
 use krabka_remote_storage::metadata::event::MetadataEvent;
 use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteStorageError};
 use krabka_storage::{Log, RecoveryMode};
 
-use super::durable::{DurableRemoteLogMetadataManager, Writer};
 use super::error::storage_error;
 use super::generation::{
     CURRENT_TMP, fsync_dir, gen_dir, generation_record, install_record, remove_dir_if_exists,
     remove_file_if_exists, remove_legacy_files, switch_current, write_current_tmp,
 };
+use super::manager::{DurableRemoteLogMetadataManager, Writer};
 use super::replay::{REPLAY_BATCH, log_options};
 
 /// Where a simulated crash stops a compaction (tests only).
