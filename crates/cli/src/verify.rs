@@ -4,7 +4,10 @@
 //! What the next open of the log repairs by itself is not damage, and is reported as such
 //! (exit 0): a closed segment's index files that are missing or do not describe its intact
 //! `.log` (what a crash during local retention, which deletes the index files first, leaves)
-//! are rebuilt from the `.log`; see [`LogView::indexes_rebuilt_at_open`]. A log that starts
+//! are rebuilt from the `.log`; see [`LogView::indexes_rebuilt_at_open`]; and the active
+//! segment's torn tail (a write a crash cut short, with nothing valid after it and above the
+//! recovery point) is cut, its bytes saved in `quarantine/` first; see
+//! [`LogView::tail_cut_at_open`]. A log that starts
 //! above seq 1 after `recover` (or local retention) is not short: its older records are in the
 //! remote tier. Everything is read through storage's read-only [`LogView`].
 
@@ -62,7 +65,13 @@ pub struct VerifyReport {
     /// Index files the next open of the log rebuilds from their intact `.log` by itself
     /// (missing, or not describing it): not problems.
     pub rebuilt_at_open: Vec<Problem>,
+    /// The active segment's torn tail, which the next open cuts by itself (saving the bytes
+    /// in `quarantine/` first): not a problem.
+    pub cut_at_open: Vec<Problem>,
 }
+
+/// What `verify` says about a torn tail the next open cuts.
+pub const CUT_AT_OPEN: &str = "a torn tail (a write cut short by a crash; nothing valid follows      and no synced record is at stake): the next open of the log cuts it by itself, saving      the bytes in quarantine/ first; no acknowledged record is lost";
 
 /// What `verify` says about an index file the next open rebuilds.
 pub const REBUILT_AT_OPEN: &str = "will be rebuilt at the next open of the log from its intact \
@@ -145,6 +154,9 @@ pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyRep
     for p in &report.rebuilt_at_open {
         writeln!(out, "note: {p}: {REBUILT_AT_OPEN}").map_err(w)?;
     }
+    for p in &report.cut_at_open {
+        writeln!(out, "note: {p}: {CUT_AT_OPEN}").map_err(w)?;
+    }
     for p in &report.problems {
         writeln!(out, "problem: {p}").map_err(w)?;
     }
@@ -221,9 +233,24 @@ impl Walk<'_> {
             && !log_problem
             && v.problem.is_some()
             && self.view.indexes_rebuilt_at_open(base, v.file_bytes);
+        // A torn tail of the active segment that open cuts by itself.
+        let last_intact = v.last_seq.unwrap_or(base.saturating_sub(1));
+        let cut = match &v.problem {
+            Some(p) if newest && log_problem && v.file_bytes > 0 => self
+                .view
+                .tail_cut_at_open(base, p.position, last_intact)
+                .map_err(|e| CliError::new(e.to_string()))?,
+            _ => false,
+        };
         if let Some(p) = &v.problem {
             let path = v.problem_path.clone().unwrap_or_else(|| log_path.clone());
-            if rebuilt {
+            if cut {
+                self.report.cut_at_open.push(Problem {
+                    path,
+                    position: Some(p.position),
+                    reason: p.reason.clone(),
+                });
+            } else if rebuilt {
                 self.report.rebuilt_at_open.push(Problem {
                     path,
                     position: Some(p.position).filter(|&at| at > 0),
@@ -236,7 +263,7 @@ impl Walk<'_> {
         // Past a bad frame the seqs of the rest of the file are unknown, and an empty closed
         // segment was reported itself: do not report the next seam as a further problem.
         let last = v.last_seq.unwrap_or(base.saturating_sub(1));
-        let records_unknown = empty_closed || (v.problem.is_some() && log_problem);
+        let records_unknown = empty_closed || (v.problem.is_some() && log_problem && !cut);
         self.expected_next = (!records_unknown).then(|| last.saturating_add(1));
         if let (Some(a), Some(b)) = (v.first_seq, v.last_seq) {
             self.held.push((a, b));
@@ -428,6 +455,9 @@ pub fn run(a: &VerifyArgs) -> Result<()> {
         .iter()
         .find(in_log)
         .or(report.problems.first());
+    if !report.cut_at_open.is_empty() {
+        summary.push_str(", a torn tail to be cut at the next open (listed above; not damage)");
+    }
     if !report.rebuilt_at_open.is_empty() {
         summary.push_str(&format!(
             ", {} index file(s) to be rebuilt at the next open (listed above; not damage)",

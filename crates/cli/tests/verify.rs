@@ -237,3 +237,81 @@ fn index_files_open_would_trust_but_that_point_at_wrong_frames_stay_a_problem() 
         show(&out)
     );
 }
+
+/// The newest `.log` of `log`.
+fn active_segment(log: &Path) -> PathBuf {
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(log)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    logs.pop().unwrap()
+}
+
+#[test]
+fn a_torn_tail_is_cut_at_the_next_open_not_damage_but_damage_before_intact_frames_is() {
+    let work = tempfile::tempdir().unwrap();
+    let log = work.path().join("orders");
+    ok(&["produce", s(&log), "--generate", "500"]);
+    let active = active_segment(&log);
+    let intact = std::fs::read(&active).unwrap();
+    // What a write cut short leaves: the first half of a frame (here a copy of the first
+    // frame's first 20 bytes, its length field promising more than the file holds).
+    let mut torn = intact.clone();
+    torn.extend_from_slice(&intact[..20]);
+    std::fs::write(&active, &torn).unwrap();
+    let out = ok(&["verify", s(&log)]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("at byte {}", intact.len())) && stdout.contains("torn tail"),
+        "{}",
+        show(&out)
+    );
+    assert!(stdout.contains("verify: OK"), "{}", show(&out));
+    // The next open cuts it, saving the bytes, and appends right after the last record.
+    let mut produce = Command::new(env!("CARGO_BIN_EXE_krabka"))
+        .args(["produce", s(&log)])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        produce.stdin.take().unwrap().write_all(b"after\n").unwrap();
+    }
+    let produced = produce.wait_with_output().unwrap();
+    assert!(produced.status.success(), "{}", show(&produced));
+    let read = ok(&["read", s(&log), "--from", "501"]);
+    assert_eq!(
+        String::from_utf8_lossy(&read.stdout)
+            .lines()
+            .next()
+            .map(|l| l.starts_with("501\t")),
+        Some(true)
+    );
+    let saved: Vec<_> = std::fs::read_dir(log.join("quarantine"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert!(!saved.is_empty(), "the cut bytes are kept");
+    ok(&["verify", s(&log)]);
+
+    // Damage followed by intact frames is no torn tail: a problem, exit 1.
+    let log2 = work.path().join("damaged");
+    ok(&["produce", s(&log2), "--generate", "500"]);
+    let active = active_segment(&log2);
+    let mut bytes = std::fs::read(&active).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&active, &bytes).unwrap();
+    let out = krabka(&["verify", s(&log2)]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("torn tail"),
+        "{}",
+        show(&out)
+    );
+}

@@ -140,6 +140,40 @@ impl LogView {
         matches!(check_indexes(&files, base, log_len), IndexFiles::Rebuilt)
     }
 
+    /// Whether the next [`Log::open`](crate::Log::open) (with the default
+    /// [`RecoveryMode::TolerateTornTail`](crate::RecoveryMode::TolerateTornTail)) cuts the
+    /// newest segment `base` at `position` as a torn tail by itself, by the very rule open
+    /// applies: no valid frame follows the damage, and the first seq it costs
+    /// (`last_intact + 1`, the seq after the last intact frame before it) is above the
+    /// recovery point (records at or below it were synced: damage there is never a torn
+    /// write). The bytes open cuts are saved in the quarantine directory first.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the segment or the recovery point cannot be read.
+    pub fn tail_cut_at_open(
+        &self,
+        base: u64,
+        position: u64,
+        last_intact: u64,
+    ) -> Result<bool, Error> {
+        let path = self.log_path(base);
+        let file = fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        let file_len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        let first_at_stake = last_intact.saturating_add(1);
+        let point = self.recovery_point()?.unwrap_or(0);
+        if first_at_stake <= point {
+            return Ok(false);
+        }
+        let after = crate::segment::find_valid_frame_after(
+            &file,
+            &path,
+            position,
+            file_len,
+            first_at_stake,
+        )?;
+        Ok(after.is_none())
+    }
+
     /// What a repair ([`RecoveryMode::Repair`](crate::RecoveryMode::Repair)) would do with
     /// each damaged segment file, by a read-only scan of each
     /// ([`plan_segment_repair`] against the recovery point).
