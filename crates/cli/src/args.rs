@@ -343,6 +343,14 @@ const EXIT_CODES: &str = "Exit codes: 0 done (also when stdout is closed early, 
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use clap::error::ErrorKind;
+
+    /// Parses `args`, expecting clap to refuse them with `kind` and a message containing `says`.
+    fn refused(args: &[&str], kind: ErrorKind, says: &str) {
+        let e = Cli::try_parse_from(args).map(|_| ()).unwrap_err();
+        assert_eq!(e.kind(), kind, "{args:?}: {e}");
+        assert!(e.to_string().contains(says), "{args:?}: {e}");
+    }
 
     #[test]
     fn the_command_line_is_consistent() {
@@ -367,13 +375,27 @@ mod tests {
             (d.records, d.segment_bytes, d.seed),
             (20_000, 256 << 10, 42)
         );
-        assert!(Cli::try_parse_from(["krabka", "demo", "--records", "0"]).is_err());
-        assert!(Cli::try_parse_from(["krabka", "demo", "--segment-bytes", "10"]).is_err());
-        for too_big in ["4GiB", "5GiB", "4294967296"] {
-            assert!(
-                Cli::try_parse_from(["krabka", "produce", "d", "--segment-bytes", too_big])
-                    .is_err(),
-                "{too_big}"
+        refused(
+            &["krabka", "demo", "--records", "0"],
+            ErrorKind::ValueValidation,
+            "0 is not in 1..=1000000000000",
+        );
+        refused(
+            &["krabka", "demo", "--segment-bytes", "10"],
+            ErrorKind::ValueValidation,
+            "a segment must be at least 1024 bytes, got 10",
+        );
+        for (too_big, n) in [
+            ("4GiB", 4_294_967_296u64),
+            ("5GiB", 5_368_709_120),
+            ("4294967296", 4_294_967_296),
+        ] {
+            refused(
+                &["krabka", "produce", "d", "--segment-bytes", too_big],
+                ErrorKind::ValueValidation,
+                &format!(
+                    "a segment must be at most 4294967295 bytes (4 GiB - 1, what the remote tier can address), got {n}"
+                ),
             );
         }
         assert!(
@@ -414,7 +436,11 @@ mod tests {
             panic!("not repair")
         };
         assert!(r.dry_run);
-        assert!(Cli::try_parse_from(["krabka", "repair"]).is_err());
+        refused(
+            &["krabka", "repair"],
+            ErrorKind::MissingRequiredArgument,
+            "<DIR>",
+        );
         let cli = Cli::try_parse_from([
             "krabka",
             "repair",
@@ -430,9 +456,10 @@ mod tests {
         };
         assert_eq!(r.accept_hole, vec![9..=9, 20..=31]);
         for bad in ["0", "9..=8", "x", "9..10"] {
-            assert!(
-                Cli::try_parse_from(["krabka", "repair", "d", "--accept-hole", bad]).is_err(),
-                "{bad}"
+            refused(
+                &["krabka", "repair", "d", "--accept-hole", bad],
+                ErrorKind::ValueValidation,
+                &format!("`{bad}` is not SEQ or FIRST..=LAST"),
             );
         }
     }

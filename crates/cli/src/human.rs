@@ -124,23 +124,43 @@ mod tests {
         assert_eq!(parse_bytes("1 MiB"), Ok(1 << 20));
         assert_eq!(parse_bytes("4m"), Ok(4 << 20));
         assert_eq!(parse_bytes("1_000"), Ok(1000));
-        assert!(parse_bytes("x").is_err());
-        assert!(parse_bytes("3 parsecs").is_err());
-        assert!(parse_bytes("99999999999999TiB").is_err());
+        let not_a_size = |s: &str| {
+            format!(
+                "`{s}` is not a size (a whole number of bytes with an optional unit, e.g. \
+                 1048576, 64KiB, 1MiB, 2GiB)"
+            )
+        };
+        let past_u64 = |s: &str| format!("`{s}` is too large");
+        let overflows = |s: &str| format!("`{s}` is too large (the most is 16 EiB - 1 byte)");
+        let bad_unit = |unit: &str, s: &str| {
+            format!("`{unit}` in `{s}` is not a size unit (B, KiB, MiB, GiB, TiB, PiB, EiB)")
+        };
+        assert_eq!(parse_bytes("x"), Err(not_a_size("x")));
+        assert_eq!(
+            parse_bytes("3 parsecs"),
+            Err(bad_unit("parsecs", "3 parsecs"))
+        );
+        assert_eq!(
+            parse_bytes("99999999999999TiB"),
+            Err(overflows("99999999999999TiB"))
+        );
         assert_eq!(parse_bytes("15EiB"), Ok(15 << 60));
         assert_eq!(parse_bytes("18446744073709551615"), Ok(u64::MAX));
-        for bad in [
-            "16EiB",
-            "18446744073709551616",
-            "99999999999999999999999999",
-            "-1",
-            "",
-            "_",
-            "1.5MiB",
-            "+5",
-            "KiB",
+        for (bad, expected) in [
+            ("16EiB", overflows("16EiB")),
+            ("18446744073709551616", past_u64("18446744073709551616")),
+            (
+                "99999999999999999999999999",
+                past_u64("99999999999999999999999999"),
+            ),
+            ("-1", not_a_size("-1")),
+            ("", not_a_size("")),
+            ("_", not_a_size("_")),
+            ("1.5MiB", bad_unit(".5mib", "1.5MiB")),
+            ("+5", not_a_size("+5")),
+            ("KiB", not_a_size("KiB")),
         ] {
-            assert!(parse_bytes(bad).is_err(), "{bad}");
+            assert_eq!(parse_bytes(bad), Err(expected), "{bad}");
         }
         assert!(parse_bytes("16EiB").is_err_and(|e| e.contains("too large")));
     }

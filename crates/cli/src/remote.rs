@@ -492,8 +492,17 @@ mod tests {
             RemoteSpec::parse("s3://bucket").map(|s| s.describe()),
             Ok("s3://bucket".to_owned())
         );
-        for bad in ["s3://", "s3:///x", "fs://", "gs://b", ""] {
-            assert!(RemoteSpec::parse(bad).is_err(), "{bad}");
+        for (bad, expected) in [
+            ("s3://", "names no bucket: use s3://BUCKET/PREFIX"),
+            ("s3:///x", "names no bucket: use s3://BUCKET/PREFIX"),
+            ("fs://", "names no directory: use fs://PATH"),
+            (
+                "gs://b",
+                "scheme `gs://` is not supported: use fs://PATH or s3://BUCKET/PREFIX",
+            ),
+            ("", "is empty: use fs://PATH or s3://BUCKET/PREFIX"),
+        ] {
+            assert_eq!(RemoteSpec::parse(bad), Err(expected.to_owned()), "{bad}");
         }
     }
 

@@ -391,7 +391,13 @@ mod tests {
         assert_eq!(parse_seqs("9"), Ok(9..=9));
         assert_eq!(parse_seqs("9..=12"), Ok(9..=12));
         for bad in ["0", "12..=9", "9..12", "", "a..=b"] {
-            assert!(parse_seqs(bad).is_err(), "{bad}");
+            assert_eq!(
+                parse_seqs(bad),
+                Err(format!(
+                    "`{bad}` is not SEQ or FIRST..=LAST (seqs start at 1, FIRST <= LAST)"
+                )),
+                "{bad}"
+            );
         }
     }
 }

@@ -56,12 +56,14 @@ fn reopen_rebuilds_every_state_and_drops_deleted_segments() {
         );
         rlmm.update_remote_log_segment_metadata(&update).unwrap();
         // A rejected event is not persisted.
+        let rejected = rlmm.update_remote_log_segment_metadata(&to(
+            c.remote_log_segment_id(),
+            DeleteSegmentFinished,
+        ));
         assert!(
-            rlmm.update_remote_log_segment_metadata(&to(
-                c.remote_log_segment_id(),
-                DeleteSegmentFinished
-            ))
-            .is_err()
+            matches!(&rejected, Err(RemoteStorageError::InvalidStateTransition { segment, from: CopySegmentStarted, to: DeleteSegmentFinished })
+                if segment == c.remote_log_segment_id()),
+            "{rejected:?}"
         );
         rlmm.list_remote_log_segments(&tp()).unwrap()
     };
@@ -82,7 +84,12 @@ fn reopen_rebuilds_every_state_and_drops_deleted_segments() {
     assert_eq!(reopened.remote_log_size(&tp()).unwrap(), 100);
     assert_eq!(reopened.highest_remote_offset(&tp()).unwrap(), Some(19));
     // The dropped id stays dropped after a reopen.
-    assert!(reopened.add_remote_log_segment_metadata(&a).is_err());
+    let readd = reopened.add_remote_log_segment_metadata(&a);
+    assert!(
+        matches!(&readd, Err(RemoteStorageError::InvalidArgument { message })
+            if message.contains("already known")),
+        "{readd:?}"
+    );
 }
 
 fn open_err(dir: &std::path::Path) -> RemoteStorageError {

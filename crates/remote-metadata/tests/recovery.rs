@@ -128,7 +128,11 @@ fn install_records_and_deletes_nothing_until_finish_deletes_the_orphans_manifest
     let report = installed.report();
     assert_eq!(report.segments, 1, "{report:?}");
     assert_eq!(report.seq_range, Some(1..=10));
-    assert_eq!(report.local_log, LocalLogOutcome::StartedAt(11));
+    // The abandoned copy's seqs were acknowledged by a writer that is gone: the local log
+    // continues after them, and they are a hole.
+    assert_eq!(report.local_log, LocalLogOutcome::StartedAt(16));
+    assert_eq!(report.holes, vec![11..=15]);
+    assert_eq!(report.claimed_end, Some(15));
     assert!(report.started_ms >= before, "{report:?}");
     assert_eq!(report.ignored.len(), 1, "{report:?}");
     assert_eq!(

@@ -540,6 +540,11 @@ mod zstd_tests {
         assert_eq!(out, text);
         // A frame that decodes to more or fewer bytes than the chunk holds is corrupt.
         let mut short = vec![0u8; text.len() - 1];
-        assert!(decode_chunk(&seg, None, 2, 3, &entry, &mut body.clone(), &mut short).is_err());
+        let r = decode_chunk(&seg, None, 2, 3, &entry, &mut body.clone(), &mut short);
+        assert!(
+            matches!(&r, Err(TransformError::Corrupt { segment, object, reason })
+                if segment == &seg && object == "log chunk 2" && reason.starts_with("zstd: ")),
+            "{r:?}"
+        );
     }
 }

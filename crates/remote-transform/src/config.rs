@@ -31,7 +31,7 @@ pub const DEFAULT_HEADER_CACHE_ENTRIES: usize = 256;
 /// with LEVEL in 1..=22. `zstd` needs the crate's `zstd` feature.
 ///
 /// ```
-/// use krabka_remote_transform::Compression;
+/// use krabka_remote_transform::{Compression, TransformError};
 ///
 /// assert_eq!("none".parse::<Compression>()?, Compression::None);
 /// # #[cfg(feature = "zstd")] {
@@ -39,8 +39,14 @@ pub const DEFAULT_HEADER_CACHE_ENTRIES: usize = 256;
 /// assert_eq!("zstd:19".parse::<Compression>()?, Compression::Zstd { level: 19 });
 /// assert_eq!(Compression::Zstd { level: 19 }.to_string(), "zstd:19");
 /// # }
-/// assert!("zstd:0".parse::<Compression>().is_err());
-/// assert!("gzip".parse::<Compression>().is_err());
+/// assert!(matches!(
+///     "zstd:0".parse::<Compression>(),
+///     Err(TransformError::InvalidCompression { spec, .. }) if spec == "zstd:0"
+/// ));
+/// assert!(matches!(
+///     "gzip".parse::<Compression>(),
+///     Err(TransformError::InvalidCompression { spec, .. }) if spec == "gzip"
+/// ));
 /// # Ok::<(), krabka_remote_transform::TransformError>(())
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -180,11 +186,14 @@ impl TransformConfig {
     /// becomes the current key of a [`KeyRing`](crate::KeyRing).
     ///
     /// ```
-    /// use krabka_remote_transform::TransformConfig;
+    /// use krabka_remote_transform::{TransformConfig, TransformError};
     ///
     /// let config = TransformConfig::from_options(Some("none"), None)?;
     /// assert!(config.is_passthrough());
-    /// assert!(TransformConfig::from_options(Some("lz4"), None).is_err());
+    /// assert!(matches!(
+    ///     TransformConfig::from_options(Some("lz4"), None),
+    ///     Err(TransformError::InvalidCompression { spec, .. }) if spec == "lz4"
+    /// ));
     /// # Ok::<(), krabka_remote_transform::TransformError>(())
     /// ```
     ///
@@ -402,14 +411,19 @@ mod tests {
 
     #[test]
     fn chunk_size_limits() {
-        assert!(TransformConfig::new().with_chunk_size(1023).is_err());
+        let refused = |bytes: u32| {
+            let r = TransformConfig::new().with_chunk_size(bytes);
+            assert!(
+                matches!(&r, Err(TransformError::InvalidConfig { reason })
+                    if *reason == format!("chunk size {bytes} is outside 1024..=67108864 bytes")),
+                "{bytes}: {:?}",
+                r.err()
+            );
+        };
+        refused(1023);
         assert!(TransformConfig::new().with_chunk_size(1024).is_ok());
         assert!(TransformConfig::new().with_chunk_size(64 << 20).is_ok());
-        assert!(
-            TransformConfig::new()
-                .with_chunk_size((64 << 20) + 1)
-                .is_err()
-        );
+        refused((64 << 20) + 1);
     }
 
     #[test]

@@ -462,6 +462,11 @@ mod tests {
         assert_eq!(ring.current_key().unwrap().id(), b.id());
         assert!(ring.key(a.id()).unwrap().is_some());
         assert!(ring.key(c.id()).unwrap().is_none());
-        assert!("zz".parse::<KeyId>().is_err());
+        let bad = "zz".parse::<KeyId>();
+        assert!(
+            matches!(&bad, Err(TransformError::InvalidConfig { reason })
+                if reason == "key id \"zz\": expected 16 hex digits"),
+            "{bad:?}"
+        );
     }
 }

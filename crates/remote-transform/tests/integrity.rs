@@ -62,7 +62,12 @@ fn tampered_chunks_are_corrupt_and_the_others_still_read() {
             "{mode:?}: {t}"
         );
         // A whole read fails too; chunks that were not touched still read.
-        assert!(reader(&store, mode).fetch_log_segment(&m, 0, None).is_err());
+        let e = err(reader(&store, mode).fetch_log_segment(&m, 0, None));
+        let t = transform_error(&e, id);
+        assert!(
+            matches!(t, TransformError::Corrupt { object, .. } if object == "log chunk 0"),
+            "{mode:?}: {t}"
+        );
         let got = reader(&store, mode)
             .fetch_log_segment(&m, CHUNK, Some(3 * CHUNK - 1))
             .unwrap();

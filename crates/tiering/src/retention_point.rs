@@ -252,7 +252,12 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join(RETENTION_POINT_FILE), "x".repeat(1000)).unwrap();
-        assert!(read(dir.path()).is_err());
+        let too_long = read(dir.path());
+        assert!(
+            matches!(&too_long, Err(Error::Checkpoint { path, reason })
+                if path.ends_with(RETENTION_POINT_FILE) && reason.contains("longer than")),
+            "{too_long:?}"
+        );
         fs::remove_file(dir.path().join(RETENTION_POINT_FILE)).unwrap();
         fs::create_dir(dir.path().join(RETENTION_POINT_FILE)).unwrap();
         assert!(matches!(

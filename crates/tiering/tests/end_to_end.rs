@@ -62,7 +62,18 @@ fn hundred_thousand_records_read_back_across_tiers_and_retention_moves_first_seq
         after.requests.fetch_index - before.requests.fetch_index,
         report.segments_copied - closed_local
     );
-    assert!(log.read(0, 1).is_err());
+    let before_first = log.read(0, 1);
+    assert!(
+        matches!(
+            before_first,
+            Err(Error::OutOfRange {
+                seq: 0,
+                first: 1,
+                last: 100_000
+            })
+        ),
+        "{before_first:?}"
+    );
     assert!(log.read(100_001, 10).unwrap().is_empty());
     assert!(matches!(
         log.read(100_002, 10),

@@ -14,7 +14,9 @@ use krabka_protocol::Message;
 use krabka_remote_s3::test_server::TestServer;
 use krabka_remote_s3::{S3Config, S3RemoteStorage};
 use krabka_remote_storage::ownership::{EpochRecord, OwnershipStore};
-use krabka_remote_storage::{RemoteStorageManager, TopicIdPartition, Uuid, layout};
+use krabka_remote_storage::{
+    RemoteStorageError, RemoteStorageManager, TopicIdPartition, Uuid, layout,
+};
 use krabka_storage::Options;
 use krabka_tiering::fs::FsRemoteStorage;
 use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
@@ -562,11 +564,11 @@ fn a_copy_finished_after_the_recovery_blocks_the_takeover_even_after_a_crash_mid
     claiming.state = krabka_tiering::ownership::BindingState::Claiming;
     krabka_tiering::ownership::binding::write(&binding_dir, &claiming).unwrap();
     assert!(matches!(open(&b, &drill), Err(Error::RemoteMovedOn { .. })));
+    let epoch_2 = b.store.read_object(&layout::epoch_key(&dir_key(&b), 2));
     assert!(
-        b.store
-            .read_object(&layout::epoch_key(&dir_key(&b), 2))
-            .is_err(),
-        "no epoch was claimed"
+        matches!(&epoch_2, Err(RemoteStorageError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound),
+        "no epoch was claimed: {epoch_2:?}"
     );
     // The old writer was never fenced.
     append(&a, 30, "more");

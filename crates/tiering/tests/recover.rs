@@ -241,7 +241,13 @@ fn interrupted_copy(backend: &Backend, start: u64, started_ms: i64) -> RemoteLog
         local.path().join("s.index"),
         local.path().join("missing.timeindex"),
     );
-    assert!(backend.rsm.copy_log_segment_data(&partial, &data).is_err());
+    let copied = backend.rsm.copy_log_segment_data(&partial, &data);
+    assert!(
+        matches!(&copied, Err(RemoteStorageError::Io { location, source })
+            if location.ends_with("missing.timeindex")
+                && source.kind() == std::io::ErrorKind::NotFound),
+        "{copied:?}"
+    );
     partial
 }
 
@@ -513,7 +519,12 @@ fn a_refused_binding_deletes_nothing(backend: &Backend, work: &Path) {
     assert!(backend.lister.read_object(&manifest).is_ok());
     let cleaned = run("fs://first", true).unwrap();
     assert_eq!(cleaned.deleted.last(), Some(&manifest), "{cleaned:?}");
-    assert!(backend.lister.read_object(&manifest).is_err());
+    let gone = backend.lister.read_object(&manifest);
+    assert!(
+        matches!(&gone, Err(RemoteStorageError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound),
+        "the cleaned manifest is gone: {gone:?}"
+    );
 }
 
 fn on_fs(scenario: fn(&Backend, &Path)) {

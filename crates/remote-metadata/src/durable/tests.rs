@@ -10,7 +10,8 @@ use krabka_remote_storage::RemoteLogSegmentState::{self, *};
 use krabka_remote_storage::metadata::RemoteLogMetadataManager;
 use krabka_remote_storage::metadata::event::MetadataEvent;
 use krabka_remote_storage::{
-    RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, TopicIdPartition,
+    RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
+    RemoteStorageError, TopicIdPartition,
 };
 use krabka_storage::{Log, RecoveryMode};
 use uuid::Uuid;
@@ -202,9 +203,11 @@ fn compaction_keeps_every_live_state_and_forgets_dropped_ids() {
     let dir = tempfile::tempdir().unwrap();
     let rlmm = DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap();
     let (expected, dropped) = fill(&rlmm);
+    let readd = rlmm.add_remote_log_segment_metadata(&dropped);
     assert!(
-        rlmm.add_remote_log_segment_metadata(&dropped).is_err(),
-        "dropped id re-added before compaction"
+        matches!(&readd, Err(RemoteStorageError::InvalidArgument { message })
+            if message.contains("already known")),
+        "dropped id re-added before compaction: {readd:?}"
     );
     assert_eq!(rlmm.dropped_ids_remembered(), 3);
     rlmm.compact().unwrap();

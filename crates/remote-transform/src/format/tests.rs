@@ -4,6 +4,20 @@
 use super::*;
 use krabka_remote_storage::{CustomMetadata, RemoteLogSegmentId, TopicIdPartition};
 
+use crate::error::TransformError;
+
+/// Whether `r` is a [`TransformError::Corrupt`] of `object` of `seg` whose reason contains
+/// `why`.
+fn is_corrupt<T>(
+    r: &Result<T, TransformError>,
+    seg: &RemoteLogSegmentId,
+    object: &str,
+    why: &str,
+) -> bool {
+    matches!(r, Err(TransformError::Corrupt { segment, object: o, reason })
+        if segment == seg && o == object && reason.contains(why))
+}
+
 fn segment() -> RemoteLogSegmentId {
     RemoteLogSegmentId::generate(TopicIdPartition::new(Uuid::new_v4(), "t", 3))
 }
@@ -78,12 +92,25 @@ fn damaged_headers_are_errors_never_panics() {
     let seg = segment();
     let bytes = header(&seg, true).encode();
     for cut in 0..bytes.len() {
-        assert!(Header::decode(&bytes[..cut], &seg).is_err());
+        let r = Header::decode(&bytes[..cut], &seg);
+        let why = if cut < 4 {
+            "is too short"
+        } else {
+            "checksum mismatch"
+        };
+        assert!(
+            is_corrupt(&r, &seg, "transform header", why),
+            "cut at {cut}: {r:?}"
+        );
     }
     for i in 0..bytes.len() {
         let mut b = bytes.clone();
         b[i] ^= 0x40;
-        assert!(Header::decode(&b, &seg).is_err(), "flip at {i}");
+        let r = Header::decode(&b, &seg);
+        assert!(
+            is_corrupt(&r, &seg, "transform header", "checksum mismatch"),
+            "flip at {i}: {r:?}"
+        );
     }
     // Random bytes with a valid CRC still never panic.
     let mut rng = fastrand::Rng::with_seed(5);
@@ -136,7 +163,16 @@ fn records_round_trip_and_foreign_metadata_is_raw() {
         key_id: Some(KeyId::from_bytes([9; 8])),
         inner: None,
     };
-    assert!(Record::decode(Some(&plain.encode()), &seg).is_err());
+    let r = Record::decode(Some(&plain.encode()), &seg);
+    assert!(
+        is_corrupt(
+            &r,
+            &seg,
+            "custom metadata",
+            "a key id recorded for an unencrypted segment"
+        ),
+        "{r:?}"
+    );
     assert_eq!(Record::decode(None, &seg).unwrap(), None);
     let foreign = CustomMetadata::new(b"s3v1\0\0\0\0\0\0\0\0".to_vec());
     assert_eq!(Record::decode(Some(&foreign), &seg).unwrap(), None);
@@ -145,6 +181,10 @@ fn records_round_trip_and_foreign_metadata_is_raw() {
         &[b"KTX2\x02".as_slice(), &[0; 34]].concat(),
     ] {
         let short = CustomMetadata::new(short.to_vec());
-        assert!(Record::decode(Some(&short), &seg).is_err());
+        let r = Record::decode(Some(&short), &seg);
+        assert!(
+            is_corrupt(&r, &seg, "custom metadata", "too short"),
+            "{r:?}"
+        );
     }
 }

@@ -76,9 +76,21 @@ mod tests {
         assert_eq!(h, [(0, 0)], "the current epoch again is a no-op");
         push_leader_epoch(&mut h, 3, 30).unwrap();
         push_leader_epoch(&mut h, 5, 80).unwrap();
-        assert!(push_leader_epoch(&mut h, 4, 90).is_err());
-        assert!(push_leader_epoch(&mut h, 6, 79).is_err());
-        assert!(push_leader_epoch(&mut h, -1, 100).is_err());
+        assert_eq!(
+            push_leader_epoch(&mut h, 4, 90),
+            Err("leader epoch 4 is lower than the current epoch 5".to_owned())
+        );
+        assert_eq!(
+            push_leader_epoch(&mut h, 6, 79),
+            Err(
+                "leader epoch 6 would start at seq 79, before epoch 5 (which starts at 80)"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            push_leader_epoch(&mut h, -1, 100),
+            Err("leader epoch -1 is negative".to_owned())
+        );
         push_leader_epoch(&mut h, 6, 80).unwrap();
         assert_eq!(h, [(0, 0), (3, 30), (6, 80)]);
     }
