@@ -5,7 +5,7 @@
 //! scratch directories of a killed copy.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -651,13 +651,17 @@ fn a_killed_copy_leaves_no_scratch_directory_behind_for_good() {
             break;
         }
     }
+    // The directories of copies killed mid-write hold their lock file. (A second copy in
+    // flight may have been killed between creating its directory and its lock file: such a
+    // directory is swept only once it is ten minutes old, and is left out here.)
+    let (stale, unlocked): (Vec<PathBuf>, Vec<PathBuf>) = stale
+        .into_iter()
+        .partition(|d| d.join("owner.lock").exists());
     assert!(
-        !stale.is_empty(),
-        "no killed copy left its scratch directory"
+        stale.iter().any(|d| d.join("segment.log").exists()),
+        "no copy killed mid-write left its scratch directory with its lock file: {stale:?} \
+         {unlocked:?}"
     );
-    for dir in &stale {
-        assert!(dir.join("owner.lock").exists(), "{}", dir.display());
-    }
     // A live one of another process (this test, holding its lock), and a fresh one without a
     // lock file (a process between creating it and its lock): both kept.
     let live = scratch.join("krabka-transform-live");
@@ -672,6 +676,9 @@ fn a_killed_copy_leaves_no_scratch_directory_behind_for_good() {
     for dir in &stale {
         assert!(!dir.exists(), "{} was left", dir.display());
     }
-    assert_eq!(scratch_dirs(&scratch), vec![fresh, live]);
+    let mut kept = unlocked;
+    kept.extend([fresh, live]);
+    kept.sort();
+    assert_eq!(scratch_dirs(&scratch), kept);
     drop(lock);
 }

@@ -22,8 +22,9 @@ pub(crate) const SCRATCH_PREFIX: &str = "krabka-transform-";
 pub(crate) const LOCK_NAME: &str = "owner.lock";
 
 /// A scratch directory without a lock file (left by a version that wrote none, or by a process
-/// killed between creating the directory and its lock file) is removed only after this long.
-const UNLOCKED_STALE_AFTER: Duration = Duration::from_secs(24 * 3600);
+/// killed between creating the directory and its lock file, which it creates right after) is
+/// removed only after this long: far longer than that step takes in a live process.
+const UNLOCKED_STALE_AFTER: Duration = Duration::from_secs(10 * 60);
 
 /// A scratch directory in use: removed when dropped; its lock is released with it.
 #[derive(Debug)]
@@ -68,8 +69,8 @@ pub(crate) fn create(root: &Path, segment: &RemoteLogSegmentId) -> Result<Scratc
 }
 
 /// Removes the scratch directories under `root` that no process uses any more: those whose
-/// lock file is not locked (its process is gone), and those without a lock file older than a
-/// day. Only real directories (never symlinks) owned by the same user as `ours` (a scratch
+/// lock file is not locked (its process is gone), and those without a lock file older than
+/// ten minutes. Only real directories (never symlinks) owned by the same user as `ours` (a scratch
 /// directory this process just created) are looked at; failures leave a directory in place.
 /// Returns the directories removed.
 pub(crate) fn sweep(root: &Path, ours: &Path) -> Vec<PathBuf> {
