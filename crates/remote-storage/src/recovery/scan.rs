@@ -54,7 +54,8 @@ pub struct RemoteScan {
     /// The highest seq the bucket shows a writer used: the end of the chosen segments or of a
     /// segment that held acknowledged records but is not recovered (damaged, missing data or
     /// an index, unreadable, an abandoned copy, a delete in progress, stranded; for a manifest
-    /// that does not decode, the start seq its key names). A recovered log continues after
+    /// that does not decode, the start seq its key names; the seq below the highest writer
+    /// epoch's first seq, which a clean-up cannot delete). A recovered log continues after
     /// it, so no seq is ever used twice. Not raised by a copy still in progress (its writer
     /// is alive and finishes it), a fenced-out copy or a superseded one (a later lineage took
     /// those seqs over), or a foreign manifest. `None` when there is none.
@@ -268,12 +269,20 @@ pub fn scan_with(
             }),
     );
     let (chosen, superseded, stranded) = choose(whole, &epochs);
+    // A writer epoch claimed from `start_seq` on: every seq below it was used, even when no
+    // object shows it any more (a clean-up deleted an abandoned copy).
+    let epochs_below = epochs
+        .iter()
+        .map(|e| e.start_seq.saturating_sub(1))
+        .filter(|seq| *seq > 0)
+        .max();
     let claimed_end = chosen
         .iter()
         .chain(stranded.iter().map(|(m, _)| m))
         .map(RemoteLogSegmentMetadata::end_offset)
         .max()
-        .max(claimed);
+        .max(claimed)
+        .max(epochs_below);
     let holes = holes_of(&chosen, claimed_end);
     let mut superseded_segments = Vec::new();
     for (m, reason) in superseded {

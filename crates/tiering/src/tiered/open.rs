@@ -92,8 +92,20 @@ impl TieredLog {
         let mut holes: Vec<RangeInclusive<u64>> =
             self.log.quarantined().into_iter().map(|(r, _)| r).collect();
         // Seqs a recovery found used but could not recover: the gap they leave between the
-        // tiers is known, not a mismatch (reads of them fail naming them).
-        holes.extend(crate::lost::read(self.log.dir())?);
+        // tiers is known, not a mismatch (reads of them fail naming them). Only while they
+        // bridge that gap, right below the local log's first seq: a gap anywhere else is a
+        // loss no recovery recorded, and is refused as ever.
+        let local_first = local
+            .iter()
+            .filter(|s| s.last_seq >= s.base_seq)
+            .map(|s| s.base_seq)
+            .chain(holes.iter().map(|h| *h.start()))
+            .min()
+            .unwrap_or_else(|| self.log.next_seq());
+        holes.extend(
+            crate::lost::read(self.log.dir())?
+                .filter(|lost| lost.end().saturating_add(1) == local_first),
+        );
         holes.sort_by_key(|h| *h.start());
         let view = self.remote_view()?;
         let retention_point = self.log_start.load(Ordering::Acquire);
