@@ -346,3 +346,54 @@ fn an_accepted_hole_is_recorded_durably_and_still_fails_its_reads() {
     assert!(log.accepted_holes().is_empty());
     assert_eq!(log.recovery_report().quarantined.len(), 1);
 }
+
+/// A record whose value holds the bytes of a valid frame (a log stored inside a log, or a
+/// producer's crafted value): when that record is damaged, the repair keeps the log's own next
+/// frame, never the frame inside the damaged value, and the damaged seq is the only hole. At
+/// the file's first byte too, where a kept piece could otherwise carry the file's own name.
+#[test]
+fn frames_inside_a_damaged_value_are_never_taken_for_the_log() {
+    for damaged_seq in [1u64, 6] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail, 1 << 20)).unwrap();
+        for seq in 1..=12 {
+            let m = if seq == damaged_seq {
+                // A valid frame of the damaged seq itself and one a few seqs on.
+                let mut inner = Vec::new();
+                segment::encode_frame(damaged_seq, &msg(99), &mut inner);
+                segment::encode_frame(damaged_seq + 3, &msg(98), &mut inner);
+                Message::new(inner)
+                    .with_key(format!("k{seq}"))
+                    .with_timestamp(seq as i64)
+            } else {
+                msg(seq)
+            };
+            assert_eq!(log.append(&m).unwrap(), seq);
+        }
+        let active = log.segments().last().unwrap().log_path.clone();
+        log.close().unwrap();
+        // Flip a byte of the damaged record's key: its CRC fails, the frames in its value stay
+        // valid.
+        let (_, pos) = frames(&active)
+            .into_iter()
+            .find(|(s, _)| *s == damaged_seq)
+            .unwrap();
+        testkit::xor_byte(&active, pos + 16 + 4, 0x5a).unwrap();
+        let log = Log::open(dir.path(), opts(RecoveryMode::Repair, 1 << 20)).unwrap();
+        for seq in 1..=12 {
+            match log.read(seq, 1) {
+                Ok(r) if seq != damaged_seq => {
+                    assert_eq!(r[0].seq, seq);
+                    assert_eq!(r[0].message, msg(seq), "seq {seq}");
+                }
+                Err(Error::Quarantined {
+                    first_seq,
+                    last_seq,
+                    ..
+                }) if seq == damaged_seq => assert_eq!((first_seq, last_seq), (seq, seq)),
+                other => panic!("damaged {damaged_seq}, seq {seq}: {other:?}"),
+            }
+        }
+        log.close().unwrap();
+    }
+}

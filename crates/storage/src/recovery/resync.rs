@@ -103,14 +103,21 @@ pub(super) fn plan_steps(
     point: u64,
 ) -> Result<Vec<RepairStep>, Error> {
     let mut steps = Vec::new();
+    // Damage at the file's first byte: its first seq is the file's own base, which no kept
+    // piece may carry (a piece is a segment file named by its first seq).
+    let file_base = (damage_at == 0).then_some(expected);
     let (mut pos, mut expected) = (damage_at, expected);
     // Each turn moves `pos` forward by at least one byte.
     while pos < file_len {
         let run = match run_at(file, path, pos, file_len, expected)? {
             Some(run) => Some(run),
-            None => find_valid_frame_after(file, path, pos, file_len, expected)?,
+            None => match run_after_damaged_frame(file, path, pos, file_len, expected)? {
+                Some(run) => Some(run),
+                None => find_valid_frame_after(file, path, pos, file_len, expected)?,
+            },
         }
-        .filter(|r| next_base.is_none_or(|n| r.last_seq < n));
+        .filter(|r| next_base.is_none_or(|n| r.last_seq < n))
+        .filter(|r| file_base.is_none_or(|b| r.first_seq > b));
         let Some(run) = run else {
             let stake = next_base.map_or(point, |n| n.saturating_sub(1));
             steps.push(RepairStep::Cut {
@@ -135,6 +142,46 @@ pub(super) fn plan_steps(
         pos = run.end;
     }
     Ok(steps)
+}
+
+/// The run of valid frames right after the damaged frame at `pos` when its length field still
+/// holds (damage inside its payload, the usual bit flip): the frame there must carry the next
+/// seq, `expected + 1`. Looked at before any search, so frames that happen to lie inside the
+/// damaged frame's own payload (a record holding frame bytes) are never taken for the log's.
+fn run_after_damaged_frame(
+    file: &File,
+    path: &Path,
+    pos: u64,
+    file_len: u64,
+    expected: u64,
+) -> Result<Option<ValidRun>, Error> {
+    use std::os::unix::fs::FileExt;
+    let mut len = [0u8; 4];
+    if pos.saturating_add(4) > file_len {
+        return Ok(None);
+    }
+    file.read_exact_at(&mut len, pos).at(path)?;
+    let Some(n) = crate::segment::frame_len(&len) else {
+        return Ok(None);
+    };
+    let next = pos.saturating_add(n as u64);
+    if next >= file_len {
+        return Ok(None);
+    }
+    let here = scan_file_from(file, path, next, file_len, None, u64::MAX, &mut |_| {})?;
+    Ok(match (here.first_seq, here.last_seq) {
+        (Some(first_seq), Some(last_seq))
+            if here.records > 0 && first_seq == expected.saturating_add(1) =>
+        {
+            Some(ValidRun {
+                position: next,
+                first_seq,
+                last_seq,
+                end: here.valid_len,
+            })
+        }
+        _ => None,
+    })
 }
 
 /// The run of valid frames starting right at `pos` when the frame there is intact but carries a
@@ -324,10 +371,11 @@ impl Recoverer<'_> {
         base: u64,
     ) -> Result<(), Error> {
         let log_path = segment_paths(self.dir, base).0;
+        // Never over an existing file (the damaged one, or any other): an undone split removed
+        // its own pieces first.
         let mut out = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .open(&log_path)
             .at(&log_path)?;
         copy_range(src, src_path, from..to, &mut out, &log_path)?;
