@@ -651,3 +651,23 @@ fn sigterm_stops_tier_watch_after_a_whole_round_and_is_named() {
     assert!(stderr.contains("stopped by SIGTERM"), "{stderr}");
     assert!(!stderr.contains("Ctrl-C"), "{stderr}");
 }
+
+/// A stream without newlines (here 2 GB of zeros after one good line) ends `produce` as soon
+/// as the line is longer than any record could come from, in bounded memory (a 1 GiB address
+/// space limit), with the good line appended and named.
+#[test]
+fn a_line_without_end_is_refused_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let script = format!(
+        "ulimit -v 1048576; {{ printf 'good\\n'; head -c 2000000000 /dev/zero; }} | exec {} produce {}",
+        env!("CARGO_BIN_EXE_krabka"),
+        log.display()
+    );
+    let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", both(&out));
+    assert!(err.contains("a line is longer than"), "{}", both(&out));
+    assert!(err.contains("seq 1..=1"), "{}", both(&out));
+    assert_eq!(records(&log).len(), 1);
+}

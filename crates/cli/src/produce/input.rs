@@ -1,7 +1,7 @@
 //! The stdin side of `produce`: lines to messages, appended as they come or, with
 //! `--all-or-nothing`, only once the whole input is checked.
 
-use std::io::{BufRead, BufReader, BufWriter, Seek, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Seek, Write};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 
 use krabka_protocol::Message;
@@ -64,17 +64,46 @@ impl LineFormat<'_> {
 /// How long the stdin loop waits for a line before it looks for a signal again.
 const POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Lines read ahead of the appends: with [`max_line`] bytes at most each, the memory a
+/// `produce` holds for its input stays bounded whatever stdin sends.
+const LINES_AHEAD: usize = 16;
+
+/// Bytes appended in one batch at most (besides [`BATCH`] records): a batch of large records
+/// is flushed early.
+pub(super) const BATCH_BYTES: usize = 8 << 20;
+
+/// The longest line a record of `max_message_bytes` can come from: `--escaped` spells a byte
+/// in at most 4 (`\xNN`), plus a key separator and the newline.
+fn max_line(max_message_bytes: u64) -> u64 {
+    max_message_bytes.saturating_mul(4).saturating_add(64)
+}
+
 /// Reads stdin lines (each with its `\n`, when it has one) on their own thread, so that a
-/// signal stops a `produce` that waits for input (a terminal, an idle pipe) at once.
-fn stdin_lines() -> Receiver<std::io::Result<Vec<u8>>> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(BATCH);
+/// signal stops a `produce` that waits for input (a terminal, an idle pipe) at once. A line
+/// longer than `limit` bytes (no record can come from it) is an error as soon as `limit + 1`
+/// bytes of it were read: a stream without newlines never fills the memory.
+fn stdin_lines(limit: u64) -> Receiver<std::io::Result<Vec<u8>>> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(LINES_AHEAD);
     std::thread::spawn(move || {
         let stdin = std::io::stdin();
         let mut input = stdin.lock();
         loop {
             let mut raw = Vec::new();
-            match input.read_until(b'\n', &mut raw) {
+            match (&mut input)
+                .take(limit.saturating_add(1))
+                .read_until(b'\n', &mut raw)
+            {
                 Ok(0) => break,
+                Ok(n) if n as u64 > limit => {
+                    let _ = tx.send(Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "a line is longer than {}: no record can come from it",
+                            human::bytes(limit)
+                        ),
+                    )));
+                    break;
+                }
                 Ok(_) => {
                     if tx.send(Ok(raw)).is_err() {
                         break;
@@ -129,15 +158,19 @@ fn next_line(lines: &Receiver<std::io::Result<Vec<u8>>>, line_no: u64) -> Result
 /// Appends stdin's lines in batches. At a bad line, a failed read of stdin or a signal, the
 /// lines before it (all valid) are appended first, then the command stops.
 pub fn read_stdin(appender: &mut Appender<'_>, format: &LineFormat<'_>) -> Result<(), Stop> {
-    let lines = stdin_lines();
+    let lines = stdin_lines(max_line(format.max_message_bytes));
     let mut batch: Vec<Message> = Vec::with_capacity(BATCH);
+    let mut batch_bytes = 0usize;
     let mut line_no = 0u64;
     let stop = loop {
         match next_line(&lines, line_no) {
             Ok(Input::Line(raw)) => {
                 line_no = line_no.saturating_add(1);
                 match format.message(&raw) {
-                    Ok(msg) => batch.push(msg),
+                    Ok(msg) => {
+                        batch_bytes = batch_bytes.saturating_add(msg.encoded_len());
+                        batch.push(msg);
+                    }
                     Err(what) => {
                         break Stop::Invalid {
                             line: line_no,
@@ -145,8 +178,9 @@ pub fn read_stdin(appender: &mut Appender<'_>, format: &LineFormat<'_>) -> Resul
                         };
                     }
                 }
-                if batch.len() == BATCH {
+                if batch.len() == BATCH || batch_bytes >= BATCH_BYTES {
                     appender.flush(&mut batch)?;
+                    batch_bytes = 0;
                 }
             }
             Ok(Input::End) => return appender.flush(&mut batch),
@@ -173,7 +207,7 @@ pub fn read_all_or_nothing(
         at,
     };
     let mut spool = tempfile::tempfile().map_err(|e| spool_error(e, None))?;
-    let lines = stdin_lines();
+    let lines = stdin_lines(max_line(format.max_message_bytes));
     let mut line_no = 0u64;
     {
         let mut copy = BufWriter::new(&mut spool);
@@ -198,6 +232,7 @@ pub fn read_all_or_nothing(
     spool.rewind().map_err(|e| spool_error(e, None))?;
     // Every line is valid: append them all.
     let mut batch: Vec<Message> = Vec::with_capacity(BATCH);
+    let mut batch_bytes = 0usize;
     for (i, raw) in (1u64..).zip(BufReader::new(spool).split(b'\n')) {
         if interrupt::requested() {
             appender.flush(&mut batch)?;
@@ -208,9 +243,11 @@ pub fn read_all_or_nothing(
             what: format!("the temporary copy of the input changed: {what}"),
             at: Some(i),
         })?;
+        batch_bytes = batch_bytes.saturating_add(msg.encoded_len());
         batch.push(msg);
-        if batch.len() == BATCH {
+        if batch.len() == BATCH || batch_bytes >= BATCH_BYTES {
             appender.flush(&mut batch)?;
+            batch_bytes = 0;
         }
     }
     appender.flush(&mut batch)
