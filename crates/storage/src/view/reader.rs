@@ -509,6 +509,21 @@ impl LogReader {
         // The log held every seq up to its recovery point, synced, when it was last closed
         // or rolled: ending below it is lost data, not a write in progress.
         if let Some(point) = self.view.recovery_point()?.filter(|p| cursor.expect <= *p) {
+            // A writer appends (and rolls) before it records the point: if the file grew or a
+            // newer segment appeared since `len` was taken, the records are there; look again.
+            let grown = match std::fs::metadata(path) {
+                Ok(m) => m.len() > len,
+                // Deleted since (retention): locate the seq again.
+                Err(_) => true,
+            };
+            let rolled = self
+                .view
+                .segment_bases()?
+                .into_iter()
+                .any(|b| b > cursor.base);
+            if grown || rolled {
+                return Ok(Step::Again);
+            }
             return Err(Error::EndsBelowRecoveryPoint {
                 path: path.to_path_buf(),
                 position: cursor.position,
