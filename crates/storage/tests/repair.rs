@@ -255,6 +255,10 @@ fn a_repair_interrupted_in_its_split_reopens_as_it_was_or_as_repaired() {
         pieces[0].1.len(),
         pieces[1].1.len()
     );
+    let journal = format!(
+        "{journal}crc32 {:08x}\n",
+        crc32fast::hash(journal.as_bytes())
+    );
     // Killed after the journal and `written` whole new files, before the cut: as it was.
     for written in 0..=2 {
         let dir = tempfile::tempdir().unwrap();
@@ -396,4 +400,36 @@ fn frames_inside_a_damaged_value_are_never_taken_for_the_log() {
         }
         log.close().unwrap();
     }
+}
+
+/// A damaged or hostile split journal (a digit flipped so that a piece names a live segment)
+/// fails the open naming it, and nothing is removed.
+#[test]
+fn a_damaged_split_journal_fails_the_open_and_removes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path(), 60, 600);
+    let live: Vec<u64> = Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail, 600))
+        .unwrap()
+        .segments()
+        .iter()
+        .map(|s| s.base_seq)
+        .collect();
+    assert!(live.len() > 2, "{live:?}");
+    let body = format!(
+        "krabka repair split v1\nsegment {} 10 900\npiece {} 300\n",
+        live[0], live[2]
+    );
+    let crc = crc32fast::hash(body.as_bytes()) ^ 1;
+    fs::write(
+        dir.path().join("repair-split"),
+        format!("{body}crc32 {crc:08x}\n"),
+    )
+    .unwrap();
+    let before = snapshot(dir.path());
+    let err = Log::open(dir.path(), opts(RecoveryMode::Repair, 600)).unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupt { path, .. } if path.ends_with("repair-split")),
+        "{err}"
+    );
+    assert_eq!(snapshot(dir.path()), before);
 }

@@ -28,6 +28,12 @@ pub(crate) const SPLIT_JOURNAL_TMP: &str = "repair-split.tmp";
 
 const HEADER: &str = "krabka repair split v1";
 
+/// The journal's last line: `crc32 <8 lowercase hex digits>` of every byte before it.
+const CRC_PREFIX: &str = "crc32 ";
+
+/// More than any journal a repair writes (a line per run of intact frames in one segment).
+const MAX_JOURNAL_BYTES: u64 = 4 << 20;
+
 /// One split in progress.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Journal {
@@ -50,11 +56,25 @@ impl Journal {
         for (base, len) in &self.pieces {
             text.push_str(&format!("piece {base} {len}\n"));
         }
+        let crc = crc32fast::hash(text.as_bytes());
+        text.push_str(&format!("{CRC_PREFIX}{crc:08x}\n"));
         text
     }
 
+    /// The journal `text` records, or `None` when it is not one this crate wrote whole: a
+    /// checksum over every line before it, pieces after the damaged segment's base in
+    /// increasing order, and lengths that fit the damaged file. A damaged journal must never
+    /// make an open remove the wrong file.
     fn decode(text: &str) -> Option<Journal> {
-        let mut lines = text.lines();
+        let body_len = text.rfind(CRC_PREFIX)?;
+        let (body, crc_line) = text.split_at(body_len);
+        let stored = crc_line.strip_prefix(CRC_PREFIX)?.strip_suffix('\n')?;
+        if stored.len() != 8
+            || u32::from_str_radix(stored, 16).ok()? != crc32fast::hash(body.as_bytes())
+        {
+            return None;
+        }
+        let mut lines = body.lines();
         if lines.next()? != HEADER {
             return None;
         }
@@ -69,7 +89,13 @@ impl Journal {
             let [piece, len] = <[u64; 2]>::try_from(numbers(line, "piece")?).ok()?;
             pieces.push((piece, len));
         }
-        (keep_len < file_len && !pieces.is_empty()).then_some(Journal {
+        let ordered = pieces
+            .iter()
+            .try_fold(base, |prev, &(piece, len)| {
+                (piece > prev && len > 0 && len <= file_len).then_some(piece)
+            })
+            .is_some();
+        (keep_len < file_len && !pieces.is_empty() && ordered).then_some(Journal {
             base,
             keep_len,
             file_len,
@@ -120,11 +146,17 @@ impl Recoverer<'_> {
         let tmp = dir.join(SPLIT_JOURNAL_TMP);
         fsutil::remove_if_exists(&tmp).at(&tmp)?;
         let path = dir.join(SPLIT_JOURNAL);
-        let text = match fs::read_to_string(&path) {
-            Ok(t) => t,
+        let mut bytes = Vec::new();
+        let read = fs::File::open(&path).and_then(|f| {
+            use std::io::Read;
+            f.take(MAX_JOURNAL_BYTES + 1).read_to_end(&mut bytes)
+        });
+        match read {
+            Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(Error::io(&path, e)),
-        };
+        }
+        let text = String::from_utf8_lossy(&bytes);
         let corrupt = |reason: String| Error::Corrupt {
             path: path.clone(),
             position: 0,
@@ -184,15 +216,26 @@ mod tests {
             file_len: 900,
             pieces: vec![(10, 300), (20, 200)],
         };
-        assert_eq!(Journal::decode(&j.encode()), Some(j.clone()));
+        let text = j.encode();
+        assert_eq!(Journal::decode(&text), Some(j.clone()));
+        assert_eq!(Journal::decode(&text.replace("piece 20", "piece x")), None);
+        // One flipped digit (a piece naming a live segment, say) breaks the checksum.
+        assert_eq!(Journal::decode(&text.replace("piece 20", "piece 21")), None);
+        for cut in 0..text.len() {
+            assert_eq!(Journal::decode(&text[..cut]), None, "cut at {cut}");
+        }
+        // Without its checksum line, or with pieces that are not after the base in order.
         assert_eq!(
-            Journal::decode(&j.encode().replace("piece 20", "piece x")),
+            Journal::decode("krabka repair split v1\nsegment 1 100 900\npiece 10 3\n"),
             None
         );
-        assert_eq!(
-            Journal::decode("krabka repair split v1\nsegment 1 9 9\npiece 2 3\n"),
-            None
-        );
+        for pieces in [vec![(1, 300)], vec![(20, 300), (10, 200)], vec![(10, 901)]] {
+            let bad = Journal {
+                pieces,
+                ..j.clone()
+            };
+            assert_eq!(Journal::decode(&bad.encode()), None, "{bad:?}");
+        }
         assert_eq!(Journal::decode(""), None);
     }
 }
