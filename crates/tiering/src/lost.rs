@@ -14,21 +14,15 @@
 //! temporary file, fsynced, renamed, the directory fsynced); anything else is
 //! [`Error::Checkpoint`] naming the file, never a guess.
 
-use std::fs::File;
-use std::io::{self, Read};
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
-use krabka_storage::fsutil;
-
 use crate::error::Error;
+use crate::line_file::{self, Contents};
 
 /// Name of the file, in the local log's directory.
 pub const LOST_SEQS_FILE: &str = "tiering-lost-seqs";
 const PREFIX: &str = "lost ";
-const CRC_SEPARATOR: &str = " crc32 ";
-/// More than any valid file.
-const MAX_LEN: u64 = 128;
 
 fn path(dir: &Path) -> PathBuf {
     dir.join(LOST_SEQS_FILE)
@@ -41,41 +35,28 @@ fn error(path: &Path, reason: impl Into<String>) -> Error {
     }
 }
 
+#[cfg(test)]
 fn render(seqs: &RangeInclusive<u64>) -> String {
-    let body = format!("{PREFIX}{}..={}", seqs.start(), seqs.end());
-    let crc = crc32fast::hash(body.as_bytes());
-    format!("{body}{CRC_SEPARATOR}{crc:08x}\n")
+    line_file::render(&body(seqs))
 }
 
-fn parse_seq(digits: &str) -> Option<u64> {
-    let seq: u64 = digits.parse().ok()?;
-    (seq.to_string() == digits).then_some(seq)
+fn body(seqs: &RangeInclusive<u64>) -> String {
+    format!("{PREFIX}{}..={}", seqs.start(), seqs.end())
 }
 
-fn parse(text: &str) -> Result<RangeInclusive<u64>, String> {
-    let expected = || format!("expected `{PREFIX}FIRST..=LAST{CRC_SEPARATOR}CRC`");
-    let line = text
-        .strip_suffix('\n')
-        .filter(|l| !l.contains('\n'))
-        .ok_or("it is not one line ending in a newline")?;
-    let (body, crc) = line.split_once(CRC_SEPARATOR).ok_or_else(expected)?;
-    let (first, last) = body
-        .strip_prefix(PREFIX)
+/// The seqs a file's line (without its checksum) records, or why it is refused.
+fn parse_body(body: &str) -> Result<RangeInclusive<u64>, String> {
+    body.strip_prefix(PREFIX)
         .and_then(|r| r.split_once("..="))
-        .and_then(|(a, b)| Some((parse_seq(a)?, parse_seq(b)?)))
+        .and_then(|(a, b)| Some((line_file::parse_seq(a)?, line_file::parse_seq(b)?)))
         .filter(|(a, b)| 0 < *a && a <= b)
-        .ok_or_else(expected)?;
-    let stored = (crc.len() == 8 && crc.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-        .then(|| u32::from_str_radix(crc, 16).ok())
-        .flatten()
-        .ok_or("the checksum is not 8 lowercase hex digits")?;
-    let computed = crc32fast::hash(body.as_bytes());
-    if stored != computed {
-        return Err(format!(
-            "checksum mismatch (stored {stored:08x}, computed {computed:08x})"
-        ));
-    }
-    Ok(first..=last)
+        .map(|(a, b)| a..=b)
+        .ok_or_else(|| {
+            format!(
+                "expected `{PREFIX}FIRST..=LAST{}CRC`",
+                line_file::CRC_SEPARATOR
+            )
+        })
 }
 
 /// The lost seqs recorded in `dir`, if any.
@@ -84,36 +65,26 @@ fn parse(text: &str) -> Result<RangeInclusive<u64>, String> {
 /// [`Error::Checkpoint`] naming the file when it cannot be read or is damaged.
 pub fn read(dir: &Path) -> Result<Option<RangeInclusive<u64>>, Error> {
     let path = path(dir);
-    let mut bytes = Vec::new();
-    let read = File::open(&path).and_then(|f| f.take(MAX_LEN + 1).read_to_end(&mut bytes));
-    match read {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+    let (text, too_long) = match line_file::read(&path) {
+        Ok(Contents::Missing) => return Ok(None),
+        Ok(Contents::Text(text, too_long)) => (text, too_long),
         Err(e) => return Err(error(&path, format!("cannot read: {e}"))),
-    }
-    let text = String::from_utf8_lossy(&bytes);
-    let parsed = if bytes.len() as u64 > MAX_LEN {
-        Err(format!("it is longer than {MAX_LEN} bytes"))
-    } else {
-        parse(&text)
     };
-    parsed.map(Some).map_err(|why| {
-        error(
-            &path,
-            format!(
-                "unreadable: {why}; found {:?}. Restore it, or run `recover` again into a new \
-                 directory",
-                text.chars().take(60).collect::<String>()
-            ),
-        )
-    })
+    line_file::parse(&text, too_long, false, parse_body)
+        .map(Some)
+        .map_err(|why| {
+            error(
+                &path,
+                format!("{why}. Restore it, or run `recover` again into a new directory"),
+            )
+        })
 }
 
 /// Durably records `seqs` as lost in `dir`.
 pub(crate) fn write(dir: &Path, seqs: &RangeInclusive<u64>) -> Result<(), Error> {
     let path = path(dir);
     let tmp = dir.join(format!("{LOST_SEQS_FILE}.tmp"));
-    fsutil::write_atomic(&path, &tmp, render(seqs).as_bytes())
+    line_file::write(&path, &tmp, &body(seqs))
         .map_err(|e| error(&path, format!("cannot write: {e}")))
 }
 

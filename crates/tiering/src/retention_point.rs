@@ -16,22 +16,16 @@
 //! the remote metadata: local retention deletes local segments below the point whether or not
 //! they were copied, so a wrong point would lose records from both tiers.
 
-use std::fs::File;
-use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use krabka_storage::fsutil;
-
 use crate::error::Error;
+use crate::line_file::{self, Contents};
 
 /// Name of the retention point's file, in the local log's directory (`tiering-log-start`,
 /// after Kafka's log start offset, which is what the point is; the name on disk is kept).
 pub const RETENTION_POINT_FILE: &str = "tiering-log-start";
 const TMP_SUFFIX: &str = ".tmp";
 const PREFIX: &str = "log_start ";
-const CRC_SEPARATOR: &str = " crc32 ";
-/// More than any valid file; a longer file is reported by its first bytes.
-const MAX_LEN: u64 = 128;
 
 fn path(dir: &Path) -> PathBuf {
     dir.join(RETENTION_POINT_FILE)
@@ -44,47 +38,24 @@ fn error(path: &Path, reason: impl Into<String>) -> Error {
     }
 }
 
+#[cfg(test)]
 /// The file's text for `seq`.
 fn render(seq: u64) -> String {
-    let body = format!("{PREFIX}{seq}");
-    let crc = crc32fast::hash(body.as_bytes());
-    format!("{body}{CRC_SEPARATOR}{crc:08x}\n")
+    line_file::render(&format!("{PREFIX}{seq}"))
 }
 
-/// A seq in canonical decimal (no sign, no leading zero, no space).
-fn parse_seq(digits: &str) -> Option<u64> {
-    let seq: u64 = digits.parse().ok()?;
-    (seq.to_string() == digits).then_some(seq)
+/// The seq a file's line (without its checksum) records, or why it is refused.
+fn parse_body(body: &str) -> Result<u64, String> {
+    body.strip_prefix(PREFIX)
+        .and_then(line_file::parse_seq)
+        .ok_or_else(|| format!("expected `{PREFIX}SEQ{}CRC`", line_file::CRC_SEPARATOR))
 }
 
-/// The seq the file's text records, or why it is refused.
+#[cfg(test)]
+/// The seq a file's text records (a line without a checksum is the format written before
+/// it, still read), or why it is refused.
 fn parse(text: &str) -> Result<u64, String> {
-    let line = text
-        .strip_suffix('\n')
-        .filter(|l| !l.contains('\n'))
-        .ok_or("it is not one line ending in a newline")?;
-    let Some((body, crc)) = line.split_once(CRC_SEPARATOR) else {
-        // The format written before the checksum.
-        return line
-            .strip_prefix(PREFIX)
-            .and_then(parse_seq)
-            .ok_or_else(|| format!("expected `{PREFIX}SEQ{CRC_SEPARATOR}CRC`"));
-    };
-    let seq = body
-        .strip_prefix(PREFIX)
-        .and_then(parse_seq)
-        .ok_or_else(|| format!("expected `{PREFIX}SEQ{CRC_SEPARATOR}CRC`"))?;
-    let stored = (crc.len() == 8 && crc.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-        .then(|| u32::from_str_radix(crc, 16).ok())
-        .flatten()
-        .ok_or("the checksum is not 8 lowercase hex digits")?;
-    let computed = crc32fast::hash(body.as_bytes());
-    if stored != computed {
-        return Err(format!(
-            "checksum mismatch (stored {stored:08x}, computed {computed:08x})"
-        ));
-    }
-    Ok(seq)
+    line_file::parse(text, false, true, parse_body)
 }
 
 /// The retention point recorded in the tiered log directory `dir` (its [`RETENTION_POINT_FILE`]):
@@ -96,27 +67,18 @@ fn parse(text: &str) -> Result<u64, String> {
 /// [`Error::Checkpoint`] naming the file when it cannot be read or is damaged.
 pub fn read(dir: &Path) -> Result<u64, Error> {
     let path = path(dir);
-    let mut bytes = Vec::new();
-    let read = File::open(&path).and_then(|f| f.take(MAX_LEN + 1).read_to_end(&mut bytes));
-    match read {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+    let (text, too_long) = match line_file::read(&path) {
+        Ok(Contents::Missing) => return Ok(0),
+        Ok(Contents::Text(text, too_long)) => (text, too_long),
         Err(e) => return Err(error(&path, format!("cannot read: {e}"))),
-    }
-    let text = String::from_utf8_lossy(&bytes);
-    let parsed = if bytes.len() as u64 > MAX_LEN {
-        Err(format!("it is longer than {MAX_LEN} bytes"))
-    } else {
-        parse(&text)
     };
-    parsed.map_err(|why| {
+    // A line without a checksum is the format written before it, still read.
+    line_file::parse(&text, too_long, true, parse_body).map_err(|why| {
         error(
             &path,
             format!(
-                "unreadable: {why}; found {:?}. Restore it, or delete it to let tiering derive \
-                 the start from the tiers again (local segments whose remote copies are gone \
-                 are then copied again)",
-                text.chars().take(60).collect::<String>()
+                "{why}. Restore it, or delete it to let tiering derive the start from the tiers \
+                 again (local segments whose remote copies are gone are then copied again)"
             ),
         )
     })
@@ -181,7 +143,7 @@ pub(crate) fn validate(dir: &Path, point: u64, bounds: Bounds) -> Result<(), Err
 pub(crate) fn write(dir: &Path, seq: u64) -> Result<(), Error> {
     let path = path(dir);
     let tmp = dir.join(format!("{RETENTION_POINT_FILE}{TMP_SUFFIX}"));
-    fsutil::write_atomic(&path, &tmp, render(seq).as_bytes())
+    line_file::write(&path, &tmp, &format!("{PREFIX}{seq}"))
         .map_err(|e| error(&path, format!("cannot write: {e}")))
 }
 
