@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use krabka_remote_s3::test_server::TestServer;
+use krabka_remote_storage::head::ConditionalRead;
 use krabka_remote_storage::ownership::OwnershipStore;
 use krabka_remote_storage::recovery::{ListedObject, RemoteSegmentLister};
 use krabka_remote_storage::{RemoteStorageError, RemoteStorageManager};
@@ -32,13 +33,23 @@ pub struct Calls {
     pub delete: u64,
     /// `create_if_absent` (S3: PutObject with `If-None-Match: *`).
     pub create: u64,
+    /// `put_object` (S3: PutObject).
+    pub put: u64,
+    /// `read_if_changed` (S3: GetObject with `If-None-Match: <etag>`; unchanged is a 304).
+    pub read_if_changed: u64,
     /// Nanoseconds spent in all of them, summed.
     pub busy_ns: u64,
 }
 
 impl Calls {
     fn total(&self) -> u64 {
-        self.list + self.list_dirs + self.read + self.delete + self.create
+        self.list
+            + self.list_dirs
+            + self.read
+            + self.delete
+            + self.create
+            + self.put
+            + self.read_if_changed
     }
 
     fn since(&self, before: &Self) -> Self {
@@ -48,6 +59,8 @@ impl Calls {
             read: self.read - before.read,
             delete: self.delete - before.delete,
             create: self.create - before.create,
+            put: self.put - before.put,
+            read_if_changed: self.read_if_changed - before.read_if_changed,
             busy_ns: self.busy_ns - before.busy_ns,
         }
     }
@@ -57,6 +70,8 @@ impl Calls {
         let parts: Vec<String> = [
             (self.read, "read"),
             (self.create, "create-only write"),
+            (self.put, "overwrite"),
+            (self.read_if_changed, "conditional read"),
             (self.list, "listing"),
             (self.list_dirs, "directory listing"),
             (self.delete, "delete"),
@@ -81,6 +96,8 @@ pub struct Counting {
     read: AtomicU64,
     delete: AtomicU64,
     create: AtomicU64,
+    put: AtomicU64,
+    read_if_changed: AtomicU64,
     busy_ns: AtomicU64,
 }
 
@@ -93,6 +110,8 @@ impl Counting {
             read: AtomicU64::new(0),
             delete: AtomicU64::new(0),
             create: AtomicU64::new(0),
+            put: AtomicU64::new(0),
+            read_if_changed: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
         }
     }
@@ -116,6 +135,8 @@ impl Counting {
             read: get(&self.read),
             delete: get(&self.delete),
             create: get(&self.create),
+            put: get(&self.put),
+            read_if_changed: get(&self.read_if_changed),
             busy_ns: get(&self.busy_ns),
         }
     }
@@ -156,6 +177,21 @@ impl OwnershipStore for Counting {
     ) -> std::result::Result<bool, RemoteStorageError> {
         self.count(&self.create, || self.inner.create_if_absent(key, bytes))
     }
+
+    fn put_object(&self, key: &str, bytes: &[u8]) -> std::result::Result<(), RemoteStorageError> {
+        self.count(&self.put, || self.inner.put_object(key, bytes))
+    }
+
+    fn read_if_changed(
+        &self,
+        key: &str,
+        known: Option<&str>,
+        max_len: usize,
+    ) -> std::result::Result<ConditionalRead, RemoteStorageError> {
+        self.count(&self.read_if_changed, || {
+            self.inner.read_if_changed(key, known, max_len)
+        })
+    }
 }
 
 /// One side (owned or not) of the comparison, summed over its uploads.
@@ -184,6 +220,8 @@ impl Side {
         self.spi.delete += run.requests.delete;
         self.store.read += store.read;
         self.store.create += store.create;
+        self.store.put += store.put;
+        self.store.read_if_changed += store.read_if_changed;
         self.store.list += store.list;
         self.store.list_dirs += store.list_dirs;
         self.store.delete += store.delete;

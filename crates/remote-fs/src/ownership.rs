@@ -1,24 +1,23 @@
-//! Create-only writes of the ownership records (`krabka_remote_storage::ownership`) on a
-//! filesystem.
+//! Create-only writes of the ownership records (`krabka_remote_storage::ownership`), and the
+//! whole-file overwrite and conditional read of the partition head
+//! (`krabka_remote_storage::head`), on a filesystem.
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
-use std::path::Path;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
-use krabka_remote_storage::RemoteStorageError;
+use krabka_remote_storage::head::ConditionalRead;
 use krabka_remote_storage::ownership::OwnershipStore;
+use krabka_remote_storage::{IndexSource, RemoteStorageError};
 
 use super::{FsRemoteStorage, TMP_INFIX, sync_dir};
 
-/// Create-only writes for the ownership records: the object is written and fsynced under a
-/// temporary name, then hard-linked to its final name. `link(2)` never replaces an existing
-/// name (it fails with `EEXIST`), atomically, so of two processes creating one key exactly one
-/// succeeds, whatever machine they run on as long as the filesystem implements `link` (local
-/// filesystems and NFS do).
-impl OwnershipStore for FsRemoteStorage {
-    fn create_if_absent(&self, key: &str, bytes: &[u8]) -> Result<bool, RemoteStorageError> {
-        let relative = Path::new(key);
-        let safe = relative
+impl FsRemoteStorage {
+    /// The path of `key` and of its directory, after checking that `key` is a relative path
+    /// of plain names (no `..`, no root, not empty), so it cannot leave the root.
+    fn checked_key(&self, key: &str) -> Result<(PathBuf, PathBuf), RemoteStorageError> {
+        let safe = Path::new(key)
             .components()
             .all(|c| matches!(c, std::path::Component::Normal(_)));
         if !safe || key.is_empty() {
@@ -26,11 +25,36 @@ impl OwnershipStore for FsRemoteStorage {
                 "key `{key}` is not a relative path of plain names"
             )));
         }
-        let final_path = self.path(key);
-        let dir = final_path
+        let path = self.path(key);
+        let dir = path
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| self.root.clone());
+        Ok((path, dir))
+    }
+}
+
+/// The version [`OwnershipStore::read_if_changed`] gives a file: device, inode, size and
+/// modification time in nanoseconds. A [`put_object`](OwnershipStore::put_object) renames a
+/// new file into place, so each write changes the inode even within one clock tick.
+fn version_of(meta: &fs::Metadata) -> String {
+    let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+    format!("{}:{}:{}:{mtime_ns}", meta.dev(), meta.ino(), meta.len())
+}
+
+/// Create-only writes for the ownership records: the object is written and fsynced under a
+/// temporary name, then hard-linked to its final name. `link(2)` never replaces an existing
+/// name (it fails with `EEXIST`), atomically, so of two processes creating one key exactly one
+/// succeeds, whatever machine they run on as long as the filesystem implements `link` (local
+/// filesystems and NFS do).
+///
+/// The partition head is overwritten as a segment's files are copied: a temporary file in the
+/// same directory, written and fsynced, renamed over the final name, the directory fsynced. Its
+/// conditional read `fstat`s the open file and reads nothing when the version (device, inode,
+/// size, modification time) is the one known.
+impl OwnershipStore for FsRemoteStorage {
+    fn create_if_absent(&self, key: &str, bytes: &[u8]) -> Result<bool, RemoteStorageError> {
+        let (final_path, dir) = self.checked_key(key)?;
         self.ensure_partition_dir(&dir)?;
         // A random suffix: a process killed before removing its temporary file never makes a
         // later one (same pid after a restart, e.g. pid 1 in a container) collide with it.
@@ -64,5 +88,50 @@ impl OwnershipStore for FsRemoteStorage {
         }
         sync_dir(&dir)?;
         Ok(created)
+    }
+    fn put_object(&self, key: &str, bytes: &[u8]) -> Result<(), RemoteStorageError> {
+        let (final_path, dir) = self.checked_key(key)?;
+        self.ensure_partition_dir(&dir)?;
+        let bytes = bytes::Bytes::copy_from_slice(bytes);
+        self.put(&final_path, IndexSource::Bytes(&bytes))?;
+        sync_dir(&dir)
+    }
+
+    fn read_if_changed(
+        &self,
+        key: &str,
+        known: Option<&str>,
+        max_len: usize,
+    ) -> Result<ConditionalRead, RemoteStorageError> {
+        let (path, _) = self.checked_key(key)?;
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(ConditionalRead::Absent),
+            Err(e) => return Err(RemoteStorageError::io(path.display(), e)),
+        };
+        let meta = file
+            .metadata()
+            .map_err(|e| RemoteStorageError::io(path.display(), e))?;
+        let version = version_of(&meta);
+        if known == Some(version.as_str()) {
+            return Ok(ConditionalRead::Unchanged);
+        }
+        let too_large = |len: u64| RemoteStorageError::Corrupt {
+            location: path.display().to_string(),
+            reason: format!("{len} bytes or more, over the {max_len}-byte limit"),
+        };
+        let limit = u64::try_from(max_len).unwrap_or(u64::MAX);
+        if meta.len() > limit {
+            return Err(too_large(meta.len()));
+        }
+        // Bounded even if the file grew since the fstat (written in place by hand).
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        file.take(limit.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(|e| RemoteStorageError::io(path.display(), e))?;
+        if bytes.len() > max_len {
+            return Err(too_large(bytes.len() as u64));
+        }
+        Ok(ConditionalRead::Changed { bytes, version })
     }
 }

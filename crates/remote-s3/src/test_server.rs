@@ -23,8 +23,9 @@
 //!   overwrites. For tests showing that
 //!   [`ownership::probe`](krabka_remote_storage::ownership::probe) detects such a store.
 //!
-//! Other conditions (`If-Match`, an `If-None-Match` with an ETag) are left to s3s-fs in both
-//! modes.
+//! A GetObject with `If-None-Match` (`*` or an ETag) is answered 304 Not Modified when it
+//! matches, as AWS S3 and Ceph RGW do (s3s-fs ignores it). Other conditions (`If-Match`, a
+//! PutObject's `If-None-Match` with an ETag) are left to s3s-fs in both modes.
 //!
 //! ```no_run
 //! use krabka_remote_s3::S3RemoteStorage;
@@ -55,6 +56,8 @@ use s3s::dto::{
 use s3s::{S3, S3Request, S3Response, S3Result};
 
 use crate::{S3Config, S3Credentials};
+
+mod not_modified;
 
 /// The access key the server accepts.
 pub const ACCESS_KEY: &str = "krabka-test-access";
@@ -162,7 +165,7 @@ impl S3 for Tracked {
         r: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         self.count("GetObject");
-        self.fs.get_object(r).await
+        not_modified::get_object(&self.fs, r).await
     }
     async fn head_object(
         &self,

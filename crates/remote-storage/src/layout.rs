@@ -150,6 +150,9 @@ pub const IDENTITY_NAME: &str = "_identity";
 pub const EPOCH_PREFIX: &str = "_epoch-";
 /// Start of the name of the key [`crate::ownership::probe`] creates and removes.
 pub const PROBE_PREFIX: &str = "_probe-";
+/// Name of a partition's head ([`crate::head::PartitionHead`]) in its directory: the finished
+/// segments as its writer last wrote them, rewritten whole.
+pub const HEAD_NAME: &str = "_head";
 
 /// The key of a partition's identity record: `<dir>/_identity`. Names starting with `_` never
 /// collide with segment objects, whose names start with 20 digits.
@@ -163,6 +166,11 @@ pub fn epoch_key(dir: &str, epoch: u64) -> String {
     format!("{dir}/{EPOCH_PREFIX}{epoch:020}")
 }
 
+/// The key of a partition's head ([`crate::head::PartitionHead`]): `<dir>/_head`.
+pub fn head_key(dir: &str) -> String {
+    format!("{dir}/{HEAD_NAME}")
+}
+
 /// The epoch an epoch record's file (object) name holds, or `None` for any other name.
 pub fn parse_epoch_name(name: &str) -> Option<u64> {
     let digits = name.strip_prefix(EPOCH_PREFIX)?;
@@ -173,13 +181,15 @@ pub fn parse_epoch_name(name: &str) -> Option<u64> {
 }
 
 /// Whether a file (object) name below a partition directory is one of the ownership objects
-/// ([`crate::ownership`]): the identity record, an epoch record, or a probe key (or a temporary
-/// file of one of them).
+/// ([`crate::ownership`]): the identity record, an epoch record, a probe key, or the partition
+/// head ([`crate::head`]), or a temporary file of one of them. Listings leave them alone:
+/// never a segment's object, never an orphan.
 pub fn is_ownership_name(name: &str) -> bool {
     name.starts_with('_')
         && (name.starts_with(IDENTITY_NAME)
             || name.starts_with(EPOCH_PREFIX)
-            || name.starts_with(PROBE_PREFIX))
+            || name.starts_with(PROBE_PREFIX)
+            || name.starts_with(HEAD_NAME))
 }
 
 /// Parses a partition directory name in its full form, `<topic>-<partition>-<topic id>`, back

@@ -19,6 +19,8 @@
 //! - [`ownership`] — the partition's identity record and writer epochs (create-only writes
 //!   through [`OwnershipStore`](ownership::OwnershipStore)), and the lineage that decides
 //!   which writer's copies count.
+//! - [`head`] — the partition head a writer rewrites whenever its finished segments change,
+//!   so a read replica refreshes with one conditional read.
 //! - `testkit` (feature `testkit`) — the conformance kit every backend runs, and a
 //!   fault-injecting wrapper for the layers above.
 //! - [`RemoteStorageError`] — one error enum; [`RemoteStorageError::is_retriable`] tells callers
@@ -42,6 +44,7 @@
 //! ```
 
 mod error;
+pub mod head;
 pub mod layout;
 mod manager;
 pub mod manifest;

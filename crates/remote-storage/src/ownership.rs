@@ -51,9 +51,14 @@
 use uuid::Uuid;
 
 use crate::error::RemoteStorageError;
+use crate::head::ConditionalRead;
 use crate::layout;
 use crate::model::{RemoteLogSegmentMetadata, TopicIdPartition};
 use crate::recovery::RemoteSegmentLister;
+
+pub(crate) mod framing;
+
+use framing::{Corrupt, Reader, corrupt_at, len_u32};
 
 /// The first four bytes of every ownership record.
 pub const RECORD_MAGIC: &[u8; 4] = b"KROW";
@@ -77,8 +82,9 @@ pub const MAX_CLAIMANT_LEN: usize = 1024;
 pub const LOG_FORMAT_KRABKA_FRAMES: u16 = 1;
 
 /// What a store beyond the [`RemoteStorageManager`](crate::RemoteStorageManager) SPI provides
-/// for ownership: a listing and small reads ([`RemoteSegmentLister`]) and a **create-only**
-/// write. Keys are relative to the backend's root or prefix.
+/// for ownership: a listing and small reads ([`RemoteSegmentLister`]), a **create-only**
+/// write, and the whole-object overwrite and conditional read of the partition head
+/// ([`crate::head`]). Keys are relative to the backend's root or prefix.
 pub trait OwnershipStore: RemoteSegmentLister {
     /// Writes `bytes` under `key` only if no object is there: `Ok(true)` when this call created
     /// it, `Ok(false)` when an object was there already (S3: 412 Precondition Failed or 409;
@@ -88,6 +94,26 @@ pub trait OwnershipStore: RemoteSegmentLister {
     /// # Errors
     /// A backend error.
     fn create_if_absent(&self, key: &str, bytes: &[u8]) -> Result<bool, RemoteStorageError>;
+
+    /// Writes `bytes` under `key`, replacing any object there, whole or not at all.
+    ///
+    /// # Errors
+    /// A backend error.
+    fn put_object(&self, key: &str, bytes: &[u8]) -> Result<(), RemoteStorageError>;
+
+    /// Reads `key` unless its version is still `known` (a version string an earlier call
+    /// returned): [`ConditionalRead::Unchanged`] without its bytes, [`ConditionalRead::Absent`]
+    /// when there is no object. The read is bounded: never more than `max_len + 1` bytes.
+    ///
+    /// # Errors
+    /// A backend error; [`RemoteStorageError::Corrupt`] naming `key` for an object larger than
+    /// `max_len`.
+    fn read_if_changed(
+        &self,
+        key: &str,
+        known: Option<&str>,
+        max_len: usize,
+    ) -> Result<ConditionalRead, RemoteStorageError>;
 }
 
 /// A partition's identity record: which partition its directory holds, and in what format.
@@ -450,10 +476,6 @@ pub fn probe(
     Ok(outcome)
 }
 
-fn len_u32(len: usize) -> u32 {
-    u32::try_from(len).unwrap_or(u32::MAX)
-}
-
 fn frame(kind: u8, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + body.len() + 4);
     out.extend_from_slice(RECORD_MAGIC);
@@ -465,15 +487,6 @@ fn frame(kind: u8, body: &[u8]) -> Vec<u8> {
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
-}
-
-type Corrupt<'a> = dyn Fn(String) -> RemoteStorageError + 'a;
-
-fn corrupt_at<'a>(location: &'a str, what: &'a str) -> impl Fn(String) -> RemoteStorageError + 'a {
-    move |reason| RemoteStorageError::Corrupt {
-        location: location.to_owned(),
-        reason: format!("{what}: {reason}"),
-    }
 }
 
 fn unframe<'a>(
@@ -538,50 +551,6 @@ fn unframe<'a>(
         )));
     }
     Ok(body)
-}
-
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Self { buf, pos: 0 }
-    }
-
-    fn take(
-        &mut self,
-        n: usize,
-        field: &str,
-        corrupt: &Corrupt<'_>,
-    ) -> Result<&'a [u8], RemoteStorageError> {
-        let out = self
-            .buf
-            .get(self.pos..)
-            .and_then(|rest| rest.get(..n))
-            .ok_or_else(|| corrupt(format!("truncated at its {field} (byte {})", self.pos)))?;
-        self.pos += n;
-        Ok(out)
-    }
-
-    fn array<const N: usize>(
-        &mut self,
-        field: &str,
-        corrupt: &Corrupt<'_>,
-    ) -> Result<[u8; N], RemoteStorageError> {
-        let bytes = self.take(N, field, corrupt)?;
-        <[u8; N]>::try_from(bytes).map_err(|_| corrupt(format!("truncated at its {field}")))
-    }
-
-    fn end(&self, corrupt: &Corrupt<'_>) -> Result<(), RemoteStorageError> {
-        let left = self.buf.len().saturating_sub(self.pos);
-        if left == 0 {
-            Ok(())
-        } else {
-            Err(corrupt(format!("{left} trailing bytes")))
-        }
-    }
 }
 
 #[cfg(test)]

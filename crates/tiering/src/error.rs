@@ -316,6 +316,19 @@ pub enum Error {
         #[source]
         source: Box<RemoteStorageError>,
     },
+    /// A read replica could not refresh its view from the bucket (reading the partition's
+    /// head object, an epoch record, a manifest, or listing the partition): the view it had is
+    /// kept and served.
+    #[error("refreshing the read replica of partition {partition} ({key}): {source}")]
+    ReplicaRefresh {
+        /// The partition.
+        partition: Box<krabka_remote_storage::TopicIdPartition>,
+        /// The object (or the partition directory, for a listing) involved.
+        key: String,
+        /// The backend's or decoder's error.
+        #[source]
+        source: Box<RemoteStorageError>,
+    },
     /// A [`TieringConfig`](crate::TieringConfig) field is out of range, or the local log's
     /// options allow segments the remote tier cannot address (over `u32::MAX` bytes).
     #[error("invalid tiering config: {0}")]
@@ -483,7 +496,8 @@ impl Error {
         match self {
             Error::Remote { source, .. }
             | Error::Metadata { source, .. }
-            | Error::Ownership { source, .. } => source.is_retriable(),
+            | Error::Ownership { source, .. }
+            | Error::ReplicaRefresh { source, .. } => source.is_retriable(),
             Error::CopyDeadlineExceeded { .. }
             | Error::RoundInProgress
             | Error::ReaderQueueFull { .. }

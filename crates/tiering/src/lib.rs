@@ -88,6 +88,7 @@ pub mod ownership;
 pub mod policy;
 mod read;
 pub mod recovery;
+pub mod replica;
 mod retention_point;
 mod round;
 mod service;

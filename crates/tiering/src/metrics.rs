@@ -118,6 +118,14 @@ pub const LOCAL_LOG_RECOVERY_SCANNED_BYTES: &str = "krabka_local_log_recovery_sc
 pub const LOCAL_LOG_RECOVERY_TRUNCATED_BYTES: &str = "krabka_local_log_recovery_truncated_bytes";
 /// 1 when the local log was opened after a clean shutdown (no scan), else 0 (gauge).
 pub const LOCAL_LOG_RECOVERY_CLEAN_SHUTDOWN: &str = "krabka_local_log_recovery_clean_shutdown";
+/// Seqs the writer held (as of the head a read replica applied) that the replica does not
+/// serve yet (gauge).
+pub const REPLICA_LAG_SEQS: &str = "krabka_replica_lag_seqs";
+/// Seconds since a read replica's view was last refreshed (gauge, sampled at each refresh and
+/// each `ReadReplica::stats` of a `ReplicaGroup` round).
+pub const REPLICA_STALENESS_SECONDS: &str = "krabka_replica_staleness_seconds";
+/// Requests a read replica's refreshes sent (counter).
+pub const REPLICA_REFRESH_REQUESTS: &str = "krabka_replica_refresh_requests_total";
 
 /// Every metric name above, for documentation and tests.
 pub const ALL: &[&str] = &[
@@ -167,6 +175,9 @@ pub const ALL: &[&str] = &[
     LOCAL_LOG_RECOVERY_SCANNED_BYTES,
     LOCAL_LOG_RECOVERY_TRUNCATED_BYTES,
     LOCAL_LOG_RECOVERY_CLEAN_SHUTDOWN,
+    REPLICA_LAG_SEQS,
+    REPLICA_STALENESS_SECONDS,
+    REPLICA_REFRESH_REQUESTS,
 ];
 
 /// The `topic` and `partition` labels of `tp`.
@@ -175,6 +186,12 @@ pub(crate) fn labels(tp: &TopicIdPartition) -> [Label; 2] {
         Label::new("topic", tp.topic().to_owned()),
         Label::new("partition", tp.partition().to_string()),
     ]
+}
+
+/// Samples a read replica's lag gauges.
+pub fn publish_replica(tp: &TopicIdPartition, stats: &crate::replica::ReplicaStats) {
+    gauge!(REPLICA_LAG_SEQS, labels(tp).to_vec()).set(stats.lag_seqs as f64);
+    gauge!(REPLICA_STALENESS_SECONDS, labels(tp).to_vec()).set(stats.since_refresh.as_secs_f64());
 }
 
 /// Adds `by` to counter `name` of partition `tp`.

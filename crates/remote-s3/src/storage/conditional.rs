@@ -1,20 +1,25 @@
-//! Create-only writes for the ownership records: PutObject with `If-None-Match: *`.
+//! The [`OwnershipStore`] writes and reads: create-only writes for the ownership records
+//! (PutObject with `If-None-Match: *`), and the whole overwrite (PutObject) and conditional
+//! read (GetObject with `If-None-Match: <etag>`) of the partition head.
 
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 use krabka_remote_storage::RemoteStorageError;
+use krabka_remote_storage::head::ConditionalRead;
 use krabka_remote_storage::ownership::OwnershipStore;
 use md5::{Digest, Md5};
 
 use super::S3RemoteStorage;
 use super::verify::{Reported, hex};
-use crate::errors::{HttpStatus, map_sdk, status_of};
+use crate::errors::{HttpStatus, Kind, from_kind, kind_of, map_sdk, status_of};
 
 /// HTTP 412 Precondition Failed: an object was under the key already.
 const PRECONDITION_FAILED: u16 = 412;
 /// HTTP 409 Conflict: a conflicting write (or delete) of the key raced this one.
 const CONFLICT: u16 = 409;
+/// HTTP 304 Not Modified: the object's ETag is still the one sent in `If-None-Match`.
+const NOT_MODIFIED: u16 = 304;
 
 /// Create-only writes: one PutObject with `If-None-Match: *` and a Content-MD5, verified from
 /// the response's ETag (a HeadObject only when that ETag is not MD5-derived, as for every
@@ -32,6 +37,12 @@ const CONFLICT: u16 = 409;
 /// store had created the object) is refused with 412 on the retry: `Ok(false)` then covers the
 /// caller's own record too, which it recognises by its contents (an epoch record's
 /// incarnation id).
+///
+/// `put_object` is one PutObject with a Content-MD5, verified like every other upload.
+/// `read_if_changed` is one GetObject, with `If-None-Match: <known>` when a version is known:
+/// HTTP 304 is [`ConditionalRead::Unchanged`], 404 [`ConditionalRead::Absent`]; the version
+/// is the ETag as the store returned it (an empty one when the store sent none, which is
+/// never sent back as a condition).
 impl OwnershipStore for S3RemoteStorage {
     fn create_if_absent(&self, key: &str, bytes: &[u8]) -> Result<bool, RemoteStorageError> {
         let key = self.config.key(key);
@@ -39,6 +50,25 @@ impl OwnershipStore for S3RemoteStorage {
             "PutObject",
             self.put_if_absent(&key, Bytes::copy_from_slice(bytes)),
         )?
+    }
+
+    fn put_object(&self, key: &str, bytes: &[u8]) -> Result<(), RemoteStorageError> {
+        let key = self.config.key(key);
+        self.bridge.block_on(
+            "PutObject",
+            self.put_bytes(&key, Bytes::copy_from_slice(bytes)),
+        )?
+    }
+
+    fn read_if_changed(
+        &self,
+        key: &str,
+        known: Option<&str>,
+        max_len: usize,
+    ) -> Result<ConditionalRead, RemoteStorageError> {
+        let key = self.config.key(key);
+        self.bridge
+            .block_on("GetObject", self.get_if_changed(&key, known, max_len))?
     }
 }
 
@@ -75,6 +105,67 @@ impl S3RemoteStorage {
         self.verify_upload(key, len, &hex(&digest), reported)
             .await?;
         Ok(true)
+    }
+}
+
+impl S3RemoteStorage {
+    /// GetObject of the full key `key` unless its ETag is still `known`; the body read is
+    /// bounded: its Content-Length is checked first, then at most `max_len + 1` bytes kept.
+    async fn get_if_changed(
+        &self,
+        key: &str,
+        known: Option<&str>,
+        max_len: usize,
+    ) -> Result<ConditionalRead, RemoteStorageError> {
+        let mut req = self
+            .client
+            .get_object()
+            .bucket(&self.config.bucket)
+            .key(key);
+        if let Some(etag) = known.filter(|v| !v.is_empty()) {
+            req = req.if_none_match(etag);
+        }
+        let out = match req.send().await {
+            Ok(out) => out,
+            // The SDK reports a 304 as an error without a code: its status says it all.
+            Err(e) if status_of(&e) == Some(NOT_MODIFIED) => {
+                return Ok(ConditionalRead::Unchanged);
+            }
+            Err(e) if kind_of(&e) == Kind::NotFound => return Ok(ConditionalRead::Absent),
+            Err(e) => return Err(map_sdk(e, &self.cx("GetObject", key, None))),
+        };
+        let too_large = |len: u64| RemoteStorageError::Corrupt {
+            location: self.location(key),
+            reason: format!("{len} bytes or more, over the {max_len}-byte limit"),
+        };
+        let limit = u64::try_from(max_len).unwrap_or(u64::MAX);
+        let declared = out.content_length().and_then(|l| u64::try_from(l).ok());
+        if let Some(len) = declared
+            && len > limit
+        {
+            return Err(too_large(len));
+        }
+        let version = out.e_tag().unwrap_or_default().to_owned();
+        let presize = usize::try_from(declared.unwrap_or(0)).unwrap_or(0);
+        let mut bytes = Vec::with_capacity(presize);
+        let mut body = out.body;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| {
+                from_kind(
+                    Kind::Transient,
+                    &self.cx("GetObject", key, None),
+                    format!("reading the body failed: {e}"),
+                    Some(Box::new(e)),
+                )
+            })?;
+            // Never more than one byte past the limit: enough to know it is over.
+            let room = max_len.saturating_add(1).saturating_sub(bytes.len());
+            bytes.extend_from_slice(chunk.get(..room).unwrap_or(&chunk));
+            if bytes.len() > max_len {
+                return Err(too_large(bytes.len() as u64));
+            }
+        }
+        Ok(ConditionalRead::Changed { bytes, version })
     }
 }
 

@@ -95,6 +95,14 @@ fn default_claimant() -> String {
 }
 
 /// A log's held writer epoch, checked before every copy and delete.
+/// What the partition head's writer needs of its owner ([`Owner::head_writer`]).
+pub(crate) struct HeadWriter<'a> {
+    pub(crate) store: &'a dyn OwnershipStore,
+    pub(crate) partition_dir: &'a str,
+    pub(crate) epoch: u64,
+    pub(crate) incarnation: Uuid,
+}
+
 pub(crate) struct Owner {
     store: Arc<dyn OwnershipStore>,
     dir: PathBuf,
@@ -136,6 +144,17 @@ impl Owner {
     /// The writer epoch.
     pub(crate) fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// Where and as whom this log writes the partition head: `None` for a log opened to read
+    /// only.
+    pub(crate) fn head_writer(&self) -> Option<HeadWriter<'_>> {
+        (!self.read_only && self.epoch > 0).then_some(HeadWriter {
+            store: self.store.as_ref(),
+            partition_dir: &self.partition_dir,
+            epoch: self.epoch,
+            incarnation: self.incarnation,
+        })
     }
 
     /// Whether the store enforces create-only writes ([`records::probe`]).

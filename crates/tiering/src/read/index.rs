@@ -6,11 +6,10 @@ use bytes::Bytes;
 use krabka_remote_storage::{IndexType, RemoteLogSegmentMetadata};
 use krabka_storage::index::{OffsetIndexView, TimeIndexView};
 
-use super::{object_key, position_and_reason};
+use super::{RemoteReader, object_key, position_and_reason};
 use crate::cache::Part;
 use crate::error::Error;
 use crate::stats::bump;
-use crate::tiered::TieredLog;
 use crate::tiered::chunkmap::backend_view;
 
 /// [`Error::CorruptRemote`] for a segment's offset index.
@@ -69,7 +68,7 @@ pub(crate) fn prefetched_index(meta: &RemoteLogSegmentMetadata, bytes: Vec<u8>) 
         .map(|v| v.as_bytes().clone())
 }
 
-impl TieredLog {
+impl RemoteReader<'_> {
     /// The segment's offset index. On a miss the index is fetched (single-flight: a fetch of
     /// it in progress, by another reader or the read-ahead, is waited for and its result
     /// taken), validated once (CRC, order, and its range and size against the metadata) and

@@ -7,14 +7,21 @@ use krabka_remote_storage::{IndexType, LOG_SUFFIX, RemoteLogSegmentMetadata, lay
 use krabka_storage::Record;
 use krabka_storage::segment::{decode_records_at, decode_records_skipping};
 
-use crate::cache::{FetchError, Part};
+use std::sync::Arc;
+
+use krabka_remote_storage::metadata::RemoteLogMetadataManager;
+use krabka_remote_storage::{RemoteStorageManager, TopicIdPartition};
+
+use crate::cache::{FetchError, Part, RemoteReadCache};
+use crate::config::TieringConfig;
 use crate::error::Error;
-use crate::stats::bump;
-use crate::tiered::TieredLog;
+use crate::stats::{Counters, bump};
 use crate::tiered::chunkmap::{self, backend_view};
 use crate::tiered::hints;
+use crate::tiered::readahead::ReadAhead;
 
 mod index;
+mod time;
 
 use index::prefetched_index;
 
@@ -139,7 +146,24 @@ impl RemoteRead<'_> {
     }
 }
 
-impl TieredLog {
+/// The reader of finished remote segments one partition's readers share: the tiered log's reads
+/// below its local log and a read replica's reads (`crate::replica`) go through it, so both use
+/// the same checks, chunk cache, single-flight fetches and read-ahead. Borrowed from its owner
+/// for one call.
+pub(crate) struct RemoteReader<'a> {
+    pub(crate) rsm: &'a Arc<dyn RemoteStorageManager>,
+    pub(crate) rlmm: &'a dyn RemoteLogMetadataManager,
+    pub(crate) tp: &'a TopicIdPartition,
+    pub(crate) config: &'a TieringConfig,
+    pub(crate) cache: &'a RemoteReadCache,
+    pub(crate) counters: &'a Counters,
+    pub(crate) readahead: &'a ReadAhead,
+    /// The read-ahead goes on into the next remote segment only below this seq (where the
+    /// local log starts; `u64::MAX` without one).
+    pub(crate) remote_below: u64,
+}
+
+impl RemoteReader<'_> {
     /// Up to `max` records from `seq` within one finished remote segment.
     ///
     /// Every record's seq is checked: the frame the index points at must carry the entry's
@@ -209,8 +233,8 @@ impl TieredLog {
             if sequential && self.config.prefetch {
                 let next = || self.next_remote(meta);
                 self.readahead.schedule(
-                    &self.rsm,
-                    &self.cache,
+                    self.rsm,
+                    self.cache,
                     meta,
                     seq,
                     pos / chunk,
@@ -385,11 +409,11 @@ impl TieredLog {
     /// read it from the remote tier.
     fn next_remote(&self, meta: &RemoteLogSegmentMetadata) -> Option<RemoteLogSegmentMetadata> {
         let seq = meta.end_offset().checked_add(1)?;
-        if seq >= self.log.first_seq() {
+        if seq >= self.remote_below {
             return None;
         }
         self.rlmm
-            .remote_log_segment_metadata(&self.tp, seq)
+            .remote_log_segment_metadata(self.tp, seq)
             .ok()
             .flatten()
             .filter(|m| m.start_offset() == seq)

@@ -80,6 +80,16 @@ impl Round {
     pub(crate) fn start(log: &TieredLog) -> Result<Self, Error> {
         log.prune_abandoned();
         let mut report = TieringReport::default();
+        if log.is_follower() {
+            // A follower copies nothing: it learns what is remote, then only local retention.
+            log.follow(&mut report);
+            return Ok(Self {
+                plan: VecDeque::new(),
+                order: FinishOrder::new(),
+                halt: Arc::new(AtomicU64::new(NOT_HALTED)),
+                report,
+            });
+        }
         log.clean_stale(&mut report)?;
         let plan = log.copy_plan(&mut report)?;
         Ok(Self {
@@ -253,5 +263,9 @@ impl Round {
 pub(crate) fn retention(log: &TieredLog) -> Result<TieringReport, Error> {
     let mut report = TieringReport::default();
     log.apply_retention(&mut report)?;
+    // The head says what the round finished (and retention left) for read replicas.
+    if let Err(e) = log.publish_head(false) {
+        report.failures.push(e);
+    }
     Ok(report)
 }

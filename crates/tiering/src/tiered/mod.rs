@@ -26,11 +26,13 @@ use crate::stats::{Counters, TieringStats};
 
 pub(crate) mod chunkmap;
 mod copy;
+mod follower;
+mod head;
 pub(crate) mod hints;
 mod local;
 mod open;
 mod read;
-mod readahead;
+pub(crate) mod readahead;
 mod remote;
 mod retention;
 
@@ -80,6 +82,10 @@ pub struct TieredLog {
     /// The writer epoch this log holds ([`open_owned`](Self::open_owned)); `None` for a log
     /// opened without ownership, which nothing fences.
     pub(crate) owner: Option<crate::ownership::Owner>,
+    /// What this log last wrote as the partition head (`head.rs`).
+    head: Mutex<head::Published>,
+    /// The replica a follower learns the remote tier from (`None`: this log copies).
+    pub(crate) follower: Option<Arc<crate::replica::ReadReplica>>,
 }
 
 impl std::fmt::Debug for TieredLog {
@@ -132,6 +138,20 @@ impl TieredLog {
         match &self.owner {
             Some(owner) => owner.ensure_not_fenced(),
             None => Ok(()),
+        }
+    }
+
+    /// The reader of this log's finished remote segments, for one call.
+    pub(crate) fn remote(&self) -> crate::read::RemoteReader<'_> {
+        crate::read::RemoteReader {
+            rsm: &self.rsm,
+            rlmm: self.rlmm.as_ref(),
+            tp: &self.tp,
+            config: &self.config,
+            cache: &self.cache,
+            counters: &self.counters,
+            readahead: &self.readahead,
+            remote_below: self.log.first_seq(),
         }
     }
 

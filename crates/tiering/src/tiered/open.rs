@@ -75,6 +75,8 @@ impl TieredLog {
             abandoned: Mutex::new(HashSet::new()),
             abandoned_tasks: Mutex::new(Vec::new()),
             owner: None,
+            head: Mutex::default(),
+            follower: None,
         };
         this.join_remote()?;
         // Fsync latency of the local log as a histogram. A log that came with an observer of
@@ -203,6 +205,12 @@ impl TieredLog {
             this.rlmm.as_ref(),
         )?;
         this.owner = Some(owner);
+        // Replicas learn of a new writer epoch at once; a failure here is retried by the next
+        // round.
+        if let Err(e) = this.publish_head(true) {
+            tracing::warn!(partition = %this.tp, error = %e,
+                "could not write the partition head; the next round tries again");
+        }
         Ok(this)
     }
 }

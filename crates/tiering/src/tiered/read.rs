@@ -105,7 +105,7 @@ impl TieredLog {
                 Some(meta) => {
                     tracing::warn!(partition = %self.tp, seq, error = %failure,
                         "local read failed; reading the finished remote copy instead");
-                    self.read_remote(&meta, seq, want).map(Some)
+                    self.remote().read_remote(&meta, seq, want).map(Some)
                 }
                 None => Err(failure),
             };
@@ -113,7 +113,7 @@ impl TieredLog {
         // `None`: not remote (any more). A fetch finding no object: retention deleted the
         // segment between the lookup and the fetch. Either way, re-check the start.
         let gone = match found {
-            Some(meta) => match self.read_remote(&meta, seq, want) {
+            Some(meta) => match self.remote().read_remote(&meta, seq, want) {
                 Ok(records) => return Ok(Some(records)),
                 Err(e) if e.is_remote_not_found() => Some(e),
                 Err(e) => return Err(e),
@@ -213,7 +213,10 @@ impl TieredLog {
             .collect();
         remote.sort_by_key(RemoteLogSegmentMetadata::start_offset);
         for meta in remote.iter().filter(|m| m.max_timestamp_ms() >= ts) {
-            let found = match self.search_remote_time(meta, ts, retention_point, local_first) {
+            let found = match self
+                .remote()
+                .search_time(meta, ts, retention_point, local_first)
+            {
                 Err(e) if e.is_remote_not_found() && meta.end_offset() < self.first_seq()? => {
                     continue; // deleted by retention meanwhile
                 }
@@ -226,36 +229,6 @@ impl TieredLog {
         self.log
             .seq_for_timestamp(ts)
             .map_err(|e| Error::storage(format!("looking up timestamp {ts}"), e))
-    }
-
-    /// The first record with a timestamp `>= ts` in one remote segment, at or after
-    /// `retention_point` and below `local_first`.
-    fn search_remote_time(
-        &self,
-        meta: &RemoteLogSegmentMetadata,
-        ts: i64,
-        retention_point: u64,
-        local_first: u64,
-    ) -> Result<Option<u64>, Error> {
-        let Some(floor) = self.remote_time_floor(meta, ts)? else {
-            return Ok(None);
-        };
-        let mut seq = floor.max(retention_point);
-        let end = meta.end_offset().min(local_first.saturating_sub(1));
-        while seq <= end {
-            let want = usize::try_from(end - seq + 1)
-                .unwrap_or(usize::MAX)
-                .min(256);
-            let batch = self.read_remote(meta, seq, want)?;
-            if let Some(r) = batch.iter().find(|r| r.message.timestamp >= ts) {
-                return Ok(Some(r.seq));
-            }
-            let Some(next) = batch.last().map(|r| r.seq + 1) else {
-                break;
-            };
-            seq = next;
-        }
-        Ok(None)
     }
 
     /// The [`Error::OutOfRange`] for a read of `seq` (lists the remote segments).

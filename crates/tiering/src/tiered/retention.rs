@@ -34,7 +34,10 @@ impl TieredLog {
         let mut local: Vec<LocalSegment> = segs.iter().map(local_segment_on_disk).collect();
         local.extend(hole_segments(&holes));
         let blocked_at = self.blocked_at.load(Ordering::Acquire);
-        self.apply_log_retention(&local, now, blocked_at, report)?;
+        // A follower leaves the remote tier to its writer.
+        if self.follower.is_none() {
+            self.apply_log_retention(&local, now, blocked_at, report)?;
+        }
         self.apply_local_retention(&local, segs.len(), now, blocked_at, report)
     }
 
@@ -132,7 +135,7 @@ impl TieredLog {
 
     /// Raises the whole-log retention point to `start`: its file first, then the
     /// in-memory value.
-    fn raise_retention_point(&self, start: u64) -> Result<(), Error> {
+    pub(super) fn raise_retention_point(&self, start: u64) -> Result<(), Error> {
         let _write = self.log_start_write.lock();
         if start <= self.log_start.load(Ordering::Acquire) {
             return Ok(());
@@ -164,6 +167,11 @@ impl TieredLog {
             // Unreadable first (for readers without the new start), then the data goes.
             if let Err(e) = self.update_state(id, RemoteLogSegmentState::DeleteSegmentStarted, None)
             {
+                report.failures.push(e);
+                break;
+            }
+            // Read replicas stop serving it before its data goes.
+            if let Err(e) = self.publish_head(false) {
                 report.failures.push(e);
                 break;
             }

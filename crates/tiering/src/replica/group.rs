@@ -1,0 +1,245 @@
+//! [`ReplicaGroup`]: many read replicas in one process, sharing one read cache, one request
+//! budget and a bounded number of refreshing threads (so of refresh requests in flight).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use krabka_remote_storage::ownership::OwnershipStore;
+use krabka_remote_storage::{RemoteStorageManager, TopicIdPartition};
+use parking_lot::{Mutex, RwLock};
+
+use super::{ReadReplica, ReplicaConfig};
+use crate::cache::RemoteReadCache;
+use crate::config::{DEFAULT_CACHE_BYTES, TieringConfig};
+use crate::error::Error;
+use crate::service::ByteRateQuota;
+
+/// Default [`ReplicaGroupConfig::refresh_threads`].
+pub const DEFAULT_REFRESH_THREADS: usize = 4;
+
+/// How a [`ReplicaGroup`] shares its limits.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ReplicaGroupConfig {
+    /// Threads refreshing due replicas: at most this many refresh requests are in flight
+    /// (1..=64). Default [`DEFAULT_REFRESH_THREADS`].
+    pub refresh_threads: usize,
+    /// Requests per second the group's replicas may send, refreshes and read fetches together
+    /// (a token bucket with 100 ms of burst); `None`: unlimited. Default `None`.
+    pub requests_per_second: Option<u64>,
+    /// Bytes of the read cache every replica of the group shares. Default
+    /// [`DEFAULT_CACHE_BYTES`].
+    pub cache_bytes: u64,
+}
+
+impl Default for ReplicaGroupConfig {
+    fn default() -> Self {
+        Self {
+            refresh_threads: DEFAULT_REFRESH_THREADS,
+            requests_per_second: None,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
+}
+
+/// What one [`ReplicaGroup::refresh_due`] pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupRefresh {
+    /// Replicas whose view was due and refreshed.
+    pub refreshed: usize,
+    /// Replicas whose refresh failed (their previous view is kept).
+    pub failed: usize,
+}
+
+/// Many partitions' read replicas with shared limits, refreshed in the background once
+/// [`start`](Self::start)ed (or by [`refresh_due`](Self::refresh_due) calls).
+pub struct ReplicaGroup {
+    config: ReplicaGroupConfig,
+    cache: RemoteReadCache,
+    budget: Option<Arc<ByteRateQuota>>,
+    replicas: RwLock<HashMap<TopicIdPartition, Arc<ReadReplica>>>,
+    stop: Arc<AtomicBool>,
+    refresher: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for ReplicaGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicaGroup")
+            .field("config", &self.config)
+            .field("replicas", &self.replicas.read().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReplicaGroup {
+    /// An empty group.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a field out of range.
+    pub fn new(config: ReplicaGroupConfig) -> Result<Arc<Self>, Error> {
+        if !(1..=64).contains(&config.refresh_threads) {
+            return Err(Error::InvalidConfig(format!(
+                "refresh_threads {} is outside 1..=64",
+                config.refresh_threads
+            )));
+        }
+        if config.requests_per_second == Some(0) {
+            return Err(Error::InvalidConfig(
+                "requests_per_second must be at least 1".into(),
+            ));
+        }
+        Ok(Arc::new(Self {
+            cache: RemoteReadCache::new(config.cache_bytes),
+            budget: config
+                .requests_per_second
+                .map(|r| Arc::new(ByteRateQuota::new(r))),
+            config,
+            replicas: RwLock::new(HashMap::new()),
+            stop: Arc::new(AtomicBool::new(false)),
+            refresher: Mutex::new(None),
+        }))
+    }
+
+    /// Opens a replica of `tp` in the group (its first view a full listing), reading through
+    /// the group's cache and budget.
+    ///
+    /// # Errors
+    /// [`Error::PartitionExists`] when the group serves `tp` already; as
+    /// [`ReadReplica::open`].
+    pub fn open(
+        &self,
+        rsm: Arc<dyn RemoteStorageManager>,
+        store: Arc<dyn OwnershipStore>,
+        tp: TopicIdPartition,
+        config: TieringConfig,
+        replica: ReplicaConfig,
+    ) -> Result<Arc<ReadReplica>, Error> {
+        if self.replicas.read().contains_key(&tp) {
+            return Err(Error::PartitionExists(tp));
+        }
+        let mut builder = ReadReplica::builder(rsm, store, tp.clone(), config, replica)?
+            .cache(self.cache.clone());
+        if let Some(budget) = &self.budget {
+            builder = builder.request_budget(budget.clone());
+        }
+        let replica = Arc::new(builder.open()?);
+        let mut replicas = self.replicas.write();
+        if replicas.contains_key(&tp) {
+            return Err(Error::PartitionExists(tp));
+        }
+        replicas.insert(tp, replica.clone());
+        Ok(replica)
+    }
+
+    /// The replica of `tp`, when the group serves it.
+    pub fn get(&self, tp: &TopicIdPartition) -> Option<Arc<ReadReplica>> {
+        self.replicas.read().get(tp).cloned()
+    }
+
+    /// The partitions served.
+    pub fn partitions(&self) -> Vec<TopicIdPartition> {
+        self.replicas.read().keys().cloned().collect()
+    }
+
+    /// Stops serving `tp`; readers holding its replica keep it.
+    pub fn remove(&self, tp: &TopicIdPartition) -> Option<Arc<ReadReplica>> {
+        self.replicas.write().remove(tp)
+    }
+
+    /// The shared read cache.
+    pub fn cache(&self) -> &RemoteReadCache {
+        &self.cache
+    }
+
+    /// Refreshes every replica whose view is due, on at most
+    /// [`ReplicaGroupConfig::refresh_threads`] threads.
+    pub fn refresh_due(&self) -> GroupRefresh {
+        let due: Vec<Arc<ReadReplica>> = self
+            .replicas
+            .read()
+            .values()
+            .filter(|r| r.view.read().refreshed_at.elapsed() >= r.replica.refresh_interval)
+            .cloned()
+            .collect();
+        let next = AtomicUsize::new(0);
+        let failed = AtomicUsize::new(0);
+        let threads = self.config.refresh_threads.min(due.len());
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    while let Some(r) = due.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        if self.stop.load(Ordering::Acquire) {
+                            break;
+                        }
+                        if let Err(e) = r.refresh() {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(partition = %r.tp, error = %e,
+                                "read replica refresh failed; serving the previous view");
+                        }
+                    }
+                });
+            }
+        });
+        let failed = failed.into_inner();
+        GroupRefresh {
+            refreshed: due.len().min(next.into_inner()).saturating_sub(failed),
+            failed,
+        }
+    }
+
+    /// Starts a thread that refreshes due replicas until the group is dropped or
+    /// [`stop`](Self::stop)ped: it looks every quarter of the shortest refresh interval
+    /// (between 1 ms and 1 s).
+    pub fn start(self: &Arc<Self>) {
+        let mut refresher = self.refresher.lock();
+        if refresher.is_some() {
+            return;
+        }
+        let group = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        *refresher = Some(std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                let Some(g) = group.upgrade() else { break };
+                let started = Instant::now();
+                g.refresh_due();
+                let tick = g.tick();
+                drop(g);
+                let until = started + tick;
+                while !stop.load(Ordering::Acquire) && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(10).min(tick));
+                }
+            }
+        }));
+    }
+
+    /// Stops the background refreshes and waits for the thread.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.refresher.lock().take()
+            && t.thread().id() != std::thread::current().id()
+        {
+            let _ = t.join();
+        }
+    }
+
+    /// How often the refresher looks for due replicas.
+    fn tick(&self) -> Duration {
+        self.replicas
+            .read()
+            .values()
+            .map(|r| r.replica.refresh_interval / 4)
+            .min()
+            .unwrap_or(Duration::from_secs(1))
+            .clamp(Duration::from_millis(1), Duration::from_secs(1))
+    }
+}
+
+impl Drop for ReplicaGroup {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,166 @@
+//! A replica's reads: records, the first and last seq served, timestamp lookups, through the
+//! reader the writer's tiered log uses for its remote range (`crate::read`).
+
+use krabka_remote_storage::RemoteLogSegmentMetadata;
+use krabka_storage::Record;
+
+use super::{ReadReplica, View};
+use crate::error::Error;
+use crate::read::RemoteReader;
+
+impl ReadReplica {
+    /// The reader of the served segments, for one call.
+    fn reader(&self) -> RemoteReader<'_> {
+        RemoteReader {
+            rsm: &self.rsm,
+            rlmm: self.metadata.as_ref(),
+            tp: &self.tp,
+            config: &self.config,
+            cache: &self.cache,
+            counters: &self.counters,
+            readahead: &self.readahead,
+            remote_below: u64::MAX,
+        }
+    }
+
+    /// The first seq served (the view refreshed first when due).
+    ///
+    /// Infallible today; a `Result` so that a refresh failing may be reported later without
+    /// an API change.
+    ///
+    /// # Errors
+    /// None yet.
+    pub fn first_seq(&self) -> Result<u64, Error> {
+        self.refresh_if_due();
+        Ok(self.view.read().first_seq())
+    }
+
+    /// The last seq served: the end of the last remote segment the view holds (`first_seq - 1`
+    /// when it holds none). The view is refreshed first when due.
+    ///
+    /// # Errors
+    /// None yet (see [`first_seq`](Self::first_seq)).
+    pub fn last_seq(&self) -> Result<u64, Error> {
+        self.refresh_if_due();
+        Ok(self.view.read().next_seq().saturating_sub(1))
+    }
+
+    /// Up to `max` records from `from_seq`, exactly as the writer's
+    /// [`TieredLog::read`](crate::TieredLog::read) serves its remote range: every record's
+    /// seq checked, records before a bad frame returned first (a short read), a read starting
+    /// at it failing naming the object and byte. The view is refreshed first when due.
+    ///
+    /// # Errors
+    /// [`Error::OutOfRange`] when `from_seq` is outside `first_seq()..=last_seq() + 1`, also
+    /// when retention deleted the segment between the view and the read (the view is refreshed
+    /// then); [`Error::RemoteHole`] for seqs no served segment holds between two that do;
+    /// [`Error::Remote`] / [`Error::CorruptRemote`] / [`Error::FetchWaitExceeded`] from the
+    /// remote tier.
+    pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
+        self.refresh_if_due();
+        let mut out: Vec<Record> = Vec::new();
+        let mut seq = from_seq;
+        // A segment retention deleted under the view: refreshed once, then out of range.
+        let mut refreshed = false;
+        loop {
+            let view = self.view.read().clone();
+            let (first, next) = (view.first_seq(), view.next_seq());
+            if out.is_empty() && (seq < first || seq > next) {
+                return Err(Error::OutOfRange {
+                    seq,
+                    first,
+                    last: next.saturating_sub(1),
+                });
+            }
+            if out.len() >= max || seq >= next {
+                return Ok(out);
+            }
+            let step = match segment_at(&view, seq) {
+                Some(meta) => self.reader().read_remote(meta, seq, max - out.len()),
+                None => Err(hole_at(self, &view, seq)),
+            };
+            match step {
+                Ok(records) => {
+                    let Some(after) = records.last().map(|r| r.seq + 1) else {
+                        return Ok(out);
+                    };
+                    if out.is_empty() {
+                        out = records;
+                    } else {
+                        out.extend(records);
+                    }
+                    seq = after;
+                }
+                Err(e) if !out.is_empty() => {
+                    tracing::debug!(partition = %self.tp, seq, error = %e,
+                        "short replica read: the records before the failure are returned");
+                    return Ok(out);
+                }
+                Err(e) if e.is_remote_not_found() && !refreshed => {
+                    refreshed = true;
+                    self.refresh()?;
+                }
+                Err(e) if e.is_remote_not_found() => {
+                    let view = self.view.read();
+                    if seq < view.first_seq() {
+                        return Err(Error::OutOfRange {
+                            seq,
+                            first: view.first_seq(),
+                            last: view.next_seq().saturating_sub(1),
+                        });
+                    }
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The seq of the first record whose timestamp is `>= ts` among the seqs served; `None`
+    /// when no record has such a timestamp. Costs as
+    /// [`TieredLog::seq_for_timestamp`](crate::TieredLog::seq_for_timestamp)'s remote part.
+    ///
+    /// # Errors
+    /// As [`read`](Self::read).
+    pub fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
+        self.refresh_if_due();
+        let view = self.view.read().clone();
+        let first = view.first_seq();
+        for meta in view.segments.iter().filter(|m| m.max_timestamp_ms() >= ts) {
+            match self.reader().search_time(meta, ts, first, u64::MAX) {
+                Ok(Some(seq)) => return Ok(Some(seq)),
+                Ok(None) => {}
+                // Deleted by retention since the view: its records are gone for every reader.
+                Err(e) if e.is_remote_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The served segment holding `seq`.
+fn segment_at(view: &View, seq: u64) -> Option<&RemoteLogSegmentMetadata> {
+    let i = view.segments.partition_point(|m| m.start_offset() <= seq);
+    view.segments
+        .get(i.checked_sub(1)?)
+        .filter(|m| m.end_offset() >= seq)
+}
+
+/// The [`Error::RemoteHole`] of `seq`, which no served segment holds but one after it does.
+fn hole_at(replica: &ReadReplica, view: &View, seq: u64) -> Error {
+    let i = view.segments.partition_point(|m| m.start_offset() <= seq);
+    let from = i
+        .checked_sub(1)
+        .and_then(|j| view.segments.get(j))
+        .map_or(seq, |m| m.end_offset().saturating_add(1));
+    let to = view
+        .segments
+        .get(i)
+        .map_or(seq, |m| m.start_offset().saturating_sub(1));
+    Error::RemoteHole {
+        partition: Box::new(replica.tp.clone()),
+        from,
+        to,
+    }
+}

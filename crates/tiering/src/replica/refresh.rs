@@ -1,0 +1,378 @@
+//! How a [`ReadReplica`] refreshes its view: the head object when it can, a full listing when
+//! it must. Which copies may be served is decided exactly as a recovery decides it: complete
+//! manifests only, and never a copy a later writer epoch took the partition over from.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use krabka_remote_storage::head::{self, HeadRead, PartitionHead};
+use krabka_remote_storage::layout::MANIFEST_SUFFIX;
+use krabka_remote_storage::manifest::{self, ManifestState};
+use krabka_remote_storage::ownership::{self, EpochRecord};
+use krabka_remote_storage::recovery::{self, RemoteSegmentLister};
+use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteStorageError, Uuid, layout};
+
+use super::{HeadStatus, ReadReplica, View};
+use crate::error::Error;
+
+/// What refreshes remember between runs.
+#[derive(Debug, Default)]
+pub(crate) struct Known {
+    /// The version of the head last read (`None`: read it whole next time).
+    head_version: Option<String>,
+    /// `(writer epoch, serial, incarnation)` of the newest head applied.
+    applied: Option<(u64, u64, Uuid)>,
+    /// The partition's epoch records, oldest first, and the highest epoch listed.
+    epochs: Vec<EpochRecord>,
+    max_epoch: u64,
+    /// The served segments' metadata (mapped), by segment id: a head listing them again costs
+    /// no manifest read.
+    manifests: HashMap<Uuid, RemoteLogSegmentMetadata>,
+}
+
+/// What one [`ReadReplica::refresh`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefreshOutcome {
+    /// The head object was unchanged: one request, nothing else read.
+    Unchanged,
+    /// The head changed and was applied: `read` manifests of segments new to the replica were
+    /// read.
+    Applied {
+        /// Manifests read.
+        read: usize,
+    },
+    /// The partition was listed in full (the head is missing, damaged or stale, or it named a
+    /// segment whose manifest is not a complete copy of it).
+    FullListing,
+}
+
+/// Why the head could not be applied: a full listing decides.
+struct NeedFull(HeadStatus);
+
+impl ReadReplica {
+    /// Refreshes the view now, whatever its age: one conditional read of the head object when
+    /// nothing changed.
+    ///
+    /// # Errors
+    /// [`Error::ReplicaRefresh`] when the bucket cannot be read; the previous view is kept.
+    pub fn refresh(&self) -> Result<RefreshOutcome, Error> {
+        let mut known = self.known.lock();
+        self.refresh_locked(&mut known)
+    }
+
+    /// Refreshes when the view is [`ReplicaConfig::refresh_interval`](super::ReplicaConfig)
+    /// old and no other refresh is running; a failure is logged and the view kept (its age
+    /// shows in [`ReadReplica::stats`]).
+    pub(crate) fn refresh_if_due(&self) {
+        if self.view.read().refreshed_at.elapsed() < self.replica.refresh_interval {
+            return;
+        }
+        let Some(mut known) = self.known.try_lock() else {
+            return;
+        };
+        if self.view.read().refreshed_at.elapsed() < self.replica.refresh_interval {
+            return;
+        }
+        if let Err(e) = self.refresh_locked(&mut known) {
+            tracing::warn!(partition = %self.tp, error = %e,
+                "read replica refresh failed; serving the previous view");
+        }
+    }
+
+    fn refresh_locked(&self, known: &mut Known) -> Result<RefreshOutcome, Error> {
+        self.stats.refreshes.fetch_add(1, Ordering::Relaxed);
+        let outcome = self.refresh_inner(known);
+        if outcome.is_err() {
+            self.stats.refresh_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
+    }
+
+    fn refresh_inner(&self, known: &mut Known) -> Result<RefreshOutcome, Error> {
+        let key = layout::head_key(&self.dir);
+        self.request(1);
+        let read = head::read_head(
+            self.store.as_ref(),
+            &self.dir,
+            known.head_version.as_deref(),
+        )
+        .map_err(|e| self.refresh_error(&key, e))?;
+        match read {
+            HeadRead::Unchanged => {
+                self.stats.idle_refreshes.fetch_add(1, Ordering::Relaxed);
+                self.view.write().refreshed_at = Instant::now();
+                Ok(RefreshOutcome::Unchanged)
+            }
+            HeadRead::Absent => {
+                known.head_version = None;
+                self.full_listing(known, None, HeadStatus::Missing)?;
+                Ok(RefreshOutcome::FullListing)
+            }
+            HeadRead::Damaged { error, .. } => {
+                tracing::warn!(partition = %self.tp, key, error = %error,
+                    "the partition's head object is damaged; listing the partition in full");
+                known.head_version = None;
+                self.full_listing(known, None, HeadStatus::Damaged(error.to_string()))?;
+                Ok(RefreshOutcome::FullListing)
+            }
+            HeadRead::Fresh { head, version } => match self.apply_head(known, &head)? {
+                Ok(read) => {
+                    known.head_version = Some(version);
+                    Ok(RefreshOutcome::Applied { read })
+                }
+                Err(NeedFull(status)) => {
+                    // The listing decides, and is newer than this head: the head is read again
+                    // only when it changes (the live writer's next head replaces a stale one),
+                    // unless it is damaged.
+                    known.head_version =
+                        (!matches!(status, HeadStatus::Damaged(_))).then_some(version);
+                    let newest = (status == HeadStatus::Current).then_some(&head);
+                    self.full_listing(known, newest, status)?;
+                    Ok(RefreshOutcome::FullListing)
+                }
+            },
+            _ => Err(self.refresh_error(
+                &key,
+                RemoteStorageError::invalid_argument("unknown answer reading the head object"),
+            )),
+        }
+    }
+
+    /// Builds the first view (a full listing), remembering the head's version so the next
+    /// refresh is conditional.
+    pub(crate) fn refresh_full(&self) -> Result<(), Error> {
+        let mut known = self.known.lock();
+        self.stats.refreshes.fetch_add(1, Ordering::Relaxed);
+        let key = layout::head_key(&self.dir);
+        self.request(1);
+        let read = head::read_head(self.store.as_ref(), &self.dir, None)
+            .map_err(|e| self.refresh_error(&key, e))?;
+        let (head, status) = match read {
+            HeadRead::Fresh { head, version } => {
+                known.head_version = Some(version);
+                (Some(head), HeadStatus::Current)
+            }
+            HeadRead::Damaged { error, .. } => (None, HeadStatus::Damaged(error.to_string())),
+            _ => (None, HeadStatus::Missing),
+        };
+        self.full_listing(&mut known, head.as_ref(), status)
+    }
+
+    /// Applies a head that changed: `Ok(Err(_))` when only a full listing can decide.
+    fn apply_head(
+        &self,
+        known: &mut Known,
+        head: &PartitionHead,
+    ) -> Result<Result<usize, NeedFull>, Error> {
+        if head.partition.topic_id() != self.tp.topic_id()
+            || head.partition.partition() != self.tp.partition()
+        {
+            return Ok(Err(NeedFull(HeadStatus::Damaged(format!(
+                "it names partition {}",
+                head.partition
+            )))));
+        }
+        if let Some((epoch, serial, incarnation)) = known.applied
+            && ((head.writer_epoch, head.serial) < (epoch, serial)
+                || (head.writer_epoch == epoch && head.incarnation != incarnation))
+        {
+            return Ok(Err(NeedFull(HeadStatus::Stale)));
+        }
+        self.learn_epochs(known, head.writer_epoch)?;
+        let mut served = Vec::with_capacity(head.segments.len());
+        let mut read = 0;
+        for s in &head.segments {
+            let meta = match known.manifests.get(&s.id) {
+                Some(m) => m.clone(),
+                None => {
+                    read += 1;
+                    match self.read_manifest(s.start_seq, s.id)? {
+                        Some(m)
+                            if m.start_offset() == s.start_seq
+                                && m.end_offset() == s.end_seq
+                                && m.writer_epoch() == s.writer_epoch =>
+                        {
+                            m
+                        }
+                        _ => return Ok(Err(NeedFull(HeadStatus::Current))),
+                    }
+                }
+            };
+            served.push(meta);
+        }
+        known.applied = Some((head.writer_epoch, head.serial, head.incarnation));
+        self.install(known, served, Some(head), HeadStatus::Current)?;
+        Ok(Ok(read))
+    }
+
+    /// Learns the epoch records when a head names an epoch above those known, or when the
+    /// epoch after the head's exists (one small read): a later writer may have fenced the one
+    /// that wrote the head.
+    fn learn_epochs(&self, known: &mut Known, head_epoch: u64) -> Result<(), Error> {
+        if head_epoch <= known.max_epoch && !known.epochs.is_empty() {
+            let next = layout::epoch_key(&self.dir, head_epoch.saturating_add(1));
+            self.request(1);
+            let found = ownership::read_record(self.store.as_ref(), &next)
+                .map_err(|e| self.refresh_error(&next, e))?;
+            if found.is_none() {
+                return Ok(());
+            }
+        }
+        let lister: &dyn RemoteSegmentLister = self.store.as_ref();
+        self.request(1);
+        let (epochs, unreadable) = ownership::list_epochs(lister, &self.dir, false)
+            .map_err(|e| self.refresh_error(&self.dir, e))?;
+        self.request(epochs.len() as u64);
+        known.max_epoch = epochs
+            .iter()
+            .map(|e| e.epoch)
+            .chain(unreadable)
+            .max()
+            .unwrap_or(0);
+        known.epochs = epochs;
+        Ok(())
+    }
+
+    /// A segment's manifest, when it decodes and says the copy is complete, mapped for
+    /// readers. `None` for anything else (absent, in progress, deleting, damaged, refused by
+    /// the map): a full listing decides then.
+    fn read_manifest(
+        &self,
+        start: u64,
+        id: Uuid,
+    ) -> Result<Option<RemoteLogSegmentMetadata>, Error> {
+        let key = layout::segment_object_key(&self.dir, start, id, MANIFEST_SUFFIX);
+        self.request(1);
+        let bytes = match self.store.read_object(&key) {
+            Ok(bytes) => bytes,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(self.refresh_error(&key, e)),
+        };
+        let Ok(meta) = manifest::decode(&bytes, &key) else {
+            return Ok(None);
+        };
+        if ManifestState::of(&meta) != ManifestState::Complete
+            || meta.remote_log_segment_id().id() != id
+            || meta.topic_id_partition() != &self.tp
+        {
+            return Ok(None);
+        }
+        match &self.map {
+            None => Ok(Some(meta)),
+            Some(map) => match map(&meta) {
+                Ok(mapped) => Ok(Some(mapped)),
+                Err(e) if e.is_retriable() => Err(self.refresh_error(&key, e)),
+                Err(_) => Ok(None),
+            },
+        }
+    }
+
+    /// The partition listed in full (the recovery scan, and the map), then installed. `head`:
+    /// the newest head, whose retention point and writer position the view takes.
+    fn full_listing(
+        &self,
+        known: &mut Known,
+        head: Option<&PartitionHead>,
+        status: HeadStatus,
+    ) -> Result<(), Error> {
+        self.stats.full_listings.fetch_add(1, Ordering::Relaxed);
+        let lister: &dyn RemoteSegmentLister = self.store.as_ref();
+        let concurrency = self.replica.scan_concurrency;
+        let mut scan = recovery::scan(lister, &self.tp, concurrency)
+            .map_err(|e| self.refresh_error(&self.dir, e))?;
+        self.request(1 + scan.objects_listed / 1000 + scan.manifests_read as u64);
+        if let Some(map) = &self.map {
+            let map = map.clone();
+            scan = scan
+                .map_chosen(concurrency, &move |m: &RemoteLogSegmentMetadata| map(m))
+                .map_err(|e| self.refresh_error(&self.dir, e))?;
+        }
+        known.max_epoch = scan.max_epoch;
+        known.epochs = scan.epochs;
+        if let Some(h) = head {
+            known.applied = Some((h.writer_epoch, h.serial, h.incarnation));
+        }
+        self.install(known, scan.chosen, head, status)
+    }
+
+    /// Serves `segments` from now on: copies a later epoch took over from and segments below
+    /// the retention point left out.
+    fn install(
+        &self,
+        known: &mut Known,
+        segments: Vec<RemoteLogSegmentMetadata>,
+        head: Option<&PartitionHead>,
+        status: HeadStatus,
+    ) -> Result<(), Error> {
+        let (retention_point, writer_last_seq, written_ms) = match head {
+            Some(h) => (
+                h.retention_point,
+                Some(h.writer_last_seq),
+                Some(h.written_ms),
+            ),
+            None => {
+                let view = self.view.read();
+                (
+                    view.retention_point,
+                    view.writer_last_seq,
+                    view.head_written_ms,
+                )
+            }
+        };
+        let mut served: Vec<RemoteLogSegmentMetadata> = segments
+            .into_iter()
+            .filter(|m| {
+                m.end_offset() >= retention_point
+                    && ownership::superseded_by(m, &known.epochs).is_none()
+            })
+            .collect();
+        served.sort_by_key(RemoteLogSegmentMetadata::start_offset);
+        self.metadata
+            .replace(&served)
+            .map_err(|e| self.refresh_error(&self.dir, e))?;
+        known.manifests = served
+            .iter()
+            .map(|m| (m.remote_log_segment_id().id(), m.clone()))
+            .collect();
+        let gone: Vec<Uuid> = {
+            let view = self.view.read();
+            view.segments
+                .iter()
+                .map(|m| m.remote_log_segment_id().id())
+                .filter(|id| !known.manifests.contains_key(id))
+                .collect()
+        };
+        *self.view.write() = View {
+            segments: served,
+            retention_point,
+            writer_last_seq,
+            head_written_ms: written_ms,
+            head: status,
+            refreshed_at: Instant::now(),
+        };
+        for id in gone {
+            self.cache.lru().remove_segment(id);
+        }
+        crate::metrics::publish_replica(&self.tp, &self.stats());
+        Ok(())
+    }
+
+    /// Counts `n` requests a refresh sends, taking their tokens of the request budget.
+    fn request(&self, n: u64) {
+        self.stats.refresh_requests.fetch_add(n, Ordering::Relaxed);
+        crate::metrics::add(crate::metrics::REPLICA_REFRESH_REQUESTS, &self.tp, n);
+        if let Some(budget) = &self.budget {
+            budget.acquire_blocking(n);
+        }
+    }
+
+    fn refresh_error(&self, key: &str, source: RemoteStorageError) -> Error {
+        Error::ReplicaRefresh {
+            partition: Box::new(self.tp.clone()),
+            key: key.to_owned(),
+            source: Box::new(source),
+        }
+    }
+}
