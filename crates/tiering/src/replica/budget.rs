@@ -1,5 +1,6 @@
-//! The request budget of read replicas: a token bucket ([`ByteRateQuota`], counted in
-//! requests) every fetch a replica's read sends takes one token of, through [`Budgeted`].
+//! What a read replica reads through: [`Budgeted`], which refuses copies and deletes, and
+//! takes one token of the request budget (a [`ByteRateQuota`] counted in requests), when there
+//! is one, before every fetch.
 
 use std::sync::Arc;
 
@@ -10,11 +11,19 @@ use krabka_remote_storage::{
 
 use crate::service::ByteRateQuota;
 
-/// A backend whose every fetch first takes one token of a shared request budget. A replica
-/// never copies or deletes: those calls are refused.
+/// A backend that only reads: copies and deletes are refused, and every fetch first takes one
+/// token of the shared request budget when there is one.
 pub(crate) struct Budgeted {
     pub(crate) inner: Arc<dyn RemoteStorageManager>,
-    pub(crate) budget: Arc<ByteRateQuota>,
+    pub(crate) budget: Option<Arc<ByteRateQuota>>,
+}
+
+impl Budgeted {
+    fn take(&self) {
+        if let Some(b) = &self.budget {
+            b.acquire_blocking(1);
+        }
+    }
 }
 
 fn refused(what: &str) -> RemoteStorageError {
@@ -36,7 +45,7 @@ impl RemoteStorageManager for Budgeted {
         start_position: u32,
         end_position: Option<u32>,
     ) -> Result<Vec<u8>, RemoteStorageError> {
-        self.budget.acquire_blocking(1);
+        self.take();
         self.inner
             .fetch_log_segment(metadata, start_position, end_position)
     }
@@ -46,7 +55,7 @@ impl RemoteStorageManager for Budgeted {
         metadata: &RemoteLogSegmentMetadata,
         index_type: IndexType,
     ) -> Result<Vec<u8>, RemoteStorageError> {
-        self.budget.acquire_blocking(1);
+        self.take();
         self.inner.fetch_index(metadata, index_type)
     }
 

@@ -223,7 +223,10 @@ pub(crate) struct ReplicaCounters {
 /// # Ok(()) }
 /// ```
 pub struct ReadReplica {
+    /// The backend as reads use it: read-only, through the request budget ([`budget`]).
     pub(crate) rsm: Arc<dyn RemoteStorageManager>,
+    /// The backend as given.
+    backend: Arc<dyn RemoteStorageManager>,
     pub(crate) store: Arc<dyn OwnershipStore>,
     pub(crate) tp: TopicIdPartition,
     pub(crate) dir: String,
@@ -287,7 +290,11 @@ impl ReadReplica {
         let cache = RemoteReadCache::new(config.cache_bytes);
         Ok(ReplicaBuilder {
             inner: Self {
-                rsm,
+                rsm: Arc::new(budget::Budgeted {
+                    inner: rsm.clone(),
+                    budget: None,
+                }),
+                backend: rsm,
                 store,
                 tp,
                 dir,
@@ -404,8 +411,8 @@ impl ReplicaBuilder {
     #[must_use]
     pub fn request_budget(mut self, budget: Arc<ByteRateQuota>) -> Self {
         self.inner.rsm = Arc::new(budget::Budgeted {
-            inner: self.inner.rsm.clone(),
-            budget: budget.clone(),
+            inner: self.inner.backend.clone(),
+            budget: Some(budget.clone()),
         });
         self.inner.budget = Some(budget);
         self

@@ -130,8 +130,19 @@ impl ReadReplica {
             match self.reader().search_time(meta, ts, first, u64::MAX) {
                 Ok(Some(seq)) => return Ok(Some(seq)),
                 Ok(None) => {}
-                // Deleted by retention since the view: its records are gone for every reader.
-                Err(e) if e.is_remote_not_found() => {}
+                // Deleted by retention since the view: its records are gone for every reader
+                // once a refresh says so; a segment still served is missing, not deleted.
+                Err(e) if e.is_remote_not_found() => {
+                    self.refresh()?;
+                    let id = meta.remote_log_segment_id().id();
+                    if self
+                        .segments()
+                        .iter()
+                        .any(|m| m.remote_log_segment_id().id() == id)
+                    {
+                        return Err(e);
+                    }
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -87,6 +87,8 @@ impl ReadReplica {
         if outcome.is_err() {
             self.stats.refresh_failures.fetch_add(1, Ordering::Relaxed);
         }
+        // Sampled whatever happened: a failing refresh shows as a growing staleness.
+        crate::metrics::publish_replica(&self.tp, &self.stats());
         outcome
     }
 
@@ -123,13 +125,14 @@ impl ReadReplica {
                     Ok(RefreshOutcome::Applied { read })
                 }
                 Err(NeedFull(status)) => {
-                    // The listing decides, and is newer than this head: the head is read again
-                    // only when it changes (the live writer's next head replaces a stale one),
-                    // unless it is damaged.
-                    known.head_version =
-                        (!matches!(status, HeadStatus::Damaged(_))).then_some(version);
+                    // The listing decides, and is newer than this head: once it succeeded, the
+                    // head is read again only when it changes (the live writer's next head
+                    // replaces a stale one), unless it is damaged.
+                    known.head_version = None;
+                    let damaged = matches!(status, HeadStatus::Damaged(_));
                     let newest = (status == HeadStatus::Current).then_some(&head);
                     self.full_listing(known, newest, status)?;
+                    known.head_version = (!damaged).then_some(version);
                     Ok(RefreshOutcome::FullListing)
                 }
             },
@@ -181,6 +184,20 @@ impl ReadReplica {
             return Ok(Err(NeedFull(HeadStatus::Stale)));
         }
         self.learn_epochs(known, head.writer_epoch)?;
+        // A head is written by the writer holding its epoch: an epoch no record holds, or a
+        // record naming another incarnation, is not a head a writer wrote.
+        if head.writer_epoch > known.max_epoch
+            || known
+                .epochs
+                .iter()
+                .any(|e| e.epoch == head.writer_epoch && e.incarnation != head.incarnation)
+        {
+            return Ok(Err(NeedFull(HeadStatus::Damaged(format!(
+                "it names writer epoch {} (incarnation {}), which no epoch record of the \
+                 partition holds",
+                head.writer_epoch, head.incarnation
+            )))));
+        }
         let mut served = Vec::with_capacity(head.segments.len());
         let mut read = 0;
         for s in &head.segments {
@@ -202,8 +219,8 @@ impl ReadReplica {
             };
             served.push(meta);
         }
-        known.applied = Some((head.writer_epoch, head.serial, head.incarnation));
         self.install(known, served, Some(head), HeadStatus::Current)?;
+        known.applied = Some((head.writer_epoch, head.serial, head.incarnation));
         Ok(Ok(read))
     }
 
@@ -280,9 +297,10 @@ impl ReadReplica {
         self.stats.full_listings.fetch_add(1, Ordering::Relaxed);
         let lister: &dyn RemoteSegmentLister = self.store.as_ref();
         let concurrency = self.replica.scan_concurrency;
+        self.request(1);
         let mut scan = recovery::scan(lister, &self.tp, concurrency)
             .map_err(|e| self.refresh_error(&self.dir, e))?;
-        self.request(1 + scan.objects_listed / 1000 + scan.manifests_read as u64);
+        self.request(scan.objects_listed / 1000 + scan.manifests_read as u64);
         if let Some(map) = &self.map {
             let map = map.clone();
             scan = scan
@@ -291,10 +309,18 @@ impl ReadReplica {
         }
         known.max_epoch = scan.max_epoch;
         known.epochs = scan.epochs;
+        let mut chosen = scan.chosen;
+        if let Some(h) = head {
+            // What the writer recorded finished is what its head lists: a complete copy it has
+            // not recorded (it may still discard it) is not served, and no follower trims by it.
+            let listed: std::collections::HashSet<Uuid> = h.segments.iter().map(|s| s.id).collect();
+            chosen.retain(|m| listed.contains(&m.remote_log_segment_id().id()));
+        }
+        self.install(known, chosen, head, status)?;
         if let Some(h) = head {
             known.applied = Some((h.writer_epoch, h.serial, h.incarnation));
         }
-        self.install(known, scan.chosen, head, status)
+        Ok(())
     }
 
     /// Serves `segments` from now on: copies a later epoch took over from and segments below

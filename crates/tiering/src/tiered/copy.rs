@@ -45,11 +45,23 @@ impl TieredLog {
     pub(crate) fn clean_stale(&self, report: &mut TieringReport) -> Result<(), Error> {
         // Every round starts here, in every engine: a fenced log does nothing more.
         self.check_owner()?;
+        // Read replicas must stop serving a segment before its data goes: a head the last
+        // round could not write is written before any delete it left unfinished goes on.
+        let head_current = match self.publish_head(false) {
+            Ok(()) => true,
+            Err(e) => {
+                report.failures.push(e);
+                false
+            }
+        };
         let list = self.remote_list()?;
         let view: Vec<_> = list.iter().map(remote_segment).collect();
         let abandoned = self.abandoned.lock().clone();
         for i in policy::stale_attempts(&view, |id| abandoned.contains(&id.id())) {
             let Some(meta) = list.get(i) else { continue };
+            if !head_current && meta.state() == RemoteLogSegmentState::DeleteSegmentStarted {
+                continue;
+            }
             match self.discard_attempt(meta) {
                 Ok(()) => report.stale_cleaned += 1,
                 Err(e) => report.failures.push(e),

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use krabka_remote_storage::head::{self, HeadSegment, PartitionHead};
+use krabka_remote_storage::head::{self, HeadRead, HeadSegment, PartitionHead};
 use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteLogSegmentState, layout, now_ms};
 
 use super::TieredLog;
@@ -41,7 +41,26 @@ impl TieredLog {
         if !force && published.last.as_ref() == Some(&now) {
             return Ok(());
         }
-        owner.ensure_not_fenced()?;
+        // Two small reads: a writer fenced since its last check must not overwrite the new
+        // writer's head.
+        owner.check()?;
+        let key = layout::head_key(writer.partition_dir);
+        let failed = |e| Error::Ownership {
+            key: key.clone(),
+            partition: Box::new(self.tp.clone()),
+            source: Box::new(e),
+        };
+        if published.serial == 0 {
+            // A restarted writer keeps its epoch and incarnation: it goes on after the serial
+            // it wrote before (one small read per run), whatever the clock says.
+            if let HeadRead::Fresh { head, .. } =
+                head::read_head(writer.store, writer.partition_dir, None).map_err(failed)?
+                && head.writer_epoch == writer.epoch
+                && head.incarnation == writer.incarnation
+            {
+                published.serial = head.serial;
+            }
+        }
         let written_ms = now_ms();
         // Increasing across this writer's restarts too (the clock), and within one run.
         let serial = published
@@ -58,13 +77,7 @@ impl TieredLog {
             retention_point,
             segments: now.0.clone(),
         };
-        head::write_head(writer.store, writer.partition_dir, &head).map_err(|e| {
-            Error::Ownership {
-                key: layout::head_key(writer.partition_dir),
-                partition: Box::new(self.tp.clone()),
-                source: Box::new(e),
-            }
-        })?;
+        head::write_head(writer.store, writer.partition_dir, &head).map_err(failed)?;
         published.serial = serial;
         published.last = Some(now);
         Ok(())

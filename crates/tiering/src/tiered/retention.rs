@@ -34,8 +34,14 @@ impl TieredLog {
         let mut local: Vec<LocalSegment> = segs.iter().map(local_segment_on_disk).collect();
         local.extend(hole_segments(&holes));
         let blocked_at = self.blocked_at.load(Ordering::Acquire);
-        // A follower leaves the remote tier to its writer.
-        if self.follower.is_none() {
+        // A follower leaves the remote tier to its writer, and trims only by what the writer's
+        // current head says it finished (a complete copy the writer never recorded finished
+        // may still be discarded).
+        if let Some(replica) = &self.follower {
+            if replica.stats().head != crate::replica::HeadStatus::Current {
+                return Ok(());
+            }
+        } else {
             self.apply_log_retention(&local, now, blocked_at, report)?;
         }
         self.apply_local_retention(&local, segs.len(), now, blocked_at, report)
