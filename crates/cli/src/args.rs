@@ -11,7 +11,8 @@ mod parse;
 
 use parse::{
     MAX_CONCURRENCY, MAX_RECORDS, parse_bench_value_size, parse_compression, parse_interval,
-    parse_segment_bytes, parse_separator, parse_seq, parse_timeout,
+    parse_refresh_interval, parse_segment_bytes, parse_separator, parse_seq, parse_timeout,
+    parse_topic,
 };
 
 /// krabka: a tiered log you can run, inspect and verify.
@@ -59,6 +60,15 @@ pub enum Command {
     /// The summary on stderr says how the read ended: at the end of the log, at --max (naming
     /// the next seq), or cut short (by --timeout without --follow, a signal or an error: it
     /// names the seq it stopped before and the command exits non-zero).
+    ///
+    /// `krabka read DIR` reads the local files; `krabka read DIR --remote URL` both tiers.
+    /// `krabka read --remote URL --topic NAME [--partition N]` (no DIR; or with --replica)
+    /// reads the remote tier alone, as a read replica: no local log, nothing written to the
+    /// bucket. It serves the segments the writer's `krabka tier` finished copying (records
+    /// still in the writer's local log are not there yet); with --follow it looks for new ones
+    /// every --refresh-interval. On exit a line on stderr gives the replica's lag (seqs behind
+    /// the writer's last seq, as the partition's head object says it, and seconds since the
+    /// last refresh) when it is behind or the head is not current.
     #[command(after_help = EXIT_CODES)]
     Read(ReadArgs),
     /// Print every frame of a segment file: seq, position, size, timestamp, key, value size,
@@ -183,9 +193,12 @@ pub struct ProduceArgs {
 
 /// `krabka read`.
 #[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("source").args(["dir", "topic"]).required(true)))]
 pub struct ReadArgs {
-    /// Log directory.
-    pub dir: PathBuf,
+    /// Log directory. Leave it out and pass --remote and --topic to read the remote tier alone,
+    /// as a read replica (--replica).
+    #[arg(conflicts_with = "replica")]
+    pub dir: Option<PathBuf>,
     /// First seq to print (the log's first record has seq 1; seq 0 does not exist).
     #[arg(long, value_name = "SEQ", default_value_t = 1, value_parser = parse_seq)]
     pub from: u64,
@@ -208,6 +221,51 @@ pub struct ReadArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub remote: RemoteArgs,
+    /// Read the partition from the remote tier alone, with no log directory (a read replica):
+    /// what the writer's tier copied, decided by the bucket's own records. Implied when DIR is
+    /// left out (then --remote and --topic name the partition); not with DIR.
+    #[arg(long, requires = "remote", requires = "topic")]
+    pub replica: bool,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub partition: ReplicaArgs,
+}
+
+/// Which partition `read --replica` reads, and how it follows the bucket.
+#[derive(Debug, Clone, Args)]
+pub struct ReplicaArgs {
+    /// The topic to read (replica mode): the name of the log directory it was tiered from.
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "remote",
+        value_parser = parse_topic
+    )]
+    pub topic: Option<String>,
+    /// The partition of --topic (replica mode): 0 to 2^31 - 1.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        conflicts_with = "dir",
+        value_parser = clap::value_parser!(i32).range(0..)
+    )]
+    pub partition: i32,
+    /// The topic id (replica mode), when the remote holds several partitions of --topic under
+    /// different ids. Default: the only one the remote holds.
+    #[arg(long, value_name = "UUID", conflicts_with = "dir")]
+    pub topic_id: Option<krabka_remote_storage::Uuid>,
+    /// How often the replica looks at the bucket for new segments (replica mode): one small
+    /// conditional read of the partition's head when nothing changed. Bounds how stale the
+    /// records served are, beyond the writer's own copy lag. From 1ms to 1 day.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "1s",
+        conflicts_with = "dir",
+        value_parser = parse_refresh_interval
+    )]
+    pub refresh_interval: Duration,
 }
 
 /// `krabka dump`.

@@ -11,7 +11,7 @@ use crate::error::{CliError, Result};
 use crate::escape;
 use crate::inspect::timestamp;
 use crate::output::errln;
-use crate::source::{Source, TieredSource};
+use crate::source::{ReplicaSource, Source, TieredSource};
 use crate::{human, interrupt, output};
 
 /// Time between polls of a caught-up `--follow`.
@@ -40,13 +40,19 @@ pub fn record_line(r: &Record, value_chars: usize) -> String {
 /// When the log cannot be read (after printing every record before the problem) or stdout
 /// fails; a closed stdout ends the command quietly.
 pub fn run(args: &ReadArgs) -> Result<()> {
+    // No log directory: the remote tier alone, as a read replica (`--replica`, implied).
+    let Some(dir) = &args.dir else {
+        let mut source = ReplicaSource::open(args)?;
+        let result = print_records(args, &mut source);
+        return source.conclude(result, args.from);
+    };
     match &args.remote.remote {
         Some(_) => {
-            let mut source = TieredSource::open(&args.dir, &args.remote, args.from)?;
+            let mut source = TieredSource::open(dir, &args.remote, args.from)?;
             print_records(args, &mut source)
         }
         None => {
-            let mut reader = LogView::new(&args.dir).reader(args.from);
+            let mut reader = LogView::new(dir).reader(args.from);
             print_records(args, &mut reader)?;
             if let Some(tail) = reader.incomplete_tail() {
                 errln!(

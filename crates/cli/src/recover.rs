@@ -105,7 +105,7 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
 /// metadata ([`Transforming::recover_metadata`], which checks the transform header and, with
 /// the key at hand, the key). A segment encrypted with a key that was not given cannot be
 /// opened: its key id goes to `missing`, and recovery leaves it out, saying why.
-fn open_segment(
+pub(crate) fn open_segment(
     transforming: &Transforming,
     m: &RemoteLogSegmentMetadata,
     missing: &Mutex<Vec<KeyId>>,

@@ -1,6 +1,10 @@
 //! Where `krabka read` takes its records from: the local files (a [`LogReader`] of the log's
-//! [`LogView`](krabka_storage::view::LogView), which reads them without opening the log), or
-//! both tiers ([`TieredSource`]).
+//! [`LogView`](krabka_storage::view::LogView), which reads them without opening the log), both
+//! tiers ([`TieredSource`]), or the remote tier alone ([`ReplicaSource`]).
+
+mod replica;
+
+pub use replica::ReplicaSource;
 
 use std::path::Path;
 
@@ -14,7 +18,7 @@ use crate::reader::{print_fallbacks, view_error};
 use crate::remote;
 use crate::tiered::{self, Tiered, tiering_error};
 
-/// Source of records for `read`: the local files, or both tiers.
+/// Source of records for `read`: the local files, both tiers, or the remote tier alone.
 pub trait Source {
     /// Up to `max` records from where the previous call stopped; empty when caught up.
     fn next_records(&mut self, max: usize) -> Result<Vec<Record>>;

@@ -176,6 +176,63 @@ const EXTREMES: &[(&str, i32, &str)] = &[
         2,
         "1..=22",
     ),
+    // read of the remote tier alone (a replica of the log's partition, topic `log`)
+    (
+        "read --remote {remote} --topic log --refresh-interval 0s",
+        2,
+        "from 1ms to 1 day",
+    ),
+    (
+        "read --remote {remote} --topic log --refresh-interval 999us",
+        2,
+        "from 1ms to 1 day",
+    ),
+    (
+        "read --remote {remote} --topic log --refresh-interval 25h",
+        2,
+        "from 1ms to 1 day",
+    ),
+    (
+        "read --remote {remote} --topic log --refresh-interval {max}s",
+        2,
+        "--refresh-interval",
+    ),
+    (
+        "read --remote {remote} --topic log --refresh-interval=-1s",
+        2,
+        "--refresh-interval",
+    ),
+    (
+        "read --remote {remote} --topic log --refresh-interval 1ms",
+        0,
+        "no records from seq 1",
+    ),
+    (
+        "read --remote {remote} --topic log --refresh-interval 24h --follow --timeout 1s",
+        0,
+        "--timeout ended the follow, the next seq is 1",
+    ),
+    (
+        "read --remote {remote} --topic log --partition=-1",
+        2,
+        "--partition",
+    ),
+    (
+        "read --remote {remote} --topic log --partition 2147483648",
+        2,
+        "--partition",
+    ),
+    (
+        "read --remote {remote} --topic log --partition 2147483647",
+        1,
+        "no partition 2147483647 of topic `log`",
+    ),
+    (
+        "read --remote {remote} --topic log --from {max}",
+        1,
+        "out of range",
+    ),
+    ("read {log} --replica --remote {remote}", 2, "--replica"),
     // dump
     ("dump {segment} --values {max}", 0, ""),
     ("dump {segment} --values {past}", 2, "--values"),

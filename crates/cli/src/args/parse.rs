@@ -107,6 +107,27 @@ pub(super) fn parse_interval(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// The shortest `read --refresh-interval`.
+const MIN_REFRESH_INTERVAL: Duration = Duration::from_millis(1);
+
+/// `read --refresh-interval`: 1 ms to 1 day (what the replica accepts).
+pub(super) fn parse_refresh_interval(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < MIN_REFRESH_INTERVAL || d > krabka_tiering::replica::MAX_REFRESH_INTERVAL {
+        return Err(format!(
+            "a refresh interval must be from 1ms to 1 day (24h), got {s}"
+        ));
+    }
+    Ok(d)
+}
+
+/// `read --topic`: a name the remote tier's layout can hold.
+pub(super) fn parse_topic(s: &str) -> Result<String, String> {
+    krabka_remote_storage::validate_topic_name(s)
+        .map(|()| s.to_owned())
+        .map_err(|e| e.to_string())
+}
+
 pub(super) fn parse_segment_bytes(s: &str) -> Result<u64, String> {
     let n = human::parse_bytes(s)?;
     if n < MIN_SEGMENT_BYTES {

@@ -1,7 +1,7 @@
 //! A replica's reads: records, the first and last seq served, timestamp lookups, through the
 //! reader the writer's tiered log uses for its remote range (`crate::read`).
 
-use krabka_remote_storage::RemoteLogSegmentMetadata;
+use krabka_remote_storage::{RemoteLogSegmentMetadata, Uuid};
 use krabka_storage::Record;
 
 use super::{ReadReplica, View};
@@ -124,26 +124,43 @@ impl ReadReplica {
     /// As [`read`](Self::read).
     pub fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
         self.refresh_if_due();
-        let view = self.view.read().clone();
+        let mut view = self.view.read().clone();
+        // A segment retention deleted under the view: refreshed, then searched again in the
+        // new view (whose segments may all be newer than the old one's). Each such refresh
+        // drops a segment of the first view: at most that many.
+        let mut retries = view.segments.len();
+        loop {
+            let (e, id) = match self.search_time_in(&view, ts) {
+                Ok(found) => return Ok(found),
+                Err((e, Some(id))) if retries > 0 => (e, id),
+                Err((e, _)) => return Err(e),
+            };
+            retries -= 1;
+            self.refresh()?;
+            view = self.view.read().clone();
+            // A segment still served is missing, not deleted.
+            if view
+                .segments
+                .iter()
+                .any(|m| m.remote_log_segment_id().id() == id)
+            {
+                return Err(e);
+            }
+        }
+    }
+
+    /// The timestamp search over `view`'s segments; a segment not found in the bucket fails
+    /// with its id, for the caller to refresh.
+    fn search_time_in(&self, view: &View, ts: i64) -> Result<Option<u64>, (Error, Option<Uuid>)> {
         let first = view.first_seq();
         for meta in view.segments.iter().filter(|m| m.max_timestamp_ms() >= ts) {
             match self.reader().search_time(meta, ts, first, u64::MAX) {
                 Ok(Some(seq)) => return Ok(Some(seq)),
                 Ok(None) => {}
-                // Deleted by retention since the view: its records are gone for every reader
-                // once a refresh says so; a segment still served is missing, not deleted.
                 Err(e) if e.is_remote_not_found() => {
-                    self.refresh()?;
-                    let id = meta.remote_log_segment_id().id();
-                    if self
-                        .segments()
-                        .iter()
-                        .any(|m| m.remote_log_segment_id().id() == id)
-                    {
-                        return Err(e);
-                    }
+                    return Err((e, Some(meta.remote_log_segment_id().id())));
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err((e, None)),
             }
         }
         Ok(None)

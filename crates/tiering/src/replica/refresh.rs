@@ -29,6 +29,8 @@ pub(crate) struct Known {
     /// The served segments' metadata (mapped), by segment id: a head listing them again costs
     /// no manifest read.
     manifests: HashMap<Uuid, RemoteLogSegmentMetadata>,
+    /// When a due refresh was last tried from a read.
+    attempted_at: Option<Instant>,
 }
 
 /// What one [`ReadReplica::refresh`] did.
@@ -72,9 +74,14 @@ impl ReadReplica {
         let Some(mut known) = self.known.try_lock() else {
             return;
         };
-        if self.view.read().refreshed_at.elapsed() < self.replica.refresh_interval {
+        // A failing bucket is asked again once an interval, not at every read.
+        let interval = self.replica.refresh_interval;
+        if self.view.read().refreshed_at.elapsed() < interval
+            || known.attempted_at.is_some_and(|t| t.elapsed() < interval)
+        {
             return;
         }
+        known.attempted_at = Some(Instant::now());
         if let Err(e) = self.refresh_locked(&mut known) {
             tracing::warn!(partition = %self.tp, error = %e,
                 "read replica refresh failed; serving the previous view");

@@ -1,0 +1,531 @@
+//! `krabka read --replica`: a partition read from the remote tier alone, with no log directory,
+//! through [`ReadReplica`]: it serves the segments the bucket's own records say are whole (the
+//! partition's head object, else a full listing), and writes nothing to the bucket.
+//!
+//! The partition is found on the remote as `krabka recover` finds it
+//! ([`find_partitions`]); segments the transforming layer compressed or encrypted are opened
+//! with recovery's own function ([`crate::recover::open_segment`]), so a segment encrypted with
+//! a key that was not given is named and left out (its seqs are not served). The replica is a
+//! [`Source`] of `krabka read`: the summary, `--max`, `--timeout`, signals and lost seqs are
+//! `read`'s own.
+
+use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use krabka_remote_storage::{
+    RemoteLogSegmentMetadata, RemoteStorageError, TopicIdPartition, Uuid, layout,
+};
+use krabka_remote_transform::{KeyId, Transforming};
+use krabka_storage::Record;
+use krabka_tiering::TieringConfig;
+use krabka_tiering::recovery::{RemoteSegmentLister, find_partitions};
+use krabka_tiering::replica::{
+    HeadStatus, MAX_REFRESH_INTERVAL, ReadReplica, ReplicaConfig, ReplicaStats, SegmentMap,
+};
+
+use super::Source;
+use crate::args::ReadArgs;
+use crate::error::{CliError, Result};
+use crate::output::errln;
+use crate::{human, remote};
+
+/// Holes skipped in one call at most (each skip is one read): bounds the loop over a view
+/// made of many holes.
+const MAX_HOLES_PER_CALL: usize = 1024;
+
+/// Segments that cannot be opened named one by one at most (the rest are counted).
+const MAX_NAMED: usize = 5;
+
+/// A segment the transforming layer could not open: its seqs and why.
+#[derive(Debug, Clone)]
+struct Refused {
+    start: u64,
+    end: u64,
+    reason: String,
+}
+
+/// What the segment map saw: segments it refused, by the key of their `.log` object, and the
+/// ids of the keys that were missing.
+#[derive(Debug, Default)]
+struct Refusals {
+    segments: BTreeMap<String, Refused>,
+    missing_keys: Vec<KeyId>,
+}
+
+/// `krabka read --replica`: records from the remote tier alone.
+pub struct ReplicaSource {
+    replica: ReadReplica,
+    /// How the messages name the partition: `partition 0 of topic `orders` on fs://r`.
+    name: String,
+    remote: String,
+    next: u64,
+    follow: bool,
+    /// `--refresh-interval`: the source refreshes the view itself, at most once per interval
+    /// (the replica's own interval is set to the longest, so a refresh never runs twice in a
+    /// row and every failure is reported here).
+    interval: Duration,
+    last_attempt: Instant,
+    /// The last refresh failure reported (reported again only when it changes).
+    failing: Option<String>,
+    refusals: Arc<Mutex<Refusals>>,
+    /// Refused segments already named on stderr.
+    noted: usize,
+    /// Holes skipped, each noted on stderr when met.
+    lost: Vec<RangeInclusive<u64>>,
+}
+
+impl ReplicaSource {
+    /// Finds the partition `args` names on the remote and opens a replica of it (a full
+    /// listing) to read from `--from`.
+    ///
+    /// # Errors
+    /// No `--remote` or `--topic`, a remote that cannot be listed, no such partition or more
+    /// than one (without `--topic-id`), bad key files, or a first listing that fails.
+    pub fn open(args: &ReadArgs) -> Result<Self> {
+        let spec = remote::spec(&args.remote)?.ok_or_else(|| {
+            CliError::new(
+                "a read without a log directory reads the remote tier alone: it needs --remote",
+            )
+            .hint("pass --remote fs://PATH or s3://BUCKET/PREFIX, or the log directory")
+        })?;
+        let target = &args.partition;
+        let Some(topic) = target.topic.as_deref() else {
+            return Err(CliError::new(
+                "a read of the remote tier alone needs --topic NAME (and --partition N)",
+            )
+            .hint("the topic is named after the log directory it was tiered from"));
+        };
+        let remote = spec.describe();
+        // Listed before the remote is connected: a missing fs:// directory is refused here,
+        // not created by the connection.
+        let lister = remote::open_lister(&spec, args.remote.endpoint.as_deref())?;
+        let tp = find_partition(&*lister, topic, target.partition, target.topic_id, &remote)?;
+        let name = format!(
+            "partition {} of topic `{}` (topic id {}) on {remote}",
+            tp.partition(),
+            tp.topic(),
+            tp.topic_id()
+        );
+        let transforming = remote::open(&spec, &args.remote)?;
+        let refusals = Arc::new(Mutex::new(Refusals::default()));
+        let map = segment_map(transforming.clone(), refusals.clone());
+        let mut config = ReplicaConfig::default();
+        config.refresh_interval = MAX_REFRESH_INTERVAL;
+        let tiering = TieringConfig {
+            retention_ms: None,
+            ..TieringConfig::default()
+        };
+        let replica = ReadReplica::builder(transforming, lister, tp, tiering, config)
+            .and_then(|b| b.map(map).open())
+            .map_err(|e| replica_error(&format!("cannot open a replica of {name}"), e))?;
+        let mut source = Self {
+            replica,
+            name,
+            remote,
+            next: args.from,
+            follow: args.follow,
+            interval: target.refresh_interval,
+            last_attempt: Instant::now(),
+            failing: None,
+            refusals,
+            noted: 0,
+            lost: Vec::new(),
+        };
+        source.note_refused();
+        Ok(source)
+    }
+
+    /// Refreshes the view when `--refresh-interval` passed since the last attempt; a failure
+    /// is noted on stderr (once while it lasts) and the previous view served.
+    fn refresh_if_due(&mut self) {
+        if self.last_attempt.elapsed() < self.interval {
+            return;
+        }
+        self.last_attempt = Instant::now();
+        match self.replica.refresh() {
+            Ok(_) => {
+                if self.failing.take().is_some() {
+                    errln!("note: the replica of {} refreshes again", self.name);
+                }
+            }
+            Err(e) => {
+                let what = remote::brief(&e.to_string()).to_owned();
+                if self.failing.as_deref() != Some(what.as_str()) {
+                    errln!(
+                        "note: cannot refresh the replica of {}: {what}; serving the segments \
+                         known {} ago, trying again every {}",
+                        self.name,
+                        human::duration(self.replica.stats().since_refresh),
+                        human::duration(self.interval)
+                    );
+                }
+                self.failing = Some(what);
+            }
+        }
+        self.note_refused();
+    }
+
+    /// Names on stderr each segment the map refused that was not named yet.
+    fn note_refused(&mut self) {
+        let Ok(refusals) = self.refusals.lock() else {
+            return;
+        };
+        if refusals.segments.len() == self.noted {
+            return;
+        }
+        for (key, r) in refusals
+            .segments
+            .iter()
+            .skip(self.noted)
+            .take(MAX_NAMED.saturating_sub(self.noted))
+        {
+            errln!(
+                "note: segment {key} (seqs {}..={}) of {} cannot be opened: {}; its seqs are \
+                 not served",
+                r.start,
+                r.end,
+                self.remote,
+                r.reason
+            );
+        }
+        let more = refusals
+            .segments
+            .len()
+            .saturating_sub(self.noted.max(MAX_NAMED));
+        if more > 0 {
+            errln!(
+                "note: {more} more segment(s) of {} cannot be opened (counted in the error at \
+                 the end)",
+                self.remote
+            );
+        }
+        self.noted = refusals.segments.len();
+    }
+
+    /// The error for a read from `seq` outside what the replica serves.
+    fn out_of_range(&self, seq: u64, stats: &ReplicaStats) -> CliError {
+        let (first, next) = (stats.first_seq, stats.last_seq.saturating_add(1));
+        let holds = if next > first {
+            format!("the remote tier holds {first}..={}", next - 1)
+        } else {
+            "the remote tier holds no records".to_owned()
+        };
+        let writer = match stats.writer_last_seq {
+            Some(w) if w >= next => format!(
+                "; the writer held seqs up to {w} when it last wrote the partition's head (seqs \
+                 past {} are not copied yet)",
+                next - 1
+            ),
+            _ => String::new(),
+        };
+        CliError::new(format!(
+            "cannot read {} from seq {seq}: out of range: {holds}{writer}",
+            self.name
+        ))
+        .hint(format!(
+            "read from a seq in {}..={next} (seq {next} is the next the writer copies; with \
+             --follow the read waits for it)",
+            first.min(next)
+        ))
+    }
+
+    /// What to say after the read ended with `result`: the replica's lag (when it is behind or
+    /// its head is not current), then the result, failed when segments that could not be
+    /// opened held seqs from `from` on.
+    ///
+    /// # Errors
+    /// `result`'s error, or the segments that could not be opened.
+    pub fn conclude(&self, result: Result<()>, from: u64) -> Result<()> {
+        if let Err(e) = &result
+            && crate::output::is_broken_pipe(e)
+        {
+            return result;
+        }
+        if let Some(line) = lag_line(&self.replica.stats()) {
+            errln!("{line}");
+        }
+        result?;
+        let refusals = match self.refusals.lock() {
+            Ok(r) => r,
+            Err(_) => return Ok(()),
+        };
+        let refused: Vec<(&String, &Refused)> = refusals
+            .segments
+            .iter()
+            .filter(|(_, r)| r.end >= from)
+            .collect();
+        if refused.is_empty() {
+            return Ok(());
+        }
+        let seqs: Vec<String> = merged(refused.iter().map(|(_, r)| (r.start, r.end)))
+            .into_iter()
+            .map(|(a, b)| format!("{a}..={b}"))
+            .collect();
+        let mut keys = refused
+            .iter()
+            .take(MAX_NAMED)
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if refused.len() > MAX_NAMED {
+            keys.push_str(&format!(" and {} more", refused.len() - MAX_NAMED));
+        }
+        let ids: std::collections::BTreeSet<String> = refusals
+            .missing_keys
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let hint = if ids.is_empty() {
+            "the objects named are damaged or were tampered with: restore them from a copy (every \
+             other record read was printed)"
+                .to_owned()
+        } else {
+            format!(
+                "pass the master key of key id {} too (--encryption-key-file PATH, any number of \
+                 times, or --encryption-key-dir DIR): reading needs every key the segments were \
+                 encrypted with",
+                ids.into_iter().collect::<Vec<_>>().join(", ")
+            )
+        };
+        Err(CliError::new(format!(
+            "{} segment(s) of {} cannot be opened ({}): their seqs {} were not read; every \
+             other record read was printed",
+            refused.len(),
+            self.remote,
+            keys,
+            seqs.join(", ")
+        ))
+        .hint(hint))
+    }
+}
+
+impl Source for ReplicaSource {
+    fn next_records(&mut self, max: usize) -> Result<Vec<Record>> {
+        self.refresh_if_due();
+        let stats = self.replica.stats();
+        let next_served = stats.last_seq.saturating_add(1);
+        if self.next == next_served {
+            return Ok(Vec::new());
+        }
+        if self.next > next_served {
+            // Following a seq the writer holds but has not copied yet: wait for its copy.
+            let written = stats
+                .writer_last_seq
+                .is_some_and(|w| w >= self.next.saturating_sub(1));
+            if self.follow && written {
+                return Ok(Vec::new());
+            }
+            return Err(self.out_of_range(self.next, &stats));
+        }
+        if self.next < stats.first_seq {
+            return Err(self.out_of_range(self.next, &stats));
+        }
+        // A hole (a segment missing or refused between two served ones) is skipped, named on
+        // stderr and in the final error, as `read DIR --remote` does; bounded.
+        for _ in 0..MAX_HOLES_PER_CALL {
+            match self.replica.read(self.next, max) {
+                Err(krabka_tiering::Error::RemoteHole { from, to, .. }) if to >= self.next => {
+                    crate::output::note(format_args!(
+                        "seqs {from}..={to} are lost: the remote tier holds no segment of them \
+                         that can be opened; reading on from seq {}",
+                        to.saturating_add(1)
+                    ));
+                    self.lost.push(from..=to);
+                    self.next = to.saturating_add(1);
+                }
+                Err(krabka_tiering::Error::OutOfRange { seq, .. }) => {
+                    return Err(self.out_of_range(seq, &self.replica.stats()));
+                }
+                Err(e) => {
+                    return Err(replica_error(
+                        &format!("cannot read {} from seq {}", self.name, self.next),
+                        e,
+                    ));
+                }
+                Ok(records) => {
+                    if let Some(last) = records.last() {
+                        self.next = last.seq.saturating_add(1);
+                    }
+                    return Ok(records);
+                }
+            }
+        }
+        Err(CliError::new(format!(
+            "cannot read {}: more than {MAX_HOLES_PER_CALL} holes met from seq {}",
+            self.name, self.next
+        )))
+    }
+
+    fn lost(&self) -> &[RangeInclusive<u64>] {
+        &self.lost
+    }
+}
+
+/// The segment map the replica passes every segment through: recovery's
+/// [`open_segment`](crate::recover::open_segment) (the transforming layer's metadata, the key
+/// checked), with each segment it refuses for good remembered in `refusals`.
+fn segment_map(transforming: Arc<Transforming>, refusals: Arc<Mutex<Refusals>>) -> SegmentMap {
+    let missing = Arc::new(Mutex::new(Vec::new()));
+    Arc::new(move |m: &RemoteLogSegmentMetadata| {
+        let outcome = crate::recover::open_segment(&transforming, m, &missing);
+        if let Err(e) = &outcome
+            && !e.is_retriable()
+            && let Ok(mut refusals) = refusals.lock()
+        {
+            let key = layout::log_key(m).unwrap_or_else(|_| m.remote_log_segment_id().to_string());
+            refusals.segments.insert(
+                key,
+                Refused {
+                    start: m.start_offset(),
+                    end: m.end_offset(),
+                    reason: reason(e),
+                },
+            );
+            if let Ok(mut missing) = missing.lock() {
+                refusals.missing_keys.append(&mut missing);
+            }
+        }
+        outcome
+    })
+}
+
+/// `ranges` (by start) with those that touch or overlap joined.
+fn merged(ranges: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
+    let mut sorted: Vec<(u64, u64)> = ranges.collect();
+    sorted.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(sorted.len());
+    for (a, b) in sorted {
+        match out.last_mut() {
+            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// What a refused segment's error says, without the generic frame of a backend failure.
+fn reason(e: &RemoteStorageError) -> String {
+    match e {
+        RemoteStorageError::Backend { message, .. } => message.clone(),
+        other => remote::brief(&other.to_string()).to_owned(),
+    }
+}
+
+/// The partition `topic`/`partition` on the remote: the one `topic_id` names, else the only
+/// one there is.
+fn find_partition(
+    lister: &dyn RemoteSegmentLister,
+    topic: &str,
+    partition: i32,
+    topic_id: Option<Uuid>,
+    remote: &str,
+) -> Result<TopicIdPartition> {
+    let found = find_partitions(lister, topic, partition).map_err(|e| {
+        CliError::new(format!(
+            "cannot list the partitions on {remote}: {}",
+            remote::brief(&e.to_string())
+        ))
+        .hint("check that the remote is reachable")
+    })?;
+    let ids = || {
+        found
+            .iter()
+            .map(|t| t.topic_id().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (topic_id, found.as_slice()) {
+        (Some(id), _) if found.iter().any(|t| t.topic_id() == id) => {
+            Ok(TopicIdPartition::new(id, topic, partition))
+        }
+        (Some(id), []) => Err(CliError::new(format!(
+            "no partition {partition} of topic `{topic}` on {remote} (asked for topic id {id})"
+        ))
+        .hint(NO_PARTITION_HINT)),
+        (Some(id), _) => Err(CliError::new(format!(
+            "no partition {partition} of topic `{topic}` with topic id {id} on {remote} (found \
+             topic ids {})",
+            ids()
+        ))
+        .hint("check --topic-id")),
+        (None, [one]) => Ok(one.clone()),
+        (None, []) => Err(CliError::new(format!(
+            "no partition {partition} of topic `{topic}` on {remote}"
+        ))
+        .hint(NO_PARTITION_HINT)),
+        (None, many) => Err(CliError::new(format!(
+            "{} partitions {partition} of topic `{topic}` on {remote}, under topic ids {}",
+            many.len(),
+            ids()
+        ))
+        .hint("pass the one to read with --topic-id UUID")),
+    }
+}
+
+/// What to check when the remote holds no such partition.
+const NO_PARTITION_HINT: &str = "check --topic, --partition and --remote: a log is tiered \
+     under a topic named after its directory, and appears on the remote once `krabka tier` ran";
+
+/// A replica's error as one line: `action: what`, and what to do.
+fn replica_error(action: &str, e: krabka_tiering::Error) -> CliError {
+    let what = remote::brief(&e.to_string()).to_owned();
+    let hint = match &e {
+        krabka_tiering::Error::CorruptRemote { .. } => {
+            "the remote copy is damaged: restore it from a copy (reads of the other seqs work)"
+                .to_owned()
+        }
+        _ => remote::transform_hint(&e).unwrap_or_else(|| {
+            crate::error::os_error_hint(&what).map_or_else(
+                || {
+                    "check that the remote is reachable (a read changes nothing: retry it)"
+                        .to_owned()
+                },
+                str::to_owned,
+            )
+        }),
+    };
+    CliError::new(format!("{action}: {what}")).hint(hint)
+}
+
+/// The line on stderr that says how far behind the writer the replica is, when it is (or when
+/// its head object is not current, so the writer's position may be unknown).
+fn lag_line(s: &ReplicaStats) -> Option<String> {
+    if s.head == HeadStatus::Current && s.lag_seqs == 0 {
+        return None;
+    }
+    let writer = match (s.writer_last_seq, s.head_age) {
+        (Some(w), Some(age)) => format!(
+            "the writer's last seq {w}, per its head written {} ago",
+            human::duration(age)
+        ),
+        (Some(w), None) => format!("the writer's last seq {w}, per its head"),
+        (None, _) => "the writer's last seq unknown".to_owned(),
+    };
+    let head = match &s.head {
+        HeadStatus::Current => "head current".to_owned(),
+        HeadStatus::Missing => "no head object: the writer has not written one, so every \
+                                refresh lists the partition in full"
+            .to_owned(),
+        HeadStatus::Damaged(why) => {
+            format!("the head object is damaged ({why}): every refresh lists the partition in full")
+        }
+        HeadStatus::Stale => "the head object is stale (older than one already applied: a \
+                              fenced writer wrote it late); the view came from a full listing"
+            .to_owned(),
+        other => format!("head {other:?}"),
+    };
+    let served = if s.last_seq >= s.first_seq {
+        format!("served up to seq {}", s.last_seq)
+    } else {
+        "no seq served".to_owned()
+    };
+    Some(format!(
+        "replica lag: {} seq{} behind the writer, {} since the last refresh ({served}; \
+         {writer}; {head})",
+        human::count(s.lag_seqs),
+        if s.lag_seqs == 1 { "" } else { "s" },
+        human::duration(s.since_refresh),
+    ))
+}
