@@ -5,12 +5,14 @@
 //! krabka-bench tiering [--quick] [--bytes N] [--server env]  # uploads, cold/cached remote reads, remote scans, ownership cost
 //! krabka-bench transform [--quick] [--bytes N] # compressed/encrypted remote tier vs untransformed
 //! krabka-bench scale [--quick] [--partitions N] # one tiering service over many partitions
+//! krabka-bench replica [--quick] [--bytes N] [--server env] [--partitions N]  # read replicas: scan, visibility, idle refreshes
 //! ```
 //!
 //! Each case runs in a child process (this binary re-executed with `child ...`) so the peak
 //! RSS reported is that case's own. Scratch files go to `KRABKA_BENCH_DIR` (default: the
 //! system temp dir). See `docs/benchmarks.md`.
 
+mod replica;
 mod report;
 mod scale;
 mod storage;
@@ -144,10 +146,12 @@ fn main() -> std::process::ExitCode {
         "tiering" => tiering::run(a.quick, a.bytes, &a.rest),
         "transform" => transform::run(a.quick, a.bytes),
         "scale" => scale::run(a.quick, &a.rest),
+        "replica" => replica::run(a.quick, a.bytes, &a.rest),
         "child" => child(&a.rest),
-        _ => {
-            Err("usage: krabka-bench storage|tiering|transform|scale [--quick] [--bytes N]".into())
-        }
+        _ => Err(
+            "usage: krabka-bench storage|tiering|transform|scale|replica [--quick] [--bytes N]"
+                .into(),
+        ),
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

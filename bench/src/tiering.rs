@@ -8,9 +8,9 @@
 //! The S3 server is the in-process s3s-fs server, or with `--server env` the one named by the
 //! `KRABKA_TEST_CEPH_*` variables that `scripts/ceph-rgw start` prints.
 
-mod measure;
-mod owned;
-mod sdk;
+pub(crate) mod measure;
+pub(crate) mod owned;
+pub(crate) mod sdk;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -36,14 +36,14 @@ const SCAN_BATCH: usize = 1000;
 const COPY_CONCURRENCY: usize = 8;
 
 pub struct Sizes {
-    segment: u64,
-    total: u64,
-    point_reads: u64,
+    pub(crate) segment: u64,
+    pub(crate) total: u64,
+    pub(crate) point_reads: u64,
     /// Owned/unowned upload pairs of the ownership rows (each of at most 4 segments).
-    ownership_pairs: usize,
+    pub(crate) ownership_pairs: usize,
 }
 
-fn sizes(quick: bool, bytes: Option<u64>) -> Sizes {
+pub(crate) fn sizes(quick: bool, bytes: Option<u64>) -> Sizes {
     let total = bytes.unwrap_or(if quick { 16 << 20 } else { 256 << 20 });
     Sizes {
         // 16 segments of 16 MiB in a full run; four or so otherwise.
@@ -60,7 +60,7 @@ fn sizes(quick: bool, bytes: Option<u64>) -> Sizes {
     }
 }
 
-fn options(s: &Sizes) -> Options {
+pub(crate) fn options(s: &Sizes) -> Options {
     Options {
         max_bytes: s.segment,
         sync: SyncPolicy::Never,
@@ -68,7 +68,10 @@ fn options(s: &Sizes) -> Options {
     }
 }
 
-fn fill(append: impl Fn(&[krabka_protocol::Message]) -> Result<()>, s: &Sizes) -> Result<()> {
+pub(crate) fn fill(
+    append: impl Fn(&[krabka_protocol::Message]) -> Result<()>,
+    s: &Sizes,
+) -> Result<()> {
     let v = value(VALUE);
     let batches = (s.total / (VALUE * BATCH) as u64).max(1);
     for b in 0..batches {
@@ -82,11 +85,11 @@ fn fill(append: impl Fn(&[krabka_protocol::Message]) -> Result<()>, s: &Sizes) -
 
 /// Writes back every dirty page (`sync`) before a timed upload, so no upload pays for the
 /// writeback of files an earlier step (the fill, a baseline's copies) left dirty.
-fn settle() {
+pub(crate) fn settle() {
     let _ = std::process::Command::new("sync").status();
 }
 
-fn mbps(bytes: u64, secs: f64) -> f64 {
+pub(crate) fn mbps(bytes: u64, secs: f64) -> f64 {
     if secs > 0.0 {
         bytes as f64 / 1e6 / secs
     } else {
@@ -96,13 +99,13 @@ fn mbps(bytes: u64, secs: f64) -> f64 {
 
 /// The target for a ratio: at least (throughput) or at most (latency).
 #[derive(Clone, Copy)]
-enum Target {
+pub(crate) enum Target {
     None,
     AtLeast(f64),
     AtMost(f64),
 }
 
-struct Line {
+pub(crate) struct Line {
     measure: String,
     krabka: String,
     baseline: String,
@@ -111,7 +114,7 @@ struct Line {
 }
 
 impl Line {
-    fn info(measure: impl Into<String>, krabka: String, baseline: String) -> Self {
+    pub(crate) fn info(measure: impl Into<String>, krabka: String, baseline: String) -> Self {
         Self {
             measure: measure.into(),
             krabka,
@@ -122,7 +125,7 @@ impl Line {
     }
 
     /// A comparison: `k` and `b` are the figures the ratio is taken of.
-    fn cmp(
+    pub(crate) fn cmp(
         measure: String,
         (krabka, k): (String, f64),
         (base, b): (String, f64),
@@ -144,11 +147,11 @@ impl Line {
     }
 }
 
-fn met(ok: bool) -> &'static str {
+pub(crate) fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "not met" }
 }
 
-fn rate(v: f64) -> (String, f64) {
+pub(crate) fn rate(v: f64) -> (String, f64) {
     (format!("{v:.1}"), v)
 }
 
@@ -161,18 +164,19 @@ fn lat(h: &Histogram, note: &str) -> (String, f64) {
 }
 
 /// Where the S3 rows' server is.
-struct S3Target {
-    label: String,
-    config: S3Config,
-    server: Option<TestServer>,
-    cleanup: bool,
+pub(crate) struct S3Target {
+    pub(crate) label: String,
+    pub(crate) config: S3Config,
+    pub(crate) server: Option<TestServer>,
+    /// Whether the run deletes what it wrote (a server that outlives it).
+    pub(crate) cleanup: bool,
 }
 
-fn s3_target(rest: &[String], root: &Path) -> Result<S3Target> {
+pub(crate) fn s3_target(rest: &[String], root: &Path) -> Result<S3Target> {
     let mode = match rest {
         [] => "in-process",
         [flag, v] if flag == "--server" => v.as_str(),
-        _ => return Err(format!("tiering: unexpected arguments {rest:?}").into()),
+        _ => return Err(format!("unexpected arguments {rest:?}").into()),
     };
     match mode {
         "in-process" => {
@@ -242,16 +246,21 @@ pub fn run(quick: bool, bytes: Option<u64>, rest: &[String]) -> Result<()> {
     remote_fs(&s, root, &local_ref, &mut lines)?;
     let cleanup = s3(&s, root, &local_ref, &target, &mut lines);
 
+    print_lines(&lines);
+    println!("\n(total {:.1} s)", started.elapsed().as_secs_f64());
+    cleanup
+}
+
+/// Prints `lines` as the Markdown table of measures, each against its baseline.
+pub(crate) fn print_lines(lines: &[Line]) {
     println!("| measure | krabka | baseline | krabka / baseline | target |");
     println!("| --- | ---: | ---: | ---: | --- |");
-    for l in &lines {
+    for l in lines {
         println!(
             "| {} | {} | {} | {} | {} |",
             l.measure, l.krabka, l.baseline, l.ratio, l.target
         );
     }
-    println!("\n(total {:.1} s)", started.elapsed().as_secs_f64());
-    cleanup
 }
 
 fn remote_fs(s: &Sizes, root: &Path, local_ref: &Log, lines: &mut Vec<Line>) -> Result<()> {

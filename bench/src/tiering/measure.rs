@@ -19,7 +19,8 @@ use crate::Result;
 use crate::report::Histogram;
 use crate::storage::Rng;
 
-fn config(cache_bytes: u64) -> TieringConfig {
+/// The tiering config of every log of the bench: no local copy kept, no time retention.
+pub(crate) fn config(cache_bytes: u64) -> TieringConfig {
     TieringConfig {
         local_retention_bytes: Some(0),
         retention_ms: None,
@@ -248,6 +249,32 @@ impl Uploaded {
             self.tp.clone(),
             config(cache_bytes),
         )?)
+    }
+}
+
+impl Uploaded {
+    /// As [`open`](Self::open), opened with `ownership` (`TieredLog::open_owned`: a reopen of
+    /// the bound log, which claims the next writer epoch and rewrites the partition head).
+    pub fn open_owned(
+        &self,
+        s: &Sizes,
+        cache_bytes: u64,
+        ownership: &RemoteOwnership,
+    ) -> Result<TieredLog> {
+        Ok(TieredLog::open_owned(
+            &self.dir,
+            options(s),
+            Arc::clone(&self.rsm),
+            self.rlmm.clone(),
+            self.tp.clone(),
+            config(cache_bytes),
+            ownership,
+        )?)
+    }
+
+    /// The partition uploaded.
+    pub fn topic_id_partition(&self) -> &TopicIdPartition {
+        &self.tp
     }
 }
 

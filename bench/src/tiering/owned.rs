@@ -42,7 +42,8 @@ pub struct Calls {
 }
 
 impl Calls {
-    fn total(&self) -> u64 {
+    /// Calls of every method.
+    pub(crate) fn total(&self) -> u64 {
         self.list
             + self.list_dirs
             + self.read
@@ -52,7 +53,8 @@ impl Calls {
             + self.read_if_changed
     }
 
-    fn since(&self, before: &Self) -> Self {
+    /// The calls made since `before` was taken.
+    pub(crate) fn since(&self, before: &Self) -> Self {
         Self {
             list: self.list - before.list,
             list_dirs: self.list_dirs - before.list_dirs,
@@ -66,7 +68,7 @@ impl Calls {
     }
 
     /// `"3 reads, 2 create-only writes"`: the nonzero counts.
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let parts: Vec<String> = [
             (self.read, "read"),
             (self.create, "create-only write"),
@@ -248,7 +250,8 @@ pub struct Backend<'a> {
     pub server: Option<&'a TestServer>,
 }
 
-fn server_requests(server: Option<&TestServer>) -> usize {
+/// Requests the in-process S3 server received so far (0 without one).
+pub(crate) fn server_requests(server: Option<&TestServer>) -> usize {
     server.map_or(0, |s| s.requests_received().values().sum())
 }
 
