@@ -97,3 +97,18 @@ fn scale_quick_tiers_every_partition_and_reports_every_figure() {
         assert!(out.contains(line), "{line} missing:\n{out}");
     }
 }
+
+#[test]
+fn replica_quick_reports_every_row() {
+    let out = run(&["replica", "--quick", "--partitions", "20"]);
+    assert!(!out.contains("failed"), "{out}");
+    for row in [
+        "scan of the remote range by a ReadReplica",
+        "visibility on",
+        "idle refresh on",
+        "nothing changing: requests/s one replica process sends",
+        "nothing changing, requests_per_second",
+    ] {
+        assert!(out.contains(row), "{row} missing:\n{out}");
+    }
+}
