@@ -156,7 +156,8 @@ impl ReplicaGroup {
     }
 
     /// Refreshes every replica whose view is due, on at most
-    /// [`ReplicaGroupConfig::refresh_threads`] threads.
+    /// [`ReplicaGroupConfig::refresh_threads`] threads. A replica whose last refresh failed
+    /// is tried again once its refresh interval passed, not at every call.
     pub fn refresh_due(&self) -> GroupRefresh {
         let due: Vec<Arc<ReadReplica>> = self
             .replicas
@@ -166,6 +167,7 @@ impl ReplicaGroup {
             .cloned()
             .collect();
         let next = AtomicUsize::new(0);
+        let refreshed = AtomicUsize::new(0);
         let failed = AtomicUsize::new(0);
         let threads = self.config.refresh_threads.min(due.len());
         std::thread::scope(|s| {
@@ -175,19 +177,25 @@ impl ReplicaGroup {
                         if self.stop.load(Ordering::Acquire) {
                             break;
                         }
-                        if let Err(e) = r.refresh() {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                            tracing::warn!(partition = %r.tp, error = %e,
-                                "read replica refresh failed; serving the previous view");
+                        match r.refresh_when_due() {
+                            // Refreshed meanwhile (a read did), or failed under an interval ago.
+                            None => {}
+                            Some(Ok(_)) => {
+                                refreshed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Some(Err(e)) => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                tracing::warn!(partition = %r.tp, error = %e,
+                                    "read replica refresh failed; serving the previous view");
+                            }
                         }
                     }
                 });
             }
         });
-        let failed = failed.into_inner();
         GroupRefresh {
-            refreshed: due.len().min(next.into_inner()).saturating_sub(failed),
-            failed,
+            refreshed: refreshed.into_inner(),
+            failed: failed.into_inner(),
         }
     }
 

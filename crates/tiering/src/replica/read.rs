@@ -130,10 +130,10 @@ impl ReadReplica {
         // drops a segment of the first view: at most that many.
         let mut retries = view.segments.len();
         loop {
-            let (e, id) = match self.search_time_in(&view, ts) {
-                Ok(found) => return Ok(found),
-                Err((e, Some(id))) if retries > 0 => (e, id),
-                Err((e, _)) => return Err(e),
+            let (e, id) = match self.search_time_in(&view, ts)? {
+                Search::Done(found) => return Ok(found),
+                Search::Deleted(e, id) if retries > 0 => (e, id),
+                Search::Deleted(e, _) => return Err(e),
             };
             retries -= 1;
             self.refresh()?;
@@ -149,22 +149,30 @@ impl ReadReplica {
         }
     }
 
-    /// The timestamp search over `view`'s segments; a segment not found in the bucket fails
-    /// with its id, for the caller to refresh.
-    fn search_time_in(&self, view: &View, ts: i64) -> Result<Option<u64>, (Error, Option<Uuid>)> {
+    /// The timestamp search over `view`'s segments, stopped by a segment not found in the
+    /// bucket (for the caller to refresh).
+    fn search_time_in(&self, view: &View, ts: i64) -> Result<Search, Error> {
         let first = view.first_seq();
         for meta in view.segments.iter().filter(|m| m.max_timestamp_ms() >= ts) {
             match self.reader().search_time(meta, ts, first, u64::MAX) {
-                Ok(Some(seq)) => return Ok(Some(seq)),
+                Ok(Some(seq)) => return Ok(Search::Done(Some(seq))),
                 Ok(None) => {}
                 Err(e) if e.is_remote_not_found() => {
-                    return Err((e, Some(meta.remote_log_segment_id().id())));
+                    return Ok(Search::Deleted(e, meta.remote_log_segment_id().id()));
                 }
-                Err(e) => return Err((e, None)),
+                Err(e) => return Err(e),
             }
         }
-        Ok(None)
+        Ok(Search::Done(None))
     }
+}
+
+/// How a timestamp search over one view ended.
+enum Search {
+    /// The answer.
+    Done(Option<u64>),
+    /// A segment of the view is not in the bucket: its error and id.
+    Deleted(Error, Uuid),
 }
 
 /// The served segment holding `seq`.

@@ -29,7 +29,7 @@ pub(crate) struct Known {
     /// The served segments' metadata (mapped), by segment id: a head listing them again costs
     /// no manifest read.
     manifests: HashMap<Uuid, RemoteLogSegmentMetadata>,
-    /// When a due refresh was last tried from a read.
+    /// When a due refresh (a read's, or a group's) last ended.
     attempted_at: Option<Instant>,
 }
 
@@ -68,24 +68,32 @@ impl ReadReplica {
     /// old and no other refresh is running; a failure is logged and the view kept (its age
     /// shows in [`ReadReplica::stats`]).
     pub(crate) fn refresh_if_due(&self) {
-        if self.view.read().refreshed_at.elapsed() < self.replica.refresh_interval {
-            return;
-        }
-        let Some(mut known) = self.known.try_lock() else {
-            return;
-        };
-        // A failing bucket is asked again once an interval, not at every read.
-        let interval = self.replica.refresh_interval;
-        if self.view.read().refreshed_at.elapsed() < interval
-            || known.attempted_at.is_some_and(|t| t.elapsed() < interval)
-        {
-            return;
-        }
-        known.attempted_at = Some(Instant::now());
-        if let Err(e) = self.refresh_locked(&mut known) {
+        if let Some(Err(e)) = self.refresh_when_due() {
             tracing::warn!(partition = %self.tp, error = %e,
                 "read replica refresh failed; serving the previous view");
         }
+    }
+
+    /// The refresh of [`refresh_if_due`](Self::refresh_if_due) (and of a
+    /// [`ReplicaGroup`](super::ReplicaGroup)'s refresher): `None` when the view is not
+    /// [`ReplicaConfig::refresh_interval`](super::ReplicaConfig) old, another refresh is
+    /// running, or the last attempt is not an interval old (a failing bucket is asked again
+    /// once an interval, not at every read or tick).
+    pub(crate) fn refresh_when_due(&self) -> Option<Result<RefreshOutcome, Error>> {
+        let interval = self.replica.refresh_interval;
+        if self.view.read().refreshed_at.elapsed() < interval {
+            return None;
+        }
+        let mut known = self.known.try_lock()?;
+        if self.view.read().refreshed_at.elapsed() < interval
+            || known.attempted_at.is_some_and(|t| t.elapsed() < interval)
+        {
+            return None;
+        }
+        let outcome = self.refresh_locked(&mut known);
+        // From the attempt's end: a failing one may have taken its retries' time.
+        known.attempted_at = Some(Instant::now());
+        Some(outcome)
     }
 
     fn refresh_locked(&self, known: &mut Known) -> Result<RefreshOutcome, Error> {

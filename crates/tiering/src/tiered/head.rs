@@ -1,14 +1,30 @@
 //! The partition head this log writes for read replicas
 //! ([`krabka_remote_storage::head`]): the finished segments readers may use, rewritten
 //! whenever they change, and before a segment's data is deleted.
+//!
+//! A head lost or damaged in the bucket (deleted by hand or by a lifecycle rule, overwritten
+//! by a fenced writer's late round) makes every replica list the partition in full at every
+//! refresh, and an idle partition never changes its head again. So every
+//! [`HEAD_CHECK_EVERY`]th time this log finds nothing to write, it reads the head back (one
+//! conditional read: an S3 304 once its version is known) and writes it again when it is not
+//! the one it wrote.
 
 use std::sync::atomic::Ordering;
 
-use krabka_remote_storage::head::{self, HeadRead, HeadSegment, PartitionHead};
-use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteLogSegmentState, layout, now_ms};
+use krabka_remote_storage::head::{
+    self, ConditionalRead, HeadRead, HeadSegment, MAX_HEAD_LEN, PartitionHead,
+};
+use krabka_remote_storage::{
+    RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteStorageError, layout, now_ms,
+};
 
 use super::TieredLog;
 use crate::error::Error;
+
+/// Calls of [`TieredLog::publish_head`] with nothing to write between two checks that the
+/// head in the bucket is the one this log wrote: a round calls it at its start and its end,
+/// so an idle writer checks about every 10th round.
+pub(crate) const HEAD_CHECK_EVERY: u32 = 20;
 
 /// What this log last wrote as the head.
 #[derive(Debug, Default)]
@@ -17,6 +33,12 @@ pub(crate) struct Published {
     serial: u64,
     /// Its segments and retention point.
     last: Option<(Vec<HeadSegment>, u64)>,
+    /// Its bytes, to recognise it when it is read back.
+    bytes: Vec<u8>,
+    /// Its version in the bucket once a check read it back (`None`: not read yet).
+    version: Option<String>,
+    /// Calls with nothing to write since the last write or check.
+    unchanged: u32,
 }
 
 impl TieredLog {
@@ -39,7 +61,16 @@ impl TieredLog {
         let segments = head_segments(&self.remote_list()?, retention_point);
         let now = (segments, retention_point);
         if !force && published.last.as_ref() == Some(&now) {
-            return Ok(());
+            published.unchanged = published.unchanged.saturating_add(1);
+            if published.unchanged < HEAD_CHECK_EVERY {
+                return Ok(());
+            }
+            published.unchanged = 0;
+            if self.head_intact(&writer, &mut published)? {
+                return Ok(());
+            }
+            tracing::warn!(partition = %self.tp,
+                "the partition head in the bucket is not the one this log wrote; writing it again");
         }
         // Two small reads: a writer fenced since its last check must not overwrite the new
         // writer's head.
@@ -80,7 +111,38 @@ impl TieredLog {
         head::write_head(writer.store, writer.partition_dir, &head).map_err(failed)?;
         published.serial = serial;
         published.last = Some(now);
+        published.bytes = head.encode();
+        published.version = None;
+        published.unchanged = 0;
         Ok(())
+    }
+
+    /// Whether the head in the bucket is the one this log last wrote: one conditional read.
+    fn head_intact(
+        &self,
+        writer: &crate::ownership::HeadWriter<'_>,
+        published: &mut Published,
+    ) -> Result<bool, Error> {
+        let key = layout::head_key(writer.partition_dir);
+        let read = writer
+            .store
+            .read_if_changed(&key, published.version.as_deref(), MAX_HEAD_LEN);
+        match read {
+            Ok(ConditionalRead::Unchanged) => Ok(true),
+            Ok(ConditionalRead::Changed { bytes, version }) if bytes == published.bytes => {
+                published.version = Some(version);
+                Ok(true)
+            }
+            // Absent, or another head: written again.
+            Ok(_) => Ok(false),
+            // Over the size limit: not this log's head either.
+            Err(RemoteStorageError::Corrupt { .. }) => Ok(false),
+            Err(e) => Err(Error::Ownership {
+                key,
+                partition: Box::new(self.tp.clone()),
+                source: Box::new(e),
+            }),
+        }
     }
 }
 
