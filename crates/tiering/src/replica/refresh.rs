@@ -144,9 +144,9 @@ impl ReadReplica {
                     // head is read again only when it changes (the live writer's next head
                     // replaces a stale one), unless it is damaged.
                     known.head_version = None;
-                    let damaged = matches!(status, HeadStatus::Damaged(_));
                     let newest = (status == HeadStatus::Current).then_some(&head);
                     self.full_listing(known, newest, status)?;
+                    let damaged = matches!(self.view.read().head, HeadStatus::Damaged(_));
                     known.head_version = (!damaged).then_some(version);
                     Ok(RefreshOutcome::FullListing)
                 }
@@ -167,15 +167,19 @@ impl ReadReplica {
         self.request(1);
         let read = head::read_head(self.store.as_ref(), &self.dir, None)
             .map_err(|e| self.refresh_error(&key, e))?;
-        let (head, status) = match read {
-            HeadRead::Fresh { head, version } => {
-                known.head_version = Some(version);
-                (Some(head), HeadStatus::Current)
+        let (head, version, status) = match read {
+            HeadRead::Fresh { head, version } => (Some(head), Some(version), HeadStatus::Current),
+            HeadRead::Damaged { error, .. } => {
+                (None, None, HeadStatus::Damaged(error.to_string()))
             }
-            HeadRead::Damaged { error, .. } => (None, HeadStatus::Damaged(error.to_string())),
-            _ => (None, HeadStatus::Missing),
+            _ => (None, None, HeadStatus::Missing),
         };
-        self.full_listing(&mut known, head.as_ref(), status)
+        self.full_listing(&mut known, head.as_ref(), status)?;
+        // A head the listing found damaged (an epoch no record holds) is read whole again.
+        if !matches!(self.view.read().head, HeadStatus::Damaged(_)) {
+            known.head_version = version;
+        }
+        Ok(())
     }
 
     /// Applies a head that changed: `Ok(Err(_))` when only a full listing can decide.
@@ -199,19 +203,8 @@ impl ReadReplica {
             return Ok(Err(NeedFull(HeadStatus::Stale)));
         }
         self.learn_epochs(known, head.writer_epoch)?;
-        // A head is written by the writer holding its epoch: an epoch no record holds, or a
-        // record naming another incarnation, is not a head a writer wrote.
-        if head.writer_epoch > known.max_epoch
-            || known
-                .epochs
-                .iter()
-                .any(|e| e.epoch == head.writer_epoch && e.incarnation != head.incarnation)
-        {
-            return Ok(Err(NeedFull(HeadStatus::Damaged(format!(
-                "it names writer epoch {} (incarnation {}), which no epoch record of the \
-                 partition holds",
-                head.writer_epoch, head.incarnation
-            )))));
+        if let Some(why) = not_a_writers_head(head, known) {
+            return Ok(Err(NeedFull(HeadStatus::Damaged(why))));
         }
         let mut served = Vec::with_capacity(head.segments.len());
         let mut read = 0;
@@ -315,7 +308,10 @@ impl ReadReplica {
         self.request(1);
         let mut scan = recovery::scan(lister, &self.tp, concurrency)
             .map_err(|e| self.refresh_error(&self.dir, e))?;
-        self.request(scan.objects_listed / 1000 + scan.manifests_read as u64);
+        // Its listing pages, manifests and epoch records.
+        self.request(
+            scan.objects_listed / 1000 + scan.manifests_read as u64 + scan.epochs.len() as u64,
+        );
         if let Some(map) = &self.map {
             let map = map.clone();
             scan = scan
@@ -324,6 +320,11 @@ impl ReadReplica {
         }
         known.max_epoch = scan.max_epoch;
         known.epochs = scan.epochs;
+        let (head, status) = match head.map(|h| (h, not_a_writers_head(h, known))) {
+            Some((_, Some(why))) => (None, HeadStatus::Damaged(why)),
+            Some((h, None)) => (Some(h), status),
+            None => (None, status),
+        };
         let mut chosen = scan.chosen;
         if let Some(h) = head {
             // What the writer recorded finished is what its head lists: a complete copy it has
@@ -416,4 +417,20 @@ impl ReadReplica {
             source: Box::new(source),
         }
     }
+}
+
+/// Why `head` is not one the writer holding its epoch wrote, given the epoch records known: it
+/// names an epoch no record holds, or one whose record names another incarnation.
+fn not_a_writers_head(head: &PartitionHead, known: &Known) -> Option<String> {
+    let foreign = known
+        .epochs
+        .iter()
+        .any(|e| e.epoch == head.writer_epoch && e.incarnation != head.incarnation);
+    (head.writer_epoch > known.max_epoch || foreign).then(|| {
+        format!(
+            "it names writer epoch {} (incarnation {}), which no epoch record of the partition \
+             holds",
+            head.writer_epoch, head.incarnation
+        )
+    })
 }
