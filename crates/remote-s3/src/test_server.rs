@@ -27,6 +27,11 @@
 //! matches, as AWS S3 and Ceph RGW do (s3s-fs ignores it). Other conditions (`If-Match`, a
 //! PutObject's `If-None-Match` with an ETag) are left to s3s-fs in both modes.
 //!
+//! # Key length
+//! s3s-fs keeps each object's attributes in a file named after the base64 of its key, so keys
+//! over about 150 bytes fail with 500 InternalError (the name passes 255 bytes) where S3 takes
+//! up to 1,024: tests keep their prefixes short.
+//!
 //! ```no_run
 //! use krabka_remote_s3::S3RemoteStorage;
 //! use krabka_remote_s3::test_server::TestServer;

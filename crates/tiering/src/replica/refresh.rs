@@ -169,9 +169,7 @@ impl ReadReplica {
             .map_err(|e| self.refresh_error(&key, e))?;
         let (head, version, status) = match read {
             HeadRead::Fresh { head, version } => (Some(head), Some(version), HeadStatus::Current),
-            HeadRead::Damaged { error, .. } => {
-                (None, None, HeadStatus::Damaged(error.to_string()))
-            }
+            HeadRead::Damaged { error, .. } => (None, None, HeadStatus::Damaged(error.to_string())),
             _ => (None, None, HeadStatus::Missing),
         };
         self.full_listing(&mut known, head.as_ref(), status)?;
