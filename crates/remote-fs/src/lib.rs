@@ -467,6 +467,17 @@ impl RemoteSegmentLister for FsRemoteStorage {
         fs::read(&path).map_err(|e| RemoteStorageError::io(path.display(), e))
     }
 
+    fn read_object_bounded(
+        &self,
+        key: &str,
+        max_len: usize,
+    ) -> Result<Vec<u8>, RemoteStorageError> {
+        let path = self.path(key);
+        ownership::read_bounded(&path, max_len)?.ok_or_else(|| {
+            RemoteStorageError::io(path.display(), std::io::ErrorKind::NotFound.into())
+        })
+    }
+
     fn delete_object(&self, key: &str) -> Result<(), RemoteStorageError> {
         let path = self.path(key);
         if Self::remove(&path)?

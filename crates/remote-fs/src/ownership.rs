@@ -4,7 +4,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use krabka_remote_storage::head::ConditionalRead;
@@ -34,12 +33,52 @@ impl FsRemoteStorage {
     }
 }
 
-/// The version [`OwnershipStore::read_if_changed`] gives a file: device, inode, size and
-/// modification time in nanoseconds. A [`put_object`](OwnershipStore::put_object) renames a
-/// new file into place, so each write changes the inode even within one clock tick.
-fn version_of(meta: &fs::Metadata) -> String {
-    let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
-    format!("{}:{}:{}:{mtime_ns}", meta.dev(), meta.ino(), meta.len())
+/// The version [`OwnershipStore::read_if_changed`] gives a file: its size and a hash of its
+/// bytes. Neither the inode (a rename alternates between two on ext4) nor the modification
+/// time (coarse on some filesystems) tells two writes apart for sure; the bytes do (a head's
+/// serial changes with every write). Reading the small file costs no request.
+fn version_of(bytes: &[u8]) -> String {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(bytes);
+    format!("{}:{hash:016x}", bytes.len())
+}
+
+/// Reads `path` whole when it holds at most `max_len` bytes, holding at most `max_len + 1`;
+/// `Ok(None)` when it does not exist.
+pub(crate) fn read_bounded(
+    path: &Path,
+    max_len: usize,
+) -> Result<Option<Vec<u8>>, RemoteStorageError> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(RemoteStorageError::io(path.display(), e)),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| RemoteStorageError::io(path.display(), e))?;
+    let key = path.display().to_string();
+    let limit = u64::try_from(max_len).unwrap_or(u64::MAX);
+    if meta.len() > limit {
+        return Err(krabka_remote_storage::recovery::object_too_large(
+            &key,
+            meta.len(),
+            max_len,
+        ));
+    }
+    // Bounded even if the file grew since the fstat (written in place by hand).
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| RemoteStorageError::io(path.display(), e))?;
+    if bytes.len() > max_len {
+        return Err(krabka_remote_storage::recovery::object_too_large(
+            &key,
+            bytes.len() as u64,
+            max_len,
+        ));
+    }
+    Ok(Some(bytes))
 }
 
 /// Create-only writes for the ownership records: the object is written and fsynced under a
@@ -50,8 +89,8 @@ fn version_of(meta: &fs::Metadata) -> String {
 ///
 /// The partition head is overwritten as a segment's files are copied: a temporary file in the
 /// same directory, written and fsynced, renamed over the final name, the directory fsynced. Its
-/// conditional read `fstat`s the open file and reads nothing when the version (device, inode,
-/// size, modification time) is the one known.
+/// conditional read reads the file (bounded) and compares its size and hash with the version
+/// known.
 impl OwnershipStore for FsRemoteStorage {
     fn create_if_absent(&self, key: &str, bytes: &[u8]) -> Result<bool, RemoteStorageError> {
         let (final_path, dir) = self.checked_key(key)?;
@@ -104,33 +143,12 @@ impl OwnershipStore for FsRemoteStorage {
         max_len: usize,
     ) -> Result<ConditionalRead, RemoteStorageError> {
         let (path, _) = self.checked_key(key)?;
-        let file = match File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(ConditionalRead::Absent),
-            Err(e) => return Err(RemoteStorageError::io(path.display(), e)),
+        let Some(bytes) = read_bounded(&path, max_len)? else {
+            return Ok(ConditionalRead::Absent);
         };
-        let meta = file
-            .metadata()
-            .map_err(|e| RemoteStorageError::io(path.display(), e))?;
-        let version = version_of(&meta);
+        let version = version_of(&bytes);
         if known == Some(version.as_str()) {
             return Ok(ConditionalRead::Unchanged);
-        }
-        let too_large = |len: u64| RemoteStorageError::Corrupt {
-            location: path.display().to_string(),
-            reason: format!("{len} bytes or more, over the {max_len}-byte limit"),
-        };
-        let limit = u64::try_from(max_len).unwrap_or(u64::MAX);
-        if meta.len() > limit {
-            return Err(too_large(meta.len()));
-        }
-        // Bounded even if the file grew since the fstat (written in place by hand).
-        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-        file.take(limit.saturating_add(1))
-            .read_to_end(&mut bytes)
-            .map_err(|e| RemoteStorageError::io(path.display(), e))?;
-        if bytes.len() > max_len {
-            return Err(too_large(bytes.len() as u64));
         }
         Ok(ConditionalRead::Changed { bytes, version })
     }

@@ -88,7 +88,9 @@ pub struct PartitionHead {
     pub writer_epoch: u64,
     /// That writer's incarnation (nil = none).
     pub incarnation: Uuid,
-    /// Increases by one with every write by one incarnation (first write 1).
+    /// Grows with every write by one incarnation: readers order one writer's heads by it (the
+    /// writer writes `max(previous + 1, written ms)`, going on after its own head's serial
+    /// when it restarts).
     pub serial: u64,
     /// When it was written (ms since the Unix epoch, the writer's clock).
     pub written_ms: i64,

@@ -415,13 +415,10 @@ pub fn read_record(
     store: &dyn RemoteSegmentLister,
     key: &str,
 ) -> Result<Option<Vec<u8>>, RemoteStorageError> {
-    match store.read_object(key) {
-        Ok(bytes) if bytes.len() > MAX_RECORD_LEN => Err(RemoteStorageError::Corrupt {
+    match store.read_object_bounded(key, MAX_RECORD_LEN) {
+        Err(RemoteStorageError::Corrupt { reason, .. }) => Err(RemoteStorageError::Corrupt {
             location: key.to_owned(),
-            reason: format!(
-                "ownership record of {} bytes, over the {MAX_RECORD_LEN}-byte limit",
-                bytes.len()
-            ),
+            reason: format!("ownership record: {reason}"),
         }),
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if is_absent(&e) => Ok(None),

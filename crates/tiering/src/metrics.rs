@@ -121,9 +121,13 @@ pub const LOCAL_LOG_RECOVERY_CLEAN_SHUTDOWN: &str = "krabka_local_log_recovery_c
 /// Seqs the writer held (as of the head a read replica applied) that the replica does not
 /// serve yet (gauge).
 pub const REPLICA_LAG_SEQS: &str = "krabka_replica_lag_seqs";
-/// Seconds since a read replica's view was last refreshed (gauge, sampled at each refresh and
-/// each `ReadReplica::stats` of a `ReplicaGroup` round).
+/// Seconds since a read replica's view was last refreshed successfully (gauge, sampled after
+/// each refresh, failed ones included, and by a started `ReplicaGroup` at every tick for every
+/// replica).
 pub const REPLICA_STALENESS_SECONDS: &str = "krabka_replica_staleness_seconds";
+/// Age of the head a read replica applied, by the writer's clock (gauge, sampled with
+/// [`REPLICA_STALENESS_SECONDS`]): how old the writer's newest published state is.
+pub const REPLICA_HEAD_AGE_SECONDS: &str = "krabka_replica_head_age_seconds";
 /// Requests a read replica's refreshes sent (counter).
 pub const REPLICA_REFRESH_REQUESTS: &str = "krabka_replica_refresh_requests_total";
 
@@ -177,6 +181,7 @@ pub const ALL: &[&str] = &[
     LOCAL_LOG_RECOVERY_CLEAN_SHUTDOWN,
     REPLICA_LAG_SEQS,
     REPLICA_STALENESS_SECONDS,
+    REPLICA_HEAD_AGE_SECONDS,
     REPLICA_REFRESH_REQUESTS,
 ];
 
@@ -192,6 +197,9 @@ pub(crate) fn labels(tp: &TopicIdPartition) -> [Label; 2] {
 pub fn publish_replica(tp: &TopicIdPartition, stats: &crate::replica::ReplicaStats) {
     gauge!(REPLICA_LAG_SEQS, labels(tp).to_vec()).set(stats.lag_seqs as f64);
     gauge!(REPLICA_STALENESS_SECONDS, labels(tp).to_vec()).set(stats.since_refresh.as_secs_f64());
+    if let Some(age) = stats.head_age {
+        gauge!(REPLICA_HEAD_AGE_SECONDS, labels(tp).to_vec()).set(age.as_secs_f64());
+    }
 }
 
 /// Adds `by` to counter `name` of partition `tp`.

@@ -109,6 +109,31 @@ impl S3RemoteStorage {
 }
 
 impl S3RemoteStorage {
+    /// One GetObject of the relative key `key`, its body read bounded (as
+    /// [`get_if_changed`](Self::get_if_changed)): what `read_object_bounded` is.
+    pub(super) fn read_bounded(
+        &self,
+        key: &str,
+        max_len: usize,
+    ) -> Result<Vec<u8>, RemoteStorageError> {
+        let full = self.config.key(key);
+        match self
+            .bridge
+            .block_on("GetObject", self.get_if_changed(&full, None, max_len))??
+        {
+            ConditionalRead::Changed { bytes, .. } => Ok(bytes),
+            // As `read_object` reports it: an I/O error of kind NotFound, what callers test for
+            // "absent".
+            _ => Err(RemoteStorageError::io(
+                self.location(&full),
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "NoSuchKey: the object does not exist",
+                ),
+            )),
+        }
+    }
+
     /// GetObject of the full key `key` unless its ETag is still `known`; the body read is
     /// bounded: its Content-Length is checked first, then at most `max_len + 1` bytes kept.
     async fn get_if_changed(

@@ -86,6 +86,14 @@ impl RemoteSegmentLister for S3RemoteStorage {
             .block_on("GetObject", self.get(&key, None, None))?
     }
 
+    fn read_object_bounded(
+        &self,
+        key: &str,
+        max_len: usize,
+    ) -> Result<Vec<u8>, RemoteStorageError> {
+        self.read_bounded(key, max_len)
+    }
+
     fn delete_object(&self, key: &str) -> Result<(), RemoteStorageError> {
         let key = self.config.key(key);
         self.bridge

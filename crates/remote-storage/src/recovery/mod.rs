@@ -93,11 +93,40 @@ pub trait RemoteSegmentLister: Send + Sync {
     /// A backend error; a missing object is an error that is not retriable.
     fn read_object(&self, key: &str) -> Result<Vec<u8>, RemoteStorageError>;
 
+    /// Reads the whole object `key` when it holds at most `max_len` bytes; a larger one is
+    /// [`RemoteStorageError::Corrupt`] naming it. For the small objects readers of the bucket
+    /// read (manifests, ownership records): a hostile or damaged object of gigabytes must not
+    /// be held. The provided version reads the object whole before it checks: the backends of
+    /// this workspace override it to hold at most `max_len + 1` bytes.
+    ///
+    /// # Errors
+    /// As [`read_object`](Self::read_object); `Corrupt` for an object over `max_len` bytes.
+    fn read_object_bounded(
+        &self,
+        key: &str,
+        max_len: usize,
+    ) -> Result<Vec<u8>, RemoteStorageError> {
+        let bytes = self.read_object(key)?;
+        if bytes.len() > max_len {
+            return Err(object_too_large(key, bytes.len() as u64, max_len));
+        }
+        Ok(bytes)
+    }
+
     /// Deletes the object `key`; absent is success.
     ///
     /// # Errors
     /// A backend error.
     fn delete_object(&self, key: &str) -> Result<(), RemoteStorageError>;
+}
+
+/// The error of a small object over the `max_len` bytes its reader accepts
+/// ([`RemoteSegmentLister::read_object_bounded`]): `len` is its size, or a lower bound.
+pub fn object_too_large(key: &str, len: u64, max_len: usize) -> RemoteStorageError {
+    RemoteStorageError::Corrupt {
+        location: key.to_owned(),
+        reason: format!("{len} bytes or more, over the {max_len}-byte limit of this object"),
+    }
 }
 
 /// The partitions of topic `topic`, partition `partition` found below the root or prefix (a

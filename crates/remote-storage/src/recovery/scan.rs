@@ -485,9 +485,10 @@ fn read_manifests(
                         };
                         let key =
                             layout::segment_object_key(dir, *start, *id, layout::MANIFEST_SUFFIX);
-                        match lister.read_object(&key) {
-                            Ok(bytes) if bytes.len() as u64 > manifest::MAX_MANIFEST_LEN => {
-                                out.push((i, Err(format!("{} bytes, too large", bytes.len()))));
+                        let max = usize::try_from(manifest::MAX_MANIFEST_LEN).unwrap_or(usize::MAX);
+                        match lister.read_object_bounded(&key, max) {
+                            Err(RemoteStorageError::Corrupt { reason, .. }) => {
+                                out.push((i, Err(format!("too large: {reason}"))));
                             }
                             Ok(bytes) => out.push((
                                 i,

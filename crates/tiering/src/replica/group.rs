@@ -61,6 +61,7 @@ pub struct ReplicaGroup {
     config: ReplicaGroupConfig,
     cache: RemoteReadCache,
     budget: Option<Arc<ByteRateQuota>>,
+    permits: Arc<RefreshPermits>,
     replicas: RwLock<HashMap<TopicIdPartition, Arc<ReadReplica>>>,
     stop: Arc<AtomicBool>,
     refresher: Mutex<Option<JoinHandle<()>>>,
@@ -97,6 +98,7 @@ impl ReplicaGroup {
             budget: config
                 .requests_per_second
                 .map(|r| Arc::new(ByteRateQuota::new(r))),
+            permits: Arc::new(RefreshPermits::new(config.refresh_threads)),
             config,
             replicas: RwLock::new(HashMap::new()),
             stop: Arc::new(AtomicBool::new(false)),
@@ -126,6 +128,7 @@ impl ReplicaGroup {
         if let Some(budget) = &self.budget {
             builder = builder.request_budget(budget.clone());
         }
+        builder.inner.permits = Some(self.permits.clone());
         let replica = Arc::new(builder.open()?);
         let mut replicas = self.replicas.write();
         if replicas.contains_key(&tp) {
@@ -214,6 +217,7 @@ impl ReplicaGroup {
                 let Some(g) = group.upgrade() else { break };
                 let started = Instant::now();
                 g.refresh_due();
+                g.publish_metrics();
                 let tick = g.tick();
                 drop(g);
                 let until = started + tick;
@@ -234,6 +238,15 @@ impl ReplicaGroup {
         }
     }
 
+    /// Samples every replica's lag gauges (no I/O): a view nobody reads still shows its
+    /// staleness growing while its refreshes fail.
+    pub fn publish_metrics(&self) {
+        let replicas: Vec<Arc<ReadReplica>> = self.replicas.read().values().cloned().collect();
+        for r in replicas {
+            crate::metrics::publish_replica(&r.tp, &r.stats());
+        }
+    }
+
     /// How often the refresher looks for due replicas.
     fn tick(&self) -> Duration {
         self.replicas
@@ -249,5 +262,42 @@ impl ReplicaGroup {
 impl Drop for ReplicaGroup {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// The refreshes a group lets run at once, whichever thread (the refresher, a reader) calls
+/// them: a counting semaphore.
+#[derive(Debug)]
+pub(crate) struct RefreshPermits {
+    free: Mutex<usize>,
+    freed: parking_lot::Condvar,
+}
+
+/// One refresh's permit, given back when dropped.
+pub(crate) struct Permit<'a>(&'a RefreshPermits);
+
+impl RefreshPermits {
+    pub(crate) fn new(permits: usize) -> Self {
+        Self {
+            free: Mutex::new(permits.max(1)),
+            freed: parking_lot::Condvar::new(),
+        }
+    }
+
+    /// Waits for a free permit.
+    pub(crate) fn acquire(&self) -> Permit<'_> {
+        let mut free = self.free.lock();
+        while *free == 0 {
+            self.freed.wait(&mut free);
+        }
+        *free -= 1;
+        Permit(self)
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock() += 1;
+        self.0.freed.notify_one();
     }
 }

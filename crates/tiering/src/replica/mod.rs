@@ -198,7 +198,6 @@ pub(crate) struct ReplicaCounters {
     pub(crate) idle_refreshes: AtomicU64,
     pub(crate) full_listings: AtomicU64,
     pub(crate) refresh_failures: AtomicU64,
-    pub(crate) refresh_requests: AtomicU64,
 }
 
 /// One partition served from the remote tier alone. `Send + Sync`: share it through an `Arc`;
@@ -227,13 +226,16 @@ pub struct ReadReplica {
     pub(crate) rsm: Arc<dyn RemoteStorageManager>,
     /// The backend as given.
     backend: Arc<dyn RemoteStorageManager>,
-    pub(crate) store: Arc<dyn OwnershipStore>,
+    /// The store as refreshes read it: counted, budgeted, read-only.
+    pub(crate) store: Arc<budget::BudgetedStore>,
     pub(crate) tp: TopicIdPartition,
     pub(crate) dir: String,
     pub(crate) config: TieringConfig,
     pub(crate) replica: ReplicaConfig,
     pub(crate) map: Option<SegmentMap>,
     pub(crate) budget: Option<Arc<ByteRateQuota>>,
+    /// A group's refresh permits (`None`: not in a group).
+    pub(crate) permits: Option<Arc<group::RefreshPermits>>,
     pub(crate) metadata: Arc<ReplicaMetadata>,
     pub(crate) cache: RemoteReadCache,
     pub(crate) counters: Counters,
@@ -295,13 +297,19 @@ impl ReadReplica {
                     budget: None,
                 }),
                 backend: rsm,
-                store,
+                store: Arc::new(budget::BudgetedStore {
+                    inner: store,
+                    budget: None,
+                    requests: AtomicU64::new(0),
+                    tp: tp.clone(),
+                }),
                 tp,
                 dir,
                 config,
                 replica,
                 map: None,
                 budget: None,
+                permits: None,
                 metadata: Arc::default(),
                 cache,
                 counters: Counters::default(),
@@ -374,7 +382,7 @@ impl ReadReplica {
             idle_refreshes: s.idle_refreshes.load(Ordering::Relaxed),
             full_listings: s.full_listings.load(Ordering::Relaxed),
             refresh_failures: s.refresh_failures.load(Ordering::Relaxed),
-            refresh_requests: s.refresh_requests.load(Ordering::Relaxed),
+            refresh_requests: self.store.requests.load(Ordering::Relaxed),
             fetch_requests: requests.fetch_log
                 + requests.fetch_index
                 + self.readahead.requests.load(Ordering::Relaxed)
@@ -387,7 +395,7 @@ impl ReadReplica {
 /// settings, then [`open`](Self::open).
 #[derive(Debug)]
 pub struct ReplicaBuilder {
-    inner: ReadReplica,
+    pub(crate) inner: ReadReplica,
 }
 
 impl ReplicaBuilder {
@@ -413,6 +421,12 @@ impl ReplicaBuilder {
         self.inner.rsm = Arc::new(budget::Budgeted {
             inner: self.inner.backend.clone(),
             budget: Some(budget.clone()),
+        });
+        self.inner.store = Arc::new(budget::BudgetedStore {
+            inner: self.inner.store.inner.clone(),
+            budget: Some(budget.clone()),
+            requests: AtomicU64::new(0),
+            tp: self.inner.tp.clone(),
         });
         self.inner.budget = Some(budget);
         self

@@ -98,7 +98,7 @@ impl ReadReplica {
                 }
                 Err(e) if e.is_remote_not_found() && !refreshed => {
                     refreshed = true;
-                    self.refresh()?;
+                    self.refresh_after_missing()?;
                 }
                 Err(e) if e.is_remote_not_found() => {
                     let view = self.view.read();
@@ -136,7 +136,7 @@ impl ReadReplica {
                 Search::Deleted(e, _) => return Err(e),
             };
             retries -= 1;
-            self.refresh()?;
+            self.refresh_after_missing()?;
             view = self.view.read().clone();
             // A segment still served is missing, not deleted.
             if view

@@ -96,7 +96,21 @@ impl ReadReplica {
         Some(outcome)
     }
 
+    /// The refresh a read makes when a served segment's object is missing (retention deleted
+    /// it since the view, most likely): at once while the head is current (one request when
+    /// nothing changed), else only when due, so a missing object under a missing or damaged
+    /// head does not cost a full listing per read.
+    pub(crate) fn refresh_after_missing(&self) -> Result<(), Error> {
+        if self.view.read().head == HeadStatus::Current {
+            self.refresh().map(|_| ())
+        } else {
+            self.refresh_when_due().transpose().map(|_| ())
+        }
+    }
+
     fn refresh_locked(&self, known: &mut Known) -> Result<RefreshOutcome, Error> {
+        // At most a group's `refresh_threads` refreshes run at once, whoever calls them.
+        let _permit = self.permits.as_ref().map(|p| p.acquire());
         self.stats.refreshes.fetch_add(1, Ordering::Relaxed);
         let outcome = self.refresh_inner(known);
         if outcome.is_err() {
@@ -109,7 +123,6 @@ impl ReadReplica {
 
     fn refresh_inner(&self, known: &mut Known) -> Result<RefreshOutcome, Error> {
         let key = layout::head_key(&self.dir);
-        self.request(1);
         let read = head::read_head(
             self.store.as_ref(),
             &self.dir,
@@ -164,7 +177,6 @@ impl ReadReplica {
         let mut known = self.known.lock();
         self.stats.refreshes.fetch_add(1, Ordering::Relaxed);
         let key = layout::head_key(&self.dir);
-        self.request(1);
         let read = head::read_head(self.store.as_ref(), &self.dir, None)
             .map_err(|e| self.refresh_error(&key, e))?;
         let (head, version, status) = match read {
@@ -236,7 +248,6 @@ impl ReadReplica {
     fn learn_epochs(&self, known: &mut Known, head_epoch: u64) -> Result<(), Error> {
         if head_epoch <= known.max_epoch && !known.epochs.is_empty() {
             let next = layout::epoch_key(&self.dir, head_epoch.saturating_add(1));
-            self.request(1);
             let found = ownership::read_record(self.store.as_ref(), &next)
                 .map_err(|e| self.refresh_error(&next, e))?;
             if found.is_none() {
@@ -244,10 +255,8 @@ impl ReadReplica {
             }
         }
         let lister: &dyn RemoteSegmentLister = self.store.as_ref();
-        self.request(1);
         let (epochs, unreadable) = ownership::list_epochs(lister, &self.dir, false)
             .map_err(|e| self.refresh_error(&self.dir, e))?;
-        self.request(epochs.len() as u64);
         known.max_epoch = epochs
             .iter()
             .map(|e| e.epoch)
@@ -267,9 +276,16 @@ impl ReadReplica {
         id: Uuid,
     ) -> Result<Option<RemoteLogSegmentMetadata>, Error> {
         let key = layout::segment_object_key(&self.dir, start, id, MANIFEST_SUFFIX);
-        self.request(1);
-        let bytes = match self.store.read_object(&key) {
+        let max = usize::try_from(manifest::MAX_MANIFEST_LEN).unwrap_or(usize::MAX);
+        let bytes = match self.store.read_object_bounded(&key, max) {
             Ok(bytes) => bytes,
+            // Gone, or too large to be a manifest: the listing decides.
+            Err(RemoteStorageError::Corrupt { .. }) => return Ok(None),
+            Err(RemoteStorageError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Ok(None);
+            }
             Err(e) if e.is_not_found() => return Ok(None),
             Err(e) => return Err(self.refresh_error(&key, e)),
         };
@@ -303,13 +319,10 @@ impl ReadReplica {
         self.stats.full_listings.fetch_add(1, Ordering::Relaxed);
         let lister: &dyn RemoteSegmentLister = self.store.as_ref();
         let concurrency = self.replica.scan_concurrency;
-        self.request(1);
         let mut scan = recovery::scan(lister, &self.tp, concurrency)
             .map_err(|e| self.refresh_error(&self.dir, e))?;
-        // Its listing pages, manifests and epoch records.
-        self.request(
-            scan.objects_listed / 1000 + scan.manifests_read as u64 + scan.epochs.len() as u64,
-        );
+        // The store counted the first listing page and every read; the pages after the first.
+        self.store.take(scan.objects_listed / 1000);
         if let Some(map) = &self.map {
             let map = map.clone();
             scan = scan
@@ -397,15 +410,6 @@ impl ReadReplica {
         }
         crate::metrics::publish_replica(&self.tp, &self.stats());
         Ok(())
-    }
-
-    /// Counts `n` requests a refresh sends, taking their tokens of the request budget.
-    fn request(&self, n: u64) {
-        self.stats.refresh_requests.fetch_add(n, Ordering::Relaxed);
-        crate::metrics::add(crate::metrics::REPLICA_REFRESH_REQUESTS, &self.tp, n);
-        if let Some(budget) = &self.budget {
-            budget.acquire_blocking(n);
-        }
     }
 
     fn refresh_error(&self, key: &str, source: RemoteStorageError) -> Error {
