@@ -24,6 +24,10 @@
 //! assert_eq!(used, buf.len());
 //! # Ok::<(), krabka_protocol::DecodeError>(())
 //! ```
+//!
+//! The [`batch`] module reads and writes Kafka's v2 record batches (magic 2) byte for byte.
+
+pub mod batch;
 
 use std::fmt;
 use std::ops::Range;

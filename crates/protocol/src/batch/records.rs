@@ -1,0 +1,290 @@
+//! Reading the records of a batch.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+
+use super::varint::{read_varint, read_varlong};
+use super::{BatchError, BatchHeader, HEADER_LEN, TimestampType};
+
+/// One record read from a batch. For an uncompressed batch the key, values and header values
+/// are views of the batch's bytes (no copy); for a compressed one, of the decompressed buffer.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RecordRef {
+    /// `baseOffset + offsetDelta`.
+    pub offset: i64,
+    /// `baseTimestamp + timestampDelta`, or `maxTimestamp` in a log-append-time batch.
+    pub timestamp: i64,
+    /// The key (`None` when null).
+    pub key: Option<Bytes>,
+    /// The value (`None` when null).
+    pub value: Option<Bytes>,
+    /// The headers in order: name and nullable value.
+    pub headers: Vec<(String, Option<Bytes>)>,
+}
+
+/// The records of a batch, read one at a time ([`BatchView::records`](super::BatchView::records)).
+///
+/// Each record is checked as it is read: its length varint lies within the records and matches
+/// the fields it holds, every length and count lies within the record, header names are UTF-8,
+/// and its `offsetDelta` is its index (deltas run exactly 0, 1, ..., n-1: a batch with gaps, as
+/// Kafka's log compaction leaves them, is refused). After the last record the header is checked
+/// against the records: `recordCount` equals the records found (no bytes left over),
+/// `lastOffsetDelta` is their count minus one, and in a create-time batch `maxTimestamp` is the
+/// largest record timestamp. Those last checks run only when the iterator is driven to its end;
+/// the first error ends the iteration.
+pub struct RecordIter {
+    header: BatchHeader,
+    data: Bytes,
+    pos: usize,
+    index: i32,
+    max_timestamp: Option<i64>,
+    done: bool,
+}
+
+/// Where one record's fields lie in the records section.
+struct Layout {
+    next: usize,
+    timestamp_delta: i64,
+    timestamp_at: usize,
+    offset_delta: i32,
+    offset_at: usize,
+    key: Option<Range<usize>>,
+    value: Option<Range<usize>>,
+    headers: Vec<(String, Option<Range<usize>>)>,
+}
+
+/// Moves a position-carrying error from records-section coordinates to batch coordinates.
+fn shift(e: BatchError) -> BatchError {
+    match e {
+        BatchError::Truncated { needed, at } => BatchError::Truncated {
+            needed,
+            at: at + HEADER_LEN,
+        },
+        BatchError::Varint { at } => BatchError::Varint {
+            at: at + HEADER_LEN,
+        },
+        other => other,
+    }
+}
+
+fn length_error(field: &'static str, value: i32, at: usize) -> BatchError {
+    BatchError::Length {
+        field,
+        value: i64::from(value),
+        at: at + HEADER_LEN,
+    }
+}
+
+/// Reads a nullable byte run (varint length, -1 for null) within `buf`.
+fn nullable(
+    buf: &[u8],
+    at: usize,
+    field: &'static str,
+) -> Result<(Option<Range<usize>>, usize), BatchError> {
+    let (len, next) = read_varint(buf, at).map_err(shift)?;
+    if len == -1 {
+        return Ok((None, next));
+    }
+    match usize::try_from(len) {
+        Ok(n) if n <= buf.len() - next => Ok((Some(next..next + n), next + n)),
+        _ => Err(length_error(field, len, at)),
+    }
+}
+
+/// Reads the record starting at `start` of `data` (the records section).
+fn parse_record(data: &[u8], start: usize) -> Result<Layout, BatchError> {
+    let (len, body_start) = read_varint(data, start).map_err(shift)?;
+    let end = usize::try_from(len)
+        .ok()
+        .filter(|&n| n <= data.len() - body_start)
+        .map(|n| body_start + n)
+        .ok_or(length_error("length", len, start))?;
+    // Every read below stays within this record.
+    let body = data.get(..end).unwrap_or_default();
+    let mut p = body_start;
+    if body.get(p).is_none() {
+        return Err(shift(BatchError::Truncated { needed: 1, at: p }));
+    }
+    p += 1; // Record attributes: unused.
+    let timestamp_at = p;
+    let (timestamp_delta, next) = read_varlong(body, p).map_err(shift)?;
+    let offset_at = next;
+    let (offset_delta, next) = read_varint(body, next).map_err(shift)?;
+    let (key, next) = nullable(body, next, "keyLength")?;
+    let (value, next) = nullable(body, next, "valueLength")?;
+    let count_at = next;
+    let (count, mut p) = read_varint(body, next).map_err(shift)?;
+    // A header takes at least two bytes (two one-byte lengths).
+    let count = usize::try_from(count)
+        .ok()
+        .filter(|&n| n <= (end - p) / 2)
+        .ok_or(length_error("headerCount", count, count_at))?;
+    let mut headers = Vec::with_capacity(count.min(8));
+    for _ in 0..count {
+        let (name, next) = nullable(body, p, "headerKeyLength")?;
+        let name = name.ok_or(length_error("headerKeyLength", -1, p))?;
+        let name_at = name.start;
+        let name = std::str::from_utf8(body.get(name).unwrap_or_default())
+            .map_err(|_| BatchError::Utf8 {
+                at: name_at + HEADER_LEN,
+            })?
+            .to_owned();
+        let (value, next) = nullable(body, next, "headerValueLength")?;
+        headers.push((name, value));
+        p = next;
+    }
+    if p != end {
+        return Err(length_error("length", len, start));
+    }
+    Ok(Layout {
+        next: end,
+        timestamp_delta,
+        timestamp_at,
+        offset_delta,
+        offset_at,
+        key,
+        value,
+        headers,
+    })
+}
+
+impl std::fmt::Debug for RecordIter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The records' bytes are left out: they may be megabytes.
+        f.debug_struct("RecordIter")
+            .field("header", &self.header)
+            .field("bytes", &self.data.len())
+            .field("pos", &self.pos)
+            .field("index", &self.index)
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+impl RecordIter {
+    pub(crate) fn new(header: BatchHeader, data: Bytes) -> Self {
+        Self {
+            header,
+            data,
+            pos: 0,
+            index: 0,
+            max_timestamp: None,
+            done: false,
+        }
+    }
+
+    fn read_next(&mut self) -> Result<RecordRef, BatchError> {
+        if self.pos >= self.data.len() {
+            return Err(BatchError::RecordCount {
+                header: self.header.record_count,
+                found: usize::try_from(self.index).unwrap_or(0),
+            });
+        }
+        let layout = parse_record(&self.data, self.pos)?;
+        if layout.offset_delta != self.index {
+            return Err(BatchError::OffsetDelta {
+                expected: self.index,
+                found: layout.offset_delta,
+                at: layout.offset_at + HEADER_LEN,
+            });
+        }
+        let offset = self
+            .header
+            .base_offset
+            .checked_add(i64::from(self.index))
+            .ok_or(length_error("offsetDelta", self.index, layout.offset_at))?;
+        let delta = layout.timestamp_delta;
+        let timestamp =
+            self.header
+                .base_timestamp
+                .checked_add(delta)
+                .ok_or(BatchError::Length {
+                    field: "timestampDelta",
+                    value: delta,
+                    at: layout.timestamp_at + HEADER_LEN,
+                })?;
+        self.max_timestamp = Some(self.max_timestamp.map_or(timestamp, |m| m.max(timestamp)));
+        let slice = |r: Range<usize>| self.data.slice(r);
+        let record = RecordRef {
+            offset,
+            timestamp: match self.header.timestamp_type() {
+                TimestampType::LogAppendTime => self.header.max_timestamp,
+                _ => timestamp,
+            },
+            key: layout.key.map(slice),
+            value: layout.value.map(slice),
+            headers: layout
+                .headers
+                .into_iter()
+                .map(|(name, value)| (name, value.map(slice)))
+                .collect(),
+        };
+        self.pos = layout.next;
+        self.index += 1;
+        Ok(record)
+    }
+
+    /// The checks of the header against all the records, once they are read.
+    fn finish(&self) -> Result<(), BatchError> {
+        let header = &self.header;
+        if self.pos < self.data.len() {
+            // More records than the header says: count them (each takes at least one byte).
+            let mut found = usize::try_from(self.index).unwrap_or(0);
+            let mut pos = self.pos;
+            while pos < self.data.len() {
+                pos = parse_record(&self.data, pos)?.next;
+                found += 1;
+            }
+            return Err(BatchError::RecordCount {
+                header: header.record_count,
+                found,
+            });
+        }
+        let last = self.index - 1;
+        if header.last_offset_delta != last {
+            return Err(BatchError::LastOffsetDelta {
+                header: header.last_offset_delta,
+                found: last,
+            });
+        }
+        if let (TimestampType::CreateTime, Some(found)) =
+            (header.timestamp_type(), self.max_timestamp)
+            && found != header.max_timestamp
+        {
+            return Err(BatchError::Timestamp {
+                header: header.max_timestamp,
+                found,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Iterator for RecordIter {
+    type Item = Result<RecordRef, BatchError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let result = if self.index < self.header.record_count {
+            self.read_next().map(Some)
+        } else {
+            self.finish().map(|()| None)
+        };
+        match result {
+            Ok(Some(record)) => Some(Ok(record)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl std::iter::FusedIterator for RecordIter {}
