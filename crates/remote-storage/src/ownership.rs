@@ -387,9 +387,16 @@ pub fn read_epochs(
     keys.sort();
     let mut out = Vec::with_capacity(keys.len());
     for (epoch, key) in keys {
-        // Listed, then gone: a hand delete racing the listing; nothing to hold.
-        let Some(bytes) = read_record(store, &key)? else {
-            continue;
+        let bytes = match read_record(store, &key) {
+            Ok(Some(bytes)) => bytes,
+            // Listed, then gone: a hand delete racing the listing; nothing to hold.
+            Ok(None) => continue,
+            // Too large to be a record: unusable, like one that does not decode.
+            Err(e @ RemoteStorageError::Corrupt { .. }) => {
+                out.push((epoch, key, Err(e)));
+                continue;
+            }
+            Err(e) => return Err(e),
         };
         let decoded = EpochRecord::decode(&bytes, &key).and_then(|r| {
             if r.epoch == epoch {

@@ -2,8 +2,10 @@
 //! takes one token of the request budget (a [`ByteRateQuota`] counted in requests), when there
 //! is one, before every fetch.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
 
 use krabka_remote_storage::head::ConditionalRead;
 use krabka_remote_storage::ownership::OwnershipStore;
@@ -15,17 +17,61 @@ use krabka_remote_storage::{
 
 use crate::service::ByteRateQuota;
 
+/// A request budget as replicas take from it: the quota, and the turn its takers wait in.
+#[derive(Clone)]
+pub(crate) struct Budget {
+    quota: Arc<ByteRateQuota>,
+    turn: Arc<Mutex<()>>,
+}
+
+/// The turn of every quota some replica takes from, by quota (dead quotas dropped as others
+/// are added).
+#[allow(clippy::type_complexity)]
+static TURNS: Mutex<Vec<(Weak<ByteRateQuota>, Arc<Mutex<()>>)>> = Mutex::new(Vec::new());
+
+impl Budget {
+    /// The budget of `quota`: replicas given one quota, in a group or built apart, wait in one
+    /// turn.
+    pub(crate) fn of(quota: Arc<ByteRateQuota>) -> Self {
+        let mut turns = TURNS.lock();
+        turns.retain(|(q, _)| q.strong_count() > 0);
+        let found = turns
+            .iter()
+            .find(|(q, _)| std::ptr::eq(q.as_ptr(), Arc::as_ptr(&quota)))
+            .map(|(_, t)| t.clone());
+        let turn = found.unwrap_or_else(|| {
+            let t = Arc::new(Mutex::new(()));
+            turns.push((Arc::downgrade(&quota), t.clone()));
+            t
+        });
+        Self { quota, turn }
+    }
+
+    /// Waits for `n` tokens, one taker at a time. [`ByteRateQuota::acquire_blocking`] checks
+    /// the balance and charges it under two locks: takers that all found it out of debt at once
+    /// would all be charged, as many requests at once as threads waited (past the burst). In
+    /// turn, each waits out the debt the one before it left: by any time `t` at most
+    /// `rate × t + burst + n` requests were let through.
+    pub(crate) fn take(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let _turn = self.turn.lock();
+        self.quota.acquire_blocking(n);
+    }
+}
+
 /// A backend that only reads: copies and deletes are refused, and every fetch first takes one
 /// token of the shared request budget when there is one.
 pub(crate) struct Budgeted {
     pub(crate) inner: Arc<dyn RemoteStorageManager>,
-    pub(crate) budget: Option<Arc<ByteRateQuota>>,
+    pub(crate) budget: Option<Budget>,
 }
 
 impl Budgeted {
     fn take(&self) {
         if let Some(b) = &self.budget {
-            b.acquire_blocking(1);
+            b.take(1);
         }
     }
 }
@@ -77,7 +123,7 @@ impl RemoteStorageManager for Budgeted {
 /// refused.
 pub(crate) struct BudgetedStore {
     pub(crate) inner: Arc<dyn OwnershipStore>,
-    pub(crate) budget: Option<Arc<ByteRateQuota>>,
+    pub(crate) budget: Option<Budget>,
     pub(crate) requests: AtomicU64,
     pub(crate) tp: TopicIdPartition,
 }
@@ -86,7 +132,7 @@ impl BudgetedStore {
     /// Counts `n` requests, after waiting for their tokens.
     pub(crate) fn take(&self, n: u64) {
         if let Some(b) = &self.budget {
-            b.acquire_blocking(n);
+            b.take(n);
         }
         self.requests.fetch_add(n, Ordering::Relaxed);
         crate::metrics::add(crate::metrics::REPLICA_REFRESH_REQUESTS, &self.tp, n);

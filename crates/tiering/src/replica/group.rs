@@ -64,7 +64,8 @@ pub struct ReplicaGroup {
     permits: Arc<RefreshPermits>,
     replicas: RwLock<HashMap<TopicIdPartition, Arc<ReadReplica>>>,
     stop: Arc<AtomicBool>,
-    refresher: Mutex<Option<JoinHandle<()>>>,
+    /// The refresher's and the sampler's threads, once started.
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for ReplicaGroup {
@@ -102,7 +103,7 @@ impl ReplicaGroup {
             config,
             replicas: RwLock::new(HashMap::new()),
             stop: Arc::new(AtomicBool::new(false)),
-            refresher: Mutex::new(None),
+            threads: Mutex::new(Vec::new()),
         }))
     }
 
@@ -204,20 +205,30 @@ impl ReplicaGroup {
 
     /// Starts a thread that refreshes due replicas until the group is dropped or
     /// [`stop`](Self::stop)ped: it looks every quarter of the shortest refresh interval
-    /// (between 1 ms and 1 s).
+    /// (between 1 ms and 1 s). Another samples the lag gauges ([`publish_metrics`](
+    /// Self::publish_metrics)) as often, whatever the refreshes do: one stuck in retries
+    /// against a bucket that is down does not stop its staleness being seen to grow.
     pub fn start(self: &Arc<Self>) {
-        let mut refresher = self.refresher.lock();
-        if refresher.is_some() {
+        let mut threads = self.threads.lock();
+        if !threads.is_empty() {
             return;
         }
+        threads.push(self.spawn_ticks(|g| {
+            g.refresh_due();
+        }));
+        threads.push(self.spawn_ticks(Self::publish_metrics));
+    }
+
+    /// A thread running `pass` every [`tick`](Self::tick) until the group is dropped or
+    /// stopped.
+    fn spawn_ticks(self: &Arc<Self>, pass: fn(&Self)) -> JoinHandle<()> {
         let group = Arc::downgrade(self);
         let stop = self.stop.clone();
-        *refresher = Some(std::thread::spawn(move || {
+        std::thread::spawn(move || {
             while !stop.load(Ordering::Acquire) {
                 let Some(g) = group.upgrade() else { break };
                 let started = Instant::now();
-                g.refresh_due();
-                g.publish_metrics();
+                pass(&g);
                 let tick = g.tick();
                 drop(g);
                 let until = started + tick;
@@ -225,16 +236,18 @@ impl ReplicaGroup {
                     std::thread::sleep(Duration::from_millis(10).min(tick));
                 }
             }
-        }));
+        })
     }
 
-    /// Stops the background refreshes and waits for the thread.
+    /// Stops the background refreshes and sampling and waits for their threads.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.refresher.lock().take()
-            && t.thread().id() != std::thread::current().id()
-        {
-            let _ = t.join();
+        let threads = std::mem::take(&mut *self.threads.lock());
+        for t in threads {
+            // The group may be dropped by one of its own threads.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
     }
 

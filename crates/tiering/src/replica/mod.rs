@@ -415,16 +415,19 @@ impl ReplicaBuilder {
     }
 
     /// Takes one token of `budget` before every request a refresh sends and every fetch a read
-    /// sends (shared by many replicas: a request rate for the process).
+    /// sends (shared by many replicas: a request rate for the process). The replicas given one
+    /// budget take their tokens one at a time, so their requests never outrun it, even in a
+    /// burst of threads.
     #[must_use]
     pub fn request_budget(mut self, budget: Arc<ByteRateQuota>) -> Self {
+        let shared = budget::Budget::of(budget.clone());
         self.inner.rsm = Arc::new(budget::Budgeted {
             inner: self.inner.backend.clone(),
-            budget: Some(budget.clone()),
+            budget: Some(shared.clone()),
         });
         self.inner.store = Arc::new(budget::BudgetedStore {
             inner: self.inner.store.inner.clone(),
-            budget: Some(budget.clone()),
+            budget: Some(shared),
             requests: AtomicU64::new(0),
             tp: self.inner.tp.clone(),
         });

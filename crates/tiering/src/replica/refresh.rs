@@ -175,6 +175,8 @@ impl ReadReplica {
     /// refresh is conditional.
     pub(crate) fn refresh_full(&self) -> Result<(), Error> {
         let mut known = self.known.lock();
+        // A group's replicas opened at once list within its permits too.
+        let _permit = self.permits.as_ref().map(|p| p.acquire());
         self.stats.refreshes.fetch_add(1, Ordering::Relaxed);
         let key = layout::head_key(&self.dir);
         let read = head::read_head(self.store.as_ref(), &self.dir, None)
@@ -248,10 +250,13 @@ impl ReadReplica {
     fn learn_epochs(&self, known: &mut Known, head_epoch: u64) -> Result<(), Error> {
         if head_epoch <= known.max_epoch && !known.epochs.is_empty() {
             let next = layout::epoch_key(&self.dir, head_epoch.saturating_add(1));
-            let found = ownership::read_record(self.store.as_ref(), &next)
-                .map_err(|e| self.refresh_error(&next, e))?;
-            if found.is_none() {
-                return Ok(());
+            match ownership::read_record(self.store.as_ref(), &next) {
+                Ok(None) => return Ok(()),
+                Ok(Some(_)) => {}
+                // There but unusable (over the record limit, say): the listing below counts it
+                // as an unreadable epoch, as recovery does.
+                Err(RemoteStorageError::Corrupt { .. }) => {}
+                Err(e) => return Err(self.refresh_error(&next, e)),
             }
         }
         let lister: &dyn RemoteSegmentLister = self.store.as_ref();
