@@ -423,7 +423,7 @@ fn rebuild_metadata(
             return Err(too_large(listed));
         }
         let bytes = lister
-            .read_object(&key)
+            .read_object_bounded(&key, MAX_REBUILD_INDEX_BYTES)
             .map_err(|e| format!("{key}: {e}"))?;
         if bytes.len() > MAX_REBUILD_INDEX_BYTES {
             return Err(too_large(bytes.len() as u64));

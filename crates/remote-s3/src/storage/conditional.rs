@@ -124,13 +124,18 @@ impl S3RemoteStorage {
             ConditionalRead::Changed { bytes, .. } => Ok(bytes),
             // As `read_object` reports it: an I/O error of kind NotFound, what callers test for
             // "absent".
-            _ => Err(RemoteStorageError::io(
+            ConditionalRead::Absent => Err(RemoteStorageError::io(
                 self.location(&full),
                 std::io::Error::new(
                     std::io::ErrorKind::NotFound,
                     "NoSuchKey: the object does not exist",
                 ),
             )),
+            // Asked without a condition, a "not modified" is no answer: never taken for absent.
+            other => Err(RemoteStorageError::invalid_argument(format!(
+                "GetObject of {} without a condition answered {other:?}",
+                self.location(&full)
+            ))),
         }
     }
 

@@ -348,11 +348,13 @@ fn copies_past(
     keys.sort();
     let mut out = Vec::with_capacity(keys.len());
     for (_, key) in keys {
-        // Gone since the listing (a delete finished): nothing to hold.
-        let Some(bytes) = read_object_if_present(lister, &key)
-            .map_err(|e| ownership_error(tp, key.clone(), e))?
-        else {
-            continue;
+        let bytes = match read_object_if_present(lister, &key) {
+            Ok(Some(bytes)) => bytes,
+            // Gone since the listing (a delete finished): nothing to hold.
+            Ok(None) => continue,
+            // Too large to be a manifest: unusable, like one that does not decode.
+            Err(RemoteStorageError::Corrupt { .. }) => continue,
+            Err(e) => return Err(ownership_error(tp, key.clone(), e)),
         };
         if let Ok(m) = krabka_remote_storage::manifest::decode(&bytes, &key) {
             out.push(m);
@@ -390,12 +392,16 @@ fn refuse_if_moved_on(
     Ok(())
 }
 
-/// Reads a whole object, `None` when it does not exist.
+/// Reads a whole manifest, `None` when it does not exist; one over
+/// [`MAX_MANIFEST_LEN`](krabka_remote_storage::manifest::MAX_MANIFEST_LEN) is `Corrupt`, never
+/// held.
 fn read_object_if_present(
     store: &dyn RemoteSegmentLister,
     key: &str,
 ) -> Result<Option<Vec<u8>>, RemoteStorageError> {
-    match store.read_object(key) {
+    let max =
+        usize::try_from(krabka_remote_storage::manifest::MAX_MANIFEST_LEN).unwrap_or(usize::MAX);
+    match store.read_object_bounded(key, max) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(RemoteStorageError::SegmentNotFound { .. }) => Ok(None),
         Err(RemoteStorageError::Io { source, .. })

@@ -1,5 +1,5 @@
 //! [`ReplicaGroup`]: many read replicas in one process, sharing one read cache, one request
-//! budget and a bounded number of refreshing threads (so of refresh requests in flight).
+//! budget and a bounded number of refreshes at once (so of refresh requests in flight).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,8 +24,10 @@ pub const DEFAULT_REFRESH_THREADS: usize = 4;
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ReplicaGroupConfig {
-    /// Threads refreshing due replicas: at most this many refresh requests are in flight
-    /// (1..=64). Default [`DEFAULT_REFRESH_THREADS`].
+    /// Threads refreshing due replicas, and the most refreshes of the group's replicas that run
+    /// at once, whoever calls them (1..=64): refresh requests in flight are at most this many
+    /// times [`ReplicaConfig::scan_concurrency`] (one per refresh while heads are current).
+    /// Default [`DEFAULT_REFRESH_THREADS`].
     pub refresh_threads: usize,
     /// Requests per second the group's replicas may send, refreshes and read fetches together
     /// (a token bucket with 100 ms of burst); `None`: unlimited. Default `None`.
@@ -295,6 +297,16 @@ impl RefreshPermits {
             free: Mutex::new(permits.max(1)),
             freed: parking_lot::Condvar::new(),
         }
+    }
+
+    /// A free permit, when there is one now.
+    pub(crate) fn try_acquire(&self) -> Option<Permit<'_>> {
+        let mut free = self.free.lock();
+        if *free == 0 {
+            return None;
+        }
+        *free -= 1;
+        Some(Permit(self))
     }
 
     /// Waits for a free permit.

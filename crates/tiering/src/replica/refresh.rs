@@ -90,7 +90,13 @@ impl ReadReplica {
         {
             return None;
         }
-        let outcome = self.refresh_locked(&mut known);
+        // A read (or the refresher) never waits for a group's permit here: when every permit is
+        // taken, the view is served as it is and the next due call tries again.
+        let _permit = match &self.permits {
+            Some(p) => Some(p.try_acquire()?),
+            None => None,
+        };
+        let outcome = self.refresh_counted(&mut known);
         // From the attempt's end: a failing one may have taken its retries' time.
         known.attempted_at = Some(Instant::now());
         Some(outcome)
@@ -111,6 +117,11 @@ impl ReadReplica {
     fn refresh_locked(&self, known: &mut Known) -> Result<RefreshOutcome, Error> {
         // At most a group's `refresh_threads` refreshes run at once, whoever calls them.
         let _permit = self.permits.as_ref().map(|p| p.acquire());
+        self.refresh_counted(known)
+    }
+
+    /// A refresh, counted, its gauges sampled after it (the caller holds any permit).
+    fn refresh_counted(&self, known: &mut Known) -> Result<RefreshOutcome, Error> {
         self.stats.refreshes.fetch_add(1, Ordering::Relaxed);
         let outcome = self.refresh_inner(known);
         if outcome.is_err() {
