@@ -164,3 +164,31 @@ fn fs_follower_follows_the_writers_retention() {
 fn s3_follower_follows_the_writers_retention() {
     follower::follower_follows_the_writers_retention(&Backend::s3());
 }
+
+#[test]
+fn ceph_replica_opened_while_a_copy_is_in_flight() {
+    if let Some(b) = Backend::ceph("replica-inflight") {
+        views::replica_opened_while_a_copy_is_in_flight(&b);
+    }
+}
+
+#[test]
+fn ceph_segment_deleted_between_refresh_and_read() {
+    if let Some(b) = Backend::ceph("replica-deleted") {
+        views::segment_deleted_between_refresh_and_read(&b);
+    }
+}
+
+#[test]
+fn ceph_follower_trims_only_what_the_writer_finished() {
+    if let Some(b) = Backend::ceph("replica-follower") {
+        follower::follower_trims_only_what_the_writer_finished(&b);
+    }
+}
+
+#[test]
+fn ceph_follower_follows_the_writers_retention() {
+    if let Some(b) = Backend::ceph("replica-follows") {
+        follower::follower_follows_the_writers_retention(&b);
+    }
+}
