@@ -124,7 +124,9 @@ pub fn run(quick: bool, bytes: Option<u64>, rest: &[String]) -> Result<()> {
     let storage = Arc::new(S3RemoteStorage::new(target.config.clone())?);
     let t = Transport {
         store: Arc::new(Counting::new(storage.clone())),
-        rsm: Arc::new(CountingRsm::new(storage.clone())),
+        rsm: Arc::new(CountingRsm::new(
+            storage.clone() as Arc<dyn krabka_remote_storage::RemoteStorageManager>
+        )),
         bare_store: storage.clone(),
         server: target.server.as_ref(),
         location: format!("s3://{}/{}", target.config.bucket, target.config.prefix),

@@ -130,7 +130,7 @@ fn per_partition(sent: &Sent, n: usize) -> String {
         (s.put, "overwrites"),
         (s.delete, "deletes"),
         (sent.rsm.copy, "segment copies"),
-        (sent.rsm.fetch + sent.rsm.fetch_index, "fetches"),
+        (sent.rsm.fetch_log + sent.rsm.fetch_index, "fetches"),
     ]
     .into_iter()
     .filter(|(c, _)| *c > 0)

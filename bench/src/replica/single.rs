@@ -81,14 +81,14 @@ fn scan(
                 let range = (replica.first_seq()?, replica.last_seq()? + 1);
                 let before = t.sent();
                 secs[1] = measure::scan(|q| Ok(replica.read(q, SCAN_BATCH)?), range.0, range.1)?;
-                fetches.1 += t.sent().since(&before).rsm.fetch;
+                fetches.1 += t.sent().since(&before).rsm.fetch_log;
                 check_range("replica", range, up, p)?;
             } else {
                 let writer = up.open_owned(&p.sizes, DEFAULT_CACHE_BYTES, ownership)?;
                 let range = (writer.first_seq()?, writer.local_first_seq());
                 let before = t.sent();
                 secs[0] = measure::scan(|q| Ok(writer.read(q, SCAN_BATCH)?), range.0, range.1)?;
-                fetches.0 += t.sent().since(&before).rsm.fetch;
+                fetches.0 += t.sent().since(&before).rsm.fetch_log;
                 writer.close()?;
                 check_range("writer", range, up, p)?;
             }

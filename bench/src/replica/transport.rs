@@ -1,104 +1,27 @@
 //! What the replica rows count: every request the bench's logs and replicas send, at the
 //! transport. The ownership store (head, epoch records, manifests, listings) goes through the
 //! tiering bench's [`Counting`] decorator, the segment data (copies, ranged and index fetches)
-//! through [`CountingRsm`]; with the in-process S3 server, what the server received is counted
+//! through [`CountingRsm`], the SPI's `testkit::Counting`; with the in-process S3 server, what the server received is counted
 //! as well.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use krabka_remote_s3::test_server::TestServer;
+use krabka_remote_storage::RemoteStorageManager;
 use krabka_remote_storage::ownership::OwnershipStore;
-use krabka_remote_storage::{
-    CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageError,
-    RemoteStorageManager,
-};
 
 use crate::tiering::owned::{Calls, Counting, server_requests};
 
-/// A [`RemoteStorageManager`] that forwards every call to `inner` and counts it by method.
-pub struct CountingRsm {
-    inner: Arc<dyn RemoteStorageManager>,
-    copy: AtomicU64,
-    fetch: AtomicU64,
-    fetch_index: AtomicU64,
-    delete: AtomicU64,
-}
+/// The backend every log and replica of the rows uses, counted by method (the SPI's own
+/// counting decorator).
+pub type CountingRsm = krabka_remote_storage::testkit::Counting<Arc<dyn RemoteStorageManager>>;
 
 /// Calls of each [`RemoteStorageManager`] method.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct RsmCalls {
-    pub copy: u64,
-    pub fetch: u64,
-    pub fetch_index: u64,
-    pub delete: u64,
-}
+pub type RsmCalls = krabka_remote_storage::testkit::CallCounts;
 
-impl RsmCalls {
-    fn total(&self) -> u64 {
-        self.copy + self.fetch + self.fetch_index + self.delete
-    }
-}
-
-impl CountingRsm {
-    pub fn new(inner: Arc<dyn RemoteStorageManager>) -> Self {
-        Self {
-            inner,
-            copy: AtomicU64::new(0),
-            fetch: AtomicU64::new(0),
-            fetch_index: AtomicU64::new(0),
-            delete: AtomicU64::new(0),
-        }
-    }
-
-    fn calls(&self) -> RsmCalls {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        RsmCalls {
-            copy: get(&self.copy),
-            fetch: get(&self.fetch),
-            fetch_index: get(&self.fetch_index),
-            delete: get(&self.delete),
-        }
-    }
-}
-
-impl RemoteStorageManager for CountingRsm {
-    fn copy_log_segment_data(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        data: &LogSegmentData,
-    ) -> Result<Option<CustomMetadata>, RemoteStorageError> {
-        self.copy.fetch_add(1, Ordering::Relaxed);
-        self.inner.copy_log_segment_data(metadata, data)
-    }
-
-    fn fetch_log_segment(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        start_position: u32,
-        end_position: Option<u32>,
-    ) -> Result<Vec<u8>, RemoteStorageError> {
-        self.fetch.fetch_add(1, Ordering::Relaxed);
-        self.inner
-            .fetch_log_segment(metadata, start_position, end_position)
-    }
-
-    fn fetch_index(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-        index_type: IndexType,
-    ) -> Result<Vec<u8>, RemoteStorageError> {
-        self.fetch_index.fetch_add(1, Ordering::Relaxed);
-        self.inner.fetch_index(metadata, index_type)
-    }
-
-    fn delete_log_segment_data(
-        &self,
-        metadata: &RemoteLogSegmentMetadata,
-    ) -> Result<(), RemoteStorageError> {
-        self.delete.fetch_add(1, Ordering::Relaxed);
-        self.inner.delete_log_segment_data(metadata)
-    }
+/// Calls of every method of `c`.
+fn rsm_total(c: &RsmCalls) -> u64 {
+    c.copy + c.fetch_log + c.fetch_index + c.delete
 }
 
 /// The counted store and backend every log and replica of the rows uses, the bare store
@@ -129,8 +52,10 @@ impl Sent {
             store: self.store.since(&before.store),
             rsm: RsmCalls {
                 copy: self.rsm.copy - before.rsm.copy,
-                fetch: self.rsm.fetch - before.rsm.fetch,
+                fetch_log: self.rsm.fetch_log - before.rsm.fetch_log,
+                fetch_log_bytes: self.rsm.fetch_log_bytes - before.rsm.fetch_log_bytes,
                 fetch_index: self.rsm.fetch_index - before.rsm.fetch_index,
+                fetch_index_bytes: self.rsm.fetch_index_bytes - before.rsm.fetch_index_bytes,
                 delete: self.rsm.delete - before.rsm.delete,
             },
             server: self.server - before.server,
@@ -141,7 +66,7 @@ impl Sent {
     /// copy, which is one PUT per file (three or more); no measured window of these rows
     /// holds a copy.
     pub fn total(&self) -> u64 {
-        self.store.total() + self.rsm.total()
+        self.store.total() + rsm_total(&self.rsm)
     }
 
     /// `"5 conditional reads, 1 fetch"`: the nonzero counts.
@@ -152,7 +77,7 @@ impl Sent {
         }
         for (n, one, many) in [
             (self.rsm.copy, "segment copy", "segment copies"),
-            (self.rsm.fetch, "ranged fetch", "ranged fetches"),
+            (self.rsm.fetch_log, "ranged fetch", "ranged fetches"),
             (self.rsm.fetch_index, "index fetch", "index fetches"),
             (self.rsm.delete, "segment delete", "segment deletes"),
         ] {
@@ -173,7 +98,7 @@ impl Transport<'_> {
     pub fn sent(&self) -> Sent {
         Sent {
             store: self.store.calls(),
-            rsm: self.rsm.calls(),
+            rsm: self.rsm.counts(),
             server: server_requests(self.server) as u64,
         }
     }
