@@ -164,7 +164,8 @@ pub struct ReplicaStats {
 #[derive(Clone, Debug)]
 pub(crate) struct View {
     /// Finished segments served, by start seq.
-    pub(crate) segments: Vec<RemoteLogSegmentMetadata>,
+    /// Shared: a reader's copy of the view costs no copy of the segments.
+    pub(crate) segments: Arc<Vec<RemoteLogSegmentMetadata>>,
     pub(crate) retention_point: u64,
     pub(crate) writer_last_seq: Option<u64>,
     pub(crate) head_written_ms: Option<i64>,
@@ -316,7 +317,7 @@ impl ReadReplica {
                 readahead: ReadAhead::default(),
                 known: Mutex::new(refresh::Known::default()),
                 view: RwLock::new(View {
-                    segments: Vec::new(),
+                    segments: Arc::default(),
                     retention_point: 0,
                     writer_last_seq: None,
                     head_written_ms: None,
@@ -351,7 +352,7 @@ impl ReadReplica {
 
     /// The remote segments served now, by start seq.
     pub fn segments(&self) -> Vec<RemoteLogSegmentMetadata> {
-        self.view.read().segments.clone()
+        self.view.read().segments.as_ref().clone()
     }
 
     /// The view's freshness and the counters.

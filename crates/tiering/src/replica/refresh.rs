@@ -3,6 +3,7 @@
 //! manifests only, and never a copy a later writer epoch took the partition over from.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -414,7 +415,7 @@ impl ReadReplica {
                 .collect()
         };
         *self.view.write() = View {
-            segments: served,
+            segments: Arc::new(served),
             retention_point,
             writer_last_seq,
             head_written_ms: written_ms,
