@@ -9,6 +9,59 @@ use crate::LOCK_FILE_NAME;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A segment file is not in this build's format: it holds the record frames krabka wrote
+    /// before its segments became Kafka record batches. Nothing was read from it or changed.
+    #[error(
+        "{} is in krabka's old per-record frame format, not {}: this build cannot read it (nothing was changed)",
+        path.display(), crate::segment::FORMAT_NAME
+    )]
+    OldFormat {
+        /// The segment's `.log` file.
+        path: PathBuf,
+    },
+    /// A valid batch holds a record a [`Message`](krabka_protocol::Message) cannot represent
+    /// exactly (a null value, a header with a null value, a control or transactional batch):
+    /// the decoded read stops there instead of changing it. The raw-batch read serves it as
+    /// stored.
+    #[error(
+        "record of seq {seq} in {} (batch at byte {position}) cannot be read as a Message: {reason}",
+        path.display()
+    )]
+    NotAMessage {
+        /// The segment's `.log` file (empty for bytes decoded without a file).
+        path: PathBuf,
+        /// Byte position of the batch.
+        position: u64,
+        /// The record's seq (the batch's first for a batch-wide reason).
+        seq: u64,
+        /// What it holds.
+        reason: String,
+    },
+    /// A seq past `i64::MAX`, which a record batch's offset cannot hold.
+    #[error("seq {seq} is past the largest a record batch holds ({})", i64::MAX)]
+    SeqOutOfRange {
+        /// The seq.
+        seq: u64,
+    },
+    /// Messages could not be encoded as a record batch.
+    #[error("cannot encode the record of seq {seq} as a record batch: {reason}")]
+    Encode {
+        /// The seq of the batch's first record.
+        seq: u64,
+        /// Why.
+        reason: String,
+    },
+    /// A raw batch given to an append is not a valid v2 record batch, or not one this log can
+    /// store; nothing was appended.
+    #[error("invalid record batch at byte {at}: {field}: {reason}")]
+    InvalidBatch {
+        /// The header or record field at fault (`magic`, `crc`, `recordCount`, ...).
+        field: &'static str,
+        /// Byte position of the fault within the given bytes.
+        at: usize,
+        /// What is wrong.
+        reason: String,
+    },
     /// A read started outside `first_seq()..=last_seq() + 1`.
     #[error("seq {seq} is out of range: the log holds {first}..={last}")]
     OutOfRange {

@@ -53,6 +53,7 @@ use std::time::Duration;
 use krabka_protocol::Message;
 
 pub use crate::error::{Error, PoisonCause};
+pub use krabka_protocol::batch::Compression;
 pub use crate::layout::accepted::{ACCEPTED_HOLES_FILE_NAME, AcceptedHole, read_accepted_holes};
 pub use crate::layout::hole::{Hole, holes_cover};
 pub use crate::layout::recovery_point::read_recovery_point;
@@ -199,9 +200,11 @@ pub struct Options {
     pub index_interval_bytes: u64,
     /// When records are synced to stable storage. Default: [`SyncPolicy::EveryAppend`].
     pub sync: SyncPolicy,
-    /// Largest encoded message accepted by `append`; larger ones are [`Error::MessageTooLarge`].
-    /// Default: 16 MiB ([`DEFAULT_MAX_MESSAGE_BYTES`]). Minimum: 18 (the smallest encoded
-    /// message); maximum: `u32::MAX - 8` (the frame length field).
+    /// Largest message accepted by `append`, measured as its batch of one (the 61-byte batch
+    /// header and the record, uncompressed); larger ones are [`Error::MessageTooLarge`].
+    /// Default: 16 MiB ([`DEFAULT_MAX_MESSAGE_BYTES`]). Minimum: 68 ([`segment::MIN_FRAME_LEN`],
+    /// the smallest batch); maximum: 64 MiB ([`segment::MAX_UNCOMPRESSED_BATCH`], the most a
+    /// reader decompresses from one batch).
     pub max_message_bytes: u64,
     /// Most read file descriptors of closed segments kept open at once (a small LRU cache):
     /// reads of a closed segment whose file is not cached open it again, evicting the least
@@ -213,6 +216,12 @@ pub struct Options {
     /// What open does with damaged or missing data. Default:
     /// [`RecoveryMode::TolerateTornTail`].
     pub recovery: RecoveryMode,
+    /// The codec appends compress each batch with (Kafka's attributes bits 0-2). Default:
+    /// [`Compression::None`]. [`Compression::Zstd`] and [`Compression::Lz4`] need the crate's
+    /// `zstd` and `lz4` features; a codec this build lacks is [`Error::InvalidOptions`].
+    /// Reading needs no option: every batch says its codec, and one written with any of
+    /// Kafka's four reads when its feature is on. A point read decompresses one batch.
+    pub compression: Compression,
 }
 
 impl Default for Options {
@@ -224,6 +233,7 @@ impl Default for Options {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_open_segments: DEFAULT_MAX_OPEN_SEGMENTS,
             recovery: RecoveryMode::TolerateTornTail,
+            compression: Compression::None,
         }
     }
 }
@@ -240,16 +250,23 @@ impl Options {
                 reason: "must be at least 1".into(),
             });
         }
-        let max_frame_body = u64::from(u32::MAX) - 8;
-        if self.max_message_bytes < segment::MIN_MESSAGE_LEN as u64
-            || self.max_message_bytes > max_frame_body
-        {
+        let (min, max) = (
+            segment::MIN_FRAME_LEN as u64,
+            segment::MAX_UNCOMPRESSED_BATCH as u64,
+        );
+        if !(min..=max).contains(&self.max_message_bytes) {
             return Err(Error::InvalidOptions {
                 field: "max_message_bytes",
+                reason: format!("must be in {min}..={max}, got {}", self.max_message_bytes),
+            });
+        }
+        if !self.compression.is_enabled() {
+            return Err(Error::InvalidOptions {
+                field: "compression",
                 reason: format!(
-                    "must be in {}..={max_frame_body}, got {}",
-                    segment::MIN_MESSAGE_LEN,
-                    self.max_message_bytes
+                    "{} is not built in (enable the crate's `{}` feature)",
+                    self.compression,
+                    self.compression.name()
                 ),
             });
         }

@@ -241,7 +241,7 @@ fn failed_write_poisons_and_its_torn_half_never_surfaces() {
 fn failed_roll_never_loses_acknowledged_records() {
     let frame = {
         let mut buf = Vec::new();
-        krabka_storage::segment::encode_frame(1, &msg(1), &mut buf)
+        krabka_storage::segment::encode_frame(1, &msg(1), &mut buf).unwrap()
     } as u64;
     // Four records per segment.
     let max_bytes = frame * 4 + 2;

@@ -18,7 +18,7 @@ fn opts(mode: RecoveryMode, max_bytes: u64) -> Options {
     Options {
         max_bytes,
         sync: SyncPolicy::Never,
-        index_interval_bytes: 64,
+        index_interval_bytes: 160,
         recovery: mode,
         ..Options::default()
     }
@@ -215,7 +215,7 @@ fn a_wrong_index_entry_costs_a_scan_from_the_segment_start_and_nothing_else() {
     // A damaged frame where the index points: noted, scanned from the start, and the damage
     // named by file, byte and seq.
     point_entry(&seg.index_path, 2, at);
-    testkit::xor_byte(&seg.log_path, at + 4, 0x5a).unwrap();
+    testkit::xor_byte(&seg.log_path, at + 20, 0x5a).unwrap();
     let mut reader = LogView::new(dir.path()).reader(seq);
     let (seqs, err) = drain(&mut reader, 1000);
     assert!(seqs.is_empty(), "{seqs:?}");

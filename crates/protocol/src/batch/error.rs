@@ -130,4 +130,13 @@ pub enum BatchError {
         /// The record's index (the number of records for batch-wide fields).
         index: usize,
     },
+    /// A valid record that a `Message` cannot hold exactly (a null value, a header with a
+    /// null value), or a batch whose records are not messages (control records).
+    #[error("record at offset {offset} holds {what}, which a Message cannot represent")]
+    NotAMessage {
+        /// The record's offset.
+        offset: i64,
+        /// What it holds.
+        what: &'static str,
+    },
 }

@@ -59,6 +59,7 @@ use bytes::Bytes;
 mod codec;
 mod encode;
 mod error;
+mod messages;
 mod records;
 mod varint;
 mod view;
@@ -70,6 +71,7 @@ mod tests_hostile;
 
 pub use encode::encode_batch;
 pub use error::BatchError;
+pub use messages::{encode_messages, record_size};
 pub use records::{RecordIter, RecordRef};
 pub use view::{BatchHeader, BatchView, set_base_offset, set_partition_leader_epoch};
 

@@ -23,7 +23,7 @@ pub const INDEX_MAGIC: [u8; 4] = *b"KIDX";
 /// Magic bytes at the start of a `.timeindex` file.
 pub const TIME_INDEX_MAGIC: [u8; 4] = *b"KTIX";
 /// Format version of both index files.
-pub const INDEX_VERSION: u8 = 1;
+pub const INDEX_VERSION: u8 = 2;
 
 pub(crate) const INDEX_HEADER_LEN: usize = 44;
 pub(crate) const TIME_INDEX_HEADER_LEN: usize = 28;

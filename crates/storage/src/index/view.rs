@@ -23,10 +23,7 @@ const TIME_INDEX_COUNT_AT: usize = 24;
 const CRC_LEN: usize = 4;
 
 pub(super) fn bad(position: usize, reason: impl Into<String>) -> FrameError {
-    FrameError {
-        position,
-        reason: reason.into(),
-    }
+    FrameError::bad(position, reason)
 }
 
 pub(super) fn u64_at(buf: &[u8], at: usize) -> u64 {
@@ -229,7 +226,9 @@ fn corrupt(e: FrameError) -> Error {
 ///
 /// let dir = tempfile::tempdir()?;
 /// let log = Log::open(dir.path(), Options { index_interval_bytes: 1, ..Options::default() })?;
-/// log.append_batch(&[Message::new("a"), Message::new("b"), Message::new("c")])?;
+/// for value in ["a", "b", "c"] {
+///     log.append(&Message::new(value))?; // a batch each
+/// }
 /// log.roll()?;
 /// let closed = &log.segments()[0];
 /// let view = OffsetIndexView::parse(std::fs::read(&closed.index_path)?)?;

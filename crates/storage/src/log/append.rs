@@ -1,4 +1,4 @@
-//! Appends: encoding batches into frames, writing them at the end of the active segment,
+//! Appends: encoding messages into record batches, writing them at the end of the active segment,
 //! publishing them to readers, rolling to a new segment, and the index files a roll writes.
 
 use std::fs::{File, OpenOptions};
@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use krabka_protocol::Message;
+use krabka_protocol::batch::record_size;
 
 use super::{Inner, Seg, SegFile};
 use crate::fault::Op;
 use crate::fsutil::{self, IoResultExt};
 use crate::index::IndexBuilder;
 use crate::layout::{seg_file, write_indexes};
-use crate::segment::{FRAME_HEADER_LEN, encode_frame_sized, segment_paths};
+use crate::segment::{FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES, encode_frames, segment_paths};
 use crate::{Error, SyncPolicy};
 
 /// Counts an appender in [`Inner::writers`] while it lives.
@@ -44,10 +45,8 @@ pub(super) struct Appender {
     size: u64,
     pub(super) next_seq: u64,
     builder: IndexBuilder,
-    /// The frames of the batch being appended (reused).
+    /// The record batches being appended (reused).
     buf: Vec<u8>,
-    /// Encoded lengths of the batch's messages (reused).
-    lens: Vec<usize>,
     /// Whether the clean-shutdown marker this open trusted is still on disk: it goes before
     /// the first write.
     pub(super) clean_marker: bool,
@@ -68,7 +67,6 @@ impl Appender {
             next_seq: active.last_seq + 1,
             builder,
             buf: Vec::new(),
-            lens: Vec::new(),
             clean_marker: false,
             leftovers: true,
         })
@@ -90,19 +88,21 @@ impl Inner {
         let mut guard = self.appender.lock();
         self.check_poisoned()?;
         let ap = &mut *guard;
-        // Check the whole batch first, keeping each message's encoded length for encoding.
-        ap.lens.clear();
+        // Check the whole batch first: nothing is written when one message is too large.
         for m in msgs {
-            let size = m.encoded_len();
-            if size as u64 > self.opts.max_message_bytes {
+            let size = (FRAME_HEADER_LEN + record_size(m, 0, 0)) as u64;
+            if size > self.opts.max_message_bytes {
                 return Err(Error::MessageTooLarge {
-                    size: size as u64,
+                    size,
                     max: self.opts.max_message_bytes,
                 });
             }
-            ap.lens.push(size);
         }
         if !msgs.is_empty() {
+            let last = ap.next_seq.saturating_add(msgs.len() as u64 - 1);
+            if i64::try_from(last).is_err() {
+                return Err(Error::SeqOutOfRange { seq: last });
+            }
             self.invalidate_clean_shutdown(ap)?;
         }
         let first = ap.next_seq;
@@ -111,17 +111,36 @@ impl Inner {
             ap.buf.clear();
             let start = i;
             let mut max_ts = i64::MIN;
-            while let (Some(m), Some(&size)) = (msgs.get(i), ap.lens.get(i)) {
-                let len = (FRAME_HEADER_LEN + size) as u64;
+            // Batches for the active segment while it has room: each takes the messages that
+            // fit the segment and the batch cap.
+            while let Some(m) = msgs.get(i) {
                 let used = ap.size + ap.buf.len() as u64;
-                if used > 0 && used + len > self.opts.max_bytes {
+                let room = self.opts.max_bytes.saturating_sub(used);
+                let one = (FRAME_HEADER_LEN + record_size(m, 0, 0)) as u64;
+                if used > 0 && one > room {
                     break;
                 }
+                let cap = usize::try_from(room.saturating_sub(FRAME_HEADER_LEN as u64))
+                    .unwrap_or(usize::MAX)
+                    .min(MAX_BATCH_RECORD_BYTES);
                 let seq = ap.next_seq + (i - start) as u64;
-                encode_frame_sized(seq, m, size, &mut ap.buf);
-                ap.builder.observe(seq, used, len, m.timestamp);
-                max_ts = max_ts.max(m.timestamp);
-                i += 1;
+                let at = ap.buf.len();
+                let taken = match encode_frames(seq, &msgs[i..], self.opts.compression, cap, &mut ap.buf) {
+                    Ok(n) => n.max(1),
+                    Err(e) => {
+                        // Nothing of this call is written or published.
+                        ap.buf.clear();
+                        if start > 0 {
+                            self.poison(&e);
+                        }
+                        return Err(e);
+                    }
+                };
+                let len = (ap.buf.len() - at) as u64;
+                let batch_max = msgs[i..i + taken].iter().map(|m| m.timestamp).max().unwrap_or(i64::MIN);
+                ap.builder.observe(seq, used, len, batch_max);
+                max_ts = max_ts.max(batch_max);
+                i += taken;
             }
             if i == start {
                 self.roll_locked(ap)?;
@@ -130,7 +149,7 @@ impl Inner {
             if let Err(e) = self.write_at(&ap.file, &ap.buf, ap.size) {
                 let e = Error::io(&ap.active.log_path, e);
                 self.poison(&e);
-                // Best effort: drop a partial write so the file ends at a frame boundary.
+                // Best effort: drop a partial write so the file ends at a batch boundary.
                 let _ = ap.file.set_len(ap.size);
                 return Err(e);
             }

@@ -257,6 +257,9 @@ impl Inner {
         let mut pos = plan.pos;
         let mut expect = plan.start_seq;
         let mut need = max;
+        // The seq after the last record read (a batch `need` stopped inside is read again
+        // from its start, so `expect` may lag behind it).
+        let mut read_to = from_seq;
         let skip = from_seq.saturating_sub(plan.start_seq);
         // Frames to reach: when frames are about `avg_frame` long, the chunk ends just past
         // the last one asked for (a little slack, not a whole extra frame: a short chunk only
@@ -296,18 +299,22 @@ impl Inner {
             let (consumed, next_seq) =
                 decode_chunk(&chunk, from_seq, need, Some(expect), true, out)
                     .map_err(|e| e.into_error(path, pos))?;
-            if consumed == 0 {
+            let got = out.len() - before;
+            if let Some(last) = out.last().filter(|_| got > 0) {
+                read_to = last.seq + 1;
+            }
+            if consumed == 0 && got == 0 {
                 return Err(Error::Corrupt {
                     path: path.clone(),
                     position: pos,
-                    reason: format!("incomplete frame: segment data ends at byte {}", plan.size),
+                    reason: format!("incomplete batch: segment data ends at byte {}", plan.size),
                 });
             }
             pos += consumed as u64;
             if let Some(n) = next_seq {
                 expect = n;
             }
-            need -= out.len() - before;
+            need -= got;
             want_frames = need as u64;
         }
         if need > 0 && expect <= plan.last_seq {
@@ -320,7 +327,7 @@ impl Inner {
                 ),
             });
         }
-        Ok(expect)
+        Ok(read_to.max(expect))
     }
 
     /// The first seq with a timestamp `>= ts` (see

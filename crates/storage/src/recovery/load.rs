@@ -327,7 +327,7 @@ pub(super) fn holds_no_frame(path: &Path) -> Result<bool, Error> {
 
 /// Up to 16 bytes at `pos` (for a frame header).
 fn read_some(file: &File, path: &Path, pos: u64, file_len: u64) -> Result<Vec<u8>, Error> {
-    let n = file_len.saturating_sub(pos).min(16) as usize;
+    let n = file_len.saturating_sub(pos).min(12) as usize;
     let mut buf = vec![0u8; n];
     file.read_exact_at(&mut buf, pos)
         .map_err(|e| Error::io(path, e))?;

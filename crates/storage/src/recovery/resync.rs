@@ -21,7 +21,7 @@ use crate::fsutil::{self, IoResultExt};
 use crate::layout::index_files::plain_fsync;
 use crate::layout::{Seg, seg_file, write_indexes};
 use crate::segment::{
-    FRAME_HEADER_LEN, MIN_MESSAGE_LEN, ValidRun, find_valid_frame_after, hole_file_name, scan_file,
+    FRAME_HEADER_LEN, MIN_RECORD_LEN, ValidRun, find_valid_frame_after, hole_file_name, scan_file,
     scan_file_from, segment_paths,
 };
 
@@ -144,10 +144,13 @@ pub(super) fn plan_steps(
     Ok(steps)
 }
 
-/// The run of valid frames right after the damaged frame at `pos` when its length field still
-/// holds (damage inside its payload, the usual bit flip): the frame there must carry the next
-/// seq, `expected + 1`. Looked at before any search, so frames that happen to lie inside the
-/// damaged frame's own payload (a record holding frame bytes) are never taken for the log's.
+/// The run of valid batches right after the damaged batch at `pos` when its length field still
+/// holds (damage inside its records, the usual bit flip): the batch there must start at the
+/// seq after the damaged one's last. That is `expected + recordCount` when the damaged batch's
+/// header still says it starts at `expected` (and its count agrees with its last offset
+/// delta); otherwise any seq after `expected` that the records of the damaged batch's bytes
+/// could reach. Looked at before any search, so batches that happen to lie inside the damaged
+/// batch's own records (a record holding batch bytes) are never taken for the log's.
 fn run_after_damaged_frame(
     file: &File,
     path: &Path,
@@ -156,22 +159,38 @@ fn run_after_damaged_frame(
     expected: u64,
 ) -> Result<Option<ValidRun>, Error> {
     use std::os::unix::fs::FileExt;
-    let mut len = [0u8; 4];
-    if pos.saturating_add(4) > file_len {
+    let mut header = [0u8; FRAME_HEADER_LEN];
+    if pos.saturating_add(FRAME_HEADER_LEN as u64) > file_len {
         return Ok(None);
     }
-    file.read_exact_at(&mut len, pos).at(path)?;
-    let Some(n) = crate::segment::frame_len(&len) else {
+    file.read_exact_at(&mut header, pos).at(path)?;
+    let Some(n) = crate::segment::frame_len(&header) else {
         return Ok(None);
     };
     let next = pos.saturating_add(n as u64);
-    if next >= file_len {
+    if n < crate::segment::MIN_FRAME_LEN || next >= file_len {
         return Ok(None);
     }
+    let field = |r: std::ops::Range<usize>| {
+        header
+            .get(r)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map_or(0, i32::from_be_bytes)
+    };
+    let base = header
+        .get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(i64::from_be_bytes);
+    let (delta, count) = (field(23..27), field(57..61));
+    let want = if base == i64::try_from(expected).ok() && count >= 1 && delta == count - 1 {
+        let after = expected.saturating_add(count as u64);
+        after..=after
+    } else {
+        expected.saturating_add(1)..=expected.saturating_add((n / MIN_RECORD_LEN).max(1) as u64)
+    };
     let here = scan_file_from(file, path, next, file_len, None, u64::MAX, &mut |_| {})?;
     Ok(match (here.first_seq, here.last_seq) {
-        (Some(first_seq), Some(last_seq))
-            if here.records > 0 && first_seq == expected.saturating_add(1) =>
+        (Some(first_seq), Some(last_seq)) if here.records > 0 && want.contains(&first_seq) =>
         {
             Some(ValidRun {
                 position: next,
@@ -184,9 +203,9 @@ fn run_after_damaged_frame(
     })
 }
 
-/// The run of valid frames starting right at `pos` when the frame there is intact but carries a
-/// seq past `expected` (seqs missing inside the file: the frames before it were cut out), no
-/// further than the frames that fit in the rest of the file allow.
+/// The run of valid batches starting right at `pos` when the batch there is intact but starts
+/// at a seq past `expected` (seqs missing inside the file: the batches before it were cut out),
+/// no further than the uncompressed records that fit in the rest of the file allow.
 fn run_at(
     file: &File,
     path: &Path,
@@ -195,7 +214,7 @@ fn run_at(
     expected: u64,
 ) -> Result<Option<ValidRun>, Error> {
     let here = scan_file_from(file, path, pos, file_len, None, u64::MAX, &mut |_| {})?;
-    let most_frames = (file_len - pos) / (FRAME_HEADER_LEN + MIN_MESSAGE_LEN) as u64 + 1;
+    let most_frames = (file_len - pos) / MIN_RECORD_LEN as u64 + 1;
     Ok(match (here.first_seq, here.last_seq) {
         (Some(first_seq), Some(last_seq))
             if here.records > 0

@@ -1,13 +1,14 @@
-//! Decoding frames into records: the message decoder (with a fast path for the common shape)
-//! and the seq-checked decoding of a buffer of consecutive frames.
+//! Decoding batches into records: the seq-checked decoding of a buffer of consecutive batches.
 
-use std::ops::Range;
 use std::path::Path;
 
 use bytes::Bytes;
 use krabka_protocol::Message;
+use krabka_protocol::batch::RecordIter;
 
-use super::frame::{FrameError, MIN_BODY_LEN, Parsed, parse_frame};
+use super::frame::{
+    FrameError, MAX_UNCOMPRESSED_BATCH, Parsed, RawFrame, batch_reason, parse_frame, peek_frame,
+};
 use crate::{Error, Record};
 
 /// Records decoded from the front of a buffer by [`decode_records`].
@@ -15,110 +16,47 @@ use crate::{Error, Record};
 pub struct DecodedRecords {
     /// The decoded records with `seq >= from_seq`, in order.
     pub records: Vec<Record>,
-    /// Bytes of complete frames consumed from the start of the buffer (including skipped
-    /// frames); a chunked reader continues at this offset.
+    /// Bytes of complete batches consumed from the start of the buffer (including skipped
+    /// batches): a chunked reader continues at this offset. A batch that `max` stopped inside
+    /// is not counted: its records after the last one returned are read from it again.
     pub consumed: usize,
-    /// The seq following the last consumed frame; `None` when no frame was consumed.
+    /// The seq the batch at `consumed` must start with (the seq after the last consumed batch,
+    /// or the first seq of the batch `max` stopped inside); `None` when no batch was consumed
+    /// or entered.
     pub next_seq: Option<u64>,
 }
 
-/// Decodes the message of a checked frame (zero-copy) and insists it fills the frame exactly.
-pub(crate) fn decode_message(chunk: &Bytes, range: Range<usize>) -> Result<Message, String> {
-    if range.end > chunk.len() || range.start > range.end {
-        return Err("frame extends past the buffer".to_owned());
-    }
-    if let Some(msg) = decode_plain_message(chunk, range.clone()) {
-        return Ok(msg);
-    }
-    let bytes = chunk.slice(range.clone());
-    let (msg, used) = Message::decode_bytes(&bytes).map_err(|e| format!("bad message: {e}"))?;
-    if used != bytes.len() {
-        return Err(format!(
-            "message uses {used} of the frame's {} message bytes",
-            bytes.len()
-        ));
-    }
-    Ok(msg)
-}
-
-/// The message encoding version the fast path of [`decode_plain_message`] reads.
-const PLAIN_VERSION: u8 = 1;
-
-/// The "has key" flag of that version (`docs/format.md`).
-const PLAIN_FLAG_HAS_KEY: u8 = 1;
-
-/// Fast path of [`decode_message`] for the common shape: a version-1 message without headers
-/// that fills `range` exactly. Its key and value are sliced straight from `chunk` (no
-/// intermediate slice, no header bookkeeping). Returns `None` for anything else (headers,
-/// another version, any malformation), which then goes through [`Message::decode_bytes`] — the
-/// reference decoder, which also produces the error.
-fn decode_plain_message(chunk: &Bytes, range: Range<usize>) -> Option<Message> {
-    fn u32_at(b: &[u8], at: usize) -> Option<usize> {
-        let s = b.get(at..at.checked_add(4)?)?;
-        Some(u32::from_le_bytes(<[u8; 4]>::try_from(s).ok()?) as usize)
-    }
-    let base = range.start;
-    let b = chunk.get(range)?;
-    let (&version, &flags) = (b.first()?, b.get(1)?);
-    if version != PLAIN_VERSION {
-        return None;
-    }
-    let timestamp = i64::from_le_bytes(<[u8; 8]>::try_from(b.get(2..10)?).ok()?);
-    let mut at = 10usize;
-    let key = match flags {
-        0 => None,
-        PLAIN_FLAG_HAS_KEY => {
-            let start = at.checked_add(4)?;
-            let end = start.checked_add(u32_at(b, at)?)?;
-            at = end;
-            Some(start..end)
-        }
-        _ => return None,
-    };
-    let value_start = at.checked_add(4)?;
-    let value_end = value_start.checked_add(u32_at(b, at)?)?;
-    // No headers, and nothing after the header count.
-    if u32_at(b, value_end)? != 0 || value_end.checked_add(4)? != b.len() {
-        return None;
-    }
-    Some(Message {
-        timestamp,
-        key: key.map(|k| chunk.slice(base + k.start..base + k.end)),
-        value: chunk.slice(base + value_start..base + value_end),
-        headers: Vec::new(),
-    })
-}
-
-/// Decodes consecutive framed records from the start of `buf`.
+/// Decodes consecutive record batches from the start of `buf`.
 ///
 /// Records with `seq < from_seq` are checked and skipped; decoding stops after `max` records
-/// or at an incomplete trailing frame. An incomplete trailing frame is not an error:
-/// [`DecodedRecords::consumed`] tells where the complete frames end, so a chunked reader
+/// or at an incomplete trailing batch. An incomplete trailing batch is not an error:
+/// [`DecodedRecords::consumed`] tells where the complete batches end, so a chunked reader
 /// fetches more bytes and continues there. The records share `buf` (no copy).
 ///
-/// Seqs are checked across the buffer: every complete frame must carry the seq after the
-/// previous frame's (a buffer spliced from two places of a segment, or from two segments, is
-/// rejected). The first frame's seq is not checked; use [`decode_records_at`] when the caller
+/// Seqs are checked across the buffer: every complete batch must start at the seq after the
+/// previous batch's last (a buffer spliced from two places of a segment, or from two segments, is
+/// rejected). The first batch's seq is not checked; use [`decode_records_at`] when the caller
 /// knows which seq the buffer must start with (for example bytes fetched from a remote store
 /// at a position an index gave for a seq).
 ///
 /// # Errors
 /// [`Error::Corrupt`] (with an empty `path` and `position` relative to `buf`: the start of the
-/// offending frame) when a complete frame has a bad length, CRC or message, or its seq does not
-/// follow the previous frame's.
+/// offending batch) when a complete batch has a bad length, magic, CRC or record, or its seq
+/// does not follow the previous batch's; [`Error::NotAMessage`] at a record a `Message`
+/// cannot hold (a null value, a control or transactional batch).
 pub fn decode_records(buf: &Bytes, from_seq: u64, max: usize) -> Result<DecodedRecords, Error> {
     decode_with(buf, None, from_seq, max, false)
 }
 
-/// [`decode_records`] that also requires the first frame of `buf` to carry
-/// `expected_first_seq` (when `buf` holds a complete frame and `max > 0`).
+/// [`decode_records`] that also requires the first batch of `buf` to start at
+/// `expected_first_seq` (when `buf` holds a complete batch and `max > 0`).
 ///
 /// ```
 /// use krabka_protocol::{Bytes, Message};
 /// use krabka_storage::segment::{decode_records_at, encode_frame};
 ///
 /// let mut buf = Vec::new();
-/// encode_frame(7, &Message::new("a"), &mut buf);
+/// encode_frame(7, &Message::new("a"), &mut buf)?;
 /// let buf = Bytes::from(buf);
 /// assert_eq!(decode_records_at(&buf, 7, 7, 10)?.records.len(), 1);
 /// // The bytes do not start at seq 6.
@@ -140,11 +78,11 @@ pub fn decode_records_at(
 }
 
 /// [`decode_records_at`] for a caller that wants records from `from_seq` deep inside `buf`
-/// (a point read in a cached chunk): frames before `from_seq`, other than the first, are
-/// stepped over by their length and seq fields alone, without a CRC check, the way
-/// `Log::read` steps from an index entry to the seq asked for. Nothing of a skipped frame is
-/// returned; every record returned is checked (CRC, seq) as by [`decode_records_at`], and a
-/// damaged length among the skipped frames lands on bytes that fail the seq or CRC check.
+/// (a point read in a cached chunk): batches wholly before `from_seq`, other than the first,
+/// are stepped over by their header alone, without a CRC check, the way `Log::read` steps
+/// from an index entry to the seq asked for. Nothing of a skipped batch is returned; every
+/// record returned is checked (CRC, seq) as by [`decode_records_at`], and a damaged length
+/// among the skipped batches lands on bytes that fail the seq or CRC check.
 ///
 /// ```
 /// use krabka_protocol::{Bytes, Message};
@@ -152,7 +90,7 @@ pub fn decode_records_at(
 ///
 /// let mut buf = Vec::new();
 /// for seq in 1..=100 {
-///     encode_frame(seq, &Message::new(format!("r{seq}")), &mut buf);
+///     encode_frame(seq, &Message::new(format!("r{seq}")), &mut buf)?;
 /// }
 /// let buf = Bytes::from(buf);
 /// let got = decode_records_skipping(&buf, 1, 90, 1)?;
@@ -188,15 +126,15 @@ fn decode_with(
     })
 }
 
-/// [`decode_records`] that also insists the first frame carries `expect` (when given) and
-/// appends the records to `out`; returns the bytes consumed and the seq after the last
-/// consumed frame.
+/// [`decode_records`] that also insists the first batch starts at `expect` (when given) and
+/// appends the records to `out`; returns the bytes consumed and the seq the batch there must
+/// start with (see [`DecodedRecords`]).
 ///
-/// With `fast_skip`, frames before `from_seq` other than the buffer's first are stepped over
-/// by their length and seq fields alone, without a CRC check: nothing of them is returned,
+/// With `fast_skip`, batches wholly before `from_seq` other than the buffer's first are
+/// stepped over by their header alone, without a CRC check: nothing of them is returned,
 /// every record returned is still checked, and a wrong length lands on bytes that fail the
-/// seq or CRC check of a later frame. The first frame is always checked, so that a reader
-/// positioned by an index entry learns at once when the entry does not point at a frame.
+/// seq or CRC check of a later batch. The first batch is always checked, so that a reader
+/// positioned by an index entry learns at once when the entry does not point at a batch.
 pub(crate) fn decode_chunk(
     buf: &Bytes,
     from_seq: u64,
@@ -208,59 +146,47 @@ pub(crate) fn decode_chunk(
     let mut pos = 0usize;
     let mut next_seq = None;
     let mut left = max;
-    while left > 0 {
+    while left > 0 && pos < buf.len() {
         let rest = buf.get(pos..).unwrap_or(&[]);
         if fast_skip
             && pos > 0
             && expect.is_some_and(|e| e < from_seq)
-            && let Some((seq, len)) = skippable(rest, from_seq)
+            && let Some((seq, last, len)) = peek_frame(rest)
+            && last < from_seq
         {
             if let Some(e) = expect
                 && seq != e
             {
-                return Err(FrameError {
-                    position: pos,
-                    reason: format!("frame holds seq {seq}, expected {e}"),
-                });
+                return Err(FrameError::bad(
+                    pos,
+                    format!("batch starts at seq {seq}, expected {e}"),
+                ));
             }
             pos += len;
-            expect = seq.checked_add(1);
+            expect = Some(last + 1);
             next_seq = expect;
             continue;
         }
-        let frame = match parse_frame(rest) {
+        let frame = match parse_frame(&buf.slice(pos..)) {
             Parsed::Incomplete => break,
-            Parsed::Bad(reason) => {
-                return Err(FrameError {
-                    position: pos,
-                    reason,
-                });
-            }
+            Parsed::Bad(reason) => return Err(FrameError::bad(pos, reason)),
             Parsed::Frame(f) => f,
         };
         if let Some(e) = expect
             && frame.seq != e
         {
-            return Err(FrameError {
-                position: pos,
-                reason: format!("frame holds seq {}, expected {e}", frame.seq),
-            });
+            return Err(FrameError::bad(
+                pos,
+                format!("batch starts at seq {}, expected {e}", frame.seq),
+            ));
         }
-        let after = frame.seq.checked_add(1).ok_or_else(|| FrameError {
-            position: pos,
-            reason: "seq overflows u64".to_owned(),
-        })?;
-        if frame.seq >= from_seq {
-            let range = pos + frame.message.start..pos + frame.message.end;
-            let message = decode_message(buf, range).map_err(|reason| FrameError {
-                position: pos,
-                reason,
-            })?;
-            out.push(Record {
-                seq: frame.seq,
-                message,
-            });
-            left -= 1;
+        let after = frame
+            .last
+            .checked_add(1)
+            .ok_or_else(|| FrameError::bad(pos, "seq overflows u64"))?;
+        if frame.last >= from_seq && !decode_batch(&frame, pos, from_seq, &mut left, out)? {
+            // `max` stopped inside this batch: it is read again from its start.
+            return Ok((pos, Some(frame.seq)));
         }
         pos += frame.len;
         expect = Some(after);
@@ -269,14 +195,60 @@ pub(crate) fn decode_chunk(
     Ok((pos, next_seq))
 }
 
-/// The seq and length of the frame at the start of `buf` when it is complete, its length is
-/// plausible and its seq is below `from_seq` (a frame a read steps over); `None` otherwise
-/// (the frame then goes through the full check).
-fn skippable(buf: &[u8], from_seq: u64) -> Option<(u64, usize)> {
-    let len = 8 + u32::from_le_bytes(buf.get(..4)?.try_into().ok()?) as usize;
-    let seq = u64::from_le_bytes(buf.get(8..16)?.try_into().ok()?);
-    (len >= 8 + MIN_BODY_LEN && len <= buf.len() && seq < from_seq && seq < u64::MAX)
-        .then_some((seq, len))
+/// The records of a checked batch, each checked as it is read.
+pub(crate) fn batch_records(frame: &RawFrame, pos: usize) -> Result<RecordIter, FrameError> {
+    frame
+        .view
+        .records(MAX_UNCOMPRESSED_BATCH)
+        .map_err(|e| FrameError::bad(pos, batch_reason(&e)))
+}
+
+/// Appends the records `>= from_seq` of the batch at `pos` to `out` as messages, at most
+/// `left` of them (counting it down). Returns whether every record of the batch was read (and
+/// the batch checked against them), false when `left` ran out before its last record.
+fn decode_batch(
+    frame: &RawFrame,
+    pos: usize,
+    from_seq: u64,
+    left: &mut usize,
+    out: &mut Vec<Record>,
+) -> Result<bool, FrameError> {
+    let header = frame.view.header();
+    let refuse = |reason: &str| FrameError {
+        position: pos,
+        reason: reason.to_owned(),
+        not_a_message: Some(frame.seq.max(from_seq)),
+    };
+    if header.is_control() {
+        return Err(refuse("a control batch (transaction markers)"));
+    }
+    if header.is_transactional() {
+        return Err(refuse(
+            "a transactional batch, whose records may belong to an aborted transaction",
+        ));
+    }
+    let mut records = batch_records(frame, pos)?;
+    loop {
+        let record = match records.next() {
+            None => return Ok(true),
+            Some(Err(e)) => return Err(FrameError::bad(pos, batch_reason(&e))),
+            Some(Ok(r)) => r,
+        };
+        if *left == 0 {
+            return Ok(false);
+        }
+        let seq = u64::try_from(record.offset).unwrap_or(0);
+        if seq < from_seq {
+            continue;
+        }
+        let message = Message::try_from(record).map_err(|e| FrameError {
+            position: pos,
+            reason: e.to_string(),
+            not_a_message: Some(seq),
+        })?;
+        out.push(Record { seq, message });
+        *left -= 1;
+    }
 }
 
 #[cfg(test)]
@@ -284,18 +256,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    use crate::segment::frame::encode_frames;
     use crate::segment::frame_len;
-
-    const FRAME_LEN_OF_HEADER: usize = crate::segment::FRAME_HEADER_LEN;
     use crate::segment::test_frames as frames;
+    use krabka_protocol::batch::Compression;
 
-    /// The reference decoder's verdict on `bytes` as one whole message.
-    fn reference(bytes: &Bytes) -> Option<Message> {
-        match Message::decode_bytes(bytes) {
-            Ok((m, used)) if used == bytes.len() => Some(m),
-            _ => None,
-        }
-    }
+    const HEADER: usize = crate::segment::FRAME_HEADER_LEN;
 
     fn arb_message() -> impl Strategy<Value = Message> {
         (
@@ -318,7 +284,7 @@ mod tests {
     }
 
     #[test]
-    fn fast_skip_steps_over_frames_it_does_not_return_but_checks_every_one_it_returns() {
+    fn fast_skip_steps_over_batches_it_does_not_return_but_checks_every_one_it_returns() {
         let good = frames(1..=6);
         let second = frame_len(&good).unwrap();
         let third = second + frame_len(&good[second..]).unwrap();
@@ -335,82 +301,92 @@ mod tests {
             .map(|(_, next)| (out.iter().map(|r| r.seq).collect::<Vec<_>>(), next))
         };
         assert_eq!(decode(&good, true), decode(&good, false));
-        // A flipped payload byte of a skipped frame: the records asked for are intact.
+        // A flipped record byte of a skipped batch: the records asked for are intact.
         let mut payload = good.clone();
-        payload[second + FRAME_LEN_OF_HEADER + 3] ^= 1;
+        payload[second + HEADER + 3] ^= 1;
         assert_eq!(decode(&payload, true).unwrap(), (vec![4, 5, 6], Some(7)));
         let checked = decode(&payload, false);
         assert!(
-            matches!(&checked, Err(FrameError { position, reason })
+            matches!(&checked, Err(FrameError { position, reason, .. })
                 if *position == second && reason.starts_with("CRC mismatch")),
             "{checked:?}"
         );
-        // A wrong length in a skipped frame never yields a record.
+        // A wrong length in a skipped batch never yields a record.
         for delta in [1u32, 8, 40] {
             let mut len = good.clone();
-            let at = second..second + 4;
-            let v = u32::from_le_bytes(len[at.clone()].try_into().unwrap()) + delta;
-            len[at].copy_from_slice(&v.to_le_bytes());
-            // An error, or a stop at what looks like an incomplete frame (the reader then
-            // fails reading on), but never a record.
+            let at = second + 8..second + 12;
+            let v = u32::from_be_bytes(len[at.clone()].try_into().unwrap()) + delta;
+            len[at].copy_from_slice(&v.to_be_bytes());
             let got = decode(&len, true);
             assert!(
                 got.as_ref().map_or(true, |(seqs, _)| seqs.is_empty()),
                 "delta {delta}: {got:?}"
             );
         }
-        // The first frame is always checked.
+        // The first batch is always checked.
         let mut first = good.clone();
-        first[FRAME_LEN_OF_HEADER + 2] ^= 1;
+        first[HEADER + 2] ^= 1;
         let got = decode(&first, true);
         assert!(
-            matches!(&got, Err(FrameError { position: 0, reason }) if reason.starts_with("CRC mismatch")),
+            matches!(&got, Err(FrameError { position: 0, reason, .. }) if reason.starts_with("CRC mismatch")),
             "{got:?}"
         );
-        // A frame holding the wrong seq is refused even when skipped.
+        // A batch holding the wrong seq is refused even when skipped.
         let mut seq = good;
-        seq[third + 8] ^= 1;
+        seq[third + 7] ^= 1;
         let got = decode(&seq, true);
         assert_eq!(
             got,
-            Err(FrameError {
-                position: third,
-                reason: "frame holds seq 2, expected 3".to_owned(),
-            })
+            Err(FrameError::bad(third, "batch starts at seq 2, expected 3"))
         );
     }
 
     proptest! {
-        /// The fast path never disagrees with `Message::decode_bytes`: on any bytes (a valid
-        /// encoding, or one with a byte changed, cut or extended) it either declines or returns
-        /// exactly what the reference decoder returns.
+        /// Any messages, in batches of any size, decode to exactly what was encoded, from any
+        /// seq, with any `max`, resuming where `consumed` and `next_seq` say.
         #[test]
-    #[test]
-        fn plain_fast_path_agrees_with_reference_decoder(
-            msg in arb_message(),
-            edit in proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
-            cut in 0usize..3,
-            extra in proptest::collection::vec(any::<u8>(), 0..3),
-            prefix in 0usize..3,
+        fn batches_round_trip_from_any_seq_with_any_max(
+            msgs in proptest::collection::vec(arb_message(), 1..30),
+            cap in 1usize..400,
+            from in 0usize..30,
+            max in 1usize..7,
         ) {
-            let mut enc = vec![0xAA; prefix];
-            msg.encode(&mut enc);
-            if let Some((i, b)) = edit {
-                let i = prefix + i.index(enc.len() - prefix);
-                enc[i] = b;
+            let mut buf = Vec::new();
+            let mut at = 0;
+            while at < msgs.len() {
+                at += encode_frames(100 + at as u64, &msgs[at..], Compression::None, cap, &mut buf).unwrap();
             }
-            enc.truncate(enc.len() - cut.min(enc.len() - prefix));
-            enc.extend(&extra);
-            let chunk = Bytes::from(enc);
-            let fast = decode_plain_message(&chunk, prefix..chunk.len());
-            let slow = reference(&chunk.slice(prefix..));
-            if let Some(f) = fast {
-                prop_assert_eq!(Some(f), slow);
+            let buf = Bytes::from(buf);
+            let from_seq = 100 + from.min(msgs.len()) as u64;
+            let (mut pos, mut expect, mut got) = (0usize, 100u64, Vec::new());
+            for _ in 0..100 {
+                let d = decode_records_at(&buf.slice(pos..), expect, from_seq + got.len() as u64, max).unwrap();
+                let n = d.records.len();
+                got.extend(d.records);
+                pos += d.consumed;
+                if let Some(next) = d.next_seq { expect = next; }
+                if n == 0 { break; }
             }
-            if edit.is_none() && cut == 0 && extra.is_empty() && msg.headers.is_empty() {
-                prop_assert_eq!(decode_plain_message(&chunk, prefix..chunk.len()), Some(msg));
-            }
+            prop_assert_eq!(pos, buf.len());
+            let want: Vec<Record> = msgs.iter().enumerate().skip(from.min(msgs.len()))
+                .map(|(i, m)| Record { seq: 100 + i as u64, message: m.clone() }).collect();
+            prop_assert_eq!(got, want);
         }
+    }
+
+    #[test]
+    fn max_stopping_inside_a_batch_consumes_none_of_it() {
+        let msgs: Vec<Message> = (0..5).map(|i| Message::new(format!("v{i}"))).collect();
+        let mut buf = frames(1..=2);
+        let second = buf.len();
+        encode_frames(3, &msgs, Compression::None, usize::MAX, &mut buf).unwrap();
+        let buf = Bytes::from(buf);
+        let d = decode_records(&buf, 1, 4).unwrap();
+        assert_eq!(d.records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+        assert_eq!((d.consumed, d.next_seq), (second, Some(3)));
+        // Exactly to the batch's end: consumed.
+        let d = decode_records(&buf, 1, 7).unwrap();
+        assert_eq!((d.consumed, d.next_seq), (buf.len(), Some(8)));
     }
 
     #[test]
@@ -425,7 +401,7 @@ mod tests {
     }
 
     #[test]
-    fn torn_tail_is_not_an_error_and_consumed_marks_complete_frames() {
+    fn torn_tail_is_not_an_error_and_consumed_marks_complete_batches() {
         let full = frames(1..=3);
         let cut = full.len() - 3;
         let d = decode_records(&Bytes::from(full[..cut].to_vec()), 1, 10).unwrap();
@@ -437,10 +413,10 @@ mod tests {
     }
 
     #[test]
-    fn flipped_byte_in_complete_frame_is_corrupt_with_position() {
+    fn flipped_byte_in_complete_batch_is_corrupt_with_position() {
         let mut buf = frames(1..=3);
         let second = frame_len(&buf).unwrap();
-        buf[second + 20] ^= 0xff;
+        buf[second + 63] ^= 0xff;
         match decode_records(&Bytes::from(buf), 1, 10) {
             Err(Error::Corrupt { position, .. }) => assert_eq!(position, second as u64),
             other => panic!("{other:?}"),
@@ -458,7 +434,7 @@ mod tests {
     }
 
     #[test]
-    fn seq_gap_between_complete_frames_is_corrupt_at_the_second_frame() {
+    fn seq_gap_between_complete_batches_is_corrupt_at_the_second_batch() {
         let mut buf = frames(5..=6);
         let second_at = buf.len();
         buf.extend(frames(8..=8));
@@ -471,7 +447,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        // A backwards step (a duplicated frame) is rejected the same way.
+        // A backwards step (a duplicated batch) is rejected the same way.
         let mut dup = frames(5..=6);
         dup.extend(frames(6..=6));
         assert!(matches!(
@@ -498,14 +474,14 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        // A skipped (below from_seq) first frame is still checked.
+        // A skipped (below from_seq) first batch is still checked.
         let skipped = decode_records_at(&buf, 6, 7, 10);
         assert!(
             matches!(&skipped, Err(Error::Corrupt { position: 0, reason, .. })
-                if reason == "frame holds seq 5, expected 6"),
+                if reason == "batch starts at seq 5, expected 6"),
             "{skipped:?}"
         );
-        // A buffer without a complete frame has nothing to check.
+        // A buffer without a complete batch has nothing to check.
         let torn = buf.slice(..10);
         let d = decode_records_at(&torn, 4, 4, 10).unwrap();
         assert_eq!((d.consumed, d.next_seq), (0, None));

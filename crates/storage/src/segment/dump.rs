@@ -1,34 +1,73 @@
-//! Walking every frame of a segment's bytes for tools, damaged frames included.
+//! Walking every batch of a segment's bytes for tools, damaged batches included.
 
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
 use bytes::Bytes;
-use krabka_protocol::Message;
+use krabka_protocol::batch::BatchView;
 
-use super::decode::decode_message;
-use super::frame::{FRAME_HEADER_LEN, MIN_MESSAGE_LEN, Parsed, frame_len, parse_frame};
+use super::frame::{MIN_FRAME_LEN, Parsed, frame_len, parse_frame};
 use crate::Error;
 
-/// One frame as seen by [`dump_frames`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One batch as seen by [`dump_frames`] or [`DumpFile`](super::DumpFile).
+#[derive(Clone, Debug)]
 pub struct DumpedFrame {
-    /// Byte position of the frame in the buffer.
+    /// Byte position of the batch in the buffer or file.
     pub position: u64,
-    /// The frame's total length as its length field says (may run past the buffer's end).
+    /// The batch's total length as its length field says (may run past the end).
     pub frame_len: u64,
-    /// The seq field (`None` when the buffer ends before it).
+    /// The `baseOffset` field as a seq (`None` when the bytes end before it or it is negative).
     pub seq: Option<u64>,
-    /// Whether the stored CRC matches the frame's bytes.
+    /// The seq of the batch's last record by its header (`None` when the header is not valid).
+    pub last_seq: Option<u64>,
+    /// Whether the stored CRC-32C matches the batch's bytes.
     pub crc_ok: bool,
-    /// The decoded message (`None` when the CRC is bad or the message does not decode).
-    pub message: Option<Message>,
-    /// What is wrong with the frame, if anything.
+    /// The checked batch: its header, and its records to read one by one with
+    /// [`BatchView::records`] (each record is checked as it is read). `None` when the batch is
+    /// not valid, or too long to hold in memory ([`DUMP_DECODE_LIMIT`](super::DUMP_DECODE_LIMIT)).
+    pub batch: Option<BatchView>,
+    /// What is wrong with the batch, if anything.
     pub problem: Option<String>,
 }
 
-/// Iterator over every frame of a segment's bytes; see [`dump_frames`].
+impl DumpedFrame {
+    fn at(position: u64, rest: &[u8]) -> DumpedFrame {
+        DumpedFrame {
+            position,
+            frame_len: frame_len(rest).unwrap_or(rest.len()) as u64,
+            seq: rest
+                .get(..8)
+                .and_then(|s| <[u8; 8]>::try_from(s).ok())
+                .and_then(|b| u64::try_from(i64::from_be_bytes(b)).ok()),
+            last_seq: None,
+            crc_ok: false,
+            batch: None,
+            problem: None,
+        }
+    }
+
+    /// Fills in what parsing the batch's `n` bytes found.
+    pub(crate) fn parsed(&mut self, bytes: &Bytes) {
+        match parse_frame(bytes) {
+            Parsed::Frame(f) => {
+                self.crc_ok = true;
+                self.last_seq = Some(f.last);
+                self.batch = Some(f.view);
+            }
+            Parsed::Bad(reason) => {
+                self.crc_ok = !reason.starts_with("CRC mismatch")
+                    && BatchView::parse(bytes).is_ok();
+                self.problem = Some(reason);
+            }
+            Parsed::Incomplete => {
+                self.problem = Some(format!("incomplete batch: {} bytes", bytes.len()));
+            }
+        }
+    }
+}
+
+/// Iterator over every batch of a segment's bytes; see [`dump_frames`].
 #[derive(Debug, Clone)]
 pub struct DumpFrames {
     buf: Bytes,
@@ -36,20 +75,24 @@ pub struct DumpFrames {
     done: bool,
 }
 
-/// Walks every frame of a segment's bytes, reporting each frame's seq, CRC status and message,
-/// for tools such as a `dump` command. A frame with a bad CRC is reported and skipped by its
-/// length; the walk ends after a frame whose length is invalid or runs past the buffer.
+/// Walks every batch of a segment's bytes, reporting each batch's seqs, CRC status and
+/// records, for tools such as a `dump` command. A batch with a bad CRC is reported and skipped
+/// by its length; the walk ends after a batch whose length is invalid or runs past the buffer.
 ///
 /// ```
 /// use krabka_protocol::{Bytes, Message};
 /// use krabka_storage::segment::{dump_frames, encode_frame};
 ///
 /// let mut buf = Vec::new();
-/// encode_frame(1, &Message::new("x").with_key("k"), &mut buf);
+/// encode_frame(1, &Message::new("x").with_key("k"), &mut buf)?;
 /// let frames: Vec<_> = dump_frames(Bytes::from(buf)).collect();
 /// assert_eq!(frames.len(), 1);
 /// assert!(frames[0].crc_ok);
 /// assert_eq!(frames[0].seq, Some(1));
+/// let batch = frames[0].batch.as_ref().unwrap();
+/// let record = batch.records(1 << 20)?.next().unwrap()?;
+/// assert_eq!(record.value.as_deref(), Some(&b"x"[..]));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn dump_frames(buf: Bytes) -> DumpFrames {
     DumpFrames {
@@ -78,46 +121,25 @@ impl Iterator for DumpFrames {
         if self.done || self.pos >= self.buf.len() {
             return None;
         }
-        let rest = self.buf.get(self.pos..).unwrap_or(&[]);
-        let position = self.pos as u64;
-        let total = frame_len(rest);
-        let seq = rest
-            .get(8..16)
-            .and_then(|s| <[u8; 8]>::try_from(s).ok())
-            .map(u64::from_le_bytes);
-        let mut out = DumpedFrame {
-            position,
-            frame_len: total.unwrap_or(rest.len()) as u64,
-            seq,
-            crc_ok: false,
-            message: None,
-            problem: None,
-        };
-        match parse_frame(rest) {
-            Parsed::Incomplete => {
+        let rest = self.buf.slice(self.pos..);
+        let mut out = DumpedFrame::at(self.pos as u64, &rest);
+        match frame_len(&rest) {
+            Some(n) if n >= MIN_FRAME_LEN && n <= rest.len() => {
+                out.parsed(&rest.slice(..n));
+                self.pos += n;
+            }
+            Some(n) if n < MIN_FRAME_LEN => {
                 out.problem = Some(format!(
-                    "incomplete frame: {} bytes left at the end",
-                    rest.len()
+                    "batch length {n} is below the minimum {MIN_FRAME_LEN}"
                 ));
                 self.done = true;
             }
-            Parsed::Bad(reason) => {
-                out.problem = Some(reason);
-                match total {
-                    Some(n) if n >= FRAME_HEADER_LEN + MIN_MESSAGE_LEN && n <= rest.len() => {
-                        self.pos += n;
-                    }
-                    _ => self.done = true,
-                }
-            }
-            Parsed::Frame(frame) => {
-                out.crc_ok = true;
-                let range = self.pos + frame.message.start..self.pos + frame.message.end;
-                match decode_message(&self.buf, range) {
-                    Ok(m) => out.message = Some(m),
-                    Err(reason) => out.problem = Some(reason),
-                }
-                self.pos += frame.len;
+            _ => {
+                out.problem = Some(format!(
+                    "incomplete batch: {} bytes left at the end",
+                    rest.len()
+                ));
+                self.done = true;
             }
         }
         Some(out)
@@ -133,10 +155,11 @@ mod tests {
     fn dump_reports_bad_crc_and_continues() {
         let mut buf = frames(1..=3);
         let first = frame_len(&buf).unwrap();
-        buf[first + 17] ^= 1;
+        buf[first + 62] ^= 1;
         let dumped: Vec<_> = dump_frames(Bytes::from(buf)).collect();
         assert_eq!(dumped.len(), 3);
         assert!(dumped[0].crc_ok && !dumped[1].crc_ok && dumped[2].crc_ok);
         assert_eq!(dumped[2].seq, Some(3));
+        assert!(dumped[1].problem.as_deref().unwrap().starts_with("CRC mismatch"));
     }
 }

@@ -1,5 +1,5 @@
-//! Walking every frame of a segment *file* for tools, streaming: memory stays under a fixed
-//! ceiling whatever the file holds (its size, a frame length field, a file that never ends).
+//! Walking every batch of a segment *file* for tools, streaming: memory stays under a fixed
+//! ceiling whatever the file holds (its size, a batch length field, a file that never ends).
 
 use std::fs::{self, File};
 use std::io;
@@ -8,21 +8,20 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use super::decode::decode_message;
 use super::dump::DumpedFrame;
-use super::frame::{FRAME_HEADER_LEN, MIN_BODY_LEN, Parsed, frame_len, parse_frame};
+use super::frame::{FRAME_HEADER_LEN, MIN_FRAME_LEN, frame_len};
 use crate::{DEFAULT_MAX_MESSAGE_BYTES, Error};
 
 /// Bytes read per step.
 const CHUNK: u64 = 1 << 20;
 
-/// The largest frame [`DumpFile`] decodes: a frame of the default
-/// [`Options::max_message_bytes`](crate::Options::max_message_bytes). A longer frame (a log
+/// The largest batch [`DumpFile`] holds in memory: a batch of one record of the default
+/// [`Options::max_message_bytes`](crate::Options::max_message_bytes). A longer batch (a log
 /// configured for larger messages, or a damaged length field) is checked against its CRC in
-/// 1 MiB steps and reported without its message.
+/// 1 MiB steps and reported without its records.
 pub const DUMP_DECODE_LIMIT: u64 = DEFAULT_MAX_MESSAGE_BYTES + FRAME_HEADER_LEN as u64;
 
-/// Iterator over every frame of a segment file, read in bounded steps; see
+/// Iterator over every batch of a segment file, read in bounded steps; see
 /// [`DumpFile::open`].
 #[derive(Debug)]
 pub struct DumpFile {
@@ -36,19 +35,19 @@ pub struct DumpFile {
     done: bool,
     /// Whether seqs are checked ([`DumpFile::checking_seqs`]).
     check_seqs: bool,
-    /// The seq the next frame must carry, when known.
+    /// The seq the next batch must start at, when known.
     expect: Option<u64>,
 }
 
 impl DumpFile {
-    /// Opens the segment file at `path` for a frame-by-frame walk, like
+    /// Opens the segment file at `path` for a batch-by-batch walk, like
     /// [`dump_frames`](super::dump_frames) but never holding more than [`DUMP_DECODE_LIMIT`]
-    /// bytes of it (1 MiB at a time for frames up to that size). The walk covers the bytes
-    /// the file had when it was opened. A frame with a bad CRC is reported and skipped by its
-    /// length; the walk ends after a frame whose length field is below the minimum or runs
+    /// bytes of it (1 MiB at a time for batches up to that size). The walk covers the bytes
+    /// the file had when it was opened. A batch with a bad CRC is reported and skipped by its
+    /// length; the walk ends after a batch whose length field is below the minimum or runs
     /// past the end of the file (reported with its byte position), and after an I/O error.
-    /// Frames longer than [`DUMP_DECODE_LIMIT`] are reported with their CRC status and no
-    /// message.
+    /// Batches longer than [`DUMP_DECODE_LIMIT`] are reported with their CRC status and no
+    /// records. Any file of v2 batches walks, a segment Kafka wrote included.
     ///
     /// ```
     /// use krabka_protocol::Message;
@@ -57,8 +56,8 @@ impl DumpFile {
     /// let dir = tempfile::tempdir()?;
     /// let path = dir.path().join("00000000000000000001.log");
     /// let mut buf = Vec::new();
-    /// encode_frame(1, &Message::new("a"), &mut buf);
-    /// encode_frame(2, &Message::new("b"), &mut buf);
+    /// encode_frame(1, &Message::new("a"), &mut buf)?;
+    /// encode_frame(2, &Message::new("b"), &mut buf)?;
     /// std::fs::write(&path, &buf)?;
     /// let frames: Vec<_> = DumpFile::open(&path)?.collect::<Result<_, _>>()?;
     /// assert_eq!(frames.len(), 2);
@@ -101,10 +100,10 @@ impl DumpFile {
         })
     }
 
-    /// Also checks seqs, as every reader of a log does: each frame must carry the seq after the
-    /// previous intact frame's, the first one `first_seq` when given (the base seq a segment
-    /// file's name gives). A frame that does not is reported with the problem `frame holds seq
-    /// S, expected E`, and the walk expects the seq after its own next.
+    /// Also checks seqs, as every reader of a log does: each batch must start at the seq after
+    /// the previous intact batch's last, the first one at `first_seq` when given (the base seq
+    /// a segment file's name gives). A batch that does not is reported with the problem `batch
+    /// starts at seq S, expected E`, and the walk expects the seq after its own last next.
     ///
     /// ```
     /// use krabka_protocol::Message;
@@ -113,11 +112,11 @@ impl DumpFile {
     /// let dir = tempfile::tempdir()?;
     /// let path = dir.path().join("00000000000000000001.log");
     /// let mut buf = Vec::new();
-    /// encode_frame(1, &Message::new("a"), &mut buf);
-    /// encode_frame(3, &Message::new("b"), &mut buf);
+    /// encode_frame(1, &Message::new("a"), &mut buf)?;
+    /// encode_frame(3, &Message::new("b"), &mut buf)?;
     /// std::fs::write(&path, &buf)?;
     /// let frames: Vec<_> = DumpFile::open(&path)?.checking_seqs(Some(1)).collect::<Result<_, _>>()?;
-    /// assert_eq!(frames[1].problem.as_deref(), Some("frame holds seq 3, expected 2"));
+    /// assert_eq!(frames[1].problem.as_deref(), Some("batch starts at seq 3, expected 2"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
@@ -135,9 +134,12 @@ impl DumpFile {
         if let (Some(e), Some(s)) = (self.expect, frame.seq)
             && s != e
         {
-            frame.problem = Some(format!("frame holds seq {s}, expected {e}"));
+            frame.problem = Some(format!("batch starts at seq {s}, expected {e}"));
         }
-        self.expect = frame.seq.and_then(|s| s.checked_add(1));
+        self.expect = frame
+            .last_seq
+            .or(frame.seq)
+            .and_then(|s| s.checked_add(1));
     }
 
     /// The file's length when it was opened: the bytes the walk covers.
@@ -171,7 +173,7 @@ impl DumpFile {
             .slice(from.min(self.chunk.len())..to.min(self.chunk.len())))
     }
 
-    /// The next frame, or `None` at the end of the walk.
+    /// The next batch, or `None` at the end of the walk.
     fn step(&mut self) -> Result<Option<DumpedFrame>, Error> {
         if self.done || self.pos >= self.len {
             return Ok(None);
@@ -182,26 +184,28 @@ impl DumpFile {
             position: self.pos,
             frame_len: rest,
             seq: head
-                .get(8..16)
+                .get(..8)
                 .and_then(|s| <[u8; 8]>::try_from(s).ok())
-                .map(u64::from_le_bytes),
+                .and_then(|b| u64::try_from(i64::from_be_bytes(b)).ok()),
+            last_seq: None,
             crc_ok: false,
-            message: None,
+            batch: None,
             problem: None,
         };
         let total = frame_len(&head).map(|n| n as u64);
-        let body = total.map_or(0, |n| n - 8);
         match total {
-            Some(n) if head.len() == FRAME_HEADER_LEN && body >= MIN_BODY_LEN as u64 => {
+            Some(n) if head.len() == FRAME_HEADER_LEN && n >= MIN_FRAME_LEN as u64 => {
                 out.frame_len = n;
                 if n > rest {
                     out.problem = Some(format!(
-                        "the frame's length field says {n} bytes but {rest} bytes are left in \
+                        "the batch's length field says {n} bytes but {rest} bytes are left in \
                          the file (a torn write, or a damaged length field)"
                     ));
                     self.done = true;
                 } else if n <= DUMP_DECODE_LIMIT {
-                    self.decoded(&mut out, n)?;
+                    let bytes = self.bytes_at(n)?;
+                    out.parsed(&bytes);
+                    self.pos += n;
                 } else {
                     self.crc_checked(&mut out, &head, n)?;
                 }
@@ -209,65 +213,43 @@ impl DumpFile {
             Some(n) if head.len() == FRAME_HEADER_LEN => {
                 out.frame_len = n;
                 out.problem = Some(format!(
-                    "frame length {body} is below the minimum {MIN_BODY_LEN}"
+                    "batch length {n} is below the minimum {MIN_FRAME_LEN}"
                 ));
                 self.done = true;
             }
             _ => {
-                out.problem = Some(format!("incomplete frame: {rest} bytes left at the end"));
+                out.problem = Some(format!("incomplete batch: {rest} bytes left at the end"));
                 self.done = true;
             }
         }
         Ok(Some(out))
     }
 
-    /// The frame of `n` bytes at `pos`, read whole and decoded.
-    fn decoded(&mut self, out: &mut DumpedFrame, n: u64) -> Result<(), Error> {
-        let frame = self.bytes_at(n)?;
-        match parse_frame(&frame) {
-            Parsed::Frame(f) => {
-                out.crc_ok = true;
-                match decode_message(&frame, f.message) {
-                    Ok(m) => out.message = Some(m),
-                    Err(reason) => out.problem = Some(reason),
-                }
-            }
-            Parsed::Bad(reason) => out.problem = Some(reason),
-            Parsed::Incomplete => {
-                out.problem = Some(format!("incomplete frame: {n} bytes"));
-                self.done = true;
-            }
-        }
-        self.pos += n;
-        Ok(())
-    }
-
-    /// The frame of `n` bytes at `pos`, longer than [`DUMP_DECODE_LIMIT`]: its CRC computed in
-    /// steps of 1 MiB, its message not decoded.
+    /// The batch of `n` bytes at `pos`, longer than [`DUMP_DECODE_LIMIT`]: its CRC-32C computed
+    /// in steps of 1 MiB, its records not read.
     fn crc_checked(&mut self, out: &mut DumpedFrame, head: &[u8], n: u64) -> Result<(), Error> {
         let stored = head
-            .get(4..8)
+            .get(17..21)
             .and_then(|s| <[u8; 4]>::try_from(s).ok())
-            .map_or(0, u32::from_le_bytes);
-        let mut hasher = crc32fast::Hasher::new();
+            .map_or(0, u32::from_be_bytes);
+        let mut crc = 0u32;
         let mut buf = vec![0u8; CHUNK as usize];
-        let (mut at, end) = (self.pos + 8, self.pos + n);
+        let (mut at, end) = (self.pos + 21, self.pos + n);
         while at < end {
             let step = usize::try_from((end - at).min(CHUNK)).unwrap_or(buf.len());
             let part = buf.get_mut(..step).unwrap_or_default();
             self.file
                 .read_exact_at(part, at)
                 .map_err(|e| Error::io(&self.path, e))?;
-            hasher.update(part);
+            crc = crc32c::crc32c_append(crc, part);
             at += step as u64;
         }
-        let actual = hasher.finalize();
-        out.crc_ok = actual == stored;
-        if !out.crc_ok {
-            out.problem = Some(format!(
-                "CRC mismatch: stored {stored:#010x}, computed {actual:#010x}"
-            ));
-        }
+        out.crc_ok = crc == stored;
+        out.problem = Some(if out.crc_ok {
+            format!("batch of {n} bytes is longer than the {DUMP_DECODE_LIMIT}-byte dump limit: records not read")
+        } else {
+            format!("CRC mismatch: stored {stored:#010x}, computed {crc:#010x}")
+        });
         self.pos += n;
         Ok(())
     }
@@ -323,14 +305,26 @@ mod tests {
 
     #[test]
     fn a_file_walks_like_its_bytes_and_an_absurd_length_ends_the_walk_naming_its_byte() {
+        let key = |f: &DumpedFrame| {
+            (
+                f.position,
+                f.frame_len,
+                f.seq,
+                f.last_seq,
+                f.crc_ok,
+                f.problem.clone(),
+            )
+        };
         let mut buf = frames(1..=5);
         let second = frame_len(&buf).unwrap();
         buf[second + 17] ^= 1;
-        let from_bytes: Vec<_> = crate::segment::dump_frames(Bytes::from(buf.clone())).collect();
-        assert_eq!(walk(&buf), from_bytes);
-        // A length field of 4 GiB at the last frame: reported there, nothing allocated for it.
+        let from_bytes: Vec<_> = crate::segment::dump_frames(Bytes::from(buf.clone()))
+            .map(|f| key(&f))
+            .collect();
+        assert_eq!(walk(&buf).iter().map(key).collect::<Vec<_>>(), from_bytes);
+        // A length field of 2 GiB at the last batch: reported there, nothing allocated for it.
         let last = frames(1..=4).len();
-        buf[last..last + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        buf[last + 8..last + 12].copy_from_slice(&i32::MAX.to_be_bytes());
         let walked = walk(&buf);
         assert_eq!(walked.len(), 5);
         let bad = walked.last().unwrap();
@@ -339,7 +333,7 @@ mod tests {
             bad.problem.as_ref().unwrap().contains("length field"),
             "{bad:?}"
         );
-        // Zeros: one frame of length 0, then the end.
+        // Zeros: one batch of length 12, then the end.
         let zeros = walk(&[0u8; 100]);
         assert_eq!(zeros.len(), 1);
         assert!(
@@ -352,15 +346,15 @@ mod tests {
     }
 
     #[test]
-    fn a_frame_over_the_decode_limit_is_crc_checked_without_its_message() {
+    fn a_batch_over_the_decode_limit_is_crc_checked_without_its_records() {
         let msg = krabka_protocol::Message::new(vec![7u8; DUMP_DECODE_LIMIT as usize]);
         let mut buf = Vec::new();
-        crate::segment::encode_frame(1, &msg, &mut buf);
-        crate::segment::encode_frame(2, &krabka_protocol::Message::new("b"), &mut buf);
+        crate::segment::encode_frame(1, &msg, &mut buf).unwrap();
+        crate::segment::encode_frame(2, &krabka_protocol::Message::new("b"), &mut buf).unwrap();
         let walked = walk(&buf);
         assert_eq!(walked.len(), 2);
-        assert!(walked[0].crc_ok && walked[0].message.is_none() && walked[0].problem.is_none());
-        assert!(walked[1].message.is_some());
+        assert!(walked[0].crc_ok && walked[0].batch.is_none(), "{:?}", walked[0]);
+        assert!(walked[1].batch.is_some());
         buf[100] ^= 1;
         assert!(!walk(&buf)[0].crc_ok);
     }

@@ -1,38 +1,62 @@
-//! The record frame: layout constants, encoding, the length-and-CRC check, and the chunked read
-//! every reader of segment files shares.
+//! The record batch as the unit of a segment file: layout constants, encoding, the framing and
+//! CRC check, and the chunked read every reader of segment files shares.
+//!
+//! A `.log` file is a run of Kafka v2 record batches ([`krabka_protocol::batch`] owns the
+//! byte format); in this crate a batch is also called a frame. A batch's `baseOffset` is the
+//! krabka seq of its first record.
 
 use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use bytes::{BufMut, Bytes};
+use bytes::Bytes;
 use krabka_protocol::Message;
+use krabka_protocol::batch::{self, BatchError, BatchView, Compression};
 
 use crate::Error;
 
-/// Bytes before the message in every frame: length (4), CRC (4) and seq (8).
-pub const FRAME_HEADER_LEN: usize = 16;
+/// Bytes of a batch header, before its first record (Kafka's 61).
+pub const FRAME_HEADER_LEN: usize = batch::HEADER_LEN;
 
-/// Bytes of the smallest encoded message (no key, empty value, no headers).
-pub const MIN_MESSAGE_LEN: usize = 18;
+/// Bytes of the smallest batch: a header and one record with no key, an empty value and no
+/// headers.
+pub const MIN_FRAME_LEN: usize = batch::HEADER_LEN + MIN_RECORD_LEN;
 
-/// Smallest value a frame's `len` field can hold: seq (8) + the smallest message.
-pub(crate) const MIN_BODY_LEN: usize = 8 + MIN_MESSAGE_LEN;
+/// Bytes of the smallest record (uncompressed): length, attributes, two deltas, a null key, an
+/// empty value and no headers, one byte each. After damage, a seq found is believed only when
+/// the records between it and the last good seq fit in the bytes between.
+pub const MIN_RECORD_LEN: usize = 7;
 
-/// The total length of the frame at the start of `buf` (header and message), read from its
-/// length field; `None` when `buf` is shorter than the 4-byte length field. The length is not
-/// validated: a chunked reader uses it to learn how many bytes to fetch.
+/// Most bytes the records of one compressed batch may decompress to; a batch past it is
+/// corrupt (a decompression bomb reads as an error, never as an allocation). Also the largest
+/// `max_message_bytes`.
+pub const MAX_UNCOMPRESSED_BATCH: usize = 64 << 20;
+
+/// Records an append puts in one batch at most, counted as their encoded bytes before
+/// compression: a larger `append_batch` is split into batches of about this size (a single
+/// larger record gets a batch of its own). Kafka's producer default `batch.size` is 16 KiB
+/// and its broker's `max.message.bytes` 1 MiB; 1 MiB keeps the per-batch cost negligible and a
+/// point read within one batch short.
+pub const MAX_BATCH_RECORD_BYTES: usize = 1 << 20;
+
+/// The name of the segment format this build writes and reads, for messages.
+pub const FORMAT_NAME: &str = "Kafka v2 record batches (magic 2)";
+
+/// The total length of the batch at the start of `buf` (`12 + batchLength`), read from its
+/// length field; `None` when `buf` is shorter than the 12 bytes up to and including that field.
+/// The length is not validated (a negative one reads as 12): a chunked reader uses it to learn
+/// how many bytes to fetch.
 pub fn frame_len(buf: &[u8]) -> Option<usize> {
-    let len = buf.get(..4)?;
-    let len = u32::from_le_bytes(<[u8; 4]>::try_from(len).ok()?);
-    Some(8 + len as usize)
+    let len = buf.get(8..12)?;
+    let len = i32::from_be_bytes(<[u8; 4]>::try_from(len).ok()?);
+    Some(batch::LOG_OVERHEAD + usize::try_from(len).unwrap_or(0))
 }
 
 /// Reads the bytes at `pos` of a segment's `.log` file for decoding: `chunk` bytes (at most up
-/// to `end`, the file's length or the end of the valid data), or more when the frame starting
-/// at `pos` is longer than that and ends by `end` — then the whole frame, so a chunk always
-/// holds at least one complete frame unless the data is torn or corrupt there.
+/// to `end`, the file's length or the end of the valid data), or more when the batch starting
+/// at `pos` is longer than that and ends by `end` — then the whole batch, so a chunk always
+/// holds at least one complete batch unless the data is torn or corrupt there.
 ///
 /// Feed the result to [`decode_records`](super::decode_records) (or
 /// [`decode_records_at`](super::decode_records_at)) and continue at
@@ -46,10 +70,10 @@ pub fn frame_len(buf: &[u8]) -> Option<usize> {
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("00000000000000000001.log");
 /// let mut buf = Vec::new();
-/// encode_frame(1, &Message::new(vec![7u8; 1000]), &mut buf);
+/// encode_frame(1, &Message::new(vec![7u8; 1000]), &mut buf)?;
 /// std::fs::write(&path, &buf)?;
 /// let file = std::fs::File::open(&path)?;
-/// // A 64-byte chunk is too short for the frame: the whole frame is read.
+/// // A 64-byte chunk is too short for the batch: the whole batch is read.
 /// let chunk = read_chunk(&file, &path, 0, buf.len() as u64, 64)?;
 /// assert_eq!(chunk.len(), buf.len());
 /// assert_eq!(decode_records(&chunk, 1, 10)?.records.len(), 1);
@@ -86,7 +110,7 @@ pub(crate) fn read_frame_chunk(
     let first = read(pos, want)?;
     match frame_len(&first) {
         Some(n) if n > first.len() && n as u64 <= left => {
-            // A frame longer than the chunk: read it whole.
+            // A batch longer than the chunk: read it whole.
             drop(first);
             read(pos, n)
         }
@@ -94,102 +118,187 @@ pub(crate) fn read_frame_chunk(
     }
 }
 
-/// Appends the frame of record `seq` holding `msg` to `buf`; returns the frame's length.
-pub fn encode_frame(seq: u64, msg: &Message, buf: &mut Vec<u8>) -> usize {
-    encode_frame_sized(seq, msg, msg.encoded_len(), buf)
-}
-
-/// [`encode_frame`] for a message whose `encoded_len()` the caller already computed: reserves
-/// the frame once, encodes straight into `buf` and CRCs the bytes in place (once).
-pub(crate) fn encode_frame_sized(
-    seq: u64,
-    msg: &Message,
-    encoded_len: usize,
-    buf: &mut Vec<u8>,
-) -> usize {
+/// Appends a batch of one record, seq `seq`, holding `msg` to `buf` (uncompressed); returns the
+/// batch's length.
+///
+/// # Errors
+/// [`Error::SeqOutOfRange`] when `seq` is past `i64::MAX` (a batch's base offset is an
+/// `i64`); [`Error::Encode`] when the message does not fit a v2 record (a value over 2 GiB).
+pub fn encode_frame(seq: u64, msg: &Message, buf: &mut Vec<u8>) -> Result<usize, Error> {
     let start = buf.len();
-    let body = 8 + encoded_len;
-    buf.reserve(8 + body);
-    buf.put_u32_le(u32::try_from(body).unwrap_or(u32::MAX));
-    buf.put_u32_le(0);
-    buf.put_u64_le(seq);
-    msg.encode(buf);
-    let crc = crc32fast::hash(buf.get(start + 8..).unwrap_or(&[]));
-    if let Some(slot) = buf.get_mut(start + 4..start + 8) {
-        slot.copy_from_slice(&crc.to_le_bytes());
-    }
-    buf.len() - start
+    encode_frames(seq, std::slice::from_ref(msg), Compression::None, usize::MAX, buf)?;
+    Ok(buf.len() - start)
 }
 
-/// Why a frame could not be decoded, relative to the start of the decoded buffer.
+/// Appends one batch holding the first records of `msgs`, the first with seq `seq`, to `buf`:
+/// as many as keep its records within `max_record_bytes` before compression (at least one);
+/// returns how many it took (see [`batch::encode_messages`]).
+pub(crate) fn encode_frames(
+    seq: u64,
+    msgs: &[Message],
+    compression: Compression,
+    max_record_bytes: usize,
+    buf: &mut Vec<u8>,
+) -> Result<usize, Error> {
+    let base = i64::try_from(seq).map_err(|_| Error::SeqOutOfRange { seq })?;
+    batch::encode_messages(buf, base, msgs, compression, max_record_bytes).map_err(|source| {
+        Error::Encode {
+            seq,
+            reason: source.to_string(),
+        }
+    })
+}
+
+/// Why a batch could not be decoded, relative to the start of the decoded buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FrameError {
     pub(crate) position: usize,
     pub(crate) reason: String,
+    /// Set when the batch is valid but holds a record a [`Message`] cannot represent: its seq.
+    pub(crate) not_a_message: Option<u64>,
 }
 
 impl FrameError {
+    pub(crate) fn bad(position: usize, reason: impl Into<String>) -> Self {
+        FrameError {
+            position,
+            reason: reason.into(),
+            not_a_message: None,
+        }
+    }
+
     pub(crate) fn into_error(self, path: &Path, base: u64) -> Error {
-        Error::Corrupt {
-            path: path.to_path_buf(),
-            position: base + self.position as u64,
-            reason: self.reason,
+        match self.not_a_message {
+            Some(seq) => Error::NotAMessage {
+                path: path.to_path_buf(),
+                position: base + self.position as u64,
+                seq,
+                reason: self.reason,
+            },
+            None => Error::Corrupt {
+                path: path.to_path_buf(),
+                position: base + self.position as u64,
+                reason: self.reason,
+            },
         }
     }
 }
 
-/// One frame whose header, length and CRC were checked.
+/// One batch whose framing, magic and CRC were checked.
 pub(crate) struct RawFrame {
+    /// The seq of its first record (`baseOffset`).
     pub(crate) seq: u64,
-    /// Range of the encoded message within the parsed buffer.
-    pub(crate) message: Range<usize>,
-    /// The frame's total length.
+    /// The seq of its last record (`baseOffset + lastOffsetDelta`).
+    pub(crate) last: u64,
+    /// The checked batch.
+    pub(crate) view: BatchView,
+    /// The batch's total length.
     pub(crate) len: usize,
 }
 
 pub(crate) enum Parsed {
-    /// The buffer ends inside the frame.
+    /// The buffer ends inside the batch.
     Incomplete,
-    /// A complete frame that is invalid.
+    /// A complete batch that is invalid.
     Bad(String),
-    /// A complete, valid frame.
+    /// A complete, valid batch.
     Frame(RawFrame),
 }
 
-/// Checks the frame at the start of `buf` (length and CRC; not the message encoding).
-pub(crate) fn parse_frame(buf: &[u8]) -> Parsed {
-    let Some(header) = buf.get(..FRAME_HEADER_LEN) else {
+/// Checks the batch at the start of `buf`: its length, magic and CRC-32C, that it holds at
+/// least one record, that `recordCount` is `lastOffsetDelta + 1`, that its offsets are seqs
+/// and that its `partitionLeaderEpoch` (which the CRC leaves out) is -1 or more.
+/// The records themselves are checked as they are read.
+pub(crate) fn parse_frame(buf: &Bytes) -> Parsed {
+    let Some(len) = frame_len(buf) else {
         return Parsed::Incomplete;
     };
-    let word = |r: Range<usize>| header.get(r).and_then(|s| <[u8; 4]>::try_from(s).ok());
-    let (Some(len), Some(crc)) = (word(0..4), word(4..8)) else {
-        return Parsed::Incomplete;
-    };
-    let len = u32::from_le_bytes(len) as usize;
-    if len < MIN_BODY_LEN {
+    if len < MIN_FRAME_LEN {
         return Parsed::Bad(format!(
-            "frame length {len} is below the minimum {MIN_BODY_LEN}"
+            "batch length {len} is below the minimum {MIN_FRAME_LEN}"
         ));
     }
-    let Some(body) = buf.get(8..8 + len) else {
+    if buf.len() < len {
+        // A magic byte that is not 2 is damage even before the batch is complete.
+        if let Some(&magic) = buf.get(16)
+            && magic as i8 != batch::MAGIC
+        {
+            return Parsed::Bad(format!("magic byte {magic} is not 2: not a v2 record batch"));
+        }
         return Parsed::Incomplete;
+    }
+    let view = match BatchView::parse(&buf.slice(..len)) {
+        Ok(v) => v,
+        Err(e) => return Parsed::Bad(batch_reason(&e)),
     };
-    let actual = crc32fast::hash(body);
-    let stored = u32::from_le_bytes(crc);
-    if actual != stored {
+    let h = *view.header();
+    if h.partition_leader_epoch < batch::NO_PARTITION_LEADER_EPOCH {
+        // Outside the CRC (by Kafka's design): a value no leader writes is damage.
         return Parsed::Bad(format!(
-            "CRC mismatch: stored {stored:#010x}, computed {actual:#010x}"
+            "partitionLeaderEpoch {} is below -1",
+            h.partition_leader_epoch
         ));
     }
-    let seq = body
-        .get(..8)
-        .and_then(|s| <[u8; 8]>::try_from(s).ok())
-        .map_or(0, u64::from_le_bytes);
+    if h.record_count < 1 || h.last_offset_delta != h.record_count - 1 {
+        return Parsed::Bad(format!(
+            "recordCount {} does not match lastOffsetDelta {}",
+            h.record_count, h.last_offset_delta
+        ));
+    }
+    let (Ok(seq), Ok(last)) = (u64::try_from(h.base_offset), u64::try_from(h.last_offset())) else {
+        return Parsed::Bad(format!("base offset {} is negative", h.base_offset));
+    };
     Parsed::Frame(RawFrame {
         seq,
-        message: FRAME_HEADER_LEN..8 + len,
-        len: 8 + len,
+        last,
+        view,
+        len,
     })
+}
+
+/// The reason text of a batch error.
+pub(crate) fn batch_reason(e: &BatchError) -> String {
+    match e {
+        BatchError::BadCrc { stored, computed } => {
+            format!("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The first and last seq and the length of the batch at the start of `buf`, read from its
+/// header alone (no CRC check) when it is complete and its fields are plausible; `None`
+/// otherwise. A read steps over batches before the seq it wants with this.
+pub(crate) fn peek_frame(buf: &[u8]) -> Option<(u64, u64, usize)> {
+    let len = frame_len(buf)?;
+    let header = buf.get(..FRAME_HEADER_LEN)?;
+    let base = i64::from_be_bytes(header.get(0..8)?.try_into().ok()?);
+    let delta = i32::from_be_bytes(header.get(23..27)?.try_into().ok()?);
+    let count = i32::from_be_bytes(header.get(57..61)?.try_into().ok()?);
+    if len < MIN_FRAME_LEN || len > buf.len() || header.get(16)? != &2 || count < 1 || delta != count - 1 {
+        return None;
+    }
+    let seq = u64::try_from(base).ok()?;
+    let last = seq.checked_add(u64::try_from(delta).ok()?)?;
+    (last < i64::MAX as u64).then_some((seq, last, len))
+}
+
+/// Whether `buf` starts with a record frame of the format krabka wrote before record batches
+/// (little-endian length, CRC-32 of the body, seq, a version-1 message): such a file is refused
+/// as [`Error::OldFormat`], never read as damaged batches.
+pub(crate) fn is_old_frame(buf: &[u8]) -> bool {
+    const OLD_HEADER: usize = 16;
+    let word = |r: Range<usize>| buf.get(r).and_then(|s| <[u8; 4]>::try_from(s).ok());
+    let (Some(len), Some(crc)) = (word(0..4), word(4..8)) else {
+        return false;
+    };
+    let len = u32::from_le_bytes(len) as usize;
+    let Some(body) = buf.get(8..8 + len) else {
+        return false;
+    };
+    len >= 8 + 18
+        && buf.get(OLD_HEADER) == Some(&krabka_protocol::VERSION)
+        && crc32fast::hash(body) == u32::from_le_bytes(crc)
 }
 
 #[cfg(test)]
@@ -197,23 +306,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn read_chunk_reads_a_whole_frame_longer_than_the_chunk_but_not_past_end() {
+    fn read_chunk_reads_a_whole_batch_longer_than_the_chunk_but_not_past_end() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("00000000000000000001.log");
         let mut buf = Vec::new();
-        encode_frame(1, &Message::new(vec![1u8; 500]), &mut buf);
+        encode_frame(1, &Message::new(vec![1u8; 500]), &mut buf).unwrap();
         let first = buf.len();
-        encode_frame(2, &Message::new("b"), &mut buf);
+        encode_frame(2, &Message::new("b"), &mut buf).unwrap();
         std::fs::write(&path, &buf).unwrap();
         let file = File::open(&path).unwrap();
         let end = buf.len() as u64;
-        // Longer frame than the chunk: exactly that frame.
+        // Longer batch than the chunk: exactly that batch.
         let c = read_chunk(&file, &path, 0, end, 32).unwrap();
         assert_eq!(c.len(), first);
         // A chunk is capped by `end`.
         let c = read_chunk(&file, &path, first as u64, end, 1 << 20).unwrap();
         assert_eq!(c.len(), buf.len() - first);
-        // A frame running past `end` (torn) is not read past it.
+        // A batch running past `end` (torn) is not read past it.
         let c = read_chunk(&file, &path, 0, 100, 32).unwrap();
         assert_eq!(c.len(), 32);
         // Past the end of the file is an I/O error.
@@ -221,5 +330,35 @@ mod tests {
             read_chunk(&file, &path, 0, end + 10, 1 << 20),
             Err(Error::Io { .. })
         ));
+    }
+
+    #[test]
+    fn peek_agrees_with_parse_on_valid_batches_and_declines_implausible_headers() {
+        let mut buf = Vec::new();
+        let msgs: Vec<Message> = (0..5).map(|i| Message::new(format!("v{i}"))).collect();
+        encode_frames(10, &msgs, Compression::None, usize::MAX, &mut buf).unwrap();
+        let bytes = Bytes::from(buf.clone());
+        let Parsed::Frame(f) = parse_frame(&bytes) else {
+            panic!("not a batch")
+        };
+        assert_eq!(peek_frame(&buf), Some((f.seq, f.last, f.len)));
+        assert_eq!((f.seq, f.last), (10, 14));
+        // A record count that disagrees with the last offset delta.
+        let mut lie = buf.clone();
+        lie[60] ^= 1;
+        assert_eq!(peek_frame(&lie), None);
+        // Torn.
+        assert_eq!(peek_frame(&buf[..buf.len() - 1]), None);
+        assert!(matches!(parse_frame(&bytes.slice(..bytes.len() - 1)), Parsed::Incomplete));
+    }
+
+    #[test]
+    fn seqs_past_i64_max_are_refused() {
+        let mut buf = Vec::new();
+        assert!(matches!(
+            encode_frame(u64::MAX, &Message::new("x"), &mut buf),
+            Err(Error::SeqOutOfRange { seq: u64::MAX })
+        ));
+        assert!(buf.is_empty());
     }
 }

@@ -1,26 +1,23 @@
-//! Segment files as plain bytes: record frames, file names, decoding and verification.
+//! Segment files as plain bytes: record batches, file names, decoding and verification.
 //!
 //! Everything here works on byte slices (or reads one file start to end), so a segment fetched
 //! back from a remote store can be decoded without a [`Log`](crate::Log) or a local directory.
 //!
-//! A `.log` file is a run of record frames (layout in `docs/format.md`):
-//!
-//! | offset | size | field |
-//! | --- | --- | --- |
-//! | 0 | 4 | `len`: `u32`, bytes after the CRC field (8 + message length) |
-//! | 4 | 4 | `crc`: CRC-32 (IEEE, `crc32fast`) of the `len` bytes that follow |
-//! | 8 | 8 | `seq`: `u64` sequence number |
-//! | 16 | n | the message in the `krabka-protocol` encoding |
+//! A `.log` file is a run of Kafka v2 record batches (magic 2), byte for byte as Kafka writes
+//! them ([`krabka_protocol::batch`] owns the encoding; `docs/format.md` specifies it): a
+//! 61-byte big-endian header whose `baseOffset` is the krabka seq of the batch's first record,
+//! then the records. Batches follow each other without gaps: each starts at the seq after the
+//! previous one's last. In this crate a batch is also called a frame.
 //!
 //! ```
 //! use krabka_protocol::{Bytes, Message};
 //! use krabka_storage::segment::{decode_records, encode_frame};
 //!
 //! let mut buf = Vec::new();
-//! encode_frame(7, &Message::new("a"), &mut buf);
-//! encode_frame(8, &Message::new("b"), &mut buf);
+//! encode_frame(7, &Message::new("a"), &mut buf)?;
+//! encode_frame(8, &Message::new("b"), &mut buf)?;
 //! let whole = buf.len();
-//! buf.extend_from_slice(&[1, 2, 3]); // a torn frame at the tail is not an error
+//! buf.extend_from_slice(&[1, 2, 3]); // a torn batch at the tail is not an error
 //! let decoded = decode_records(&Bytes::from(buf), 8, 10)?;
 //! assert_eq!(decoded.records.len(), 1);
 //! assert_eq!(decoded.records[0].seq, 8);
@@ -43,8 +40,11 @@ pub use self::decode::{
 };
 pub use self::dump::{DumpFrames, DumpedFrame, dump_frames, read_segment_file};
 pub use self::dump_file::{DUMP_DECODE_LIMIT, DumpFile};
-pub use self::frame::{FRAME_HEADER_LEN, MIN_MESSAGE_LEN, encode_frame, frame_len, read_chunk};
-pub(crate) use self::frame::{FrameError, encode_frame_sized, read_frame_chunk};
+pub use self::frame::{
+    FORMAT_NAME, FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES, MAX_UNCOMPRESSED_BATCH, MIN_FRAME_LEN, MIN_RECORD_LEN,
+    encode_frame, frame_len, read_chunk,
+};
+pub(crate) use self::frame::{FrameError, encode_frames, peek_frame, read_frame_chunk};
 pub(crate) use self::name::segment_paths;
 pub use self::name::{
     HOLE_SUFFIX, INDEX_EXTENSION, LOG_EXTENSION, QUARANTINE_DIR, TIME_INDEX_EXTENSION,
@@ -58,7 +58,7 @@ pub use crate::index::{
     IndexSummary, TimeIndexSummary, lookup_position, lookup_time, verify_index, verify_time_index,
 };
 
-/// Frames of records `seqs` (value `v<seq>`, timestamp `seq`), for tests.
+/// Batches of one record each, seqs `seqs` (value `v<seq>`, timestamp `seq`), for tests.
 #[cfg(test)]
 pub(crate) fn test_frames(seqs: std::ops::RangeInclusive<u64>) -> Vec<u8> {
     let mut buf = Vec::new();
@@ -67,7 +67,8 @@ pub(crate) fn test_frames(seqs: std::ops::RangeInclusive<u64>) -> Vec<u8> {
             s,
             &krabka_protocol::Message::new(format!("v{s}")).with_timestamp(s as i64),
             &mut buf,
-        );
+        )
+        .expect("a small test record encodes");
     }
     buf
 }

@@ -1,5 +1,5 @@
 //! Scanning a segment file from its start, in bounded chunks: the state recovery and
-//! verification build from it, and the search for a valid frame after damage.
+//! verification build from it, and the search for a valid batch after damage.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -7,9 +7,10 @@ use std::path::Path;
 
 use bytes::Bytes;
 
-use super::decode::decode_message;
+use super::decode::batch_records;
 use super::frame::{
-    FRAME_HEADER_LEN, MIN_BODY_LEN, MIN_MESSAGE_LEN, Parsed, parse_frame, read_frame_chunk,
+    FRAME_HEADER_LEN, MIN_FRAME_LEN, MIN_RECORD_LEN, Parsed, frame_len, is_old_frame, parse_frame,
+    read_frame_chunk,
 };
 use super::verify::SegmentProblem;
 use crate::Error;
@@ -25,12 +26,19 @@ pub(crate) struct Scan {
     pub(crate) max_timestamp: i64,
     pub(crate) index: crate::index::IndexBuilder,
     pub(crate) problem: Option<SegmentProblem>,
+    /// The file starts with a frame of krabka's old format.
+    old_format: bool,
+    /// The `partitionLeaderEpoch` of the last valid batch.
+    leader_epoch: i32,
 }
 
 const SCAN_CHUNK: usize = 1 << 20;
 
 /// Scans `file` (of `file_len` bytes) from the start. `expect_first`, when given, is the seq the
-/// first frame must carry (a segment's base seq).
+/// first batch must start at (a segment's base seq).
+///
+/// A file in krabka's old per-record frame format is [`Error::OldFormat`]: never a damaged
+/// file whose tail a recovery would cut.
 pub(crate) fn scan_file(
     file: &File,
     path: &Path,
@@ -49,8 +57,8 @@ pub(crate) fn scan_file(
     )
 }
 
-/// One valid frame seen by a scan: its seq, byte position and timestamp, and the largest
-/// timestamp of the frames scanned before it (`i64::MIN` for the first).
+/// One valid batch seen by a scan: its first seq, byte position, and the largest
+/// timestamp of the batches scanned before it (`i64::MIN` for the first).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ScannedFrame {
     pub(crate) seq: u64,
@@ -58,8 +66,8 @@ pub(crate) struct ScannedFrame {
     pub(crate) max_timestamp_before: i64,
 }
 
-/// [`scan_file`] starting at byte `start` (which must be a frame boundary), calling
-/// `on_frame` for every valid frame.
+/// [`scan_file`] starting at byte `start` (which must be a batch boundary), calling
+/// `on_frame` for every valid batch.
 pub(crate) fn scan_file_from(
     file: &File,
     path: &Path,
@@ -77,6 +85,8 @@ pub(crate) fn scan_file_from(
         max_timestamp: i64::MIN,
         index: crate::index::IndexBuilder::new(index_interval),
         problem: None,
+        old_format: false,
+        leader_epoch: i32::MIN,
     };
     let mut expect = expect_first;
     let mut pos = start;
@@ -90,12 +100,17 @@ pub(crate) fn scan_file_from(
         })?;
         let before = scan.valid_len;
         if !scan_buffer(&chunk, pos, &mut expect, &mut scan, on_frame) {
+            if scan.old_format {
+                return Err(Error::OldFormat {
+                    path: path.to_path_buf(),
+                });
+            }
             return Ok(scan);
         }
         if scan.valid_len == before {
             scan.problem = Some(SegmentProblem {
                 position: pos,
-                reason: format!("incomplete frame: {left} bytes left at the end of the file"),
+                reason: format!("incomplete batch: {left} bytes left at the end of the file"),
             });
             return Ok(scan);
         }
@@ -104,8 +119,9 @@ pub(crate) fn scan_file_from(
     Ok(scan)
 }
 
-/// Checks the frames of `chunk` (read at file position `pos`) until it ends or a frame is
-/// incomplete, recording them in `scan`. Returns false when a bad frame was found.
+/// Checks the batches of `chunk` (read at file position `pos`) until it ends or a batch is
+/// incomplete, recording them in `scan`; every record of a batch is read and checked. Returns
+/// false when a bad batch was found.
 fn scan_buffer(
     chunk: &Bytes,
     pos: u64,
@@ -115,78 +131,91 @@ fn scan_buffer(
 ) -> bool {
     let mut off = 0usize;
     loop {
-        let rest = chunk.get(off..).unwrap_or(&[]);
+        let rest = chunk.slice(off.min(chunk.len())..);
         if rest.is_empty() {
             return true;
         }
         let at = pos + off as u64;
-        let frame = match parse_frame(rest) {
-            Parsed::Incomplete => return true,
-            Parsed::Bad(reason) => {
-                scan.problem = Some(SegmentProblem {
-                    position: at,
-                    reason,
-                });
-                return false;
+        let mut problem = |reason: String| {
+            scan.old_format = at == 0 && is_old_frame(&rest);
+            scan.problem = Some(SegmentProblem {
+                position: at,
+                reason,
+            });
+            false
+        };
+        let frame = match parse_frame(&rest) {
+            Parsed::Incomplete => {
+                if at == 0 && is_old_frame(&rest) {
+                    return problem("old frame format".to_owned());
+                }
+                return true;
             }
+            Parsed::Bad(reason) => return problem(reason),
             Parsed::Frame(f) => f,
         };
         if let Some(e) = *expect
             && frame.seq != e
         {
-            scan.problem = Some(SegmentProblem {
-                position: at,
-                reason: format!("frame holds seq {}, expected {e}", frame.seq),
-            });
-            return false;
+            return problem(format!("batch starts at seq {}, expected {e}", frame.seq));
         }
-        let range = off + frame.message.start..off + frame.message.end;
-        let msg = match decode_message(chunk, range) {
-            Ok(m) => m,
-            Err(reason) => {
-                scan.problem = Some(SegmentProblem {
-                    position: at,
-                    reason,
-                });
-                return false;
+        let epoch = frame.view.header().partition_leader_epoch;
+        if epoch < scan.leader_epoch {
+            // The field lies outside the CRC; leader epochs never go down along a log.
+            return problem(format!(
+                "partitionLeaderEpoch {epoch} is below the previous batch's {}",
+                scan.leader_epoch
+            ));
+        }
+        let checked = batch_records(&frame, 0).and_then(|records| {
+            for r in records {
+                r.map_err(|e| super::frame::FrameError::bad(0, super::frame::batch_reason(&e)))?;
             }
+            Ok(())
+        });
+        if let Err(e) = checked {
+            return problem(e.reason);
+        }
+        let Some(after) = frame.last.checked_add(1) else {
+            return problem("seq overflows u64".to_owned());
         };
+        let max_ts = frame.view.header().max_timestamp;
         on_frame(ScannedFrame {
             seq: frame.seq,
             position: at,
             max_timestamp_before: scan.max_timestamp,
         });
-        scan.index
-            .observe(frame.seq, at, frame.len as u64, msg.timestamp);
-        scan.max_timestamp = scan.max_timestamp.max(msg.timestamp);
+        scan.index.observe(frame.seq, at, frame.len as u64, max_ts);
+        scan.max_timestamp = scan.max_timestamp.max(max_ts);
         scan.first_seq.get_or_insert(frame.seq);
-        scan.last_seq = Some(frame.seq);
-        scan.records += 1;
-        *expect = frame.seq.checked_add(1);
+        scan.last_seq = Some(frame.last);
+        scan.records += frame.last - frame.seq + 1;
+        scan.leader_epoch = epoch;
+        *expect = Some(after);
         off += frame.len;
         scan.valid_len = pos + off as u64;
     }
 }
 
-/// A run of contiguous valid frames that [`find_valid_frame_after`] found after damage.
+/// A run of contiguous valid batches that [`find_valid_frame_after`] found after damage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ValidRun {
-    /// Byte position of its first frame.
+    /// Byte position of its first batch.
     pub(crate) position: u64,
-    /// Seq of its first frame.
+    /// Seq of its first record.
     pub(crate) first_seq: u64,
-    /// Seq of its last frame.
+    /// Seq of its last record.
     pub(crate) last_seq: u64,
-    /// The byte after its last frame (the end of the file, or where the next damage starts).
+    /// The byte after its last batch (the end of the file, or where the next damage starts).
     pub(crate) end: u64,
 }
 
-/// Looks for the first valid frame after the damage at `from`: a frame whose length and CRC
-/// check, whose message decodes and whose seq is at least `expected_next` (and no larger than
-/// the frames that fit in the rest of the file allow). Returns the run of contiguous valid
-/// frames it starts, or `None` when nothing valid follows the damage (a torn tail). Memory
-/// stays bounded: the file is searched in 1 MiB windows and only candidates whose header passes
-/// are read whole.
+/// Looks for the first valid batch after the damage at `from`: a batch whose length, magic and
+/// CRC check, whose records read, and whose base seq is at least `expected_next` (and no larger
+/// than the batches that fit in the rest of the file allow). Returns the run of contiguous
+/// valid batches it starts, or `None` when nothing valid follows the damage (a torn tail).
+/// Memory stays bounded: the file is searched in 1 MiB windows and only candidates whose
+/// header passes are read whole.
 pub(crate) fn find_valid_frame_after(
     file: &File,
     path: &Path,
@@ -195,8 +224,8 @@ pub(crate) fn find_valid_frame_after(
     expected_next: u64,
 ) -> Result<Option<ValidRun>, Error> {
     const WINDOW: u64 = 1 << 20;
-    let min_frame = (FRAME_HEADER_LEN + MIN_MESSAGE_LEN) as u64;
-    let most_frames = file_len.saturating_sub(from) / min_frame + 1;
+    let min_frame = MIN_FRAME_LEN as u64;
+    let most_frames = file_len.saturating_sub(from) / MIN_RECORD_LEN as u64 + 1;
     let highest = expected_next.saturating_add(most_frames);
     let mut pos = from.saturating_add(1);
     while pos.saturating_add(FRAME_HEADER_LEN as u64) <= file_len {
@@ -209,30 +238,35 @@ pub(crate) fn find_valid_frame_after(
             let Some(header) = buf.get(off..off + FRAME_HEADER_LEN) else {
                 break;
             };
+            if header.get(16) != Some(&2) {
+                continue;
+            }
             let seq = header
-                .get(8..16)
+                .get(..8)
                 .and_then(|s| <[u8; 8]>::try_from(s).ok())
-                .map_or(0, u64::from_le_bytes);
+                .map_or(-1, i64::from_be_bytes);
+            let Ok(seq) = u64::try_from(seq) else {
+                continue;
+            };
             if seq < expected_next || seq > highest {
                 continue;
             }
-            let body = header
-                .get(..4)
-                .and_then(|s| <[u8; 4]>::try_from(s).ok())
-                .map_or(0, u32::from_le_bytes) as u64;
             let at = pos + off as u64;
-            if body < MIN_BODY_LEN as u64 || at + 8 + body > file_len {
+            let Some(size) = frame_len(header).map(|n| n as u64) else {
+                continue;
+            };
+            if size < min_frame || at + size > file_len {
                 continue;
             }
-            let mut frame = vec![0u8; 8 + body as usize];
+            let mut frame = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)];
             file.read_exact_at(&mut frame, at)
                 .map_err(|e| Error::io(path, e))?;
-            if let Parsed::Frame(f) = parse_frame(&frame)
+            if let Parsed::Frame(f) = parse_frame(&Bytes::from(frame))
                 && f.seq == seq
             {
                 let run =
                     scan_file_from(file, path, at, file_len, Some(seq), u64::MAX, &mut |_| {})?;
-                // A frame whose CRC matches but whose message does not decode starts no run.
+                // A batch whose CRC matches but whose records do not read starts no run.
                 if let Some(last_seq) = run.last_seq.filter(|_| run.records > 0) {
                     return Ok(Some(ValidRun {
                         position: at,

@@ -10,7 +10,7 @@ use bytes::Bytes;
 
 use super::LogView;
 use super::found::{Frames, IncompleteTail, IndexFallback};
-use crate::segment::{self, FRAME_HEADER_LEN, INDEX_EXTENSION, frame_len};
+use crate::segment::{self, FRAME_HEADER_LEN, INDEX_EXTENSION};
 use crate::{Error, Record};
 
 /// Bytes read from a segment file per step.
@@ -75,26 +75,35 @@ struct Got {
 }
 
 impl Got {
-    /// The records of `buf` (read at byte `at` of `path`), which start at the frame of
-    /// `expect`: their frames are the last ones of `buf[..end]`.
+    /// The records of `buf` (read at byte `at` of `path`), which start at the batch of
+    /// `expect`: their batches are whole ones of `buf` (checked by the decoder, so their
+    /// headers are sound), the last one possibly past `end` when the records stop inside it.
     fn new(
         records: Vec<Record>,
         buf: &Bytes,
         end: usize,
-        expect: u64,
+        _expect: u64,
         at: u64,
         path: &Path,
     ) -> Got {
-        let skip = records.first().map_or(0, |r| r.seq.saturating_sub(expect));
-        // Every frame before `end` was checked by the decoder: their lengths are sound.
-        let mut start = 0usize;
-        for _ in 0..skip {
-            start += buf.get(start..).and_then(frame_len).unwrap_or(0);
+        let first = records.first().map_or(0, |r| r.seq);
+        let last = records.last().map_or(0, |r| r.seq);
+        let (mut start, mut stop) = (None, end);
+        let mut pos = 0usize;
+        while let Some((_, batch_last, len)) = buf.get(pos..).and_then(segment::peek_frame) {
+            if start.is_none() && batch_last >= first {
+                start = Some(pos);
+            }
+            pos += len;
+            if batch_last >= last {
+                stop = pos;
+                break;
+            }
         }
-        let start = start.min(end);
+        let start = start.unwrap_or(0).min(stop);
         Got {
             records,
-            frames: buf.slice(start..end.min(buf.len())),
+            frames: buf.slice(start..stop.min(buf.len())),
             path: path.to_path_buf(),
             position: at + start as u64,
         }
@@ -150,8 +159,11 @@ impl LogReader {
         Ok(self.step(max)?.map(|g| g.records).unwrap_or_default())
     }
 
-    /// [`poll`](Self::poll) that returns the raw frames of up to `max` records (from one
-    /// segment file) instead of decoding them for the caller; `None` when caught up.
+    /// [`poll`](Self::poll) that returns the raw batches of up to `max` records (from one
+    /// segment file) instead of decoding them for the caller; `None` when caught up. The
+    /// batches are whole: `first_seq` is the first seq of the first one, `last_seq` the last
+    /// of the last one, so they may hold records before the next seq to read (a batch entered
+    /// in the middle) and more than `max`. The reader moves on past the last batch.
     ///
     /// # Errors
     /// As [`poll`](Self::poll).
@@ -162,11 +174,23 @@ impl LogReader {
         let (Some(first), Some(last)) = (got.records.first(), got.records.last()) else {
             return Ok(None);
         };
+        let (mut first_seq, mut last_seq) = (first.seq, last.seq);
+        let mut pos = 0usize;
+        while let Some((base, batch_last, len)) =
+            got.frames.get(pos..).and_then(segment::peek_frame)
+        {
+            if pos == 0 {
+                first_seq = base;
+            }
+            last_seq = batch_last;
+            pos += len;
+        }
+        self.next_seq = self.next_seq.max(last_seq.saturating_add(1));
         Ok(Some(Frames {
             path: got.path,
             position: got.position,
-            first_seq: first.seq,
-            last_seq: last.seq,
+            first_seq,
+            last_seq,
             bytes: got.frames,
         }))
     }
@@ -249,9 +273,9 @@ impl LogReader {
         let seq = File::open(self.log_path(base))
             .and_then(|f| f.read_exact_at(&mut header, position))
             .ok()
-            .and_then(|()| header.get(8..16))
+            .and_then(|()| header.get(..8))
             .and_then(|s| <[u8; 8]>::try_from(s).ok())
-            .map(u64::from_le_bytes);
+            .and_then(|b| u64::try_from(i64::from_be_bytes(b)).ok());
         match seq {
             Some(seq) if (base..=self.next_seq).contains(&seq) => Cursor {
                 base,

@@ -1,0 +1,247 @@
+//! [`Message`]s as the records of a batch: the encoder the log's appends use, and the exact
+//! conversion back.
+
+use super::encode::{ATTRIBUTES_AT, CRC_AT};
+use super::varint::{put_varint, put_varlong};
+use super::{
+    BatchError, Compression, HEADER_LEN, LOG_OVERHEAD, MAGIC, NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, RecordRef, codec,
+};
+use crate::{Header, Message};
+
+/// Bytes of a varint holding `v` (zigzag, then 7 bits a byte).
+fn varint_len(v: i64) -> usize {
+    let z = ((v << 1) ^ (v >> 63)) as u64;
+    let bits = 64 - (z | 1).leading_zeros() as usize;
+    bits.div_ceil(7)
+}
+
+/// Bytes of a length-prefixed byte run of `len` bytes.
+fn run_len(len: usize) -> usize {
+    varint_len(i64::try_from(len).unwrap_or(i64::MAX)) + len
+}
+
+/// Bytes of a record's body (after its length varint).
+fn body_len(msg: &Message, timestamp_delta: i64, offset_delta: i32) -> usize {
+    let mut n = 1 + varint_len(timestamp_delta) + varint_len(i64::from(offset_delta));
+    n += msg.key.as_ref().map_or(1, |k| run_len(k.len()));
+    n += run_len(msg.value.len());
+    n += varint_len(i64::try_from(msg.headers.len()).unwrap_or(i64::MAX));
+    for h in &msg.headers {
+        n += run_len(h.key.len()) + run_len(h.value.len());
+    }
+    n
+}
+
+/// Bytes `msg` takes as a record of a batch (its length varint included), at the given
+/// deltas. A batch of one is [`HEADER_LEN`] more.
+///
+/// ```
+/// use krabka_protocol::batch::record_size;
+/// use krabka_protocol::Message;
+///
+/// // length (2), attributes, two deltas, null key, value length (2), the value, no headers
+/// assert_eq!(record_size(&Message::new(vec![0u8; 100]), 0, 0), 2 + 1 + 1 + 1 + 1 + 2 + 100 + 1);
+/// ```
+pub fn record_size(msg: &Message, timestamp_delta: i64, offset_delta: i32) -> usize {
+    let body = body_len(msg, timestamp_delta, offset_delta);
+    varint_len(i64::try_from(body).unwrap_or(i64::MAX)) + body
+}
+
+fn put_run(
+    out: &mut Vec<u8>,
+    bytes: &[u8],
+    field: &'static str,
+    index: usize,
+) -> Result<(), BatchError> {
+    let len = i32::try_from(bytes.len()).map_err(|_| BatchError::Encode { field, index })?;
+    put_varint(out, len);
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
+fn put_record(
+    out: &mut Vec<u8>,
+    msg: &Message,
+    timestamp_delta: i64,
+    offset_delta: i32,
+    index: usize,
+) -> Result<(), BatchError> {
+    let body = body_len(msg, timestamp_delta, offset_delta);
+    let len = i32::try_from(body).map_err(|_| BatchError::Encode {
+        field: "length",
+        index,
+    })?;
+    put_varint(out, len);
+    out.push(0);
+    put_varlong(out, timestamp_delta);
+    put_varint(out, offset_delta);
+    match &msg.key {
+        None => put_varint(out, -1),
+        Some(k) => put_run(out, k, "keyLength", index)?,
+    }
+    put_run(out, &msg.value, "valueLength", index)?;
+    let count = i32::try_from(msg.headers.len()).map_err(|_| BatchError::Encode {
+        field: "headerCount",
+        index,
+    })?;
+    put_varint(out, count);
+    for h in &msg.headers {
+        put_run(out, h.key.as_bytes(), "headerKeyLength", index)?;
+        put_run(out, &h.value, "headerValueLength", index)?;
+    }
+    Ok(())
+}
+
+/// Appends to `out` one v2 batch at `base_offset` holding the first messages of `msgs`, and
+/// returns how many it took: as many as keep the batch's records within `max_bytes`
+/// (uncompressed; always at least one) and whose timestamps differ from the first one's by an
+/// amount a varlong holds. The batch is what Kafka's producer writes for them without an
+/// idempotent producer: create-time timestamps (`baseTimestamp` the first record's,
+/// `maxTimestamp` the largest), producer id, epoch and sequence -1, partition leader epoch -1,
+/// offset deltas 0..n-1, each message's key, value and headers as they are. Nothing is written
+/// to `out` on error, and nothing for an empty `msgs` (which returns 0).
+///
+/// ```
+/// use krabka_protocol::batch::{encode_messages, BatchView, Compression};
+/// use krabka_protocol::{Bytes, Message};
+///
+/// let msgs = [Message::new("a").with_timestamp(10), Message::new("b").with_timestamp(12)];
+/// let mut out = Vec::new();
+/// assert_eq!(encode_messages(&mut out, 7, &msgs, Compression::None, 1 << 20)?, 2);
+/// let view = BatchView::parse(&Bytes::from(out))?;
+/// assert_eq!((view.header().base_offset, view.header().last_offset()), (7, 8));
+/// let back: Vec<Message> = view
+///     .records(1 << 20)?
+///     .map(|r| Message::try_from(r?))
+///     .collect::<Result<_, _>>()?;
+/// assert_eq!(back, msgs);
+/// # Ok::<(), krabka_protocol::batch::BatchError>(())
+/// ```
+///
+/// # Errors
+/// [`BatchError::Encode`] when a length does not fit its field (a value over 2 GiB) or the
+/// batch's last offset passes `i64::MAX`; [`BatchError::CodecDisabled`] or
+/// [`BatchError::Compress`] from the codec.
+pub fn encode_messages(
+    out: &mut Vec<u8>,
+    base_offset: i64,
+    msgs: &[Message],
+    compression: Compression,
+    max_bytes: usize,
+) -> Result<usize, BatchError> {
+    let Some(first) = msgs.first() else {
+        return Ok(0);
+    };
+    let base_timestamp = first.timestamp;
+    // How many records fit, and the size of their section.
+    let mut taken = 0usize;
+    let mut records_len = 0usize;
+    let mut max_timestamp = base_timestamp;
+    for (i, msg) in msgs.iter().enumerate() {
+        let Ok(delta) = i32::try_from(i) else { break };
+        let Some(ts_delta) = msg.timestamp.checked_sub(base_timestamp) else {
+            break;
+        };
+        let size = record_size(msg, ts_delta, delta);
+        if taken > 0 && records_len.saturating_add(size) > max_bytes {
+            break;
+        }
+        records_len = records_len.saturating_add(size);
+        max_timestamp = max_timestamp.max(msg.timestamp);
+        taken += 1;
+    }
+    let count = i32::try_from(taken).map_err(|_| BatchError::Encode {
+        field: "recordCount",
+        index: taken,
+    })?;
+    base_offset
+        .checked_add(i64::from(count - 1))
+        .ok_or(BatchError::Encode {
+            field: "baseOffset",
+            index: taken,
+        })?;
+    let start = out.len();
+    let result = (|| {
+        out.reserve(HEADER_LEN + records_len);
+        out.extend_from_slice(&base_offset.to_be_bytes());
+        out.extend_from_slice(&[0; 4]); // batchLength, once the records are in.
+        out.extend_from_slice(&NO_PARTITION_LEADER_EPOCH.to_be_bytes());
+        out.extend_from_slice(&MAGIC.to_be_bytes());
+        out.extend_from_slice(&[0; 4]); // The CRC, once the rest is written.
+        out.extend_from_slice(&i16::from(compression.code()).to_be_bytes());
+        out.extend_from_slice(&(count - 1).to_be_bytes());
+        out.extend_from_slice(&base_timestamp.to_be_bytes());
+        out.extend_from_slice(&max_timestamp.to_be_bytes());
+        out.extend_from_slice(&NO_PRODUCER_ID.to_be_bytes());
+        out.extend_from_slice(&NO_PRODUCER_EPOCH.to_be_bytes());
+        out.extend_from_slice(&NO_SEQUENCE.to_be_bytes());
+        out.extend_from_slice(&count.to_be_bytes());
+        let records = |buf: &mut Vec<u8>| -> Result<(), BatchError> {
+            for (i, msg) in msgs.iter().take(taken).enumerate() {
+                let delta = i32::try_from(i).unwrap_or(i32::MAX);
+                put_record(
+                    buf,
+                    msg,
+                    msg.timestamp.wrapping_sub(base_timestamp),
+                    delta,
+                    i,
+                )?;
+            }
+            Ok(())
+        };
+        if compression == Compression::None {
+            records(out)?;
+        } else {
+            let mut plain = Vec::with_capacity(records_len);
+            records(&mut plain)?;
+            let packed = codec::compress(compression, &plain)?;
+            out.extend_from_slice(&packed);
+        }
+        let size = out.len() - start;
+        let batch_length = i32::try_from(size - LOG_OVERHEAD).map_err(|_| BatchError::Encode {
+            field: "batchLength",
+            index: taken,
+        })?;
+        if let Some(slot) = out.get_mut(start + 8..start + 12) {
+            slot.copy_from_slice(&batch_length.to_be_bytes());
+        }
+        let crc = crc32c::crc32c(out.get(start + ATTRIBUTES_AT..).unwrap_or_default());
+        if let Some(slot) = out.get_mut(start + CRC_AT..start + ATTRIBUTES_AT) {
+            slot.copy_from_slice(&crc.to_be_bytes());
+        }
+        Ok(taken)
+    })();
+    if result.is_err() {
+        out.truncate(start);
+    }
+    result
+}
+
+impl TryFrom<RecordRef> for Message {
+    type Error = BatchError;
+
+    /// The message a record holds, exactly: its timestamp, key, value and headers. A record a
+    /// [`Message`] cannot hold (a null value, a header with a null value) is
+    /// [`BatchError::NotAMessage`], never a changed message.
+    fn try_from(r: RecordRef) -> Result<Message, BatchError> {
+        let value = r.value.ok_or(BatchError::NotAMessage {
+            offset: r.offset,
+            what: "a null value",
+        })?;
+        let mut headers = Vec::with_capacity(r.headers.len());
+        for (key, value) in r.headers {
+            let value = value.ok_or(BatchError::NotAMessage {
+                offset: r.offset,
+                what: "a header with a null value",
+            })?;
+            headers.push(Header { key, value });
+        }
+        Ok(Message {
+            timestamp: r.timestamp,
+            key: r.key,
+            value,
+            headers,
+        })
+    }
+}
