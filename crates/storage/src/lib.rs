@@ -53,7 +53,6 @@ use std::time::Duration;
 use krabka_protocol::Message;
 
 pub use crate::error::{Error, PoisonCause};
-pub use krabka_protocol::batch::Compression;
 pub use crate::layout::accepted::{ACCEPTED_HOLES_FILE_NAME, AcceptedHole, read_accepted_holes};
 pub use crate::layout::hole::{Hole, holes_cover};
 pub use crate::layout::recovery_point::read_recovery_point;
@@ -62,6 +61,7 @@ pub use crate::recovery::{
     KeptRun, QuarantinedPiece, RecoveryReport, RepairStep, SegmentRepair, TruncatedTail,
     plan_segment_repair,
 };
+pub use krabka_protocol::batch::Compression;
 
 /// Default [`Options::max_bytes`]: 64 MiB per segment.
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;

@@ -142,7 +142,10 @@ fn a_stale_marker_over_a_file_cut_back_to_its_length_is_not_trusted() {
     let before = log.segments().pop().unwrap();
     fill(&log, 5);
     let after = log.segments().pop().unwrap();
-    assert_eq!(after.base_seq, before.base_seq, "the appends stay in the segment");
+    assert_eq!(
+        after.base_seq, before.base_seq,
+        "the appends stay in the segment"
+    );
     drop(log);
     // The appended bytes are lost and the old marker is back: same length, same base, same
     // inode, but the file was written since the close.

@@ -364,8 +364,8 @@ fn frames_inside_a_damaged_value_are_never_taken_for_the_log() {
             let m = if seq == damaged_seq {
                 // A valid frame of the damaged seq itself and one a few seqs on.
                 let mut inner = Vec::new();
-                segment::encode_frame(damaged_seq, &msg(99), &mut inner);
-                segment::encode_frame(damaged_seq + 3, &msg(98), &mut inner);
+                segment::encode_frame(damaged_seq, &msg(99), &mut inner).unwrap();
+                segment::encode_frame(damaged_seq + 3, &msg(98), &mut inner).unwrap();
                 Message::new(inner)
                     .with_key(format!("k{seq}"))
                     .with_timestamp(seq as i64)

@@ -254,7 +254,7 @@ fn a_torn_tail_is_an_incomplete_frame_not_damage_and_its_completion_is_read() {
     }
     let active = log.segments().pop().unwrap().log_path;
     let mut frame = Vec::new();
-    segment::encode_frame(11, &msg(11), &mut frame);
+    segment::encode_frame(11, &msg(11), &mut frame).unwrap();
     let len = fs::metadata(&active).unwrap().len();
     let half = frame.len() / 2;
     let append = |bytes: &[u8]| {

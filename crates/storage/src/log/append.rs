@@ -10,13 +10,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use krabka_protocol::Message;
-use krabka_protocol::batch::record_size;
+use krabka_protocol::batch::{
+    NO_PARTITION_LEADER_EPOCH, record_size, set_base_offset, set_partition_leader_epoch,
+};
 
 use super::{Inner, Seg, SegFile};
 use crate::fault::Op;
 use crate::fsutil::{self, IoResultExt};
 use crate::index::IndexBuilder;
 use crate::layout::{seg_file, write_indexes};
+use crate::segment::raw::RawBatchInfo;
 use crate::segment::{FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES, encode_frames, segment_paths};
 use crate::{Error, SyncPolicy};
 
@@ -125,19 +128,24 @@ impl Inner {
                     .min(MAX_BATCH_RECORD_BYTES);
                 let seq = ap.next_seq + (i - start) as u64;
                 let at = ap.buf.len();
-                let taken = match encode_frames(seq, &msgs[i..], self.opts.compression, cap, &mut ap.buf) {
-                    Ok(n) => n.max(1),
-                    Err(e) => {
-                        // Nothing of this call is written or published.
-                        ap.buf.clear();
-                        if start > 0 {
-                            self.poison(&e);
+                let taken =
+                    match encode_frames(seq, &msgs[i..], self.opts.compression, cap, &mut ap.buf) {
+                        Ok(n) => n.max(1),
+                        Err(e) => {
+                            // Nothing of this call is written or published.
+                            ap.buf.clear();
+                            if start > 0 {
+                                self.poison(&e);
+                            }
+                            return Err(e);
                         }
-                        return Err(e);
-                    }
-                };
+                    };
                 let len = (ap.buf.len() - at) as u64;
-                let batch_max = msgs[i..i + taken].iter().map(|m| m.timestamp).max().unwrap_or(i64::MIN);
+                let batch_max = msgs[i..i + taken]
+                    .iter()
+                    .map(|m| m.timestamp)
+                    .max()
+                    .unwrap_or(i64::MIN);
                 ap.builder.observe(seq, used, len, batch_max);
                 max_ts = max_ts.max(batch_max);
                 i += taken;
@@ -146,26 +154,8 @@ impl Inner {
                 self.roll_locked(ap)?;
                 continue;
             }
-            if let Err(e) = self.write_at(&ap.file, &ap.buf, ap.size) {
-                let e = Error::io(&ap.active.log_path, e);
-                self.poison(&e);
-                // Best effort: drop a partial write so the file ends at a batch boundary.
-                let _ = ap.file.set_len(ap.size);
-                return Err(e);
-            }
             let count = (i - start) as u64;
-            self.counters.written(count, ap.buf.len() as u64);
-            let last = ap.next_seq + count - 1;
-            ap.size += ap.buf.len() as u64;
-            ap.next_seq += count;
-            let mut st = self.state.write();
-            if let Some(seg) = st.segs.last_mut() {
-                seg.last_seq = last;
-                seg.size = ap.size;
-                seg.max_timestamp = seg.max_timestamp.max(max_ts);
-                seg.offsets.append(&mut ap.builder.offsets);
-                seg.times.append(&mut ap.builder.times);
-            }
+            self.write_and_publish(ap, count, max_ts)?;
         }
         let last = ap.next_seq - 1;
         drop(guard);
@@ -176,6 +166,81 @@ impl Inner {
         self.counters.batch();
         // Outside the append lock: concurrent appenders share the fsync.
         self.sync_after_append(last, msgs.len() as u64)?;
+        Ok(first..=last)
+    }
+
+    /// Writes the batches in `ap.buf` (`count` records, the largest timestamp `max_ts`) at the
+    /// end of the active segment and publishes them to readers. A failed write poisons the log
+    /// and cuts the partial write off (best effort).
+    fn write_and_publish(&self, ap: &mut Appender, count: u64, max_ts: i64) -> Result<(), Error> {
+        if let Err(e) = self.write_at(&ap.file, &ap.buf, ap.size) {
+            let e = Error::io(&ap.active.log_path, e);
+            self.poison(&e);
+            // Best effort: drop a partial write so the file ends at a batch boundary.
+            let _ = ap.file.set_len(ap.size);
+            return Err(e);
+        }
+        self.counters.written(count, ap.buf.len() as u64);
+        let last = ap.next_seq + count - 1;
+        ap.size += ap.buf.len() as u64;
+        ap.next_seq += count;
+        let mut st = self.state.write();
+        if let Some(seg) = st.segs.last_mut() {
+            seg.last_seq = last;
+            seg.size = ap.size;
+            seg.max_timestamp = seg.max_timestamp.max(max_ts);
+            seg.offsets.append(&mut ap.builder.offsets);
+            seg.times.append(&mut ap.builder.times);
+        }
+        Ok(())
+    }
+
+    /// Appends one raw batch that [`check_raw_batch`] passed (see
+    /// [`Log::append_raw_batch`](super::Log::append_raw_batch)): stored as given, but for its
+    /// base offset (the next seq) and partition leader epoch (-1), written in place.
+    pub(super) fn append_raw(
+        &self,
+        batch: &[u8],
+        info: RawBatchInfo,
+    ) -> Result<RangeInclusive<u64>, Error> {
+        let len = batch.len() as u64;
+        if len > self.opts.max_message_bytes {
+            return Err(Error::MessageTooLarge {
+                size: len,
+                max: self.opts.max_message_bytes,
+            });
+        }
+        let writing = Writing::enter(&self.writers);
+        let mut guard = self.appender.lock();
+        self.check_poisoned()?;
+        let ap = &mut *guard;
+        let first = ap.next_seq;
+        let last = first.saturating_add(info.count - 1);
+        let base = i64::try_from(first).map_err(|_| Error::SeqOutOfRange { seq: first })?;
+        if i64::try_from(last).is_err() {
+            return Err(Error::SeqOutOfRange { seq: last });
+        }
+        self.invalidate_clean_shutdown(ap)?;
+        if ap.size > 0 && ap.size.saturating_add(len) > self.opts.max_bytes {
+            self.roll_locked(ap)?;
+        }
+        ap.buf.clear();
+        ap.buf.extend_from_slice(batch);
+        let stamped = set_base_offset(&mut ap.buf, base)
+            .and_then(|()| set_partition_leader_epoch(&mut ap.buf, NO_PARTITION_LEADER_EPOCH));
+        if let Err(e) = stamped {
+            return Err(Error::InvalidBatch {
+                field: "baseOffset",
+                at: 0,
+                reason: e.to_string(),
+            });
+        }
+        ap.builder.observe(first, ap.size, len, info.max_timestamp);
+        self.write_and_publish(ap, info.count, info.max_timestamp)?;
+        drop(guard);
+        drop(writing);
+        self.counters.batch();
+        self.sync_after_append(last, info.count)?;
         Ok(first..=last)
     }
 

@@ -12,6 +12,7 @@ mod clean;
 mod holes;
 mod lock;
 mod open;
+mod raw;
 mod read;
 mod retention;
 mod stats;
@@ -274,6 +275,66 @@ impl Log {
     /// part written before it stays in the log (readable, but not acknowledged).
     pub fn append_batch(&self, msgs: &[Message]) -> Result<RangeInclusive<u64>, Error> {
         self.inner.append_batch(msgs)
+    }
+
+    /// Appends one Kafka v2 record batch as a producer sent it (the records of a produce
+    /// request, say) without decoding and encoding its records again, and returns its seqs.
+    ///
+    /// The batch is checked first: its length (exactly one batch), magic, CRC-32C, a record
+    /// count of at least one that agrees with its records and its `lastOffsetDelta`, every
+    /// record's lengths, offset deltas `0..n-1`, the create-time `maxTimestamp`, a codec this
+    /// build reads (decompressed within [`segment::MAX_UNCOMPRESSED_BATCH`](crate::segment::MAX_UNCOMPRESSED_BATCH)).
+    /// Then it is stored byte for byte, but for its `baseOffset`, set to the log's next seq,
+    /// and its `partitionLeaderEpoch`, set to -1 (no leader stamped it; both lie outside the
+    /// CRC, so it stays valid). Its compression, producer id, epoch and sequence, attributes
+    /// (transactional and control batches included) and timestamps are kept. A batch larger
+    /// than `max_message_bytes` is [`Error::MessageTooLarge`].
+    ///
+    /// ```
+    /// use krabka_protocol::batch::{encode_batch, BatchSpec, RecordSpec};
+    /// use krabka_storage::{Log, Options};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let log = Log::open(dir.path(), Options::default())?;
+    /// log.append(&krabka_protocol::Message::new("first"))?;
+    /// // A producer's batch: base offset 0, a tombstone among its records.
+    /// let batch = encode_batch(
+    ///     &BatchSpec::new(0),
+    ///     &[RecordSpec::new(10, "a").with_key("k"), RecordSpec::tombstone(11).with_key("k")],
+    /// )?;
+    /// assert_eq!(log.append_raw_batch(&batch)?, 2..=3);
+    /// let back = log.read_batches(2, 1 << 20)?;
+    /// let mut stored = batch.to_vec();
+    /// stored[7] = 2; // the base offset the log wrote: 2
+    /// assert_eq!(back.bytes()[..], stored[..]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidBatch`] naming the field and byte (nothing is appended);
+    /// [`Error::MessageTooLarge`], [`Error::SeqOutOfRange`], [`Error::Poisoned`],
+    /// [`Error::Io`] as [`append_batch`](Self::append_batch).
+    pub fn append_raw_batch(&self, batch: &[u8]) -> Result<RangeInclusive<u64>, Error> {
+        self.inner.append_raw_batch(batch)
+    }
+
+    /// Whole record batches from the one holding `from_seq`, as the segment file holds them,
+    /// up to `max_bytes` of them (at least one batch, however long, as a Kafka fetch does),
+    /// from one segment: ready to write to a socket, or to read record by record with
+    /// [`Batches::records`](crate::segment::Batches::records). Each batch's length, magic,
+    /// CRC-32C and seq are checked; the batches before a bad one are returned, and a read
+    /// starting at it fails. Empty at the end of the log (`from_seq == last_seq() + 1`);
+    /// continue at [`Batches::next_seq`](crate::segment::Batches::next_seq).
+    ///
+    /// # Errors
+    /// [`Error::OutOfRange`] as [`read`](Self::read); [`Error::Corrupt`] naming the file and
+    /// byte; [`Error::Quarantined`]; [`Error::Io`].
+    pub fn read_batches(
+        &self,
+        from_seq: u64,
+        max_bytes: usize,
+    ) -> Result<crate::segment::Batches, Error> {
+        self.inner.read_batches(from_seq, max_bytes)
     }
 
     /// The fault injector of this log (tests of failure handling only).

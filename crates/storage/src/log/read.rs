@@ -35,7 +35,7 @@ impl FdCache {
 
     /// The open `.log` of the closed segment `base`, opening it (and evicting the least
     /// recently used one when full) when it is not cached.
-    fn get(&self, base: u64, path: &Path) -> Result<Arc<File>, Error> {
+    pub(super) fn get(&self, base: u64, path: &Path) -> Result<Arc<File>, Error> {
         if let Some(f) = self.files.lock().get(&base) {
             return Ok(Arc::clone(f));
         }
@@ -60,17 +60,17 @@ impl FdCache {
 type Planned = Result<Option<ReadPlan>, Arc<LazyIndex>>;
 
 /// Where and how one segment is read, taken from the published state under its lock.
-struct ReadPlan {
-    base: u64,
-    file: Arc<SegFile>,
+pub(super) struct ReadPlan {
+    pub(super) base: u64,
+    pub(super) file: Arc<SegFile>,
     /// The active segment's open file; `None` for a closed segment (opened through the cache).
-    fd: Option<Arc<File>>,
+    pub(super) fd: Option<Arc<File>>,
     /// Byte position to start decoding at (an index entry's, or 0).
-    pos: u64,
-    /// The seq of the frame at `pos`.
-    start_seq: u64,
-    size: u64,
-    last_seq: u64,
+    pub(super) pos: u64,
+    /// The seq of the batch at `pos`.
+    pub(super) start_seq: u64,
+    pub(super) size: u64,
+    pub(super) last_seq: u64,
     avg_frame: u64,
     /// The index entry after the one at `pos` (`(seq, position)`): the frames before its seq
     /// end at its position, which bounds the first chunk of a read that ends before it.
@@ -140,7 +140,7 @@ impl Inner {
 
     /// Checks that a read may start at `from_seq`; returns how many records to make room for,
     /// or `None` when the read returns nothing (caught up, or `max == 0`).
-    fn check_read(&self, from_seq: u64, max: usize) -> Result<Option<usize>, Error> {
+    pub(super) fn check_read(&self, from_seq: u64, max: usize) -> Result<Option<usize>, Error> {
         let st = self.state.read();
         let (first, last) = (st.first_seq(), st.last_seq());
         if from_seq < first || from_seq > last.saturating_add(1) {
@@ -161,7 +161,7 @@ impl Inner {
     /// The plan for reading the segment holding `seq`; `None` when the read stops here (past
     /// the end, or at a hole after some records were read). `first` tells whether nothing
     /// was read yet: a read that starts in a hole fails with [`Error::Quarantined`].
-    fn plan_read(&self, seq: u64, first: bool) -> Result<Option<ReadPlan>, Error> {
+    pub(super) fn plan_read(&self, seq: u64, first: bool) -> Result<Option<ReadPlan>, Error> {
         // Index entries not loaded yet are loaded outside the state lock, so that appends do
         // not wait for the file reads. Each pass that does not return loads one lazy index for
         // good, and no lazy index is created after open, so this ends.

@@ -190,8 +190,7 @@ fn run_after_damaged_frame(
     };
     let here = scan_file_from(file, path, next, file_len, None, u64::MAX, &mut |_| {})?;
     Ok(match (here.first_seq, here.last_seq) {
-        (Some(first_seq), Some(last_seq)) if here.records > 0 && want.contains(&first_seq) =>
-        {
+        (Some(first_seq), Some(last_seq)) if here.records > 0 && want.contains(&first_seq) => {
             Some(ValidRun {
                 position: next,
                 first_seq,

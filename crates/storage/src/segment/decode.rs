@@ -382,7 +382,10 @@ mod tests {
         encode_frames(3, &msgs, Compression::None, usize::MAX, &mut buf).unwrap();
         let buf = Bytes::from(buf);
         let d = decode_records(&buf, 1, 4).unwrap();
-        assert_eq!(d.records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+        assert_eq!(
+            d.records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            vec![1, 2, 3, 4]
+        );
         assert_eq!((d.consumed, d.next_seq), (second, Some(3)));
         // Exactly to the batch's end: consumed.
         let d = decode_records(&buf, 1, 7).unwrap();

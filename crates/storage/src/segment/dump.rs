@@ -56,8 +56,8 @@ impl DumpedFrame {
                 self.batch = Some(f.view);
             }
             Parsed::Bad(reason) => {
-                self.crc_ok = !reason.starts_with("CRC mismatch")
-                    && BatchView::parse(bytes).is_ok();
+                self.crc_ok =
+                    !reason.starts_with("CRC mismatch") && BatchView::parse(bytes).is_ok();
                 self.problem = Some(reason);
             }
             Parsed::Incomplete => {
@@ -160,6 +160,12 @@ mod tests {
         assert_eq!(dumped.len(), 3);
         assert!(dumped[0].crc_ok && !dumped[1].crc_ok && dumped[2].crc_ok);
         assert_eq!(dumped[2].seq, Some(3));
-        assert!(dumped[1].problem.as_deref().unwrap().starts_with("CRC mismatch"));
+        assert!(
+            dumped[1]
+                .problem
+                .as_deref()
+                .unwrap()
+                .starts_with("CRC mismatch")
+        );
     }
 }

@@ -136,10 +136,7 @@ impl DumpFile {
         {
             frame.problem = Some(format!("batch starts at seq {s}, expected {e}"));
         }
-        self.expect = frame
-            .last_seq
-            .or(frame.seq)
-            .and_then(|s| s.checked_add(1));
+        self.expect = frame.last_seq.or(frame.seq).and_then(|s| s.checked_add(1));
     }
 
     /// The file's length when it was opened: the bytes the walk covers.
@@ -246,7 +243,9 @@ impl DumpFile {
         }
         out.crc_ok = crc == stored;
         out.problem = Some(if out.crc_ok {
-            format!("batch of {n} bytes is longer than the {DUMP_DECODE_LIMIT}-byte dump limit: records not read")
+            format!(
+                "batch of {n} bytes is longer than the {DUMP_DECODE_LIMIT}-byte dump limit: records not read"
+            )
         } else {
             format!("CRC mismatch: stored {stored:#010x}, computed {crc:#010x}")
         });
@@ -353,7 +352,11 @@ mod tests {
         crate::segment::encode_frame(2, &krabka_protocol::Message::new("b"), &mut buf).unwrap();
         let walked = walk(&buf);
         assert_eq!(walked.len(), 2);
-        assert!(walked[0].crc_ok && walked[0].batch.is_none(), "{:?}", walked[0]);
+        assert!(
+            walked[0].crc_ok && walked[0].batch.is_none(),
+            "{:?}",
+            walked[0]
+        );
         assert!(walked[1].batch.is_some());
         buf[100] ^= 1;
         assert!(!walk(&buf)[0].crc_ok);

@@ -126,7 +126,13 @@ pub(crate) fn read_frame_chunk(
 /// `i64`); [`Error::Encode`] when the message does not fit a v2 record (a value over 2 GiB).
 pub fn encode_frame(seq: u64, msg: &Message, buf: &mut Vec<u8>) -> Result<usize, Error> {
     let start = buf.len();
-    encode_frames(seq, std::slice::from_ref(msg), Compression::None, usize::MAX, buf)?;
+    encode_frames(
+        seq,
+        std::slice::from_ref(msg),
+        Compression::None,
+        usize::MAX,
+        buf,
+    )?;
     Ok(buf.len() - start)
 }
 
@@ -223,7 +229,9 @@ pub(crate) fn parse_frame(buf: &Bytes) -> Parsed {
         if let Some(&magic) = buf.get(16)
             && magic as i8 != batch::MAGIC
         {
-            return Parsed::Bad(format!("magic byte {magic} is not 2: not a v2 record batch"));
+            return Parsed::Bad(format!(
+                "magic byte {magic} is not 2: not a v2 record batch"
+            ));
         }
         return Parsed::Incomplete;
     }
@@ -268,14 +276,31 @@ pub(crate) fn batch_reason(e: &BatchError) -> String {
 
 /// The first and last seq and the length of the batch at the start of `buf`, read from its
 /// header alone (no CRC check) when it is complete and its fields are plausible; `None`
-/// otherwise. A read steps over batches before the seq it wants with this.
-pub(crate) fn peek_frame(buf: &[u8]) -> Option<(u64, u64, usize)> {
+/// otherwise. A read steps over batches before the seq it wants with this; whatever it says is
+/// checked again when the batch is decoded.
+///
+/// ```
+/// use krabka_protocol::Message;
+/// use krabka_storage::segment::{encode_frame, peek_frame};
+///
+/// let mut buf = Vec::new();
+/// let len = encode_frame(5, &Message::new("v"), &mut buf)?;
+/// assert_eq!(peek_frame(&buf), Some((5, 5, len)));
+/// assert_eq!(peek_frame(&buf[..len - 1]), None);
+/// # Ok::<(), krabka_storage::Error>(())
+/// ```
+pub fn peek_frame(buf: &[u8]) -> Option<(u64, u64, usize)> {
     let len = frame_len(buf)?;
     let header = buf.get(..FRAME_HEADER_LEN)?;
     let base = i64::from_be_bytes(header.get(0..8)?.try_into().ok()?);
     let delta = i32::from_be_bytes(header.get(23..27)?.try_into().ok()?);
     let count = i32::from_be_bytes(header.get(57..61)?.try_into().ok()?);
-    if len < MIN_FRAME_LEN || len > buf.len() || header.get(16)? != &2 || count < 1 || delta != count - 1 {
+    if len < MIN_FRAME_LEN
+        || len > buf.len()
+        || header.get(16)? != &2
+        || count < 1
+        || delta != count - 1
+    {
         return None;
     }
     let seq = u64::try_from(base).ok()?;
@@ -349,7 +374,10 @@ mod tests {
         assert_eq!(peek_frame(&lie), None);
         // Torn.
         assert_eq!(peek_frame(&buf[..buf.len() - 1]), None);
-        assert!(matches!(parse_frame(&bytes.slice(..bytes.len() - 1)), Parsed::Incomplete));
+        assert!(matches!(
+            parse_frame(&bytes.slice(..bytes.len() - 1)),
+            Parsed::Incomplete
+        ));
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod dump;
 mod dump_file;
 mod frame;
 mod name;
+pub(crate) mod raw;
 mod scan;
 mod verify;
 
@@ -41,16 +42,17 @@ pub use self::decode::{
 pub use self::dump::{DumpFrames, DumpedFrame, dump_frames, read_segment_file};
 pub use self::dump_file::{DUMP_DECODE_LIMIT, DumpFile};
 pub use self::frame::{
-    FORMAT_NAME, FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES, MAX_UNCOMPRESSED_BATCH, MIN_FRAME_LEN, MIN_RECORD_LEN,
-    encode_frame, frame_len, read_chunk,
+    FORMAT_NAME, FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES, MAX_UNCOMPRESSED_BATCH, MIN_FRAME_LEN,
+    MIN_RECORD_LEN, encode_frame, frame_len, peek_frame, read_chunk,
 };
-pub(crate) use self::frame::{FrameError, encode_frames, peek_frame, read_frame_chunk};
+pub(crate) use self::frame::{FrameError, Parsed, encode_frames, parse_frame, read_frame_chunk};
 pub(crate) use self::name::segment_paths;
 pub use self::name::{
     HOLE_SUFFIX, INDEX_EXTENSION, LOG_EXTENSION, QUARANTINE_DIR, TIME_INDEX_EXTENSION,
     hole_file_name, is_segment_file_name, parse_hole_file_name, parse_segment_file_name,
     segment_file_name,
 };
+pub use self::raw::{BatchRecords, Batches};
 #[doc(hidden)]
 pub(crate) use self::scan::{ValidRun, find_valid_frame_after, scan_file, scan_file_from};
 pub use self::verify::{SegmentProblem, SegmentVerification, verify_segment, verify_segment_files};

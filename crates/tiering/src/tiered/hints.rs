@@ -1,4 +1,4 @@
-//! Frame hints for point reads through the chunk map: where the frames after a map entry
+//! Batch hints for point reads through the chunk map: where the batches after a map entry
 //! start, one every [`SPACING`] bytes, learnt by walking the entry's chunk once it is cached.
 //!
 //! The chunk map holds one entry per chunk, so a point read positioned by it would step over
@@ -8,7 +8,7 @@
 //! whose hinted start fails is read again from the map entry itself.
 
 use bytes::Bytes;
-use krabka_storage::segment::{FRAME_HEADER_LEN, MIN_MESSAGE_LEN, frame_len};
+use krabka_storage::segment::peek_frame;
 
 /// Bytes between two hints (the local offset index's spacing).
 pub(crate) const SPACING: u64 = 4096;
@@ -16,10 +16,10 @@ pub(crate) const SPACING: u64 = 4096;
 /// One hint: 8 bytes of seq, 8 of position, little-endian.
 const HINT_LEN: usize = 16;
 
-/// The hints for the frames from the map entry `(seq, pos)` to the end of `data`, the bytes
-/// of the chunk starting at segment byte `chunk_start`; frames after `last_seq` are not
-/// hinted. Walks frame lengths only (nothing is decoded): a wrong length gives hints that
-/// fail their frame's check when used.
+/// The hints for the batches from the map entry `(seq, pos)` to the end of `data`, the bytes
+/// of the chunk starting at segment byte `chunk_start`; batches after `last_seq` are not
+/// hinted. Walks batch headers only (nothing is decoded, no CRC checked): a wrong header gives
+/// hints that fail their batch's check when used. A hint is a batch's first seq and position.
 pub(crate) fn build(data: &[u8], chunk_start: u64, entry: (u64, u64), last_seq: u64) -> Bytes {
     let (mut seq, pos) = entry;
     let mut out = Vec::new();
@@ -31,10 +31,10 @@ pub(crate) fn build(data: &[u8], chunk_start: u64, entry: (u64, u64), last_seq: 
     };
     let mut last_hint = pos;
     while seq <= last_seq {
-        let Some(len) = data.get(off..).and_then(frame_len) else {
+        let Some((base, last, len)) = data.get(off..).and_then(peek_frame) else {
             break;
         };
-        if len < FRAME_HEADER_LEN + MIN_MESSAGE_LEN || off.saturating_add(len) > data.len() {
+        if base != seq {
             break;
         }
         let at = chunk_start + off as u64;
@@ -44,7 +44,7 @@ pub(crate) fn build(data: &[u8], chunk_start: u64, entry: (u64, u64), last_seq: 
             last_hint = at;
         }
         off += len;
-        seq += 1;
+        seq = last + 1;
     }
     Bytes::from(out)
 }
@@ -82,7 +82,7 @@ mod tests {
         let mut starts = Vec::new();
         for seq in 10..=200u64 {
             starts.push((seq, buf.len() as u64));
-            encode_frame(seq, &Message::new(vec![7u8; 300]), &mut buf);
+            encode_frame(seq, &Message::new(vec![7u8; 300]), &mut buf).unwrap();
         }
         let hints = build(&buf, 0, (10, 0), 200);
         assert!(!hints.is_empty());

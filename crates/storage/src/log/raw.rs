@@ -1,0 +1,187 @@
+//! Raw batches: appending a producer's batch as it came, and reading whole batches as the file
+//! holds them.
+
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::Inner;
+use super::read::ReadPlan;
+use crate::Error;
+use crate::segment::raw::{Batches, check_raw_batch};
+use crate::segment::{FRAME_HEADER_LEN, Parsed, frame_len, parse_frame, peek_frame};
+
+impl Inner {
+    /// See [`Log::append_raw_batch`](super::Log::append_raw_batch).
+    pub(super) fn append_raw_batch(&self, batch: &[u8]) -> Result<RangeInclusive<u64>, Error> {
+        let bytes = Bytes::copy_from_slice(batch);
+        let info = check_raw_batch(&bytes)?;
+        self.append_raw(&bytes, info)
+    }
+
+    /// See [`Log::read_batches`](super::Log::read_batches).
+    pub(super) fn read_batches(&self, from_seq: u64, max_bytes: usize) -> Result<Batches, Error> {
+        if self.check_read(from_seq, 1)?.is_none() {
+            return Ok(Batches::new(
+                Bytes::new(),
+                from_seq,
+                from_seq,
+                0,
+                &self.dir,
+                0,
+            ));
+        }
+        let Some(plan) = self.plan_read(from_seq, true)? else {
+            return Ok(Batches::new(
+                Bytes::new(),
+                from_seq,
+                from_seq,
+                0,
+                &self.dir,
+                0,
+            ));
+        };
+        let from_index = plan.pos != 0;
+        match self.read_batches_in(&plan, plan.pos, plan.start_seq, from_seq, max_bytes) {
+            // An index entry that does not point at the batch it names: read the segment from
+            // its start instead (as `read` does).
+            Err(Error::Corrupt { position, .. }) if from_index && position == plan.pos => {
+                self.read_batches_in(&plan, 0, plan.base, from_seq, max_bytes)
+            }
+            other => other,
+        }
+    }
+
+    /// Whole batches of `plan`'s segment from the one holding `from_seq`, stepping over the
+    /// ones before it from byte `pos` (the batch of seq `expect`), up to `max_bytes` (at least
+    /// one batch).
+    fn read_batches_in(
+        &self,
+        plan: &ReadPlan,
+        mut pos: u64,
+        mut expect: u64,
+        from_seq: u64,
+        max_bytes: usize,
+    ) -> Result<Batches, Error> {
+        let path = &plan.file.log_path;
+        let fd = match &plan.fd {
+            Some(fd) => Arc::clone(fd),
+            None => self.fds.get(plan.base, path)?,
+        };
+        let read = |at: u64, len: u64| {
+            let len = usize::try_from(len.min(plan.size - at)).unwrap_or(usize::MAX);
+            self.bufs.read_available(&fd, path, at, len)
+        };
+        let corrupt = |position: u64, reason: String| Error::Corrupt {
+            path: path.clone(),
+            position,
+            reason,
+        };
+        // Step over the batches before the one holding `from_seq` by their headers.
+        let step = self.opts.index_interval_bytes.saturating_add(64 << 10);
+        let mut buf = Bytes::new();
+        let mut buf_at = pos;
+        while pos < plan.size {
+            let off = usize::try_from(pos - buf_at).unwrap_or(usize::MAX);
+            if buf
+                .get(off..)
+                .and_then(frame_len)
+                .is_none_or(|n| off + n > buf.len())
+            {
+                if buf_at == pos && !buf.is_empty() {
+                    // Read from here already: torn or damaged, which the check below names.
+                    break;
+                }
+                buf = read(pos, step.max(FRAME_HEADER_LEN as u64))?;
+                buf_at = pos;
+                if let Some(n) = frame_len(&buf)
+                    && n > buf.len()
+                    && pos + n as u64 <= plan.size
+                {
+                    buf = read(pos, n as u64)?;
+                }
+                continue;
+            }
+            let rest = buf.get(off..).unwrap_or_default();
+            match peek_frame(rest) {
+                Some((base, last, len)) if base == expect && last < from_seq => {
+                    pos += len as u64;
+                    expect = last + 1;
+                }
+                Some((base, _, _)) if base == expect => break,
+                Some((base, _, _)) => {
+                    return Err(corrupt(
+                        pos,
+                        format!("batch starts at seq {base}, expected {expect}"),
+                    ));
+                }
+                None => break,
+            }
+        }
+        // From here, whole batches up to the budget: one read of the budget (or of the first
+        // batch when it is longer), each batch checked.
+        let first_len = buf
+            .get(usize::try_from(pos - buf_at).unwrap_or(usize::MAX)..)
+            .and_then(frame_len)
+            .unwrap_or(0) as u64;
+        let want = (max_bytes as u64)
+            .max(first_len)
+            .max(FRAME_HEADER_LEN as u64);
+        let data = read(pos, want)?;
+        let (mut off, mut count, mut last_seq) = (0usize, 0usize, expect.saturating_sub(1));
+        while off < data.len() {
+            let rest = data.slice(off..);
+            let frame = match parse_frame(&rest) {
+                Parsed::Incomplete => break,
+                Parsed::Bad(reason) => {
+                    if count > 0 {
+                        break;
+                    }
+                    return Err(corrupt(pos + off as u64, reason));
+                }
+                Parsed::Frame(f) => f,
+            };
+            if frame.seq != expect {
+                if count > 0 {
+                    break;
+                }
+                return Err(corrupt(
+                    pos + off as u64,
+                    format!("batch starts at seq {}, expected {expect}", frame.seq),
+                ));
+            }
+            if count > 0 && off + frame.len > max_bytes {
+                break;
+            }
+            off += frame.len;
+            count += 1;
+            last_seq = frame.last;
+            expect = frame.last + 1;
+        }
+        if count == 0 && pos < plan.size {
+            return Err(corrupt(
+                pos,
+                format!("incomplete batch: segment data ends at byte {}", plan.size),
+            ));
+        }
+        let first_seq = if count == 0 {
+            from_seq
+        } else {
+            expect_first(&data)
+        };
+        Ok(Batches::new(
+            data.slice(..off),
+            first_seq,
+            last_seq,
+            count,
+            path,
+            pos,
+        ))
+    }
+}
+
+/// The first seq of the batch at the start of `data` (already checked).
+fn expect_first(data: &[u8]) -> u64 {
+    peek_frame(data).map_or(0, |(base, _, _)| base)
+}
