@@ -1,13 +1,21 @@
-//! `krabka dump`: every frame of a segment file, streamed through
-//! [`DumpFile`](segment::DumpFile); and how `dump`, `read` and `verify` print bytes and
-//! timestamps. It never opens (and so recovers or changes) the log.
+//! `krabka dump`: every batch of a segment file and every record in it, streamed through
+//! [`DumpFile`](segment::DumpFile), in the words of Kafka's `kafka-dump-log --deep-iteration`;
+//! and how `dump`, `read` and `verify` print bytes and timestamps. It never opens (and so
+//! recovers or changes) the log.
 
+mod lines;
+
+use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
-use krabka_storage::segment::{self, LOG_EXTENSION, parse_segment_file_name};
+use krabka_storage::segment::{
+    self, DumpedFrame, FRAME_HEADER_LEN, LOG_EXTENSION, parse_segment_file_name,
+};
 
+use self::lines::{Head, batch_line, record_line};
 use crate::args::DumpArgs;
 use crate::error::{CliError, Result};
 use crate::{human, output};
@@ -45,23 +53,30 @@ pub fn show_bytes(b: &[u8], max: usize) -> String {
 /// What [`dump`] found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DumpSummary {
-    /// Frames whose CRC matched and whose message decoded.
+    /// Records read from the good batches.
+    pub records: u64,
+    /// Batches whose CRC matched and whose records all read back.
     pub good: u64,
-    /// Frames with a problem (bad CRC, bad length, torn tail, undecodable message).
+    /// Batches with a problem (bad CRC, bad length, torn tail, a seq out of place, a record
+    /// that does not read).
     pub bad: u64,
 }
 
-/// Prints every frame of the segment file `path` to `out`, one line each, then a summary line.
+/// Prints every batch of the segment file `path` to `out`, one line each with its header
+/// fields, position, size and CRC status, each followed by a line per record (offset,
+/// timestamp, key and value sizes, sequence, header names; the key and value too, cut at
+/// `values` chars, when given); then a summary line.
 ///
-/// Each frame's seq must follow the previous frame's, starting at the base seq in the file's
-/// name (when it is a segment name). The file is read frame by frame
-/// ([`DumpFile`](segment::DumpFile)): memory stays under a fixed ceiling whatever its size or
-/// its length fields say.
+/// Each batch must start at the seq after the previous one's last, the first one at the base
+/// seq in the file's name (when it is a segment name). The file is read batch by batch
+/// ([`DumpFile`](segment::DumpFile)) and the records of each batch one at a time: memory stays
+/// under a fixed ceiling whatever the file's size or its length fields say. A record that
+/// does not read ends its batch's records with a problem line and makes the batch bad.
 ///
 /// # Errors
 /// When the file cannot be read, is not a regular file, or is a transformed (compressed or
-/// encrypted) remote object; when stdout fails; after printing everything, when any frame is
-/// bad (naming the file and the byte of the first bad frame).
+/// encrypted) remote object; when stdout fails; after printing everything, when any batch is
+/// bad (naming the file and the byte of the first bad batch).
 pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<DumpSummary> {
     let base = path
         .file_name()
@@ -71,63 +86,39 @@ pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<
     let frames = segment::DumpFile::open(path)
         .map_err(|e| cannot_dump(path, &e))?
         .checking_seqs(base);
-    if let Some(e) = transformed_object(path)? {
+    let file = File::open(path).map_err(|e| CliError::at("cannot read", path, e))?;
+    if let Some(e) = transformed_object(path, &file)? {
         return Err(e);
     }
     let size = frames.len();
     let w = |e: std::io::Error| output::write_error(&e);
     writeln!(out, "Dumping {} ({})", path.display(), human::bytes(size)).map_err(w)?;
+    if let Some(base) = base {
+        writeln!(out, "Log starting offset: {base}").map_err(w)?;
+    }
     let mut summary = DumpSummary::default();
     let mut first_bad: Option<(u64, String)> = None;
     for frame in frames {
         let frame = frame.map_err(|e| {
             CliError::new(format!("cannot read {}: {e}", path.display()))
-                .prefix(&format!("after {} frame(s)", summary.good + summary.bad))
+                .prefix(&format!("after {} batch(es)", summary.good + summary.bad))
         })?;
-        let seq = frame.seq.map_or_else(|| "?".to_owned(), |s| s.to_string());
-        let mut line = format!(
-            "seq: {seq} position: {} size: {}",
-            frame.position, frame.frame_len
-        );
-        if let Some(m) = &frame.message {
-            let key = m
-                .key
-                .as_ref()
-                .map_or_else(|| "null".to_owned(), |k| show_bytes(k, 64));
-            line.push_str(&format!(
-                " timestamp: {} key: {key} value_size: {} headers: {}",
-                timestamp(m.timestamp),
-                m.value.len(),
-                m.headers.len()
-            ));
-        }
-        line.push_str(if frame.crc_ok {
-            " crc: ok"
-        } else {
-            " crc: BAD"
-        });
-        if frame.crc_ok && frame.message.is_none() && frame.frame_len > segment::DUMP_DECODE_LIMIT {
-            line.push_str(&format!(
-                " (message not shown: the frame is over the {} dump limit)",
-                human::bytes(segment::DUMP_DECODE_LIMIT)
-            ));
-        }
-        match frame.problem.clone() {
+        let dumped = dump_batch(&frame, &file, values, out)?;
+        match dumped.problem {
             Some(p) => {
                 summary.bad += 1;
-                line.push_str(&format!(" problem: {p}"));
                 first_bad.get_or_insert((frame.position, p));
             }
-            None => summary.good += 1,
+            None => {
+                summary.good += 1;
+                summary.records += dumped.records;
+            }
         }
-        if let (Some(max), Some(m)) = (values, &frame.message) {
-            line.push_str(&format!(" value: {}", show_bytes(&m.value, max)));
-        }
-        writeln!(out, "{line}").map_err(w)?;
     }
     writeln!(
         out,
-        "{} records, {} bad frame(s), {}",
+        "{} records in {} batch(es), {} bad batch(es), {}",
+        human::count(summary.records),
         human::count(summary.good),
         summary.bad,
         human::bytes(size)
@@ -136,12 +127,92 @@ pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<
     match first_bad {
         None => Ok(summary),
         Some((position, reason)) => Err(CliError::new(format!(
-            "{} bad frame(s) in {}; the first at byte {position}: {reason}",
+            "{} bad batch(es) in {}; the first at byte {position}: {reason}",
             summary.bad,
             path.display()
         ))
         .hint(VERIFY_HINT)),
     }
+}
+
+/// What [`dump_batch`] printed.
+struct DumpedBatch {
+    /// Records printed.
+    records: u64,
+    /// What is wrong with the batch or its records, if anything.
+    problem: Option<String>,
+}
+
+/// Prints the line of `frame` (read from `file`) and the lines of its records.
+fn dump_batch(
+    frame: &DumpedFrame,
+    file: &File,
+    values: Option<usize>,
+    out: &mut impl Write,
+) -> Result<DumpedBatch> {
+    let w = |e: std::io::Error| output::write_error(&e);
+    let head = match &frame.batch {
+        Some(b) => Some(Head::of(b.header())),
+        None => stored_head(file, frame.position),
+    };
+    // A batch too long to hold in memory is only CRC-checked: intact, its records not read.
+    let over_limit =
+        frame.crc_ok && frame.batch.is_none() && frame.frame_len > segment::DUMP_DECODE_LIMIT;
+    let mut problem = frame.problem.clone().filter(|_| !over_limit);
+    let mut line = batch_line(frame, head.as_ref(), problem.as_deref());
+    if over_limit {
+        line.push_str(&format!(
+            " (records not shown: the batch is over the {} dump limit)",
+            human::bytes(segment::DUMP_DECODE_LIMIT)
+        ));
+    }
+    writeln!(out, "{line}").map_err(w)?;
+    let Some(batch) = &frame.batch else {
+        return Ok(DumpedBatch {
+            records: 0,
+            problem,
+        });
+    };
+    let header = batch.header();
+    let mut records = 0u64;
+    let failed = match batch.records(segment::MAX_UNCOMPRESSED_BATCH) {
+        Ok(iter) => {
+            let mut failed = None;
+            for record in iter {
+                match record {
+                    Ok(r) => {
+                        writeln!(out, "{}", record_line(header, &r, values)).map_err(w)?;
+                        records += 1;
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            failed
+        }
+        Err(e) => Some(e),
+    };
+    if let Some(e) = failed {
+        let reason = format!("{e} (after {records} record(s) of the batch)");
+        writeln!(
+            out,
+            "| problem: batch at position {}: {reason}",
+            frame.position
+        )
+        .map_err(w)?;
+        problem.get_or_insert(reason);
+    }
+    Ok(DumpedBatch { records, problem })
+}
+
+/// The header fields stored at byte `position` of `file`, for a batch that failed its checks
+/// (`None` when fewer than a header's bytes are there, or they are not a v2 batch header).
+fn stored_head(file: &File, position: u64) -> Option<Head> {
+    let mut buf = [0u8; FRAME_HEADER_LEN];
+    file.read_exact_at(&mut buf, position).ok()?;
+    Head::read(&buf)
 }
 
 /// The error for a file `dump` cannot open as a segment file.
@@ -168,19 +239,17 @@ fn cannot_dump(path: &Path, e: &krabka_storage::Error) -> CliError {
 }
 
 /// The first bytes of every object of a segment the remote tier stores compressed or encrypted
-/// (the transform header's magic, `docs/format.md`, "Transformed segments"): a record frame's
-/// length field never reads as it (it would claim over 1 GiB).
+/// (the transform header's magic, `docs/format.md`, "Transformed segments"): a record batch's
+/// `baseOffset` never starts with it (it would be a seq past 2^62).
 const TRANSFORM_HEADER_MAGIC: &[u8; 4] = b"KTXH";
 
-/// The error for a transformed remote object at `path` (its flags byte says how), `None` for
-/// anything else.
-fn transformed_object(path: &Path) -> Result<Option<CliError>> {
+/// The error for a transformed remote object at `path`, open as `file` (its flags byte says
+/// how), `None` for anything else.
+fn transformed_object(path: &Path, file: &File) -> Result<Option<CliError>> {
     let mut head = [0u8; 6];
-    let read = std::fs::File::open(path).and_then(|f| {
-        use std::os::unix::fs::FileExt;
-        f.read_at(&mut head, 0)
-    });
-    let n = read.map_err(|e| CliError::at("cannot read", path, e))?;
+    let n = file
+        .read_at(&mut head, 0)
+        .map_err(|e| CliError::at("cannot read", path, e))?;
     if n < head.len() || !head.starts_with(TRANSFORM_HEADER_MAGIC) {
         return Ok(None);
     }
@@ -207,7 +276,7 @@ fn transformed_object(path: &Path) -> Result<Option<CliError>> {
 /// Runs `krabka dump`.
 ///
 /// # Errors
-/// A bad frame (after printing every frame before it) or a failed write to stdout.
+/// A bad batch (after printing every batch) or a failed write to stdout.
 pub fn run_dump(a: &DumpArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());

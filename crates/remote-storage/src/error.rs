@@ -98,6 +98,17 @@ pub enum RemoteStorageError {
         /// What is wrong.
         reason: String,
     },
+    /// The partition's copies are in a segment format this build does not read (its identity
+    /// record says which); nothing of it was read or written.
+    #[error(
+        "{location}: the partition's segments are in {format}; this build reads and writes Kafka v2 record batches (format 2) only"
+    )]
+    UnsupportedFormat {
+        /// The identity record's key.
+        location: String,
+        /// The format it names.
+        format: String,
+    },
     /// Stored remote metadata or data is corrupt.
     #[error("corrupt remote data at {location}: {reason}")]
     Corrupt {

@@ -77,9 +77,13 @@ pub const MAX_RECORD_LEN: usize = 4096;
 /// at a character boundary).
 pub const MAX_CLAIMANT_LEN: usize = 1024;
 
-/// The segment format of krabka's own frames (`docs/format.md`, "Segment log"), as an
-/// [`IdentityRecord`] records it.
+/// The segment format of krabka's old per-record frames, as an [`IdentityRecord`] records it:
+/// copies in it are not read by this build.
 pub const LOG_FORMAT_KRABKA_FRAMES: u16 = 1;
+
+/// The segment format of Kafka v2 record batches (`docs/format.md`, "Segment log"), the one
+/// this build writes and reads, as an [`IdentityRecord`] records it.
+pub const LOG_FORMAT_KAFKA_BATCHES: u16 = 2;
 
 /// What a store beyond the [`RemoteStorageManager`](crate::RemoteStorageManager) SPI provides
 /// for ownership: a listing and small reads ([`RemoteSegmentLister`]), a **create-only**
@@ -121,7 +125,8 @@ pub trait OwnershipStore: RemoteSegmentLister {
 pub struct IdentityRecord {
     /// The partition.
     pub partition: TopicIdPartition,
-    /// The segment format its copies are written in ([`LOG_FORMAT_KRABKA_FRAMES`]).
+    /// The segment format its copies are written in ([`LOG_FORMAT_KAFKA_BATCHES`], or
+    /// [`LOG_FORMAT_KRABKA_FRAMES`] for a partition an older build created).
     pub log_format: u16,
     /// When it was first written (ms since the epoch).
     pub created_ms: i64,
@@ -132,9 +137,29 @@ impl IdentityRecord {
     pub fn new(partition: TopicIdPartition, created_ms: i64) -> Self {
         Self {
             partition,
-            log_format: LOG_FORMAT_KRABKA_FRAMES,
+            log_format: LOG_FORMAT_KAFKA_BATCHES,
             created_ms,
         }
+    }
+
+    /// Checks that this build reads and writes the partition's segment format.
+    ///
+    /// # Errors
+    /// [`RemoteStorageError::UnsupportedFormat`] naming `location` and the format, for a
+    /// partition whose copies are in another (an older build's per-record frames, or a format
+    /// a newer build introduced): its segments are never read as this build's.
+    pub fn check_format(&self, location: &str) -> Result<(), RemoteStorageError> {
+        if self.log_format == LOG_FORMAT_KAFKA_BATCHES {
+            return Ok(());
+        }
+        let name = match self.log_format {
+            LOG_FORMAT_KRABKA_FRAMES => "krabka's old per-record frames (format 1)".to_owned(),
+            other => format!("segment format {other}"),
+        };
+        Err(RemoteStorageError::UnsupportedFormat {
+            location: location.to_owned(),
+            format: name,
+        })
     }
 
     /// Encodes the record.

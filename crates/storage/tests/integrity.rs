@@ -50,6 +50,16 @@ fn truncate(path: &Path, len: u64) {
     testkit::set_len(path, len).unwrap();
 }
 
+/// Offset, within the batch at the start of `batch`, of a byte of its records (the middle of
+/// its records section, past the 61-byte header): a flip there changes a record, not a header
+/// field, and only the CRC-32C can tell.
+fn record_byte(batch: &[u8]) -> usize {
+    let len = segment::frame_len(batch).unwrap();
+    let header = segment::FRAME_HEADER_LEN;
+    assert!(len > header + 2, "a batch of {len} bytes");
+    header + (len - header) / 2
+}
+
 // ---- the numbered items of the integrity issue, at the level of the library ----
 
 #[test]
@@ -58,9 +68,10 @@ fn flipped_byte_mid_active_segment_fails_open_and_keeps_every_intact_record() {
     let segs = setup(dir.path());
     let active = segs.last().unwrap();
     let before = fs::read(&active.log_path).unwrap();
-    // The second frame of the active segment: the first stays intact, later ones too.
+    // A record of the second batch of the active segment: the first stays intact, later ones
+    // too.
     let second = segment::frame_len(&before).unwrap();
-    flip(&active.log_path, second + 20);
+    flip(&active.log_path, second + record_byte(&before[second..]));
     let damaged = fs::read(&active.log_path).unwrap();
     let err = Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)).unwrap_err();
     match &err {
@@ -100,7 +111,8 @@ fn repair_moves_the_damaged_frame_aside_keeps_the_rest_and_never_reuses_its_seqs
     let before = fs::read(&active.log_path).unwrap();
     let second = segment::frame_len(&before).unwrap();
     let third = second + segment::frame_len(&before[second..]).unwrap();
-    flip(&active.log_path, second + 20);
+    let at = record_byte(&before[second..]);
+    flip(&active.log_path, second + at);
     let log = Log::open(dir.path(), opts(RecoveryMode::Repair)).unwrap();
     let report = log.recovery_report().clone();
     assert_eq!(report.quarantined.len(), 1, "{report}");
@@ -120,7 +132,7 @@ fn repair_moves_the_damaged_frame_aside_keeps_the_rest_and_never_reuses_its_seqs
     }
     // The moved bytes are kept byte for byte.
     let mut expect = before[second..third].to_vec();
-    expect[20] ^= 0x5a;
+    expect[at] ^= 0x5a;
     assert_eq!(fs::read(&piece.to).unwrap(), expect);
     assert!(report.to_string().contains("hole"), "{report}");
     // Before the damage: exact. The hole: a typed error naming its marker. Appends go after.
@@ -242,8 +254,11 @@ fn read_delivers_the_records_before_a_bad_frame_then_the_error() {
     let bytes = fs::read(&victim.log_path).unwrap();
     let first = segment::frame_len(&bytes).unwrap();
     let second = segment::frame_len(&bytes[first..]).unwrap();
-    // The third frame of the segment.
-    flip(&victim.log_path, first + second + 20);
+    // A record of the third batch of the segment.
+    flip(
+        &victim.log_path,
+        first + second + record_byte(&bytes[first + second..]),
+    );
     let log = Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)).unwrap();
     let got = log.read(victim.base_seq, 100).unwrap();
     assert_eq!(got.len(), 2);
@@ -533,6 +548,11 @@ fn target(kind: Kind, dir: &Path, segs: &[SegmentInfo]) -> PathBuf {
 
 /// Applies `damage` to `path`; false when the combination means nothing (e.g. rewriting an
 /// index entry of a `.log`).
+///
+/// On a `.log` (batches of one record): `FlipStart` hits the high byte of the first batch's
+/// `baseOffset` (outside the CRC: found by the seq check), `FlipEnd` the `headerCount` of the
+/// last record (inside the CRC), `FlipMiddle` whatever byte is there, and `TruncateMidFrame`
+/// cuts the last batch short by 7 bytes (every batch here is longer than the 61-byte header).
 fn apply(damage: Damage, path: &Path, kind: Kind, dir: &Path) -> bool {
     let len = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     match damage {

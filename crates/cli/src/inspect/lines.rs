@@ -88,10 +88,8 @@ impl Head {
 
     fn compression(&self) -> String {
         let code = (self.attributes & 0x07) as u8;
-        Compression::from_code(code).map_or_else(
-            |_| format!("unknown({code})"),
-            |c| c.name().to_owned(),
-        )
+        Compression::from_code(code)
+            .map_or_else(|_| format!("unknown({code})"), |c| c.name().to_owned())
     }
 }
 
@@ -124,8 +122,12 @@ pub(super) fn sequence(base: i32, delta: i64) -> i64 {
 }
 
 /// The line of one batch: its header fields when they can be read (`head`), its position,
-/// size and CRC status, and its problem if it has one.
-pub(super) fn batch_line(frame: &DumpedFrame, head: Option<&Head>) -> String {
+/// size and CRC status, and `problem` if it has one.
+pub(super) fn batch_line(
+    frame: &DumpedFrame,
+    head: Option<&Head>,
+    problem: Option<&str>,
+) -> String {
     let valid = frame.crc_ok;
     let mut line = match head {
         Some(h) => {
@@ -154,16 +156,14 @@ pub(super) fn batch_line(frame: &DumpedFrame, head: Option<&Head>) -> String {
             )
         }
         None => {
-            let base = frame
-                .seq
-                .map_or_else(|| "?".to_owned(), |s| s.to_string());
+            let base = frame.seq.map_or_else(|| "?".to_owned(), |s| s.to_string());
             format!(
                 "baseOffset: {base} position: {} size: {} isvalid: {valid}",
                 frame.position, frame.frame_len
             )
         }
     };
-    if let Some(p) = &frame.problem {
+    if let Some(p) = problem {
         line.push_str(&format!(" problem: {p}"));
     }
     line

@@ -115,3 +115,26 @@ fn epoch_names_parse_only_as_written() {
     );
     assert!(!layout::is_ownership_name("00000000000000000001-x.log"));
 }
+
+#[test]
+fn a_partition_in_another_segment_format_is_named_and_refused() {
+    let id = IdentityRecord::new(tp(), 42);
+    assert_eq!(id.log_format, LOG_FORMAT_KAFKA_BATCHES);
+    assert!(id.check_format("d/_identity").is_ok());
+    for (format, words) in [
+        (LOG_FORMAT_KRABKA_FRAMES, "old per-record frames"),
+        (9, "segment format 9"),
+    ] {
+        let old = IdentityRecord {
+            log_format: format,
+            ..id.clone()
+        };
+        let decoded = IdentityRecord::decode(&old.encode(), "d/_identity").unwrap();
+        let err = decoded.check_format("d/_identity").unwrap_err();
+        assert!(
+            matches!(&err, RemoteStorageError::UnsupportedFormat { location, format }
+                if location == "d/_identity" && format.contains(words)),
+            "{err:?}"
+        );
+    }
+}

@@ -35,7 +35,7 @@ use crate::{CLEAN_SHUTDOWN_FILE_NAME, Error};
 pub(crate) const CLEAN_SHUTDOWN_TMP: &str = "clean-shutdown.tmp";
 
 const MAGIC: [u8; 4] = *b"KCLN";
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 /// Magic, version (and 3 zero bytes), then the eleven `u64` fields of the active segment and
 /// the directory.
 const HEADER_LEN: usize = 8 + 11 * 8;

@@ -216,6 +216,15 @@ pub(crate) enum Parsed {
 /// and that its `partitionLeaderEpoch` (which the CRC leaves out) is -1 or more.
 /// The records themselves are checked as they are read.
 pub(crate) fn parse_frame(buf: &Bytes) -> Parsed {
+    match parse_batch(buf) {
+        Parsed::Bad(_) if is_old_frame(buf) => Parsed::Bad(format!(
+            "a record frame of krabka's old per-record format, not {FORMAT_NAME}"
+        )),
+        other => other,
+    }
+}
+
+fn parse_batch(buf: &Bytes) -> Parsed {
     let Some(len) = frame_len(buf) else {
         return Parsed::Incomplete;
     };
