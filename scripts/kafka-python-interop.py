@@ -12,6 +12,10 @@ others; crates/protocol/tests/kafka_python.rs drives this script both ways:
       reads every DIR/*.batch that has a DIR/*.records beside it (krabka wrote both) through
       MemoryRecords and DefaultRecordBatch, checks the CRC, and compares the batch fields and
       every record with the .records file.
+  kafka-python-interop.py check-log DIR
+      reads every segment file DIR/*.log that has a DIR/*.expect beside it (a krabka log wrote
+      the segment; the .expect file lists its records as `record` lines) through MemoryRecords,
+      batch after batch, checks every batch's magic and CRC, and compares every record.
 
 The .records format, one item a line:
   batch base_offset=N compression=NAME transactional=0|1 control=0|1 producer_id=N
@@ -210,6 +214,62 @@ def check(directory):
     print("kafka-python read %d krabka batches" % len(names))
 
 
+def check_log_one(directory, name):
+    with open(os.path.join(directory, name + ".expect")) as f:
+        want = []
+        for line in f:
+            fields = line.split()
+            if not fields:
+                continue
+            if fields[0] != "record" or len(fields) != 6:
+                raise Mismatch("%s.expect: bad record line %r" % (name, line))
+            want.append((int(fields[1]), int(fields[2]), dec(fields[3]), dec(fields[4]),
+                         dec_headers(fields[5])))
+    with open(os.path.join(directory, name + ".log"), "rb") as f:
+        data = f.read()
+    memory = MemoryRecords(data)
+    expect(name, "valid bytes", memory.valid_bytes(), len(data))
+    got = []
+    batches = 0
+    while memory.has_next():
+        batch = memory.next_batch()
+        if not isinstance(batch, DefaultRecordBatch):
+            raise Mismatch("%s: batch %d is not a v2 batch" % (name, batches))
+        expect(name, "magic of batch %d" % batches, batch.magic, 2)
+        expect(name, "CRC of batch %d" % batches, batch.validate_crc(), True)
+        records = list(batch)
+        expect(name, "last offset of batch %d" % batches, batch.last_offset,
+               records[-1].offset if records else None)
+        got.extend(records)
+        batches += 1
+    expect(name, "records read", len(got), len(want))
+    for record, (offset, ts, key, value, headers) in zip(got, want):
+        where = "%s record %d" % (name, offset)
+        expect(where, "offset", record.offset, offset)
+        expect(where, "timestamp", record.timestamp, ts)
+        expect(where, "key", None if record.key is None else bytes(record.key), key)
+        expect(where, "value", None if record.value is None else bytes(record.value), value)
+        expect(where, "headers", [(k, None if v is None else bytes(v))
+                                  for k, v in record.headers], headers)
+    print("ok %s (%d batches, %d records)" % (name, batches, len(got)))
+
+
+def check_log(directory):
+    names = sorted(f[:-len(".log")] for f in os.listdir(directory)
+                   if f.endswith(".log")
+                   and os.path.exists(os.path.join(directory, f[:-len(".log")] + ".expect")))
+    if not names:
+        raise Mismatch("no .log files with .expect in %s" % directory)
+    for name in names:
+        try:
+            check_log_one(directory, name)
+        except Mismatch:
+            raise
+        except Exception as e:
+            raise Mismatch("%s: kafka-python refused it: %r" % (name, e))
+    print("kafka-python read %d krabka segment files" % len(names))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -218,10 +278,14 @@ def main():
     w.add_argument("--require", default="", help="comma-separated codecs that must be written")
     c = sub.add_parser("check", help="check krabka batches")
     c.add_argument("dir")
+    g = sub.add_parser("check-log", help="check krabka segment files")
+    g.add_argument("dir")
     args = parser.parse_args()
     try:
         if args.command == "write":
             write(args.dir, args.require)
+        elif args.command == "check-log":
+            check_log(args.dir)
         else:
             check(args.dir)
     except Mismatch as e:

@@ -171,10 +171,10 @@ fn kafka_protocol_decodes_every_segment_krabka_writes() {
         let msg = |s: u64| {
             let mut m = Message::new(format!("value {s} {}", "x".repeat((s % 300) as usize)))
                 .with_timestamp(1_000 + s as i64);
-            if s % 2 == 0 {
+            if s.is_multiple_of(2) {
                 m = m.with_key(format!("k{s}"));
             }
-            if s % 7 == 0 {
+            if s.is_multiple_of(7) {
                 m = m.with_header("h", format!("{s}")).with_header("h", "dup");
             }
             m
