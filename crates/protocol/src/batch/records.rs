@@ -261,6 +261,84 @@ impl RecordIter {
     }
 }
 
+impl RecordIter {
+    /// The next record as a [`Message`](crate::Message) with its offset: what
+    /// [`next`](Iterator::next) and `Message::try_from` give together, with the same checks
+    /// and errors (a record a `Message` cannot hold is [`BatchError::NotAMessage`]), but
+    /// without the intermediate [`RecordRef`] for the common record without headers.
+    ///
+    /// ```
+    /// use krabka_protocol::batch::{encode_batch, BatchSpec, BatchView, RecordSpec};
+    ///
+    /// let bytes = encode_batch(&BatchSpec::new(5), &[RecordSpec::new(1, "a").with_key("k")])?;
+    /// let mut records = BatchView::parse(&bytes)?.records(1 << 20)?;
+    /// let (offset, msg) = records.next_message().unwrap()?;
+    /// assert_eq!((offset, msg.value.as_ref()), (5, &b"a"[..]));
+    /// assert!(records.next_message().is_none());
+    /// # Ok::<(), krabka_protocol::batch::BatchError>(())
+    /// ```
+    pub fn next_message(&mut self) -> Option<Result<(i64, crate::Message), BatchError>> {
+        if !self.done
+            && self.index < self.header.record_count
+            && let Some(fast) = self.plain_message()
+        {
+            return Some(Ok(fast));
+        }
+        match self.next()? {
+            Ok(r) => {
+                let offset = r.offset;
+                Some(crate::Message::try_from(r).map(|m| (offset, m)))
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// The record at `pos` as a message when it has the common shape (a value, no headers)
+    /// and every check passes; `None` for anything else, which the general path then reads
+    /// (and fails on, naming the fault). Reads nothing past the record's own length.
+    fn plain_message(&mut self) -> Option<(i64, crate::Message)> {
+        let data: &[u8] = &self.data;
+        let (len, body) = read_varint(data, self.pos).ok()?;
+        let end = body.checked_add(usize::try_from(len).ok()?)?;
+        let record = data.get(..end)?;
+        let (timestamp_delta, at) = read_varlong(record, body.checked_add(1)?).ok()?;
+        let (offset_delta, at) = read_varint(record, at).ok()?;
+        if offset_delta != self.index {
+            return None;
+        }
+        let (key_len, mut at) = read_varint(record, at).ok()?;
+        let key = match key_len {
+            -1 => None,
+            n => {
+                let range = at..at.checked_add(usize::try_from(n).ok()?)?;
+                at = range.end;
+                Some(range)
+            }
+        };
+        let (value_len, at) = read_varint(record, at).ok()?;
+        let value = at..at.checked_add(usize::try_from(value_len).ok()?)?;
+        let (headers, after) = read_varint(record, value.end).ok()?;
+        if headers != 0 || after != end {
+            return None;
+        }
+        let offset = self.header.base_offset.checked_add(i64::from(self.index))?;
+        let timestamp = self.header.base_timestamp.checked_add(timestamp_delta)?;
+        self.max_timestamp = Some(self.max_timestamp.map_or(timestamp, |m| m.max(timestamp)));
+        self.pos = end;
+        self.index += 1;
+        let message = crate::Message {
+            timestamp: match self.header.timestamp_type() {
+                TimestampType::LogAppendTime => self.header.max_timestamp,
+                _ => timestamp,
+            },
+            key: key.map(|k| self.data.slice(k)),
+            value: self.data.slice(value),
+            headers: Vec::new(),
+        };
+        Some((offset, message))
+    }
+}
+
 impl Iterator for RecordIter {
     type Item = Result<RecordRef, BatchError>;
 

@@ -78,32 +78,28 @@ impl Inner {
             position,
             reason,
         };
-        // Step over the batches before the one holding `from_seq` by their headers.
-        let step = self.opts.index_interval_bytes.saturating_add(64 << 10);
-        let mut buf = Bytes::new();
+        // One read of the budget and then some (the batches before the one holding
+        // `from_seq`, at most about an index interval of them): stepped over by their headers.
+        let budget = (max_bytes as u64).max(FRAME_HEADER_LEN as u64);
+        let first = budget.saturating_add(self.opts.index_interval_bytes);
+        // A batch longer than this is not one an append wrote; reading it whole stops there.
+        let longest = first.max(self.opts.max_message_bytes);
+        let mut buf = read(pos, first)?;
         let mut buf_at = pos;
         while pos < plan.size {
             let off = usize::try_from(pos - buf_at).unwrap_or(usize::MAX);
-            if buf
-                .get(off..)
-                .and_then(frame_len)
-                .is_none_or(|n| off + n > buf.len())
-            {
-                if buf_at == pos && !buf.is_empty() {
-                    // Read from here already: torn or damaged, which the check below names.
-                    break;
-                }
-                buf = read(pos, step.max(FRAME_HEADER_LEN as u64))?;
-                buf_at = pos;
-                if let Some(n) = frame_len(&buf)
-                    && n > buf.len()
-                    && pos + n as u64 <= plan.size
-                {
-                    buf = read(pos, n as u64)?;
-                }
-                continue;
-            }
             let rest = buf.get(off..).unwrap_or_default();
+            match frame_len(rest) {
+                Some(n) if n <= rest.len() => {}
+                // Torn or damaged where this read already starts: the check below names it.
+                _ if off == 0 => break,
+                n => {
+                    let n = n.unwrap_or(0) as u64;
+                    buf = read(pos, first.max(n.min(longest)))?;
+                    buf_at = pos;
+                    continue;
+                }
+            }
             match peek_frame(rest) {
                 Some((base, last, len)) if base == expect && last < from_seq => {
                     pos += len as u64;
@@ -119,16 +115,17 @@ impl Inner {
                 None => break,
             }
         }
-        // From here, whole batches up to the budget: one read of the budget (or of the first
-        // batch when it is longer), each batch checked.
-        let first_len = buf
-            .get(usize::try_from(pos - buf_at).unwrap_or(usize::MAX)..)
-            .and_then(frame_len)
-            .unwrap_or(0) as u64;
-        let want = (max_bytes as u64)
-            .max(first_len)
-            .max(FRAME_HEADER_LEN as u64);
-        let data = read(pos, want)?;
+        // From here, whole batches up to the budget, each checked: from the bytes read when
+        // they hold the budget (or the rest of the segment), else from one more read.
+        let off = usize::try_from(pos - buf_at).unwrap_or(usize::MAX);
+        let rest = buf.slice(off.min(buf.len())..);
+        let first_len = frame_len(&rest).unwrap_or(0) as u64;
+        let want = budget.max(first_len).min(plan.size - pos);
+        let data = if rest.len() as u64 >= want {
+            rest
+        } else {
+            read(pos, budget.max(first_len.min(longest)))?
+        };
         let (mut off, mut count, mut last_seq) = (0usize, 0usize, expect.saturating_sub(1));
         while off < data.len() {
             let rest = data.slice(off..);

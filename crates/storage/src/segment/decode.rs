@@ -3,8 +3,7 @@
 use std::path::Path;
 
 use bytes::Bytes;
-use krabka_protocol::Message;
-use krabka_protocol::batch::RecordIter;
+use krabka_protocol::batch::{BatchError, RecordIter};
 
 use super::frame::{
     FrameError, MAX_UNCOMPRESSED_BATCH, Parsed, RawFrame, batch_reason, parse_frame, peek_frame,
@@ -229,23 +228,25 @@ fn decode_batch(
     }
     let mut records = batch_records(frame, pos)?;
     loop {
-        let record = match records.next() {
+        let (offset, message) = match records.next_message() {
             None => return Ok(true),
-            Some(Err(e)) => return Err(FrameError::bad(pos, batch_reason(&e))),
             Some(Ok(r)) => r,
+            Some(Err(BatchError::NotAMessage { offset, what })) => {
+                return Err(FrameError {
+                    position: pos,
+                    reason: format!("the record holds {what}"),
+                    not_a_message: Some(u64::try_from(offset).unwrap_or(0)),
+                });
+            }
+            Some(Err(e)) => return Err(FrameError::bad(pos, batch_reason(&e))),
         };
         if *left == 0 {
             return Ok(false);
         }
-        let seq = u64::try_from(record.offset).unwrap_or(0);
+        let seq = u64::try_from(offset).unwrap_or(0);
         if seq < from_seq {
             continue;
         }
-        let message = Message::try_from(record).map_err(|e| FrameError {
-            position: pos,
-            reason: e.to_string(),
-            not_a_message: Some(seq),
-        })?;
         out.push(Record { seq, message });
         *left -= 1;
     }
