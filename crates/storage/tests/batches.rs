@@ -254,3 +254,40 @@ fn a_log_in_the_old_frame_format_is_refused_naming_the_file_and_left_as_it_is() 
         assert!(matches!(v, Err(Error::OldFormat { .. })), "{v:?}");
     }
 }
+
+#[test]
+fn appends_stamp_the_leader_epoch_the_log_was_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), opts()).unwrap();
+    log.append(&Message::new("none")).unwrap();
+    log.set_partition_leader_epoch(7).unwrap();
+    log.append_batch(&[Message::new("a"), Message::new("b")])
+        .unwrap();
+    let raw = krabka_protocol::batch::encode_batch(
+        &krabka_protocol::batch::BatchSpec {
+            partition_leader_epoch: 3,
+            ..krabka_protocol::batch::BatchSpec::new(0)
+        },
+        &[krabka_protocol::batch::RecordSpec::new(1, "raw")],
+    )
+    .unwrap();
+    log.append_raw_batch(&raw).unwrap();
+    assert!(matches!(
+        log.set_partition_leader_epoch(-2),
+        Err(Error::InvalidOptions { .. })
+    ));
+    let epochs: Vec<i32> = dump_frames(read_segment_file(&log.segments()[0].log_path).unwrap())
+        .map(|f| f.batch.unwrap().header().partition_leader_epoch)
+        .collect();
+    assert_eq!(epochs, [-1, 7, 7]);
+    // Reopened: every batch still reads; appends stamp -1 again until told otherwise.
+    drop(log);
+    let log = Log::open(dir.path(), opts()).unwrap();
+    log.append(&Message::new("after")).unwrap();
+    assert_eq!(log.read(1, 10).unwrap().len(), 5);
+    assert!(
+        segment::verify_segment(&log.segments()[0].log_path)
+            .unwrap()
+            .is_ok()
+    );
+}

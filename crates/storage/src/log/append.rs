@@ -50,6 +50,8 @@ pub(super) struct Appender {
     builder: IndexBuilder,
     /// The record batches being appended (reused).
     buf: Vec<u8>,
+    /// The `partitionLeaderEpoch` every batch is stamped with (-1: none).
+    pub(super) leader_epoch: i32,
     /// Whether the clean-shutdown marker this open trusted is still on disk: it goes before
     /// the first write.
     pub(super) clean_marker: bool,
@@ -70,6 +72,7 @@ impl Appender {
             next_seq: active.last_seq + 1,
             builder,
             buf: Vec::new(),
+            leader_epoch: NO_PARTITION_LEADER_EPOCH,
             clean_marker: false,
             leftovers: true,
         })
@@ -140,6 +143,12 @@ impl Inner {
                             return Err(e);
                         }
                     };
+                if ap.leader_epoch != NO_PARTITION_LEADER_EPOCH
+                    && let Some(batch) = ap.buf.get_mut(at..)
+                {
+                    // Written by the encoder just now: a whole batch header.
+                    let _ = set_partition_leader_epoch(batch, ap.leader_epoch);
+                }
                 let len = (ap.buf.len() - at) as u64;
                 let batch_max = msgs[i..i + taken]
                     .iter()
@@ -197,7 +206,7 @@ impl Inner {
 
     /// Appends one raw batch that [`check_raw_batch`] passed (see
     /// [`Log::append_raw_batch`](super::Log::append_raw_batch)): stored as given, but for its
-    /// base offset (the next seq) and partition leader epoch (-1), written in place.
+    /// base offset (the next seq) and partition leader epoch (the log's), written in place.
     pub(super) fn append_raw(
         &self,
         batch: &[u8],
@@ -227,7 +236,7 @@ impl Inner {
         ap.buf.clear();
         ap.buf.extend_from_slice(batch);
         let stamped = set_base_offset(&mut ap.buf, base)
-            .and_then(|()| set_partition_leader_epoch(&mut ap.buf, NO_PARTITION_LEADER_EPOCH));
+            .and_then(|()| set_partition_leader_epoch(&mut ap.buf, ap.leader_epoch));
         if let Err(e) = stamped {
             return Err(Error::InvalidBatch {
                 field: "baseOffset",

@@ -285,8 +285,9 @@ impl Log {
     /// record's lengths, offset deltas `0..n-1`, the create-time `maxTimestamp`, a codec this
     /// build reads (decompressed within [`segment::MAX_UNCOMPRESSED_BATCH`](crate::segment::MAX_UNCOMPRESSED_BATCH)).
     /// Then it is stored byte for byte, but for its `baseOffset`, set to the log's next seq,
-    /// and its `partitionLeaderEpoch`, set to -1 (no leader stamped it; both lie outside the
-    /// CRC, so it stays valid). Its compression, producer id, epoch and sequence, attributes
+    /// and its `partitionLeaderEpoch`, set to the log's
+    /// ([`set_partition_leader_epoch`](Self::set_partition_leader_epoch), -1 by default):
+    /// both lie outside the CRC, so it stays valid. Its compression, producer id, epoch and sequence, attributes
     /// (transactional and control batches included) and timestamps are kept. A batch larger
     /// than `max_message_bytes` is [`Error::MessageTooLarge`].
     ///
@@ -335,6 +336,23 @@ impl Log {
         max_bytes: usize,
     ) -> Result<crate::segment::Batches, Error> {
         self.inner.read_batches(from_seq, max_bytes)
+    }
+
+    /// Sets the `partitionLeaderEpoch` every batch appended from now on carries (Kafka's
+    /// broker stamps its leader epoch the same way; the tiered log stamps its own). A log
+    /// starts at -1 (no epoch) at every open: the epoch is not recovered from the files.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] for an epoch below -1.
+    pub fn set_partition_leader_epoch(&self, epoch: i32) -> Result<(), Error> {
+        if epoch < -1 {
+            return Err(Error::InvalidOptions {
+                field: "partition_leader_epoch",
+                reason: format!("must be -1 or more, got {epoch}"),
+            });
+        }
+        self.inner.appender.lock().leader_epoch = epoch;
+        Ok(())
     }
 
     /// The fault injector of this log (tests of failure handling only).

@@ -28,8 +28,6 @@ pub(crate) struct Scan {
     pub(crate) problem: Option<SegmentProblem>,
     /// The file starts with a frame of krabka's old format.
     old_format: bool,
-    /// The `partitionLeaderEpoch` of the last valid batch.
-    leader_epoch: i32,
 }
 
 const SCAN_CHUNK: usize = 1 << 20;
@@ -86,7 +84,6 @@ pub(crate) fn scan_file_from(
         index: crate::index::IndexBuilder::new(index_interval),
         problem: None,
         old_format: false,
-        leader_epoch: i32::MIN,
     };
     let mut expect = expect_first;
     let mut pos = start;
@@ -159,14 +156,6 @@ fn scan_buffer(
         {
             return problem(format!("batch starts at seq {}, expected {e}", frame.seq));
         }
-        let epoch = frame.view.header().partition_leader_epoch;
-        if epoch < scan.leader_epoch {
-            // The field lies outside the CRC; leader epochs never go down along a log.
-            return problem(format!(
-                "partitionLeaderEpoch {epoch} is below the previous batch's {}",
-                scan.leader_epoch
-            ));
-        }
         let checked = batch_records(&frame, 0).and_then(|records| {
             for r in records {
                 r.map_err(|e| super::frame::FrameError::bad(0, super::frame::batch_reason(&e)))?;
@@ -190,7 +179,6 @@ fn scan_buffer(
         scan.first_seq.get_or_insert(frame.seq);
         scan.last_seq = Some(frame.last);
         scan.records += frame.last - frame.seq + 1;
-        scan.leader_epoch = epoch;
         *expect = Some(after);
         off += frame.len;
         scan.valid_len = pos + off as u64;
