@@ -37,6 +37,21 @@ pub enum Error {
         /// What it holds.
         reason: String,
     },
+    /// A batch is compressed with a codec this build does not have (a cargo feature of this
+    /// crate: `gzip`, `snappy`, `lz4`, `zstd`). Not damage: nothing was cut or changed, and a
+    /// build with the codec reads it.
+    #[error(
+        "the batch at byte {position} of {} is compressed with {codec}, which this build lacks (enable the `{codec}` feature of krabka-storage); nothing was changed",
+        path.display()
+    )]
+    CodecMissing {
+        /// The segment's `.log` file (empty for bytes decoded without a file).
+        path: PathBuf,
+        /// Byte position of the batch.
+        position: u64,
+        /// The codec's name.
+        codec: &'static str,
+    },
     /// A seq past `i64::MAX`, which a record batch's offset cannot hold.
     #[error("seq {seq} is past the largest a record batch holds ({})", i64::MAX)]
     SeqOutOfRange {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use krabka_remote_storage::DEFAULT_CUSTOM_METADATA_MAX_BYTES;
 use krabka_storage::Options;
-use krabka_storage::segment::FRAME_HEADER_LEN;
+use krabka_storage::segment::{FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES};
 
 use crate::error::Error;
 
@@ -32,9 +32,10 @@ pub const MAX_SEGMENT_BYTES: u64 = u32::MAX as u64;
 
 /// Checks that the local log's `options` keep every segment within [`MAX_SEGMENT_BYTES`].
 ///
-/// A segment grows to at most `max_bytes` (0 means the storage default), except that a record
-/// larger than that gets a segment of its own: `16 + max_message_bytes` bytes. Both bounds
-/// must fit.
+/// A segment grows to at most `max_bytes` (0 means the storage default), except that a batch
+/// larger than that gets a segment of its own: a batch of one record is at most
+/// `max_message_bytes` bytes (the limit is measured on it), one of several at most
+/// [`MAX_BATCH_RECORD_BYTES`] of records after its header. Both bounds must fit.
 ///
 /// # Errors
 /// [`Error::InvalidConfig`] naming the option that allows larger segments.
@@ -49,15 +50,15 @@ pub fn validate_log_options(options: &Options) -> Result<(), Error> {
              segment the remote tier can address"
         )));
     }
-    let largest_frame = options
+    let largest_batch = options
         .max_message_bytes
-        .saturating_add(FRAME_HEADER_LEN as u64);
-    if largest_frame > MAX_SEGMENT_BYTES {
+        .max((FRAME_HEADER_LEN + MAX_BATCH_RECORD_BYTES) as u64);
+    if largest_batch > MAX_SEGMENT_BYTES {
         return Err(Error::InvalidConfig(format!(
-            "the local log's max_message_bytes ({}) allows a {largest_frame}-byte segment, over \
-             {MAX_SEGMENT_BYTES}, the largest the remote tier can address; use at most {}",
+            "the local log's max_message_bytes ({}) allows a {largest_batch}-byte segment, over \
+             {MAX_SEGMENT_BYTES}, the largest the remote tier can address; use at most \
+             {MAX_SEGMENT_BYTES}",
             options.max_message_bytes,
-            MAX_SEGMENT_BYTES - FRAME_HEADER_LEN as u64
         )));
     }
     Ok(())
@@ -371,7 +372,7 @@ mod tests {
                 ..Options::default()
             },
             Options {
-                max_message_bytes: u64::from(u32::MAX) - 8,
+                max_message_bytes: MAX_SEGMENT_BYTES + 1,
                 ..Options::default()
             },
         ] {

@@ -75,6 +75,31 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A valid batch of a finished remote segment holds a record a `Message` cannot represent
+    /// exactly (a null value, a header with a null value, a control or transactional batch, as
+    /// a producer's batch appended with `krabka_storage::Log::append_raw_batch` may hold): the
+    /// bytes are not damaged, but a decoded read cannot return them, and stops there as the
+    /// local log's read does (`krabka_storage::Error::NotAMessage`). Records before it are
+    /// returned first (a short read).
+    #[error(
+        "the record of seq {record_seq} in remote object {object} (segment {segment}, batch at \
+         byte {position}) cannot be read as a Message while reading seq {seq}: {reason}"
+    )]
+    RemoteNotAMessage {
+        /// The remote segment attempt (boxed to keep the error small).
+        segment: Box<RemoteLogSegmentId>,
+        /// The segment's `.log` object (its key in the shared layout).
+        object: String,
+        /// Byte position of the batch in that object.
+        position: u64,
+        /// The record's seq (the batch's first record at or after the read's start, for a
+        /// batch-wide reason).
+        record_seq: u64,
+        /// The seq being read.
+        seq: u64,
+        /// What the record or batch holds.
+        reason: String,
+    },
     /// A read found the remote object it needs being fetched by another thread (a reader or
     /// the read-ahead) and waited for that fetch past
     /// [`TieringConfig::fetch_deadline`](crate::TieringConfig::fetch_deadline); the read is cut

@@ -13,10 +13,11 @@ use krabka_storage::segment::verify_segment_files;
 
 use crate::error::Error;
 
-/// Checks a closed local segment before its copy: every frame's length, CRC and message, the
-/// first seq equal to the segment's base seq, contiguous seqs up to the last seq the log lists
-/// for it, the `.log` size the log lists, and the `.index` / `.timeindex` describing that
-/// `.log` with every entry pointing at the frame holding its seq.
+/// Checks a closed local segment before its copy: every batch's length, CRC and records, the
+/// first seq equal to the segment's base seq, contiguous seqs (each batch starting after the
+/// previous one's last) up to the last seq the log lists for it, the `.log` size the log
+/// lists, and the `.index` / `.timeindex` describing that `.log` (every offset-index entry
+/// pointing at the batch that starts with its seq).
 ///
 /// # Errors
 /// [`Error::DamagedSegment`] naming the file and byte of the first problem (a missing file is

@@ -264,19 +264,19 @@ fn default_config_keeps_fresh_records() {
     let s = Setup::new();
     let log = s.open(TieringConfig::default());
     // Messages as a user builds them: `Message::new` stamps the current time.
-    let msgs: Vec<Message> = (0..300)
+    let msgs: Vec<Message> = (0..600)
         .map(|i| Message::new(format!("fresh {i}")))
         .collect();
     log.append_batch(&msgs).unwrap();
     let report = log.run_once().unwrap();
     assert!(report.failures.is_empty(), "{:?}", report.failures);
-    assert!(report.segments_copied > 5);
+    assert!(report.segments_copied > 5, "{report:?}");
     assert_eq!(report.remote_segments_deleted, 0, "{report:?}");
     assert_eq!(report.local_segments_deleted, 0, "{report:?}");
     assert_eq!(log.first_seq().unwrap(), 1);
     let all = log.read(1, 1000).unwrap();
-    assert_eq!(all.len(), 300);
-    assert_eq!(all[299].message.value, "fresh 299");
+    assert_eq!(all.len(), 600);
+    assert_eq!(all[599].message.value, "fresh 599");
 }
 
 #[test]

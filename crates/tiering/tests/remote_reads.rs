@@ -17,7 +17,7 @@ use krabka_remote_storage::{
     IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState, RemoteStorageError, RemoteStorageManager, TopicIdPartition, layout,
 };
-use krabka_storage::segment::{decode_records, encode_frame};
+use krabka_storage::segment::{dump_frames, peek_frame};
 use krabka_storage::{Log, Options};
 use krabka_tiering::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
 use krabka_tiering::{Error, MAX_SEGMENT_BYTES, TieredLog, TieringConfig, policy};
@@ -115,19 +115,30 @@ fn a_read_racing_remote_retention_is_out_of_range_not_a_remote_error() {
     assert!(err.is_remote_not_found(), "{err:?}");
 }
 
-/// Rewrites the remote `.log` of `meta`, giving the record at seq `s` the seq `map(s)`. Frames
-/// keep their lengths, so the remote offset index stays valid.
-fn rewrite_seqs(remote_root: &Path, meta: &RemoteLogSegmentMetadata, map: impl Fn(u64) -> u64) {
+/// Rewrites the remote `.log` of `meta`, giving the batch whose first seq is `s` the first seq
+/// `map(s)`. The base offset lies outside a batch's CRC, so every batch keeps its length and
+/// passes its CRC check, and the remote offset index stays valid: only the seq checks can
+/// tell. Returns the first seq of each batch as it was.
+fn rewrite_seqs(
+    remote_root: &Path,
+    meta: &RemoteLogSegmentMetadata,
+    map: impl Fn(u64) -> u64,
+) -> Vec<u64> {
     let path: PathBuf = remote_root.join(layout::log_key(meta).unwrap());
-    let bytes = Bytes::from(std::fs::read(&path).unwrap());
-    let decoded = decode_records(&bytes, 0, usize::MAX).unwrap();
-    assert_eq!(decoded.consumed, bytes.len());
-    let mut out = Vec::with_capacity(bytes.len());
-    for r in &decoded.records {
-        encode_frame(map(r.seq), &r.message, &mut out);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mut bases = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let (base, _, len) = peek_frame(&bytes[at..]).unwrap();
+        bases.push(base);
+        let shifted = i64::try_from(map(base)).unwrap();
+        bytes[at..at + 8].copy_from_slice(&shifted.to_be_bytes());
+        at += len;
     }
-    assert_eq!(out.len(), bytes.len());
-    std::fs::write(&path, out).unwrap();
+    let frames: Vec<_> = dump_frames(Bytes::from(bytes.clone())).collect();
+    assert!(frames.iter().all(|f| f.crc_ok && f.problem.is_none()));
+    std::fs::write(&path, bytes).unwrap();
+    bases
 }
 
 fn tiered_with_big_records(
@@ -149,12 +160,15 @@ fn tiered_with_big_records(
         config,
     )
     .unwrap();
-    // Frames of about 240 bytes: longer than a 64-byte chunk, so every decode step sees at
-    // most one whole frame and only the seq check across chunk boundaries links them.
+    // Batches of two records of about 220 bytes each: longer than a 64-byte chunk, so every
+    // decode step sees at most one whole batch and only the seq check across chunk boundaries
+    // links them.
     let msgs: Vec<Message> = (1..=100u64)
         .map(|s| Message::new(format!("{s:0>200}")).with_key(format!("k{s}")))
         .collect();
-    log.append_batch(&msgs).unwrap();
+    for pair in msgs.chunks(2) {
+        log.append_batch(pair).unwrap();
+    }
     log.run_once().unwrap();
     assert!(log.local_first_seq() > 40);
     (rlmm, log)
@@ -180,8 +194,11 @@ fn a_seq_gap_across_a_chunk_boundary_is_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     let (rlmm, log) = tiered_with_big_records(dir.path(), 64);
     let seg = finished(rlmm.as_ref()).remove(0);
-    assert!(seg.end_offset() >= seg.start_offset() + 4);
-    let gap_at = seg.start_offset() + 2;
+    // The third batch and those after it are shifted by one seq.
+    let bases = rewrite_seqs(&dir.path().join("remote"), &seg, |s| s);
+    assert!(bases.len() >= 4, "{bases:?}");
+    let gap_at = bases[2];
+    assert!(gap_at >= seg.start_offset() + 4, "{bases:?}");
     rewrite_seqs(&dir.path().join("remote"), &seg, |s| {
         if s >= gap_at { s + 1 } else { s }
     });
@@ -367,11 +384,9 @@ fn segments_the_remote_tier_cannot_address_are_rejected() {
     .unwrap_err();
     assert!(matches!(e, Error::InvalidConfig(_)), "{e}");
     assert!(!local.exists(), "nothing is created for a rejected config");
-    let big_messages = Options {
-        max_message_bytes: u64::from(u32::MAX) - 8,
-        ..Options::default()
-    };
-    let log = Log::open(&local, big_messages).unwrap();
+    // A local log opened on its own with such segments is refused when it is tiered. (The
+    // largest batch, `max_message_bytes` at most 64 MiB, always fits.)
+    let log = Log::open(&local, huge).unwrap();
     let e = TieredLog::new(log, fs, rlmm, tp(), TieringConfig::default()).unwrap_err();
     assert!(matches!(e, Error::InvalidConfig(_)), "{e}");
 }

@@ -175,6 +175,27 @@ impl RecordIter {
     }
 
     fn read_next(&mut self) -> Result<RecordRef, BatchError> {
+        let (layout, offset, timestamp) = self.advance()?;
+        let slice = |r: Range<usize>| self.data.slice(r);
+        Ok(RecordRef {
+            offset,
+            timestamp: match self.header.timestamp_type() {
+                TimestampType::LogAppendTime => self.header.max_timestamp,
+                _ => timestamp,
+            },
+            key: layout.key.map(slice),
+            value: layout.value.map(slice),
+            headers: layout
+                .headers
+                .into_iter()
+                .map(|(name, value)| (name, value.map(slice)))
+                .collect(),
+        })
+    }
+
+    /// Reads and checks the record at `pos` and moves past it: its layout, offset and
+    /// timestamp (as stored, before a log-append-time batch's override).
+    fn advance(&mut self) -> Result<(Layout, i64, i64), BatchError> {
         if self.pos >= self.data.len() {
             return Err(BatchError::RecordCount {
                 header: self.header.record_count,
@@ -205,24 +226,9 @@ impl RecordIter {
                     at: layout.timestamp_at + HEADER_LEN,
                 })?;
         self.max_timestamp = Some(self.max_timestamp.map_or(timestamp, |m| m.max(timestamp)));
-        let slice = |r: Range<usize>| self.data.slice(r);
-        let record = RecordRef {
-            offset,
-            timestamp: match self.header.timestamp_type() {
-                TimestampType::LogAppendTime => self.header.max_timestamp,
-                _ => timestamp,
-            },
-            key: layout.key.map(slice),
-            value: layout.value.map(slice),
-            headers: layout
-                .headers
-                .into_iter()
-                .map(|(name, value)| (name, value.map(slice)))
-                .collect(),
-        };
         self.pos = layout.next;
         self.index += 1;
-        Ok(record)
+        Ok((layout, offset, timestamp))
     }
 
     /// The checks of the header against all the records, once they are read.
@@ -291,6 +297,46 @@ impl RecordIter {
             }
             Err(e) => Some(Err(e)),
         }
+    }
+
+    /// Reads and checks the next record without returning it (no views of its bytes are
+    /// made): `Some(Ok(offset))`, `Some(Err)` with the fault, or `None` after the last record
+    /// once the header checked out against all of them, as [`next`](Iterator::next) does.
+    pub fn skip_record(&mut self) -> Option<Result<i64, BatchError>> {
+        if self.done {
+            return None;
+        }
+        if self.index >= self.header.record_count {
+            self.done = true;
+            return self.finish().err().map(Err);
+        }
+        match self.check_next() {
+            Ok(offset) => Some(Ok(offset)),
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+
+    /// Reads and checks every record left, and the header against all of them, returning how
+    /// many there were: what driving [`next`](Iterator::next) to its end checks, without
+    /// building the records.
+    ///
+    /// # Errors
+    /// The first fault, as [`next`](Iterator::next) would return it.
+    pub fn check_rest(&mut self) -> Result<usize, BatchError> {
+        let mut left = 0usize;
+        while let Some(r) = self.skip_record() {
+            r?;
+            left += 1;
+        }
+        Ok(left)
+    }
+
+    /// [`read_next`](Self::read_next) without the record.
+    fn check_next(&mut self) -> Result<i64, BatchError> {
+        self.advance().map(|(_, offset, _)| offset)
     }
 
     /// The record at `pos` as a message when it has the common shape (a value, no headers)

@@ -431,3 +431,34 @@ fn next_message_agrees_with_next_and_try_from() {
         }
     }
 }
+
+/// `skip_record` and `check_rest` find exactly the faults `next` finds, at the same record.
+#[test]
+fn skipping_checks_what_reading_checks() {
+    let bytes = encode_batch(&BatchSpec::new(9), &sample_records(false)).unwrap();
+    for at in ATTRIBUTES_AT..bytes.len() {
+        for mask in [0x01u8, 0x40, 0xff] {
+            let mut buf = bytes.to_vec();
+            buf[at] ^= mask;
+            reseal(&mut buf);
+            let Ok(view) = BatchView::parse(&Bytes::from(buf)) else {
+                continue;
+            };
+            let Ok(records) = view.records(1 << 20) else {
+                continue;
+            };
+            let read: Vec<_> = records.map(|r| r.map(|r| r.offset)).collect();
+            let mut skipping = view.records(1 << 20).unwrap();
+            let skipped: Vec<_> = std::iter::from_fn(|| skipping.skip_record()).collect();
+            assert_eq!(read, skipped, "flip {mask:#x} at {at}");
+            let mut rest = view.records(1 << 20).unwrap();
+            let first = rest.skip_record();
+            let checked = rest.check_rest();
+            match read.iter().position(Result::is_err) {
+                Some(i) if i > 0 => assert_eq!(checked, Err(read[i].clone().unwrap_err())),
+                Some(_) => assert!(matches!(first, Some(Err(_)))),
+                None => assert_eq!(checked, Ok(read.len() - 1)),
+            }
+        }
+    }
+}

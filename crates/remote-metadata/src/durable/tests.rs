@@ -339,3 +339,66 @@ fn a_recovery_install_killed_at_any_step_reopens_and_installs_again() {
         assert_eq!(listed, segments, "{step:?}");
     }
 }
+
+#[test]
+fn a_generation_written_in_multi_record_batches_is_replayed_and_judged_whole() {
+    use super::replay::REPLAY_BATCH;
+    use krabka_storage::segment::{
+        LOG_EXTENSION, dump_frames, read_segment_file, segment_file_name,
+    };
+    // More snapshot events than one append takes: several batches of many records each.
+    let n = REPLAY_BATCH as u64 + 100;
+    for step in [Step::PointerWritten, Step::GenerationWritten] {
+        let dir = tempfile::tempdir().unwrap();
+        let expected = {
+            let rlmm = DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap();
+            for i in 0..n {
+                let m = RemoteLogSegmentMetadata::builder(
+                    RemoteLogSegmentId::generate(tp()),
+                    i * 10,
+                    i * 10 + 9,
+                )
+                .build()
+                .unwrap();
+                rlmm.add_remote_log_segment_metadata(&m).unwrap();
+            }
+            let mut w = rlmm.writer.lock();
+            rlmm.compact_locked(&mut w, Some(step)).unwrap_err();
+            drop(w);
+            rlmm.list_remote_log_segments(&tp()).unwrap()
+        };
+        let log = gen_dir(dir.path(), 2).join(segment_file_name(1, LOG_EXTENSION));
+        let frames: Vec<_> = dump_frames(read_segment_file(&log).unwrap()).collect();
+        let sizes: Vec<u64> = frames
+            .iter()
+            .map(|f| f.last_seq.unwrap() - f.seq.unwrap() + 1)
+            .collect();
+        // The generation record alone, then the snapshot in batches of many records.
+        assert_eq!(sizes.iter().sum::<u64>(), n + 1, "{step:?}");
+        assert_eq!(sizes[0], 1, "{step:?}");
+        assert!(
+            sizes.len() >= 3 && sizes[1..].iter().all(|&k| k > 1),
+            "{step:?}: {sizes:?}"
+        );
+        let committed = matches!(step, Step::PointerWritten);
+        if !committed {
+            // Cut inside its last batch: an unfinished generation short of some snapshot
+            // events is still this manager's own, and removed.
+            let last = frames.last().unwrap();
+            let cut = last.position + last.frame_len / 2;
+            fs::OpenOptions::new()
+                .write(true)
+                .open(&log)
+                .unwrap()
+                .set_len(cut)
+                .unwrap();
+        }
+        for _ in 0..2 {
+            let rlmm = DurableRemoteLogMetadataManager::open_with(dir.path(), manual()).unwrap();
+            assert_eq!(rlmm.generation(), if committed { 2 } else { 1 }, "{step:?}");
+            assert_eq!(rlmm.list_remote_log_segments(&tp()).unwrap(), expected);
+            assert_eq!(rlmm.events_in_generation(), n, "{step:?}");
+            assert_eq!(generations(dir.path()).len(), 1, "{step:?}");
+        }
+    }
+}

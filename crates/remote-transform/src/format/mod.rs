@@ -156,10 +156,11 @@ pub(crate) enum Prefix {
 
 /// Classifies the first bytes of `segment`'s stored `.log` (see [`Prefix`]). A transform
 /// header is recognised by its magic **or** by the segment's own identity (topic id,
-/// partition, segment uuid) at bytes 8..44: an untransformed `.log` holds neither (its first
-/// record frame's length field never reads as the magic, and its bytes were written before the
-/// copy drew the segment's uuid), so a header damaged in either part is still told apart from
-/// an untransformed segment.
+/// partition, segment uuid) at bytes 8..44: an untransformed `.log` holds neither (it starts
+/// with its first record batch, whose big-endian `baseOffset` reads as the magic only for a
+/// first seq among the 2^32 from `0x4B54_5848 << 32`, about 5.4 × 10^18, and its bytes were
+/// written before the copy drew the segment's uuid), so a header damaged in either part is
+/// still told apart from an untransformed segment.
 pub(crate) fn classify_prefix(prefix: &[u8], segment: &RemoteLogSegmentId) -> Prefix {
     if prefix.len() < FIXED_LEN {
         return Prefix::Plain;

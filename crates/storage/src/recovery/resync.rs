@@ -212,11 +212,19 @@ fn run_at(
     file_len: u64,
     expected: u64,
 ) -> Result<Option<ValidRun>, Error> {
-    let here = scan_file_from(file, path, pos, file_len, None, u64::MAX, &mut |_| {})?;
+    let mut batches = 0u64;
+    let here = scan_file_from(file, path, pos, file_len, None, u64::MAX, &mut |_| {
+        batches += 1;
+    })?;
     let most_frames = (file_len - pos) / MIN_RECORD_LEN as u64 + 1;
+    // A batch's base offset lies outside its CRC: one intact batch whose base skips ahead may
+    // be a batch whose base was damaged, not the first of batches left after others were cut
+    // out. Only a run of two batches or more, numbered one after the other, is taken for the
+    // latter; a lone one is damage (its seqs become a hole, its bytes go to quarantine).
     Ok(match (here.first_seq, here.last_seq) {
         (Some(first_seq), Some(last_seq))
             if here.records > 0
+                && batches >= 2
                 && first_seq > expected
                 && first_seq <= expected.saturating_add(most_frames) =>
         {

@@ -6,7 +6,8 @@ use bytes::Bytes;
 use krabka_protocol::batch::{BatchError, RecordIter};
 
 use super::frame::{
-    FrameError, MAX_UNCOMPRESSED_BATCH, Parsed, RawFrame, batch_reason, parse_frame, peek_frame,
+    FORMAT_NAME, Fault, FrameError, MAX_UNCOMPRESSED_BATCH, Parsed, RawFrame, is_old_frame,
+    parse_frame, peek_frame,
 };
 use crate::{Error, Record};
 
@@ -168,6 +169,12 @@ pub(crate) fn decode_chunk(
         }
         let frame = match parse_frame(&buf.slice(pos..)) {
             Parsed::Incomplete => break,
+            Parsed::Bad(_) if is_old_frame(rest, expect) => {
+                return Err(FrameError::bad(
+                    pos,
+                    format!("a record frame of krabka's old per-record format, not {FORMAT_NAME}"),
+                ));
+            }
             Parsed::Bad(reason) => return Err(FrameError::bad(pos, reason)),
             Parsed::Frame(f) => f,
         };
@@ -199,12 +206,17 @@ pub(crate) fn batch_records(frame: &RawFrame, pos: usize) -> Result<RecordIter, 
     frame
         .view
         .records(MAX_UNCOMPRESSED_BATCH)
-        .map_err(|e| FrameError::bad(pos, batch_reason(&e)))
+        .map_err(|e| FrameError::of_batch(pos, &e))
 }
 
 /// Appends the records `>= from_seq` of the batch at `pos` to `out` as messages, at most
-/// `left` of them (counting it down). Returns whether every record of the batch was read (and
-/// the batch checked against them), false when `left` ran out before its last record.
+/// `left` of them (counting it down). Returns whether the batch was read to its end (false
+/// when `left` ran out before its last record).
+///
+/// Every record of the batch is checked, and the header against all of them, before any of
+/// them is returned: a batch that fails a check anywhere gives none of its records (they are
+/// taken back off `out`). A record a `Message` cannot hold in an otherwise valid batch gives
+/// the records before it, then [`Fault::NotAMessage`].
 fn decode_batch(
     frame: &RawFrame,
     pos: usize,
@@ -216,7 +228,7 @@ fn decode_batch(
     let refuse = |reason: &str| FrameError {
         position: pos,
         reason: reason.to_owned(),
-        not_a_message: Some(frame.seq.max(from_seq)),
+        fault: Fault::NotAMessage(frame.seq.max(from_seq)),
     };
     if header.is_control() {
         return Err(refuse("a control batch (transaction markers)"));
@@ -226,27 +238,51 @@ fn decode_batch(
             "a transactional batch, whose records may belong to an aborted transaction",
         ));
     }
+    let before = out.len();
     let mut records = batch_records(frame, pos)?;
+    let result = read_batch(&mut records, frame.seq, pos, from_seq, left, out);
+    match &result {
+        Err(e) if matches!(e.fault, Fault::NotAMessage(_)) => {
+            // Valid records before it stand only if the whole batch is valid.
+            if let Err(damage) = records.check_rest() {
+                out.truncate(before);
+                return Err(FrameError::of_batch(pos, &damage));
+            }
+        }
+        Err(_) => out.truncate(before),
+        Ok(_) => {}
+    }
+    result
+}
+
+/// The loop of [`decode_batch`]: skips the records before `from_seq` (checking them), then
+/// reads messages until the batch or `left` ends; when `left` ends first, checks the rest.
+fn read_batch(
+    records: &mut RecordIter,
+    base: u64,
+    pos: usize,
+    from_seq: u64,
+    left: &mut usize,
+    out: &mut Vec<Record>,
+) -> Result<bool, FrameError> {
+    let fail = |e: BatchError| FrameError::of_batch(pos, &e);
+    for _ in 0..from_seq.saturating_sub(base) {
+        match records.skip_record() {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(fail(e)),
+            None => return Ok(true),
+        }
+    }
     loop {
+        if *left == 0 {
+            return records.check_rest().map(|rest| rest == 0).map_err(fail);
+        }
         let (offset, message) = match records.next_message() {
             None => return Ok(true),
             Some(Ok(r)) => r,
-            Some(Err(BatchError::NotAMessage { offset, what })) => {
-                return Err(FrameError {
-                    position: pos,
-                    reason: format!("the record holds {what}"),
-                    not_a_message: Some(u64::try_from(offset).unwrap_or(0)),
-                });
-            }
-            Some(Err(e)) => return Err(FrameError::bad(pos, batch_reason(&e))),
+            Some(Err(e)) => return Err(fail(e)),
         };
-        if *left == 0 {
-            return Ok(false);
-        }
         let seq = u64::try_from(offset).unwrap_or(0);
-        if seq < from_seq {
-            continue;
-        }
         out.push(Record { seq, message });
         *left -= 1;
     }
@@ -255,6 +291,7 @@ fn decode_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use krabka_protocol::Message;
     use proptest::prelude::*;
 
     use crate::segment::frame::encode_frames;

@@ -155,13 +155,23 @@ pub(crate) fn encode_frames(
     })
 }
 
+/// What kind of failure a [`FrameError`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The bytes are not a valid batch (or not the one expected there).
+    Corrupt,
+    /// A valid batch holds a record a [`Message`] cannot represent: that record's seq.
+    NotAMessage(u64),
+    /// A batch compressed with a codec this build lacks: not damage, and never cut.
+    CodecMissing(Compression),
+}
+
 /// Why a batch could not be decoded, relative to the start of the decoded buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FrameError {
     pub(crate) position: usize,
     pub(crate) reason: String,
-    /// Set when the batch is valid but holds a record a [`Message`] cannot represent: its seq.
-    pub(crate) not_a_message: Option<u64>,
+    pub(crate) fault: Fault,
 }
 
 impl FrameError {
@@ -169,21 +179,44 @@ impl FrameError {
         FrameError {
             position,
             reason: reason.into(),
-            not_a_message: None,
+            fault: Fault::Corrupt,
+        }
+    }
+
+    /// The error of `e`, met reading the batch at `position`.
+    pub(crate) fn of_batch(position: usize, e: &BatchError) -> Self {
+        let fault = match e {
+            BatchError::CodecDisabled { codec } => Fault::CodecMissing(*codec),
+            BatchError::NotAMessage { offset, .. } => {
+                Fault::NotAMessage(u64::try_from(*offset).unwrap_or(0))
+            }
+            _ => Fault::Corrupt,
+        };
+        FrameError {
+            position,
+            reason: batch_reason(e),
+            fault,
         }
     }
 
     pub(crate) fn into_error(self, path: &Path, base: u64) -> Error {
-        match self.not_a_message {
-            Some(seq) => Error::NotAMessage {
-                path: path.to_path_buf(),
-                position: base + self.position as u64,
+        let position = base + self.position as u64;
+        let path = path.to_path_buf();
+        match self.fault {
+            Fault::NotAMessage(seq) => Error::NotAMessage {
+                path,
+                position,
                 seq,
                 reason: self.reason,
             },
-            None => Error::Corrupt {
-                path: path.to_path_buf(),
-                position: base + self.position as u64,
+            Fault::CodecMissing(codec) => Error::CodecMissing {
+                path,
+                position,
+                codec: codec.name(),
+            },
+            Fault::Corrupt => Error::Corrupt {
+                path,
+                position,
                 reason: self.reason,
             },
         }
@@ -217,7 +250,7 @@ pub(crate) enum Parsed {
 /// The records themselves are checked as they are read.
 pub(crate) fn parse_frame(buf: &Bytes) -> Parsed {
     match parse_batch(buf) {
-        Parsed::Bad(_) if is_old_frame(buf) => Parsed::Bad(format!(
+        Parsed::Bad(_) if is_old_frame(buf, None) => Parsed::Bad(format!(
             "a record frame of krabka's old per-record format, not {FORMAT_NAME}"
         )),
         other => other,
@@ -319,20 +352,28 @@ pub fn peek_frame(buf: &[u8]) -> Option<(u64, u64, usize)> {
 
 /// Whether `buf` starts with a record frame of the format krabka wrote before record batches
 /// (little-endian length, CRC-32 of the body, seq, a version-1 message): such a file is refused
-/// as [`Error::OldFormat`], never read as damaged batches.
-pub(crate) fn is_old_frame(buf: &[u8]) -> bool {
+/// as [`Error::OldFormat`], never read as damaged batches. A frame whose CRC checks is one; so
+/// is, when the seq the bytes must start with is known (`expect`, a segment's base seq), a frame
+/// header carrying that seq before a version-1 message, however damaged the rest.
+pub(crate) fn is_old_frame(buf: &[u8], expect: Option<u64>) -> bool {
     const OLD_HEADER: usize = 16;
     let word = |r: Range<usize>| buf.get(r).and_then(|s| <[u8; 4]>::try_from(s).ok());
     let (Some(len), Some(crc)) = (word(0..4), word(4..8)) else {
         return false;
     };
     let len = u32::from_le_bytes(len) as usize;
-    let Some(body) = buf.get(8..8 + len) else {
+    if len < 8 + 18 || buf.get(OLD_HEADER) != Some(&krabka_protocol::VERSION) {
         return false;
-    };
-    len >= 8 + 18
-        && buf.get(OLD_HEADER) == Some(&krabka_protocol::VERSION)
-        && crc32fast::hash(body) == u32::from_le_bytes(crc)
+    }
+    let seq = buf
+        .get(8..16)
+        .and_then(|s| <[u8; 8]>::try_from(s).ok())
+        .map(u64::from_le_bytes);
+    if expect.is_some() && seq == expect {
+        return true;
+    }
+    buf.get(8..8 + len)
+        .is_some_and(|body| crc32fast::hash(body) == u32::from_le_bytes(crc))
 }
 
 #[cfg(test)]

@@ -28,6 +28,8 @@ pub(crate) struct Scan {
     pub(crate) problem: Option<SegmentProblem>,
     /// The file starts with a frame of krabka's old format.
     old_format: bool,
+    /// A batch compressed with a codec this build lacks: its position and codec.
+    codec_missing: Option<(u64, &'static str)>,
 }
 
 const SCAN_CHUNK: usize = 1 << 20;
@@ -84,6 +86,7 @@ pub(crate) fn scan_file_from(
         index: crate::index::IndexBuilder::new(index_interval),
         problem: None,
         old_format: false,
+        codec_missing: None,
     };
     let mut expect = expect_first;
     let mut pos = start;
@@ -100,6 +103,14 @@ pub(crate) fn scan_file_from(
             if scan.old_format {
                 return Err(Error::OldFormat {
                     path: path.to_path_buf(),
+                });
+            }
+            if let Some((position, codec)) = scan.codec_missing {
+                // Not damage: never a tail to cut.
+                return Err(Error::CodecMissing {
+                    path: path.to_path_buf(),
+                    position,
+                    codec,
                 });
             }
             return Ok(scan);
@@ -133,8 +144,9 @@ fn scan_buffer(
             return true;
         }
         let at = pos + off as u64;
+        let first = *expect;
         let mut problem = |reason: String| {
-            scan.old_format = at == 0 && is_old_frame(&rest);
+            scan.old_format = at == 0 && is_old_frame(&rest, first);
             scan.problem = Some(SegmentProblem {
                 position: at,
                 reason,
@@ -143,7 +155,7 @@ fn scan_buffer(
         };
         let frame = match parse_frame(&rest) {
             Parsed::Incomplete => {
-                if at == 0 && is_old_frame(&rest) {
+                if at == 0 && is_old_frame(&rest, first) {
                     return problem("old frame format".to_owned());
                 }
                 return true;
@@ -156,13 +168,15 @@ fn scan_buffer(
         {
             return problem(format!("batch starts at seq {}, expected {e}", frame.seq));
         }
-        let checked = batch_records(&frame, 0).and_then(|records| {
-            for r in records {
-                r.map_err(|e| super::frame::FrameError::bad(0, super::frame::batch_reason(&e)))?;
-            }
-            Ok(())
+        let checked = batch_records(&frame, 0).and_then(|mut records| {
+            records
+                .check_rest()
+                .map_err(|e| super::frame::FrameError::of_batch(0, &e))
         });
         if let Err(e) = checked {
+            if let super::frame::Fault::CodecMissing(codec) = e.fault {
+                scan.codec_missing = Some((at, codec.name()));
+            }
             return problem(e.reason);
         }
         let Some(after) = frame.last.checked_add(1) else {

@@ -1,11 +1,17 @@
 //! Reads from the remote tier: offset index once (validated, then cached), then aligned chunks
 //! through the cache, with every record's seq checked; time indexes (validated, cached) for
 //! timestamp lookups. The index formats are read through `krabka_storage::index` views.
+//!
+//! A segment is a run of record batches; an index or chunk-map entry names a batch by its
+//! first seq and position, and a record inside a batch is found by decoding the batch. A batch
+//! cut by a chunk boundary is joined with the chunks after it before it is decoded.
 
 use bytes::{Bytes, BytesMut};
 use krabka_remote_storage::{IndexType, LOG_SUFFIX, RemoteLogSegmentMetadata, layout};
 use krabka_storage::Record;
-use krabka_storage::segment::{decode_records_at, decode_records_skipping};
+use krabka_storage::segment::{
+    DecodedRecords, MAX_BATCH_RECORD_BYTES, decode_records_at, decode_records_skipping, frame_len,
+};
 
 use std::sync::Arc;
 
@@ -48,13 +54,17 @@ fn position_and_reason(e: &krabka_storage::Error) -> (Option<u64>, String) {
     }
 }
 
-/// Where a remote read starts decoding: `(seq, byte position)` of a frame.
+/// A decoding of the batches at the start of a buffer: `(buf, expected_first_seq, from_seq,
+/// max)`, [`decode_records_at`] or [`decode_records_skipping`].
+type Decode = fn(&Bytes, u64, u64, usize) -> Result<DecodedRecords, krabka_storage::Error>;
+
+/// Where a remote read starts decoding: `(first seq, byte position)` of a batch.
 enum Start {
     /// An offset-index entry.
     Index((u64, u64)),
-    /// A chunk-map entry whose frame hints are not known yet.
+    /// A chunk-map entry whose batch hints are not known yet.
     Map((u64, u64)),
-    /// A frame hint after the chunk-map entry `entry` (read from `entry` when it fails).
+    /// A batch hint after the chunk-map entry `entry` (read from `entry` when it fails).
     Hint { hint: (u64, u64), entry: (u64, u64) },
 }
 
@@ -71,6 +81,10 @@ struct RemoteRead<'a> {
 /// chunk boundary then costs one request, not two.
 pub(crate) const RUN_ON_BYTES: u64 = 64 << 10;
 
+/// Bytes reserved at once, past the carry, for joining the chunks of a batch cut by a chunk
+/// boundary: room for a batch of [`MAX_BATCH_RECORD_BYTES`] of records.
+const INITIAL_JOIN_ROOM: usize = MAX_BATCH_RECORD_BYTES + (64 << 10);
+
 impl RemoteRead<'_> {
     /// [`Error::CorruptRemote`] for the segment's `.log` object.
     fn corrupt(&self, position: Option<u64>, reason: String) -> Error {
@@ -83,8 +97,8 @@ impl RemoteRead<'_> {
         }
     }
 
-    /// Checks a decoded batch (the first record is the seq asked for, none lies past the
-    /// segment's last seq) and moves it to `out`.
+    /// Checks decoded records (the first record is the seq asked for, none lies past the
+    /// segment's last seq) and moves them to `out`.
     fn accept(&mut self, records: Vec<Record>) -> Result<(), Error> {
         if let (true, Some(first)) = (self.out.is_empty(), records.first())
             && first.seq != self.seq
@@ -113,35 +127,61 @@ impl RemoteRead<'_> {
         Ok(())
     }
 
-    /// Ends the read at a frame `buf` (starting at byte `buf_start` of the segment) fails to
-    /// decode with `e`: the valid frames before it are delivered first (a short read); with
-    /// none, the error.
+    /// Ends the read at a batch `buf` (starting at byte `buf_start` of the segment, with the
+    /// batch of seq `expect`, decoded by `decode`) fails to decode with `e`: the valid records
+    /// before it are delivered first (a short read): those of the batches before the bad one,
+    /// and for a valid batch holding a record that is not a message, its records before that
+    /// one. With none, the error: [`Error::RemoteNotAMessage`] for such a record,
+    /// [`Error::CorruptRemote`] otherwise.
     fn short_read(
         mut self,
         buf: &Bytes,
         buf_start: u64,
-        expect: u64,
-        want: usize,
+        (expect, want, decode): (u64, usize, Decode),
         e: &krabka_storage::Error,
     ) -> Result<Vec<Record>, Error> {
-        let (at, why) = position_and_reason(e);
-        let error = self.corrupt(
-            Some(buf_start + at.unwrap_or(0)),
-            format!("expected the frame of seq {expect} or a later one: {why}"),
-        );
-        let good = at
-            .and_then(|a| usize::try_from(a).ok())
-            .filter(|&a| a > 0)
-            .map(|a| buf.slice(..a.min(buf.len())));
+        // The first record the decoding returns is `self.seq`, or `expect` past it.
+        let first = self.seq.max(expect);
+        // The error, and the bytes and number of records to decode again for the short read.
+        let (error, good, max) = match e {
+            krabka_storage::Error::NotAMessage {
+                position,
+                seq,
+                reason,
+                ..
+            } => {
+                let error = Error::RemoteNotAMessage {
+                    segment: Box::new(self.meta.remote_log_segment_id().clone()),
+                    object: object_key(self.meta, None),
+                    position: buf_start + position,
+                    record_seq: *seq,
+                    seq: self.seq,
+                    reason: reason.clone(),
+                };
+                let before = usize::try_from(seq.saturating_sub(first)).unwrap_or(usize::MAX);
+                (error, Some(buf.clone()), before.min(want))
+            }
+            other => {
+                let (at, why) = position_and_reason(other);
+                let error = self.corrupt(
+                    Some(buf_start + at.unwrap_or(0)),
+                    format!("expected the batch of seq {expect} or a later one: {why}"),
+                );
+                let upto = at.and_then(|a| usize::try_from(a).ok()).unwrap_or(0);
+                let good = (upto > 0).then(|| buf.slice(..upto.min(buf.len())));
+                (error, good, want)
+            }
+        };
         if let Some(good) = good
-            && let Ok(d) = decode_records_at(&good, expect, self.seq, want)
+            && max > 0
+            && let Ok(d) = decode(&good, expect, self.seq, max)
         {
             self.accept(d.records)?;
         }
         if self.out.is_empty() {
             return Err(error);
         }
-        tracing::debug!(error = %error, "short remote read before a bad frame");
+        tracing::debug!(error = %error, "short remote read before a bad batch");
         Ok(self.out)
     }
 }
@@ -166,15 +206,17 @@ pub(crate) struct RemoteReader<'a> {
 impl RemoteReader<'_> {
     /// Up to `max` records from `seq` within one finished remote segment.
     ///
-    /// Every record's seq is checked: the frame the index points at must carry the entry's
-    /// seq, and each frame (across chunk boundaries too) the seq after the previous one; the
-    /// first record returned is `seq` itself, and none lies past the segment's last seq.
-    /// Anything else is [`Error::CorruptRemote`] naming the object and byte. Records decoded
-    /// before a bad frame are returned first (a short read); a read starting at the bad frame
-    /// gets the error.
+    /// Every record's seq is checked: the batch the index points at must start with the
+    /// entry's seq, and each batch (across chunk boundaries too) with the seq after the
+    /// previous one's last; a record inside a batch is found by decoding the batch (its CRC
+    /// checked first); the first record returned is `seq` itself, and none lies past the
+    /// segment's last seq. Anything else is [`Error::CorruptRemote`] naming the object and
+    /// byte ([`Error::RemoteNotAMessage`] for a valid record a `Message` cannot hold). Records
+    /// decoded before a bad batch (or such a record) are returned first (a short read); a read
+    /// starting in the bad batch (at such a record) gets the error.
     ///
     /// Costs, with a cold cache: one index fetch and one ranged fetch per chunk touched (a
-    /// point read touches one chunk unless its record straddles a chunk boundary). With a warm
+    /// point read touches one chunk unless its batch straddles a chunk boundary). With a warm
     /// cache: nothing.
     pub(crate) fn read_remote(
         &self,
@@ -199,8 +241,8 @@ impl RemoteReader<'_> {
         }
     }
 
-    /// [`read_remote`](Self::read_remote) decoding from the frame of seq `at.0` at byte
-    /// `at.1`.
+    /// [`read_remote`](Self::read_remote) decoding from the batch starting with seq `at.0` at
+    /// byte `at.1`.
     fn read_from(
         &self,
         meta: &RemoteLogSegmentMetadata,
@@ -223,7 +265,7 @@ impl RemoteReader<'_> {
             ));
         }
         let chunk = u64::from(self.config.chunk_bytes);
-        // Undecoded bytes carried over from the previous chunk (a frame cut by the boundary).
+        // Undecoded bytes carried over from the previous chunk (a batch cut by the boundary).
         let mut carry = Bytes::new();
         let mut pos = start;
         // A read continuing an earlier one, or crossing a chunk boundary, is sequential: the
@@ -245,34 +287,36 @@ impl RemoteReader<'_> {
             }
             let buf_start = pos - carry.len() as u64;
             // A point read, or one that does not continue another, fetches its chunk with a
-            // little of the next one, so that a record crossing the boundary costs no second
+            // little of the next one, so that a batch crossing the boundary costs no second
             // request.
-            let buf = self.bytes_from(&read, pos, &carry, max == 1 || !sequential)?;
-            let boundary = (pos / chunk + 1) * chunk;
-            // The bytes start at the frame holding `expect` (the index entry's seq, then the
-            // seq after the last decoded frame), and seqs are contiguous from there.
+            let (buf, boundary) = self.bytes_from(&read, pos, &carry, max == 1 || !sequential)?;
+            // The bytes start at the batch starting with `expect` (the index entry's seq, then
+            // the seq after the last decoded batch), and seqs are contiguous from there.
             let want = max - read.out.len();
-            // Until the first record asked for, the frames before it (after the first one,
-            // checked in full where the index or chunk map points) are stepped over by length
-            // and seq, as `Log::read` does from an index entry; every record returned is
-            // still fully checked.
-            let decoded = if expect < seq {
-                decode_records_skipping(&buf, expect, seq, want)
+            // Until the batch holding the first record asked for, the batches before it (after
+            // the first one, checked in full where the index or chunk map points) are stepped
+            // over by length and seq, as `Log::read` does from an index entry; every record
+            // returned is still fully checked, its batch's CRC included.
+            let decode: Decode = if expect < seq {
+                decode_records_skipping
             } else {
-                decode_records_at(&buf, expect, seq, want)
+                decode_records_at
             };
-            let decoded = match decoded {
+            let decoded = match decode(&buf, expect, seq, want) {
                 Ok(d) => d,
-                Err(e) => return read.short_read(&buf, buf_start, expect, want, &e),
+                Err(e) => {
+                    return read.short_read(&buf, buf_start, (expect, want, decode), &e);
+                }
             };
             if let Some(next) = decoded.next_seq {
                 expect = next;
             }
             let done = decoded.next_seq.is_some_and(|s| s > meta.end_offset());
             read.accept(decoded.records)?;
-            // Go on after the last frame decoded: from there when it is past the chunk
+            // Go on after the last batch decoded: from there when it is past the chunk
             // boundary (bytes fetched with the chunk ran on), else from the boundary, carrying
-            // the undecoded bytes before it.
+            // the undecoded bytes before it. (A batch `max` stopped inside is not consumed,
+            // but the read is then complete.)
             let consumed = decoded.consumed.min(buf.len());
             let next = buf_start + consumed as u64;
             if next >= boundary {
@@ -303,7 +347,7 @@ impl RemoteReader<'_> {
 
     /// Where to start decoding for `seq`. A point read (`max == 1`) of a segment whose offset
     /// index is not cached uses the chunk map recorded in its metadata when there is one (and
-    /// the entry's frame hints once learnt), so its only request is the data chunk (and a
+    /// the entry's batch hints once learnt), so its only request is the data chunk (and a
     /// repeated one none); other reads fetch (once, then cached) and validate the offset index.
     fn start_point(
         &self,
@@ -333,7 +377,7 @@ impl RemoteReader<'_> {
         ))
     }
 
-    /// Learns the frame hints after the chunk-map entry `entry` from its chunk, once cached.
+    /// Learns the batch hints after the chunk-map entry `entry` from its chunk, once cached.
     fn learn_hints(&self, meta: &RemoteLogSegmentMetadata, entry: (u64, u64)) {
         let id = meta.remote_log_segment_id().id();
         let key = (id, Part::Hints(entry.1));
@@ -351,29 +395,62 @@ impl RemoteReader<'_> {
         }
     }
 
-    /// The segment's bytes from `pos` to the end of the chunk holding it, after the `carry`
-    /// left undecoded from the previous chunk.
+    /// The segment's bytes from `pos` on, after the `carry` left undecoded before `pos`, and
+    /// the segment position where the chunks they come from end (bytes past it were fetched
+    /// as the run-on of the last chunk). Without a carry that is the rest of the chunk holding
+    /// `pos`; with one (`pos` is then a chunk boundary), chunks are joined until they complete
+    /// the batch the carry starts (its length read from its header; one chunk when the carry
+    /// is too short to tell), so a batch spanning many chunks is joined once, not once per
+    /// chunk. The join never reaches past the segment's end, whatever the length says.
     fn bytes_from(
         &self,
         read: &RemoteRead<'_>,
         pos: u64,
         carry: &Bytes,
         run_on: bool,
-    ) -> Result<Bytes, Error> {
+    ) -> Result<(Bytes, u64), Error> {
         let chunk = u64::from(self.config.chunk_bytes);
-        let n = pos / chunk;
-        let data = self.remote_chunk(read.meta, n, read.seq, run_on)?;
-        let offset = usize::try_from(pos - n * chunk).unwrap_or(usize::MAX);
-        let fresh = data.get(offset..).ok_or_else(|| {
-            read.corrupt(Some(pos), format!("chunk {n} is shorter than expected"))
-        })?;
+        let size = read.meta.segment_size_in_bytes();
+        // The bytes of the chunk holding `at`, from `at`, and the chunk's end.
+        let from_chunk = |at: u64| -> Result<(Bytes, u64), Error> {
+            let n = at / chunk;
+            let data = self.remote_chunk(read.meta, n, read.seq, run_on)?;
+            let offset = usize::try_from(at - n * chunk).unwrap_or(usize::MAX);
+            let fresh = data.get(offset..).ok_or_else(|| {
+                read.corrupt(Some(at), format!("chunk {n} is shorter than expected"))
+            })?;
+            Ok((data.slice_ref(fresh), (n + 1) * chunk))
+        };
         if carry.is_empty() {
-            return Ok(data.slice_ref(fresh));
+            return from_chunk(pos);
         }
-        let mut joined = BytesMut::with_capacity(carry.len() + fresh.len());
+        let rest = usize::try_from(size.saturating_sub(pos)).unwrap_or(usize::MAX);
+        let need = frame_len(carry)
+            .unwrap_or(0)
+            .min(carry.len().saturating_add(rest));
+        // Room for a batch as large as krabka writes them at once; a length field claiming
+        // more (damage) grows the buffer only as bytes arrive.
+        let room = need.min(carry.len().saturating_add(INITIAL_JOIN_ROOM));
+        let mut joined = BytesMut::with_capacity(room.max(carry.len() + 1));
         joined.extend_from_slice(carry);
-        joined.extend_from_slice(fresh);
-        Ok(joined.freeze())
+        let mut at = pos;
+        loop {
+            let (fresh, boundary) = from_chunk(at)?;
+            let in_chunk = usize::try_from(boundary - at).unwrap_or(usize::MAX);
+            if joined.len().saturating_add(in_chunk) >= need || boundary >= size {
+                // The last chunk joined: with its run-on bytes.
+                joined.extend_from_slice(&fresh);
+                return Ok((joined.freeze(), boundary));
+            }
+            let Some(body) = fresh.get(..in_chunk) else {
+                return Err(read.corrupt(
+                    Some(at),
+                    format!("chunk {} is shorter than expected", at / chunk),
+                ));
+            };
+            joined.extend_from_slice(body);
+            at = boundary;
+        }
     }
 
     /// Entry `part` of a segment from the cache, or fetched by `fetch` and cached: the one path

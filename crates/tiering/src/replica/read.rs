@@ -47,15 +47,15 @@ impl ReadReplica {
 
     /// Up to `max` records from `from_seq`, exactly as the writer's
     /// [`TieredLog::read`](crate::TieredLog::read) serves its remote range: every record's
-    /// seq checked, records before a bad frame returned first (a short read), a read starting
-    /// at it failing naming the object and byte. The view is refreshed first when due.
+    /// seq checked, records before a bad batch returned first (a short read), a read starting
+    /// in it failing naming the object and byte. The view is refreshed first when due.
     ///
     /// # Errors
     /// [`Error::OutOfRange`] when `from_seq` is outside `first_seq()..=last_seq() + 1`, also
     /// when retention deleted the segment between the view and the read (the view is refreshed
     /// then); [`Error::RemoteHole`] for seqs no served segment holds between two that do;
-    /// [`Error::Remote`] / [`Error::CorruptRemote`] / [`Error::FetchWaitExceeded`] from the
-    /// remote tier.
+    /// [`Error::Remote`] / [`Error::CorruptRemote`] / [`Error::RemoteNotAMessage`] /
+    /// [`Error::FetchWaitExceeded`] from the remote tier.
     pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
         self.refresh_if_due();
         let mut out: Vec<Record> = Vec::new();

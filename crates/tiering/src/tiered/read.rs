@@ -16,17 +16,18 @@ impl TieredLog {
     ///
     /// `from_seq` is checked exactly as `Log::read` checks it, over both tiers, whatever `max`
     /// (also 0): `from_seq == last_seq() + 1` returns an empty `Vec`. Every read is exact or an
-    /// error: records decoded before a bad frame (local or remote) are returned first, as a
-    /// short read, and a read starting at the bad frame returns the error. A local segment
+    /// error: records decoded before a bad batch (local or remote) are returned first, as a
+    /// short read, and a read starting in the bad batch returns the error. A local segment
     /// that fails (damaged, or a hole left by a repair) is read from its finished remote copy
     /// when there is one.
     ///
     /// # Errors
     /// [`Error::OutOfRange`] when `from_seq < first_seq()` or `from_seq > last_seq() + 1`;
     /// [`Error::Remote`] / [`Error::Metadata`] when the remote tier fails;
-    /// [`Error::CorruptRemote`] / [`Error::Storage`] for bad bytes; [`Error::RemoteHole`] for
-    /// a seq in a hole a recovery reported (records before it in the same call are returned
-    /// first).
+    /// [`Error::CorruptRemote`] / [`Error::Storage`] for bad bytes, and
+    /// [`Error::RemoteNotAMessage`] / [`Error::Storage`] for a record a `Message` cannot hold
+    /// (records before either are returned first); [`Error::RemoteHole`] for a seq in a hole a
+    /// recovery reported (records before it in the same call are returned first).
     pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
         let last = self.log.last_seq();
         // Only failures list the remote segments (for the error's first seq): a read never

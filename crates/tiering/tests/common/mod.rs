@@ -37,11 +37,20 @@ pub fn message(seq: u64) -> Message {
         .with_timestamp(krabka_remote_storage::now_ms())
 }
 
-/// Appends `n` records, checking they get the expected seqs.
+/// Records per batch [`append`] writes: small producer batches, so that a small segment holds
+/// several batches of several records each.
+pub const BATCH_RECORDS: u64 = 4;
+
+/// Appends `n` records in batches of [`BATCH_RECORDS`], checking they get the expected seqs.
 pub fn append(log: &TieredLog, n: u64) {
-    let next = log.last_seq() + 1;
-    let msgs: Vec<Message> = (next..next + n).map(message).collect();
-    assert_eq!(log.append_batch(&msgs).unwrap(), next..=next + n - 1);
+    let mut next = log.last_seq() + 1;
+    let end = next + n;
+    while next < end {
+        let k = BATCH_RECORDS.min(end - next);
+        let msgs: Vec<Message> = (next..next + k).map(message).collect();
+        assert_eq!(log.append_batch(&msgs).unwrap(), next..=next + k - 1);
+        next += k;
+    }
 }
 
 /// Reads everything from `from` to the end in pages and checks every record's seq and value.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use krabka_remote_fs::FsRemoteStorage;
 use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteLogSegmentState};
-use krabka_storage::segment::{dump_frames, read_segment_file};
+use krabka_storage::segment::{FRAME_HEADER_LEN, dump_frames, read_segment_file};
 use krabka_storage::{Options, SegmentInfo};
 use krabka_tiering::metadata::{
     DurableRemoteLogMetadataManager, InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager,
@@ -101,14 +101,14 @@ pub fn closed_segments(log: &TieredLog) -> Vec<SegmentInfo> {
         .collect()
 }
 
-/// Flips a byte inside the message of the third frame of the `.log` at `path`; returns the
-/// seq of that frame and the frame's byte position.
+/// Flips a byte inside the records of the third batch of the `.log` at `path` (a byte the
+/// batch's CRC covers); returns the first seq of that batch and the batch's byte position.
 pub fn flip_third_frame(path: &Path) -> (u64, u64) {
     let frames: Vec<_> = dump_frames(read_segment_file(path).unwrap()).collect();
-    assert!(frames.len() >= 4, "{} frames", frames.len());
+    assert!(frames.len() >= 4, "{} batches", frames.len());
     let frame = &frames[2];
     let mut bytes = std::fs::read(path).unwrap();
-    let at = usize::try_from(frame.position).unwrap() + 20;
+    let at = usize::try_from(frame.position).unwrap() + FRAME_HEADER_LEN + 3;
     bytes[at] ^= 0x55;
     std::fs::write(path, bytes).unwrap();
     (frame.seq.unwrap(), frame.position)

@@ -80,12 +80,20 @@ pub fn messages(tag: &str, from: u64, n: u64) -> Vec<Message> {
         .collect()
 }
 
-/// Appends `n` records of writer `tag`.
+/// Appends `n` records of writer `tag`, in batches of `common::BATCH_RECORDS` (so that a
+/// segment holds several batches).
 pub fn append(log: &TieredLog, tag: &str, n: u64) -> RangeInclusive<u64> {
     let next = log.last_seq() + 1;
-    let got = log.append_batch(&messages(tag, next, n)).unwrap();
-    assert_eq!(got, next..=next + n - 1);
-    got
+    let msgs = messages(tag, next, n);
+    for (i, batch) in msgs
+        .chunks(crate::common::BATCH_RECORDS as usize)
+        .enumerate()
+    {
+        let from = next + i as u64 * crate::common::BATCH_RECORDS;
+        let got = log.append_batch(batch).unwrap();
+        assert_eq!(got, from..=from + batch.len() as u64 - 1);
+    }
+    next..=next + n - 1
 }
 
 /// Opens (or reopens) the owned writer in `dir` over `rsm` (the backend's, or a decorator).

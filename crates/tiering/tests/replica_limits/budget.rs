@@ -29,7 +29,7 @@ const READERS: usize = 4;
 pub fn budget_bounds_the_request_rate(b: &Backend) {
     let root = tempfile::tempdir().unwrap();
     let w = open_writer(b, &root.path().join("w"), b.rsm.clone(), config()).unwrap();
-    append(&w, "b", 620);
+    append(&w, "b", 720);
     round(&w);
     let end = w.local_first_seq() - 1;
     drop(w);

@@ -107,13 +107,19 @@ impl World {
     }
 }
 
-/// Appends `n` records to partition `i`'s log.
+/// Records per batch [`append`] writes: small producer batches, so that a small segment holds
+/// several batches.
+const BATCH_RECORDS: usize = 4;
+
+/// Appends `n` records to partition `i`'s log, in batches of [`BATCH_RECORDS`].
 pub fn append(log: &TieredLog, i: i32, n: u64) {
     let next = log.last_seq() + 1;
     let msgs: Vec<Message> = (next..next + n)
         .map(|s| Message::new(value(i, s)))
         .collect();
-    log.append_batch(&msgs).unwrap();
+    for batch in msgs.chunks(BATCH_RECORDS) {
+        log.append_batch(batch).unwrap();
+    }
 }
 
 /// Reads all of partition `i` and checks every record.
