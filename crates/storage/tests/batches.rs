@@ -291,3 +291,36 @@ fn appends_stamp_the_leader_epoch_the_log_was_given() {
             .is_ok()
     );
 }
+
+#[test]
+fn a_time_lookup_passes_records_a_message_cannot_hold() {
+    use krabka_protocol::batch::{BatchSpec, RecordSpec, encode_batch};
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(
+        dir.path(),
+        Options {
+            index_interval_bytes: 1,
+            ..opts()
+        },
+    )
+    .unwrap();
+    log.append(&Message::new("a").with_timestamp(10)).unwrap();
+    // Tombstones at 20 and 30, then a value at 40, in one producer batch.
+    let raw = encode_batch(
+        &BatchSpec::new(0),
+        &[
+            RecordSpec::tombstone(20).with_key("k"),
+            RecordSpec::tombstone(30).with_key("k"),
+            RecordSpec::new(40, "v"),
+        ],
+    )
+    .unwrap();
+    log.append_raw_batch(&raw).unwrap();
+    log.append(&Message::new("b").with_timestamp(50)).unwrap();
+    for (ts, want) in [(5, Some(1)), (15, Some(2)), (25, Some(3)), (35, Some(4)), (45, Some(5)), (55, None)] {
+        assert_eq!(log.seq_for_timestamp(ts).unwrap(), want, "ts {ts}");
+    }
+    // The decoded read refuses the tombstone, naming it.
+    assert!(matches!(log.read(2, 1), Err(Error::NotAMessage { seq: 2, .. })));
+    assert_eq!(log.read(4, 1).unwrap()[0].message.value, "v");
+}

@@ -5,12 +5,15 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use krabka_protocol::batch::{BatchError, BatchView};
 
 use super::Inner;
 use super::read::ReadPlan;
 use crate::Error;
 use crate::segment::raw::{Batches, check_raw_batch};
-use crate::segment::{FRAME_HEADER_LEN, Parsed, frame_len, parse_frame, peek_frame};
+use crate::segment::{
+    FRAME_HEADER_LEN, MAX_UNCOMPRESSED_BATCH, Parsed, frame_len, parse_frame, peek_frame,
+};
 
 impl Inner {
     /// See [`Log::append_raw_batch`](super::Log::append_raw_batch).
@@ -51,6 +54,57 @@ impl Inner {
             }
             other => other,
         }
+    }
+
+    /// The first seq in `from..=last` whose record has a timestamp `>= ts`, read batch by
+    /// batch: a batch whose largest timestamp is below `ts` is passed over by its header, and
+    /// records are read as stored, so a record a `Message` cannot hold (a null value, a
+    /// control batch) does not stop the search.
+    pub(super) fn first_at_or_after(
+        &self,
+        from: u64,
+        last: u64,
+        ts: i64,
+    ) -> Result<Option<u64>, Error> {
+        let mut seq = from;
+        while seq <= last {
+            let batches = match self.read_batches(seq, 1 << 20) {
+                Ok(b) => b,
+                Err(Error::OutOfRange { .. }) => break,
+                Err(e) => return Err(e),
+            };
+            if batches.is_empty() {
+                break;
+            }
+            for (at, batch) in batches.positions() {
+                let view = BatchView::parse(&batch).map_err(|e| Error::Corrupt {
+                    path: batches.path().to_path_buf(),
+                    position: at,
+                    reason: e.to_string(),
+                })?;
+                let header = view.header();
+                if header.max_timestamp < ts
+                    || u64::try_from(header.last_offset()).is_ok_and(|l| l < seq)
+                {
+                    continue;
+                }
+                let records = view
+                    .records(MAX_UNCOMPRESSED_BATCH)
+                    .map_err(|e| corrupt_at(batches.path(), at, &e))?;
+                for r in records {
+                    let r = r.map_err(|e| corrupt_at(batches.path(), at, &e))?;
+                    let s = u64::try_from(r.offset).unwrap_or(0);
+                    if s > last {
+                        return Ok(None);
+                    }
+                    if s >= seq && r.timestamp >= ts {
+                        return Ok(Some(s));
+                    }
+                }
+            }
+            seq = batches.next_seq();
+        }
+        Ok(None)
     }
 
     /// Whole batches of `plan`'s segment from the one holding `from_seq`, stepping over the
@@ -175,6 +229,14 @@ impl Inner {
             path,
             pos,
         ))
+    }
+}
+
+fn corrupt_at(path: &std::path::Path, position: u64, e: &BatchError) -> Error {
+    Error::Corrupt {
+        path: path.to_path_buf(),
+        position,
+        reason: e.to_string(),
     }
 }
 

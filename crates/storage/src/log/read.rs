@@ -347,23 +347,8 @@ impl Inner {
             let Some((from, last)) = self.time_floor_of(base, ts)? else {
                 continue;
             };
-            let mut seq = from;
-            while seq <= last {
-                let batch = match self.read(seq, 256) {
-                    Ok(b) => b,
-                    Err(Error::OutOfRange { .. }) => break,
-                    Err(e) => return Err(e),
-                };
-                let Some(end) = batch.last().map(|r| r.seq) else {
-                    break;
-                };
-                if let Some(r) = batch
-                    .iter()
-                    .find(|r| r.seq <= last && r.message.timestamp >= ts)
-                {
-                    return Ok(Some(r.seq));
-                }
-                seq = end + 1;
+            if let Some(seq) = self.first_at_or_after(from, last, ts)? {
+                return Ok(Some(seq));
             }
         }
         Ok(None)

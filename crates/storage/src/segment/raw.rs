@@ -195,6 +195,18 @@ impl Batches {
         })
     }
 
+    /// Each batch's byte position in the segment file and its bytes.
+    pub fn positions(&self) -> impl Iterator<Item = (u64, Bytes)> + '_ {
+        let mut pos = 0usize;
+        std::iter::from_fn(move || {
+            let (_, _, len) = self.bytes.get(pos..).and_then(peek_frame)?;
+            let at = self.position + pos as u64;
+            let batch = self.bytes.slice(pos..pos + len);
+            pos += len;
+            Some((at, batch))
+        })
+    }
+
     /// The records of every batch, in order, read lazily (one batch decompressed at a time,
     /// within [`MAX_UNCOMPRESSED_BATCH`]); each record exactly as stored (null keys and
     /// values, header values included). A record that does not read ends the iteration with
