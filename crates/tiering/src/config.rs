@@ -13,7 +13,7 @@ pub const DEFAULT_LOCAL_RETENTION_BYTES: u64 = 1 << 30;
 /// Default [`TieringConfig::retention_ms`]: 7 days.
 pub const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// Default [`TieringConfig::copy_concurrency`].
-pub const DEFAULT_COPY_CONCURRENCY: usize = 2;
+pub const DEFAULT_COPY_CONCURRENCY: usize = 8;
 /// Default [`TieringConfig::copy_deadline`]: 5 minutes.
 pub const DEFAULT_COPY_DEADLINE: Duration = Duration::from_secs(300);
 /// Largest accepted [`TieringConfig::fetch_deadline`]: one day.

@@ -574,3 +574,23 @@ fn a_copy_finished_after_the_recovery_blocks_the_takeover_even_after_a_crash_mid
     append(&a, 30, "more");
     a.run_once().unwrap();
 }
+
+#[test]
+fn a_partition_an_older_build_wrote_in_frames_is_refused_naming_its_format() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = fs_backend(&tmp.path().join("remote"));
+    drop(open(&b, &tmp.path().join("a")).unwrap());
+    let key = layout::identity_key(&dir_key(&b));
+    let old = krabka_remote_storage::ownership::IdentityRecord {
+        log_format: krabka_remote_storage::ownership::LOG_FORMAT_KRABKA_FRAMES,
+        ..krabka_remote_storage::ownership::IdentityRecord::new(tp(), 1)
+    };
+    (b.put)(&key, old.encode());
+    match open(&b, &tmp.path().join("b")) {
+        Err(Error::Ownership { source, .. }) => assert!(
+            matches!(*source, RemoteStorageError::UnsupportedFormat { ref format, .. } if format.contains("old per-record frames")),
+            "{source:?}"
+        ),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+}

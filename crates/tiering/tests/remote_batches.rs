@@ -332,3 +332,46 @@ fn a_remote_record_that_is_not_a_message_ends_reads_exactly_before_it() {
     // The records after it read as ever.
     check(&log.read(252, 10).unwrap(), 252, "after the tombstone");
 }
+
+/// The tiered log stamps its leader epoch on every batch it appends, raw ones included, and
+/// a producer's batch appended raw reads back from the remote tier once copied.
+#[test]
+fn batches_carry_the_leader_epoch_and_raw_batches_tier_like_any_other() {
+    use krabka_protocol::batch::{BatchSpec, RecordSpec, encode_batch};
+    let world = World::new();
+    let log = world.open(64 << 10);
+    log.append(&Message::new("first").with_timestamp(1))
+        .unwrap();
+    log.set_leader_epoch(4, 2).unwrap();
+    let raw = encode_batch(
+        &BatchSpec::new(0),
+        &(0..50)
+            .map(|i| RecordSpec::new(10 + i, format!("raw {i}")).with_key("k"))
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    assert_eq!(log.append_raw_batch(&raw).unwrap(), 2..=51);
+    log.append(&Message::new("last").with_timestamp(99))
+        .unwrap();
+    let local = log.log().segments()[0].log_path.clone();
+    let epochs: Vec<i32> = dump_frames(std::fs::read(&local).unwrap().into())
+        .map(|f| f.batch.unwrap().header().partition_leader_epoch)
+        .collect();
+    assert_eq!(epochs, [0, 4, 4]);
+    // A damaged raw batch is refused before anything is written.
+    let mut bad = raw.to_vec();
+    bad[70] ^= 1;
+    assert!(matches!(
+        log.append_raw_batch(&bad),
+        Err(Error::Storage { .. })
+    ));
+    log.roll().unwrap();
+    log.run_once().unwrap();
+    assert!(!world.finished().is_empty());
+    assert_eq!(log.log().first_seq(), 53, "copied and dropped locally");
+    let got = log.read(1, 100).unwrap();
+    assert_eq!(got.len(), 52);
+    assert_eq!(got[1].message.value, "raw 0");
+    assert_eq!(got[50].message.value, "raw 49");
+    assert_eq!(got[51].message.value, "last");
+}

@@ -75,6 +75,10 @@ fn remote_holds(store: &dyn OwnershipStore, tp: &TopicIdPartition) -> Result<Rem
         Some(bytes) => {
             let record = IdentityRecord::decode(&bytes, &identity_key)
                 .map_err(|e| ownership_error(tp, identity_key.clone(), e))?;
+            // Copies in another segment format are never read or extended as this one's.
+            record
+                .check_format(&identity_key)
+                .map_err(|e| ownership_error(tp, identity_key.clone(), e))?;
             if &record.partition != tp {
                 return Err(ownership_error(
                     tp,

@@ -205,6 +205,21 @@ impl TieredLog {
             .map_err(|e| Error::storage("appending a batch", e))
     }
 
+    /// Appends one Kafka v2 record batch as a producer sent it (see
+    /// `krabka_storage::Log::append_raw_batch`): checked whole, then stored with its base offset
+    /// set to the next seq and its `partitionLeaderEpoch` to the current leader epoch
+    /// ([`set_leader_epoch`](Self::set_leader_epoch)); returns its seqs.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] as `Log::append_raw_batch` (`InvalidBatch` naming the field);
+    /// [`Error::Fenced`] as [`append`](Self::append).
+    pub fn append_raw_batch(&self, batch: &[u8]) -> Result<RangeInclusive<u64>, Error> {
+        self.ensure_writable()?;
+        self.log
+            .append_raw_batch(batch)
+            .map_err(|e| Error::storage("appending a raw batch", e))
+    }
+
     /// Forces every appended record to stable storage.
     ///
     /// # Errors
@@ -252,14 +267,20 @@ impl TieredLog {
     /// `{leader_epoch: base seq}` ([`TieringConfig::leader_epoch`]).
     ///
     /// The history lives in memory: after reopening, supply it again before the next round
-    /// copies newer segments. Setting the current epoch again is a no-op.
+    /// copies newer segments. Setting the current epoch again is a no-op. Every batch appended
+    /// to the local log from then on carries the epoch in its `partitionLeaderEpoch` (from
+    /// open, [`TieringConfig::leader_epoch`]).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a negative epoch, an epoch lower than the latest one, or
     /// a start seq before the latest epoch's start.
     pub fn set_leader_epoch(&self, epoch: i32, start_seq: u64) -> Result<(), Error> {
         let mut epochs = self.epochs.lock();
-        policy::push_leader_epoch(&mut epochs, epoch, start_seq).map_err(Error::InvalidArgument)
+        policy::push_leader_epoch(&mut epochs, epoch, start_seq).map_err(Error::InvalidArgument)?;
+        // The batches appended from now on carry it (`partitionLeaderEpoch`).
+        self.log
+            .set_partition_leader_epoch(epoch)
+            .map_err(|e| Error::storage("stamping the leader epoch", e))
     }
 
     /// The leader epoch history: `(epoch, start seq)` pairs, oldest first (the first entry is

@@ -54,6 +54,9 @@ impl TieredLog {
         config: TieringConfig,
     ) -> Result<Self, Error> {
         validate_all(log.options(), &topic_id_partition, &config)?;
+        // Every batch appended from now on carries the leader epoch, as a Kafka leader stamps it.
+        log.set_partition_leader_epoch(config.leader_epoch)
+            .map_err(|e| Error::storage("stamping the leader epoch", e))?;
         let retention_point = retention_point::read(log.dir())?;
         validate_retention_point(&log, rlmm.as_ref(), &topic_id_partition, retention_point)?;
         let this = Self {
