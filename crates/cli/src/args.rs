@@ -71,14 +71,17 @@ pub enum Command {
     /// last refresh) when it is behind or the head is not current.
     #[command(after_help = EXIT_CODES)]
     Read(ReadArgs),
-    /// Print every frame of a segment file: seq, position, size, timestamp, key, value size,
-    /// CRC status (like kafka-dump-log); exits 1 naming the first bad frame.
+    /// Print every record batch of a segment file and every record in it, as kafka-dump-log
+    /// --deep-iteration does: each batch's offsets, producer fields, position, size, codec and
+    /// CRC status; each record's offset, timestamp, key and value sizes and header names (and
+    /// its key and value with --values). Exits 1 naming the byte of the first bad batch.
     Dump(DumpArgs),
-    /// Check every frame and index entry of a log directory and that its segments follow each
-    /// other without a gap; exits 1 naming the file and byte position of any problem.
+    /// Check every record batch and index entry of a log directory and that its segments
+    /// follow each other without a gap; exits 1 naming the file and byte position of any
+    /// problem.
     Verify(VerifyArgs),
     /// Move the damaged bytes of a log aside into DIR/quarantine/ (nothing is deleted), keep
-    /// every intact frame after them, record the seqs the damage held as a hole, and say what
+    /// every intact batch after them, record the seqs the damage held as a hole, and say what
     /// moved where; or accept a hole as lost (--accept-hole) so tiering goes on past it.
     Repair(RepairArgs),
     /// Copy closed segments to a remote and apply retention: one round, or continuously.
@@ -273,7 +276,8 @@ pub struct ReplicaArgs {
 pub struct DumpArgs {
     /// A segment's `.log` file.
     pub file: PathBuf,
-    /// Also print each value, cut at CHARS characters.
+    /// Also print each record's key and value (as Kafka's --print-data-log does), cut at CHARS
+    /// characters.
     #[arg(long, value_name = "CHARS", num_args = 0..=1, default_missing_value = "200")]
     pub values: Option<usize>,
 }

@@ -44,10 +44,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 .with_timestamp(1_704_067_200_000)
         })
         .collect();
-    let frame_bytes = batch.first().map_or(0, |m| m.encoded_len() as u64 + 16);
-
     let (appended, append_time) = append(&log, &dir, &batch, args)?;
-    let bytes = appended.saturating_mul(frame_bytes);
+    // The bytes the record batches took on disk, headers included; per record on average.
+    let bytes = log.stats().appended_bytes;
+    let record_bytes = bytes.checked_div(appended).unwrap_or(0);
 
     let (read, read_time) = read_all(&log, &dir, appended)?;
     log.close()
@@ -63,7 +63,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         outln!(
             "{what:<7} {} records × {} in {}: {:.1} MB/s, {:.0} records/s",
             human::count(appended),
-            human::bytes(frame_bytes),
+            human::bytes(record_bytes),
             human::duration(d),
             human::mb_per_s(bytes, d),
             human::per_second(appended, d)

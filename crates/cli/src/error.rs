@@ -203,7 +203,7 @@ fn damage(action: &str, dir: &Path, e: krabka_storage::Error) -> CliError {
             ..
         } => CliError::new(format!(
             "{action} {d}: torn tail in {}: {bytes_after} bytes from byte {position} hold no valid \
-             frame ({reason}); nothing was changed",
+             batch ({reason}); nothing was changed",
             path.display()
         ))
         .hint(repair),

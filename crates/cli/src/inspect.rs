@@ -158,7 +158,7 @@ fn dump_batch(
     // A batch too long to hold in memory is only CRC-checked: intact, its records not read.
     let over_limit =
         frame.crc_ok && frame.batch.is_none() && frame.frame_len > segment::DUMP_DECODE_LIMIT;
-    let mut problem = frame.problem.clone().filter(|_| !over_limit);
+    let mut problem = frame.problem.clone();
     let mut line = batch_line(frame, head.as_ref(), problem.as_deref());
     if over_limit {
         line.push_str(&format!(

@@ -65,8 +65,6 @@ struct Appender<'a> {
     dir: &'a Path,
     /// The log's last seq before this command appended anything.
     start_last: u64,
-    /// Bytes of the messages appended.
-    bytes: u64,
 }
 
 impl Appender<'_> {
@@ -84,7 +82,6 @@ impl Appender<'_> {
         }
         match self.log.append_batch(batch) {
             Ok(_) => {
-                self.bytes += batch.iter().map(|m| m.encoded_len() as u64).sum::<u64>();
                 batch.clear();
                 Ok(())
             }
@@ -117,7 +114,6 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
         log: &log,
         dir: &args.dir,
         start_last: log.last_seq(),
-        bytes: 0,
     };
     let format = input::LineFormat {
         key_separator: args.key_separator.as_deref(),
@@ -130,7 +126,8 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
         None => input::read_stdin(&mut appender, &format),
     };
     let appended = appender.appended();
-    let bytes = appender.bytes;
+    // The bytes the record batches took in the segment files (this handle's writes).
+    let bytes = log.stats().appended_bytes;
     let range = (appended > 0).then(|| (appender.start_last + 1, log.last_seq()));
     // Whatever happened, what was appended goes to stable storage before anything is reported.
     let synced = log

@@ -56,7 +56,7 @@ pub fn run(args: &ReadArgs) -> Result<()> {
             print_records(args, &mut reader)?;
             if let Some(tail) = reader.incomplete_tail() {
                 errln!(
-                    "note: {} ends with {} bytes of an incomplete frame at byte {} (a write in progress, \
+                    "note: {} ends with {} bytes of an incomplete batch at byte {} (a write in progress, \
                      or a torn write that the next open of the log moves aside)",
                     tail.path.display(),
                     tail.bytes,

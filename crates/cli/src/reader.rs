@@ -48,8 +48,8 @@ pub fn view_error(dir: &Path, e: E) -> CliError {
             seq,
             reason,
         } => CliError::new(format!(
-            "corrupt segment {} at byte {position}: {reason} (the frame of seq {seq} or later; \
-             every record before it was delivered)",
+            "corrupt segment {} at byte {position}: {reason} (the batch holding seq {seq} or a \
+             later one; every record before it was delivered)",
             path.display()
         ))
         .hint(format!(
@@ -61,8 +61,8 @@ pub fn view_error(dir: &Path, e: E) -> CliError {
             bytes,
             seq,
         } => CliError::new(format!(
-            "closed segment {} ends inside a frame at byte {position} ({bytes} bytes of an incomplete frame; \
-             the frame of seq {seq} is cut short)",
+            "closed segment {} ends inside a batch at byte {position} ({bytes} bytes of an incomplete batch; \
+             the batch holding seq {seq} is cut short)",
             path.display()
         ))
         .hint(format!(
@@ -173,12 +173,13 @@ pub fn print_fallbacks(fallbacks: Vec<IndexFallback>) {
                 seq,
                 position,
             } => errln!(
-                "note: {} points seq {seq} at byte {position} of its .log, which holds no frame of \
-                 a seq up to it; scanning the segment from its start (`krabka verify` checks the index)",
+                "note: {} points seq {seq} at byte {position} of its .log, which holds no batch \
+                 starting at a seq up to it; scanning the segment from its start (`krabka verify` \
+                 checks the index)",
                 index.display()
             ),
             IndexFallback::BadFrame { log, position, seq } => errln!(
-                "note: the index of {} points at byte {position} where no valid frame of \
+                "note: the index of {} points at byte {position} where no valid batch of \
                  seq {seq} starts; scanning the segment from its start",
                 log.display()
             ),

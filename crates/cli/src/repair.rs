@@ -1,5 +1,5 @@
 //! `krabka repair`: open a log in [`RecoveryMode::Repair`], which moves the damaged bytes aside
-//! into `DIR/quarantine/` (nothing is deleted), keeps every intact frame after them (each run
+//! into `DIR/quarantine/` (nothing is deleted), keeps every intact batch after them (each run
 //! of them in a segment file of its own) and records the seqs the damage held as an explicit
 //! hole, then say what moved where; `--dry-run` says the same without changing anything.
 //!

@@ -80,9 +80,9 @@ pub const REBUILT_AT_OPEN: &str = "will be rebuilt at the next open of the log f
 /// Checks every segment and index of the log at `dir`, printing one line per segment to
 /// `out` (or only problems when `quiet`).
 ///
-/// Checks: every frame's length, CRC, message encoding and seq (contiguous, starting at the
+/// Checks: every record batch's length, CRC, records and seqs (contiguous, starting at the
 /// file's base seq); that every closed segment has a `.index` and `.timeindex` whose every
-/// entry points at the frame of its seq in the `.log`
+/// entry points at the batch of its seq in the `.log`
 /// ([`verify_segment_files`](segment::verify_segment_files)); that no closed segment is empty;
 /// that segments follow each other without a gap or an overlap, unless a repair recorded the
 /// gap as a hole (listed, not a problem). Index files the next open rebuilds by itself are
@@ -260,7 +260,7 @@ impl Walk<'_> {
                 self.problem(&path, Some(p.position), p.reason.clone());
             }
         }
-        // Past a bad frame the seqs of the rest of the file are unknown, and an empty closed
+        // Past a bad batch the seqs of the rest of the file are unknown, and an empty closed
         // segment was reported itself: do not report the next seam as a further problem.
         let last = v.last_seq.unwrap_or(base.saturating_sub(1));
         let records_unknown = empty_closed || (v.problem.is_some() && log_problem && !cut);
@@ -443,7 +443,7 @@ pub fn run(a: &VerifyArgs) -> Result<()> {
             holes.join(", ")
         ));
     }
-    // The line names a problem of the records (a bad frame, a gap) before one of an
+    // The line names a problem of the records (a bad batch, a gap) before one of an
     // index, which is derived data.
     let in_log = |p: &&Problem| {
         p.path

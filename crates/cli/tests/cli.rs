@@ -55,26 +55,68 @@ fn bad_arguments_are_a_usage_error_with_exit_code_2() {
 }
 
 #[test]
-fn dump_prints_every_record_with_its_crc_status() {
+fn dump_prints_every_batch_with_its_crc_status_and_every_record() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     produce(&log, 500, "64MiB");
     let seg = log.join("00000000000000000001.log");
-    let out = krabka(&["dump", seg.to_str().unwrap()]);
+    let out = krabka(&["dump", seg.to_str().unwrap(), "--values", "30"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("seq: ")).collect();
-    assert_eq!(lines.len(), 500);
-    for (i, line) in lines.iter().enumerate() {
+    assert!(stdout.contains("\nLog starting offset: 1\n"), "{stdout}");
+    // Batches follow each other: each starts where the previous one ended, at the seq after
+    // its last; each is intact.
+    let batches: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("baseOffset: "))
+        .collect();
+    assert!(!batches.is_empty(), "{stdout}");
+    let field = |line: &str, name: &str| -> u64 {
+        line.split(&format!(" {name}: "))
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {line}"))
+    };
+    let (mut next_seq, mut next_pos) = (1, 0);
+    for line in &batches {
         assert!(
-            line.starts_with(&format!("seq: {} position: ", i + 1)),
+            line.starts_with(&format!("baseOffset: {next_seq} lastOffset: ")),
             "{line}"
         );
-        for field in ["timestamp: 2024-", "key: user-", "value_size: ", "crc: ok"] {
-            assert!(line.contains(field), "{field} missing in {line}");
+        assert_eq!(field(line, "position"), next_pos, "{line}");
+        for f in [" magic: 2 ", " compresscodec: none ", " CreateTime: 17"] {
+            assert!(line.contains(f), "{f} missing in {line}");
+        }
+        assert!(line.ends_with(" isvalid: true"), "{line}");
+        next_seq = field(line, "lastOffset") + 1;
+        next_pos += field(line, "size");
+    }
+    assert_eq!(next_seq, 501);
+    assert_eq!(next_pos, std::fs::metadata(&seg).unwrap().len());
+    let records: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| ")).collect();
+    assert_eq!(records.len(), 500);
+    for (i, line) in records.iter().enumerate() {
+        assert!(
+            line.starts_with(&format!("| offset: {} CreateTime: 17", i + 1)),
+            "{line}"
+        );
+        for f in [
+            "keySize: 11 ",
+            "valueSize: ",
+            "key: user-",
+            "payload: {\"event\":",
+        ] {
+            assert!(line.contains(f), "{f} missing in {line}");
         }
     }
-    assert!(stdout.contains("500 records, 0 bad frame(s)"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "500 records in {} batch(es), 0 bad batch(es)",
+            batches.len()
+        )),
+        "{stdout}"
+    );
 }
 
 #[test]

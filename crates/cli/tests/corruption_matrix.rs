@@ -144,7 +144,13 @@ enum Damage {
     FlipStart,
     FlipMiddle,
     FlipEnd,
-    TruncateMidFrame,
+    /// A byte of the first record batch's `batchLength` (bytes 8..12), which its CRC does not
+    /// cover (for other files, a byte of their header).
+    FlipBatchLength,
+    /// A byte of the first record batch's `partitionLeaderEpoch` (bytes 12..16), which its CRC
+    /// does not cover either: -1 becomes a negative epoch no leader writes.
+    FlipLeaderEpoch,
+    TruncateMidBatch,
     TruncateToZero,
     Delete,
     ReplaceWithDirectory,
@@ -162,11 +168,13 @@ const KINDS: [Kind; 9] = [
     Kind::RemoteLog,
     Kind::RemoteIndex,
 ];
-const DAMAGES: [Damage; 8] = [
+const DAMAGES: [Damage; 10] = [
     Damage::FlipStart,
     Damage::FlipMiddle,
     Damage::FlipEnd,
-    Damage::TruncateMidFrame,
+    Damage::FlipBatchLength,
+    Damage::FlipLeaderEpoch,
+    Damage::TruncateMidBatch,
     Damage::TruncateToZero,
     Damage::Delete,
     Damage::ReplaceWithDirectory,
@@ -232,15 +240,18 @@ fn set_len(path: &Path, len: u64) {
 fn apply(damage: Damage, kind: Kind, path: &Path, case: &Case) -> bool {
     let len = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     match damage {
-        Damage::FlipStart | Damage::FlipMiddle | Damage::FlipEnd | Damage::TruncateMidFrame
+        Damage::FlipStart | Damage::FlipMiddle | Damage::FlipEnd | Damage::TruncateMidBatch
             if len < 8 =>
         {
             return false;
         }
+        Damage::FlipBatchLength | Damage::FlipLeaderEpoch if len < 16 => return false,
         Damage::FlipStart => flip(path, 0),
         Damage::FlipMiddle => flip(path, (len / 2) as usize),
         Damage::FlipEnd => flip(path, len as usize - 1),
-        Damage::TruncateMidFrame => set_len(path, len - 7),
+        Damage::FlipBatchLength => flip(path, 10),
+        Damage::FlipLeaderEpoch => flip(path, 13),
+        Damage::TruncateMidBatch => set_len(path, len - 7),
         Damage::TruncateToZero => set_len(path, 0),
         Damage::Delete => fs::remove_file(path).unwrap(),
         Damage::ReplaceWithDirectory => {

@@ -245,8 +245,11 @@ fn a_flipped_byte_in_a_compressed_batch_exits_1_naming_the_batch_byte() {
         let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
         assert_eq!(errors.len(), 1, "{}", show(&out));
         assert!(
-            errors[0].contains(&format!("{} at byte {}", s(&path), w.position))
-                && errors[0].contains("CRC"),
+            errors[0].contains(&format!(
+                "in {}; the first at byte {}: CRC mismatch",
+                s(&path),
+                w.position
+            )),
             "{}: {}",
             w.codec,
             show(&out)
@@ -260,11 +263,17 @@ fn a_flipped_byte_in_a_compressed_batch_exits_1_naming_the_batch_byte() {
             bad.starts_with(&batch_line(w, false)) && bad.contains("problem: CRC mismatch"),
             "{bad}"
         );
-        // The batches before it are printed whole, with every record.
-        for before in &written[..victim] {
-            assert!(stdout.contains(&batch_line(before, true)), "{stdout}");
-            for k in 0..before.records.len() {
-                assert!(stdout.contains(&record_line(before, k)), "{stdout}");
+        // Every other batch is printed with every record (the one after it with the problem
+        // that its first seq does not follow the last intact batch).
+        for (i, other) in written.iter().enumerate().filter(|(i, _)| *i != victim) {
+            let line = stdout
+                .lines()
+                .find(|l| l.contains(&format!("position: {} ", other.position)))
+                .unwrap();
+            assert!(line.starts_with(&batch_line(other, true)), "{line}");
+            assert_eq!(line.contains("problem: "), i == victim + 1, "{line}");
+            for k in 0..other.records.len() {
+                assert!(stdout.contains(&record_line(other, k)), "{stdout}");
             }
         }
         // None of the damaged batch's records is shown.
@@ -274,22 +283,27 @@ fn a_flipped_byte_in_a_compressed_batch_exits_1_naming_the_batch_byte() {
     }
 }
 
-#[test]
-fn a_batch_whose_records_disagree_with_its_header_ends_its_records_with_a_problem_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("00000000000000000000.log");
-    let written = write_kafka_segment(&path);
-    // The gzip batch claims one record more than it holds; its CRC is made right again, so
-    // only reading its records finds it.
-    let w = &written[1];
-    let mut bytes = std::fs::read(&path).unwrap();
+/// Rewrites the batch `w` of the segment file at `path` with `change`, then makes its CRC right
+/// again, so only reading its records can find what changed.
+fn rewrite(path: &Path, w: &Written, change: impl FnOnce(&mut [u8])) {
+    let mut bytes = std::fs::read(path).unwrap();
     let batch = &mut bytes[w.position..w.position + w.bytes.len()];
-    batch[57..61].copy_from_slice(&((PER_BATCH + 1) as i32).to_be_bytes());
+    change(batch);
     let crc = crc32c::crc32c(&batch[21..]);
     batch[17..21].copy_from_slice(&crc.to_be_bytes());
-    std::fs::write(&path, &bytes).unwrap();
+    std::fs::write(path, &bytes).unwrap();
+}
 
-    let out = krabka(&["dump", s(&path), "--values"]);
+/// Runs `krabka dump --values` on `path`, which must fail on batch `w` with `reason`, after
+/// printing its first `shown` records, and count every other batch as good.
+fn assert_records_end_with_a_problem(
+    path: &Path,
+    written: &[Written],
+    w: &Written,
+    shown: usize,
+    reason: &str,
+) {
+    let out = krabka(&["dump", s(path), "--values"]);
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     let stdout = text(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
@@ -298,36 +312,66 @@ fn a_batch_whose_records_disagree_with_its_header_ends_its_records_with_a_proble
         .position(|l| l.contains(&format!("position: {} ", w.position)))
         .unwrap();
     assert!(
-        lines[at].contains("count: 5") && lines[at].contains("isvalid: true"),
+        lines[at].ends_with("isvalid: true") && !lines[at].contains("problem"),
         "{stdout}"
     );
-    for k in 0..w.records.len() {
+    for k in 0..shown {
         assert_eq!(lines[at + 1 + k], record_line(w, k), "{stdout}");
     }
-    let problem = lines[at + 1 + w.records.len()];
+    let problem = lines[at + 1 + shown];
     assert!(
-        problem.starts_with(&format!("| problem: batch at position {}: ", w.position))
-            && problem.contains("recordCount 5 but the batch holds 4 records"),
+        problem.starts_with(&format!(
+            "| problem: batch at position {}: {reason}",
+            w.position
+        )),
         "{stdout}"
     );
-    // The next batch is intact, and counted: 16 records of 4 good batches.
-    assert_eq!(
-        lines[at + 2 + w.records.len()],
-        batch_line(&written[2], true)
-    );
+    // Every other batch is intact and counted, the next one right after the problem line.
+    let next = written.iter().find(|o| o.position > w.position).unwrap();
+    assert_eq!(lines[at + 2 + shown], batch_line(next, true), "{stdout}");
+    let good = written.len() - 1;
     assert!(
-        stdout.contains("16 records in 4 batch(es), 1 bad batch(es)"),
+        stdout.contains(&format!(
+            "{} records in {good} batch(es), 1 bad batch(es)",
+            good as i64 * PER_BATCH
+        )),
         "{stdout}"
     );
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains(&format!(
-            "1 bad batch(es) in {}; the first at byte {}: recordCount 5",
-            s(&path),
+            "1 bad batch(es) in {}; the first at byte {}: {reason}",
+            s(path),
             w.position
         )),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_record_that_does_not_read_ends_its_batch_with_a_problem_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("00000000000000000000.log");
+    // The uncompressed batch: the name of the third record's first header is not UTF-8.
+    let written = write_kafka_segment(&path);
+    let w = &written[0];
+    let name_at = w
+        .bytes
+        .windows(8)
+        .enumerate()
+        .filter(|(_, b)| b == b"trace-id")
+        .nth(1)
+        .unwrap()
+        .0;
+    rewrite(&path, w, |b| b[name_at] = 0xff);
+    assert_records_end_with_a_problem(&path, &written, w, 2, "header name at byte");
+
+    // The gzip batch: its maxTimestamp is not its largest record timestamp, found once every
+    // record is read.
+    let written = write_kafka_segment(&path);
+    let w = &written[1];
+    rewrite(&path, w, |b| b[35..43].copy_from_slice(&1i64.to_be_bytes()));
+    assert_records_end_with_a_problem(&path, &written, w, 4, "maxTimestamp 1 but");
 }
 
 #[test]
@@ -341,7 +385,7 @@ fn a_segment_krabka_wrote_dumps_every_record() {
     assert!(log.options().compression == krabka_protocol::batch::Compression::None);
     let one = |i: u64| {
         let m = Message::new(format!("single {i}")).with_timestamp(1_000 + i as i64);
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             m.with_key(format!("k{i}"))
         } else {
             m
@@ -404,5 +448,110 @@ fn a_segment_krabka_wrote_dumps_every_record() {
     assert!(
         stdout.contains("10 records in 4 batch(es), 0 bad batch(es)"),
         "{stdout}"
+    );
+}
+
+/// A zstd batch whose one record decompresses to more than krabka reads of a batch (64 MiB):
+/// reported as a problem of that batch, in bounded memory (a 256 MiB address space), and the
+/// walk goes on to the batch after it.
+#[test]
+fn a_batch_that_decompresses_past_the_limit_is_a_problem_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("00000000000000000000.log");
+    let mut big = batch_records(0);
+    big.truncate(1);
+    big[0].value = Some(Bytes::from(vec![0u8; 65 << 20]));
+    let mut buf = BytesMut::new();
+    let zstd = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::Zstd,
+    };
+    RecordBatchEncoder::encode(&mut buf, &big, &zstd).unwrap();
+    let first = buf.len();
+    let mut next = batch_records(0);
+    for (k, r) in next.iter_mut().enumerate() {
+        r.offset = 1 + k as i64;
+    }
+    RecordBatchEncoder::encode(&mut buf, &next, &zstd).unwrap();
+    std::fs::write(&path, &buf).unwrap();
+    drop((big, buf));
+
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v 262144 && exec '{}' dump '{}'",
+            env!("CARGO_BIN_EXE_krabka"),
+            s(&path)
+        ))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(
+            "| problem: batch at position 0: records decompress to more than the \
+             67108864-byte limit (after 0 record(s) of the batch)"
+        ),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        stdout.contains("baseOffset: 1 lastOffset: 4 count: 4 ")
+            && stdout.contains(&format!("position: {first} "))
+            && stdout.contains("4 records in 1 batch(es), 1 bad batch(es)"),
+        "{}",
+        show(&out)
+    );
+    assert!(!text(&out.stderr).contains("panicked"), "{}", show(&out));
+}
+
+/// A batch longer than the dump holds in memory (a log configured for messages over 16 MiB) is
+/// CRC-checked in steps and shown without its records; the batches after it are checked as
+/// usual, their seqs following its own.
+#[test]
+fn a_batch_over_the_dump_limit_is_crc_checked_and_shown_without_its_records() {
+    use krabka_protocol::Message;
+    use krabka_storage::segment::{DUMP_DECODE_LIMIT, encode_frame};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("00000000000000000001.log");
+    let mut bytes = Vec::new();
+    let value = vec![b'v'; usize::try_from(DUMP_DECODE_LIMIT).unwrap()];
+    encode_frame(1, &Message::new(value), &mut bytes).unwrap();
+    let second = bytes.len();
+    encode_frame(2, &Message::new("after"), &mut bytes).unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+
+    let out = krabka(&["dump", s(&path), "--values"]);
+    assert!(out.status.success(), "{}", show(&out));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[2].starts_with("baseOffset: 1 lastOffset: 1 count: 1 ")
+            && lines[2].contains(&format!(" size: {second} "))
+            && lines[2].contains(" isvalid: true (records not shown: the batch is over the "),
+        "{stdout}"
+    );
+    assert!(
+        lines[3].starts_with("baseOffset: 2 lastOffset: 2 ") && lines[3].ends_with("isvalid: true"),
+        "{stdout}"
+    );
+    assert!(lines[4].ends_with("payload: after"), "{stdout}");
+    assert!(
+        stdout.contains("1 records in 2 batch(es), 0 bad batch(es)"),
+        "{stdout}"
+    );
+
+    // A flipped byte in its records is found by the stepwise CRC.
+    let mut damaged = bytes.clone();
+    damaged[second / 2] ^= 1;
+    std::fs::write(&path, &damaged).unwrap();
+    let out = krabka(&["dump", s(&path)]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("the first at byte 0: CRC mismatch"),
+        "{}",
+        show(&out)
     );
 }

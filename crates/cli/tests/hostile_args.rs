@@ -314,7 +314,12 @@ const EXTREMES: &[(&str, i32, &str)] = &[
     ("bench --batch 0", 2, "--batch"),
     ("bench --batch 100001", 2, "--batch"),
     ("bench --batch {max}", 2, "--batch"),
-    ("bench --records 2 --value-size 16777186 --dir {new}", 0, ""),
+    ("bench --records 2 --value-size 16777134 --dir {new}", 0, ""),
+    (
+        "bench --records 2 --value-size 16777135 --dir {new}",
+        2,
+        "at most 16777134 bytes",
+    ),
     (
         "bench --records 1 --batch 100000 --value-size 0 --dir {new}",
         0,
@@ -727,4 +732,37 @@ fn a_line_without_end_is_refused_in_bounded_memory() {
     assert!(err.contains("a line is longer than"), "{}", both(&out));
     assert!(err.contains("seq 1..=1"), "{}", both(&out));
     assert_eq!(records(&log).len(), 1);
+}
+
+/// The largest line `produce` takes is the largest the log takes: its record, as a batch of its
+/// own (61-byte header, the record's fields), fits the 16 MiB message limit. One byte more is
+/// an invalid line, named as such before anything is appended, never a failed append.
+#[test]
+fn the_largest_line_is_the_largest_record_batch_the_log_accepts() {
+    // No key, no headers: the record's fields around a 16 MiB value take 13 bytes (its length
+    // and the value's length are 4-byte varints), the batch header 61.
+    let largest = (16 << 20) - 61 - 13;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let mut line = vec![b'v'; largest];
+    line.push(b'\n');
+    let out = krabka_with_input(&["produce", s(&log)], &line);
+    assert!(out.status.success(), "{}", both(&out));
+    let got = records(&log);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].1.value.len(), largest);
+
+    let mut input = b"first\n".to_vec();
+    input.extend(std::iter::repeat_n(b'v', largest + 1));
+    input.push(b'\n');
+    let out = krabka_with_input(&["produce", s(&log)], &input);
+    assert_eq!(out.status.code(), Some(1), "{}", both(&out));
+    let line = error_line(&out);
+    assert!(
+        line.contains("line 2 is invalid")
+            && line.contains("as a batch of its own")
+            && line.contains("seq 2..=2"),
+        "{line}"
+    );
+    assert_eq!(records(&log).len(), 2);
 }

@@ -59,25 +59,80 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     segs
 }
 
-/// `(seq, position)` of every frame of a segment, from `krabka dump`.
-fn frames(seg: &Path) -> Vec<(u64, u64)> {
+/// One record batch of a segment, as `krabka dump` prints it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Batch {
+    first: u64,
+    last: u64,
+    position: u64,
+    size: u64,
+}
+
+/// Every batch of a segment, from `krabka dump`.
+fn batches(seg: &Path) -> Vec<Batch> {
     let out = krabka(&["dump", s(seg)]);
     text(&out.stdout)
         .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("seq: ")?;
-            let mut words = rest.split(' ');
-            let seq = words.next()?.parse().ok()?;
-            let pos = rest
-                .split("position: ")
-                .nth(1)?
-                .split(' ')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((seq, pos))
+        .filter(|l| l.starts_with("baseOffset: "))
+        .map(|l| {
+            let field = |name: &str| -> u64 {
+                l.split(&format!("{name}: "))
+                    .nth(1)
+                    .and_then(|rest| rest.split(' ').next())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("no {name} in {l}"))
+            };
+            Batch {
+                first: field("baseOffset"),
+                last: field("lastOffset"),
+                position: field("position"),
+                size: field("size"),
+            }
         })
         .collect()
+}
+
+/// A byte in the middle of the records of `b` (past its 61-byte header).
+fn inside(b: &Batch) -> u64 {
+    b.position + 61 + (b.size - 61) / 2
+}
+
+/// Writes `records` records to a new log at `dir` in `segment_bytes` segments as a program on
+/// the library does, four records per append: closed segments of many batches each (`produce`
+/// appends 1000 records at a time, a batch as large as the segment leaves room for).
+fn write_log(dir: &Path, records: u64, segment_bytes: u64) {
+    let options = krabka_storage::Options {
+        max_bytes: segment_bytes,
+        sync: krabka_storage::SyncPolicy::Never,
+        ..krabka_storage::Options::default()
+    };
+    let log = krabka_storage::Log::open(dir, options).unwrap();
+    let msgs: Vec<krabka_protocol::Message> = (1..=records)
+        .map(|i| {
+            let pad = "x".repeat(32 + (i * 7919 % 700) as usize);
+            krabka_protocol::Message::new(format!(
+                "{{\"event\":\"click\",\"n\":{i},\"pad\":\"{pad}\"}}"
+            ))
+            .with_key(format!("user-{:06}", i * 31 % 1000))
+            .with_timestamp(1_704_067_200_000 + i as i64 * 3)
+        })
+        .collect();
+    for four in msgs.chunks(4) {
+        log.append_batch(four).unwrap();
+    }
+    log.sync().unwrap();
+    log.close().unwrap();
+}
+
+/// The first 20 bytes of a record batch of seq `base` whose length field claims 200 bytes:
+/// what a write cut short leaves.
+fn torn_batch(base: u64) -> Vec<u8> {
+    let mut torn = base.to_be_bytes().to_vec();
+    torn.extend_from_slice(&188u32.to_be_bytes());
+    torn.extend_from_slice(&(-1i32).to_be_bytes());
+    torn.push(2);
+    torn.extend_from_slice(&[7u8; 3]);
+    torn
 }
 
 /// The seqs printed by `krabka read` (first column of stdout).
@@ -110,23 +165,24 @@ fn assert_one_line_failure(out: &Output, words: &[&str]) {
 
 // ---- item 1: recovery never deletes intact records silently; the CLI shows what it did ----
 
-/// Flips a byte inside frame `k` of `seg`; returns that frame's seq and position.
-fn flip_frame(seg: &Path, k: usize) -> (u64, u64) {
-    let (seq, pos) = frames(seg)[k];
+/// Flips a byte inside the records of batch `k` of `seg`; returns that batch.
+fn flip_batch(seg: &Path, k: usize) -> Batch {
+    let b = batches(seg)[k];
     let mut bytes = std::fs::read(seg).unwrap();
-    bytes[usize::try_from(pos).unwrap() + 20] ^= 0x5a;
+    bytes[usize::try_from(inside(&b)).unwrap()] ^= 0x5a;
     std::fs::write(seg, bytes).unwrap();
-    (seq, pos)
+    b
 }
 
-/// A log of 3000 records in one (active) segment whose frame of seq 1000 is damaged, valid
-/// records following it; returns the segment and the bad frame's position.
-fn log_with_damage_before_valid_records(dir: &Path) -> (PathBuf, u64) {
+/// A log of 3000 records in one (active) segment, as `produce` writes them (batches of 1000),
+/// whose second batch (seqs 1001..=2000) is damaged, a valid batch following it; returns the
+/// segment and the bad batch.
+fn log_with_damage_before_valid_records(dir: &Path) -> (PathBuf, Batch) {
     produce(dir, 3000, "64MiB");
     let seg = segments(dir).pop().unwrap();
-    let (seq, pos) = flip_frame(&seg, 999);
-    assert_eq!(seq, 1000);
-    (seg, pos)
+    let bad = flip_batch(&seg, 1);
+    assert_eq!((bad.first, bad.last), (1001, 2000));
+    (seg, bad)
 }
 
 fn sizes(dir: &Path) -> Vec<(PathBuf, u64)> {
@@ -146,20 +202,19 @@ fn produce_tier_and_read_remote_refuse_damage_followed_by_valid_records_and_chan
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let remote = format!("fs://{}", dir.path().join("remote").display());
-    let (seg, pos) = log_with_damage_before_valid_records(&log);
+    let (seg, bad) = log_with_damage_before_valid_records(&log);
+    let pos = bad.position;
     let before = std::fs::read(&seg).unwrap();
     let name = seg.file_name().unwrap().to_str().unwrap();
     let repair = format!("krabka repair {}", s(&log));
+    let at_stake = format!("{}..=3000", bad.first);
     for args in [
         &["produce", s(&log), "--generate", "10"][..],
         &["tier", s(&log), "--remote", &remote],
         &["read", s(&log), "--remote", &remote, "--max", "1"],
     ] {
         let out = krabka(args);
-        assert_one_line_failure(
-            &out,
-            &[name, &format!("byte {pos}"), "1000..=3000", &repair],
-        );
+        assert_one_line_failure(&out, &[name, &format!("byte {pos}"), &at_stake, &repair]);
     }
     // Nothing was cut: the damaged file and every record after the damage are still there.
     assert_eq!(std::fs::read(&seg).unwrap(), before);
@@ -167,10 +222,12 @@ fn produce_tier_and_read_remote_refuse_damage_followed_by_valid_records_and_chan
 }
 
 #[test]
-fn repair_moves_the_damaged_frame_into_quarantine_keeps_the_rest_and_says_what_moved_where() {
+fn repair_moves_the_damaged_batch_into_quarantine_keeps_the_rest_and_says_what_moved_where() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
-    let (seg, pos) = log_with_damage_before_valid_records(&log);
+    let (seg, bad) = log_with_damage_before_valid_records(&log);
+    let pos = bad.position;
+    let hole = format!("{}..={}", bad.first, bad.last);
     let len = std::fs::metadata(&seg).unwrap().len();
     let name = seg.file_name().unwrap().to_str().unwrap();
 
@@ -198,29 +255,37 @@ fn repair_moves_the_damaged_frame_into_quarantine_keeps_the_rest_and_says_what_m
         both(&out)
     );
     assert!(report.contains("quarantine"), "{}", both(&out));
-    // Only the damaged frame's seq is lost: the records after it are kept in a file of their own.
-    assert!(report.contains("1000..=1000"), "{}", both(&out));
-    assert!(report.contains("kept seqs 1001..=3000"), "{}", both(&out));
-    // The bytes were moved, not deleted: the damaged frame into quarantine, the rest into the
+    // Only the damaged batch's seqs are lost: the records after it are kept in a file of their
+    // own.
+    assert!(report.contains(&hole), "{}", both(&out));
+    assert!(
+        report.contains(&format!("kept seqs {}..=3000", bad.last + 1)),
+        "{}",
+        both(&out)
+    );
+    // The bytes were moved, not deleted: the damaged batch into quarantine, the rest into the
     // new segment file.
     assert_eq!(std::fs::metadata(&seg).unwrap().len(), pos);
     let moved: u64 = std::fs::read_dir(log.join("quarantine"))
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum();
-    let rest = std::fs::metadata(log.join("00000000000000001001.log"))
-        .unwrap()
-        .len();
+    let kept = krabka_storage::segment::segment_file_name(bad.last + 1, "log");
+    let rest = std::fs::metadata(log.join(kept)).unwrap().len();
     assert_eq!(moved + rest, len - pos);
 
     // Records before the damage read back; reading into the hole names its quarantine file;
     // every record after it reads back too.
     let read = krabka(&["read", s(&log)]);
-    assert_one_line_failure(&read, &["1000..=1000", "quarantine"]);
-    assert_eq!(printed_seqs(&read), (1..1000).collect::<Vec<_>>());
-    let read = krabka(&["read", s(&log), "--from", "1001"]);
+    assert_one_line_failure(&read, &[&hole, "quarantine"]);
+    assert_eq!(printed_seqs(&read), (1..bad.first).collect::<Vec<_>>());
+    let after = (bad.last + 1).to_string();
+    let read = krabka(&["read", s(&log), "--from", &after]);
     assert!(read.status.success(), "{}", both(&read));
-    assert_eq!(printed_seqs(&read), (1001..=3000).collect::<Vec<_>>());
+    assert_eq!(
+        printed_seqs(&read),
+        (bad.last + 1..=3000).collect::<Vec<_>>()
+    );
 
     // Appends go on after every seq that was at stake; the log verifies (the hole is listed),
     // and nothing is left to repair.
@@ -233,11 +298,7 @@ fn repair_moves_the_damaged_frame_into_quarantine_keeps_the_rest_and_says_what_m
     );
     let verify = krabka(&["verify", s(&log)]);
     assert!(verify.status.success(), "{}", both(&verify));
-    assert!(
-        text(&verify.stdout).contains("1000..=1000"),
-        "{}",
-        both(&verify)
-    );
+    assert!(text(&verify.stdout).contains(&hole), "{}", both(&verify));
     let again = krabka(&["repair", s(&log)]);
     assert!(again.status.success(), "{}", both(&again));
     assert!(
@@ -258,9 +319,10 @@ fn repair_moves_the_damaged_frame_into_quarantine_keeps_the_rest_and_says_what_m
 fn repair_also_moves_aside_damage_inside_a_closed_segment() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
-    produce(&log, 3000, "64KiB");
+    write_log(&log, 3000, 64 << 10);
     let victim = segments(&log)[1].clone();
-    let (bad_seq, pos) = flip_frame(&victim, 10);
+    let bad = flip_batch(&victim, 10);
+    let (bad_seq, pos) = (bad.first, bad.position);
     let out = krabka(&["repair", s(&log)]);
     assert!(out.status.success(), "{}", both(&out));
     let name = victim.file_name().unwrap().to_str().unwrap();
@@ -277,13 +339,14 @@ fn repair_also_moves_aside_damage_inside_a_closed_segment() {
 }
 
 #[test]
-fn read_remote_prints_the_records_before_a_bad_frame_in_a_closed_segment_then_fails() {
+fn read_remote_prints_the_records_before_a_bad_batch_in_a_closed_segment_then_fails() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let remote = format!("fs://{}", dir.path().join("remote").display());
-    produce(&log, 3000, "64KiB");
+    write_log(&log, 3000, 64 << 10);
     let victim = segments(&log)[1].clone();
-    let (bad_seq, pos) = flip_frame(&victim, 10);
+    let bad = flip_batch(&victim, 10);
+    let (bad_seq, pos) = (bad.first, bad.position);
     let name = victim.file_name().unwrap().to_str().unwrap();
     let out = krabka(&["read", s(&log), "--remote", &remote]);
     assert_one_line_failure(&out, &[name, &format!("byte {pos}")]);
@@ -295,9 +358,9 @@ fn tier_refuses_to_copy_a_damaged_closed_segment_and_names_file_and_byte() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let remote = format!("fs://{}", dir.path().join("remote").display());
-    produce(&log, 3000, "64KiB");
+    write_log(&log, 3000, 64 << 10);
     let victim = segments(&log)[1].clone();
-    let (_, pos) = flip_frame(&victim, 10);
+    let pos = flip_batch(&victim, 10).position;
     let before = sizes(&log);
     let out = krabka(&[
         "tier",
@@ -323,11 +386,9 @@ fn produce_prints_the_recovery_report_when_it_moves_a_torn_tail_aside() {
     produce(&log, 100, "64MiB");
     let seg = segments(&log).pop().unwrap();
     let len = std::fs::metadata(&seg).unwrap().len();
-    // A torn write: the first 20 bytes of a frame that claims 200.
+    // A torn write: the first 20 bytes of a batch that claims 200.
     let mut f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
-    let mut torn = 200u32.to_le_bytes().to_vec();
-    torn.extend_from_slice(&[7u8; 16]);
-    f.write_all(&torn).unwrap();
+    f.write_all(&torn_batch(101)).unwrap();
     drop(f);
     let out = krabka(&["produce", s(&log), "--generate", "1"]);
     assert!(out.status.success(), "{}", both(&out));
@@ -416,14 +477,15 @@ fn a_deleted_middle_segment_makes_read_verify_produce_and_tier_fail_naming_the_g
 // ---- item 7: reads that look complete but are not ----
 
 #[test]
-fn read_prints_the_records_before_a_bad_frame_then_fails_naming_file_and_byte() {
+fn read_prints_the_records_before_a_bad_batch_then_fails_naming_file_and_byte() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
-    produce(&log, 3000, "64KiB");
+    write_log(&log, 3000, 64 << 10);
     let victim = segments(&log)[1].clone();
-    let (bad_seq, pos) = frames(&victim)[40];
+    let bad = batches(&victim)[12];
+    let (bad_seq, pos) = (bad.first, bad.position);
     let mut bytes = std::fs::read(&victim).unwrap();
-    bytes[usize::try_from(pos).unwrap() + 30] ^= 0x01;
+    bytes[usize::try_from(inside(&bad)).unwrap()] ^= 0x01;
     std::fs::write(&victim, bytes).unwrap();
     let name = victim.file_name().unwrap().to_str().unwrap();
     for from in [1, bad_seq - 3] {
@@ -443,12 +505,13 @@ fn read_prints_the_records_before_a_bad_frame_then_fails_naming_file_and_byte() 
 }
 
 #[test]
-fn read_fails_at_a_closed_segment_truncated_inside_a_frame() {
+fn read_fails_at_a_closed_segment_truncated_inside_a_batch() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
-    produce(&log, 3000, "64KiB");
+    write_log(&log, 3000, 64 << 10);
     let victim = segments(&log)[1].clone();
-    let (cut_seq, pos) = frames(&victim)[25];
+    let cut = batches(&victim)[8];
+    let (cut_seq, pos) = (cut.first, cut.position);
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(&victim)
@@ -507,14 +570,23 @@ fn rewrite_index_entry(seg: &Path, k: usize, position: u64) -> u64 {
 fn a_rewritten_index_entry_with_a_valid_crc_neither_skips_records_nor_passes_verify() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
-    produce(&log, 3000, "64KiB");
+    write_log(&log, 3000, 64 << 10);
     let victim = segments(&log)[1].clone();
-    let frames = frames(&victim);
-    // Entry 2 now points 5 frames further on: a valid frame, of another seq.
+    let batches = batches(&victim);
+    // Entry 2 now points at the next batch: a valid batch, of other seqs, still before entry 3
+    // (the entries stay in order, so open trusts the file).
     let idx = std::fs::read(victim.with_extension("index")).unwrap();
-    let entry_pos = u64::from_le_bytes(idx[44 + 32 + 8..44 + 32 + 16].try_into().unwrap());
-    let i = frames.iter().position(|f| f.1 == entry_pos).unwrap();
-    let seq = rewrite_index_entry(&victim, 2, frames[i + 5].1);
+    let entry_at = |k: usize| {
+        let at = 44 + 16 * k + 8;
+        u64::from_le_bytes(idx[at..at + 8].try_into().unwrap())
+    };
+    let i = batches
+        .iter()
+        .position(|b| b.position == entry_at(2))
+        .unwrap();
+    let target = batches[i + 1].position;
+    assert!(target < entry_at(3), "entry 3 is past batch {}", i + 1);
+    let seq = rewrite_index_entry(&victim, 2, target);
     let out = krabka(&["read", s(&log), "--from", &seq.to_string(), "--max", "10"]);
     assert!(out.status.success(), "{}", both(&out));
     assert_eq!(printed_seqs(&out), (seq..seq + 10).collect::<Vec<_>>());
@@ -778,8 +850,8 @@ fn a_stray_segment_file_inside_the_log_makes_read_fail_from_any_seq() {
 // ---- the topic identity of a tiered log; a log that lost its remote metadata ----
 
 /// A log of 5000 records in 64 KiB segments tiered to `remote` with no local retention: seqs
-/// 1..=4933 then live only in the remote tier.
-fn tiered_log(log: &Path, remote: &str) {
+/// 1 up to the last seq it returns then live only in the remote tier.
+fn tiered_log(log: &Path, remote: &str) -> u64 {
     produce(log, 5000, "64KiB");
     let out = krabka(&[
         "tier",
@@ -792,6 +864,7 @@ fn tiered_log(log: &Path, remote: &str) {
     assert!(out.status.success(), "{}", both(&out));
     let first = base_of(&segments(log)[0]);
     assert!(first > 1, "local retention deleted the oldest segments");
+    first - 1
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -807,7 +880,7 @@ fn a_renamed_log_directory_keeps_its_topic_and_reads_every_record_from_the_remot
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let remote = format!("fs://{}", dir.path().join("remote").display());
-    tiered_log(&log, &remote);
+    let remote_only = format!("1..={}", tiered_log(&log, &remote));
     let renamed = dir.path().join("renamed");
     std::fs::rename(&log, &renamed).unwrap();
     let out = krabka(&["read", s(&renamed), "--remote", &remote, "--from", "1"]);
@@ -817,7 +890,14 @@ fn a_renamed_log_directory_keeps_its_topic_and_reads_every_record_from_the_remot
     let out = krabka(&["tier", s(&renamed), "--remote", &remote]);
     assert!(out.status.success(), "{}", both(&out));
     assert!(
-        text(&out.stdout).contains("seq         1..=4933      remote only"),
+        text(&out.stdout)
+            .lines()
+            .any(|l| l.split_whitespace().take(4).eq([
+                "seq",
+                remote_only.as_str(),
+                "remote",
+                "only"
+            ])),
         "{}",
         both(&out)
     );
@@ -845,7 +925,7 @@ fn a_log_that_lost_its_remote_metadata_is_refused_and_left_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let remote = format!("fs://{}", dir.path().join("remote").display());
-    tiered_log(&log, &remote);
+    let remote_only = format!("1..={}", tiered_log(&log, &remote));
     std::fs::remove_dir_all(log.join("remote-metadata")).unwrap();
     let before = sizes(&log);
     for args in [
@@ -857,7 +937,7 @@ fn a_log_that_lost_its_remote_metadata_is_refused_and_left_as_it_was() {
             &out,
             &[
                 &format!("{}/remote-metadata/ is missing", s(&log)),
-                "1..=4933",
+                &remote_only,
                 "restore",
             ],
         );
@@ -873,7 +953,7 @@ fn a_renamed_directory_tiered_before_the_topic_file_existed_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let remote = format!("fs://{}", dir.path().join("remote").display());
-    tiered_log(&log, &remote);
+    let remote_only = format!("1..={}", tiered_log(&log, &remote));
     // A log tiered before the topic file existed: its topic was its directory's name.
     let legacy = dir.path().join("legacy");
     copy_dir(&log, &legacy);
@@ -885,7 +965,7 @@ fn a_renamed_directory_tiered_before_the_topic_file_existed_is_refused() {
             s(&legacy),
             "no remote segment of topic `legacy`",
             "renamed",
-            "1..=4933",
+            &remote_only,
         ],
     );
     assert!(!legacy.join("topic").exists(), "{}", both(&out));
@@ -896,7 +976,7 @@ fn tier_and_read_remote_print_the_torn_event_the_remote_metadata_cut() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let remote = format!("fs://{}", dir.path().join("remote").display());
-    tiered_log(&log, &remote);
+    let _ = tiered_log(&log, &remote);
     let gen_dir = std::fs::read_dir(log.join("remote-metadata"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -904,14 +984,12 @@ fn tier_and_read_remote_print_the_torn_event_the_remote_metadata_cut() {
         .unwrap();
     let meta_log = segments(&gen_dir).pop().unwrap();
     let len = std::fs::metadata(&meta_log).unwrap().len();
-    // A torn append: the first 20 bytes of a frame that claims 200.
+    // A torn append: the first 20 bytes of a batch that claims 200.
     let mut f = std::fs::OpenOptions::new()
         .append(true)
         .open(&meta_log)
         .unwrap();
-    let mut torn = 200u32.to_le_bytes().to_vec();
-    torn.extend_from_slice(&[7u8; 16]);
-    f.write_all(&torn).unwrap();
+    f.write_all(&torn_batch(1 << 20)).unwrap();
     drop(f);
     let out = krabka(&["read", s(&log), "--remote", &remote, "--from", "4999"]);
     assert!(out.status.success(), "{}", both(&out));
@@ -985,7 +1063,7 @@ fn read_from_past_the_next_seq_fails_out_of_range_locally_and_remote() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let remote = format!("fs://{}", dir.path().join("remote").display());
-    tiered_log(&log, &remote);
+    let _ = tiered_log(&log, &remote);
     let first_local = base_of(&segments(&log)[0]).to_string();
     for (remote_args, holds) in [
         (&[][..], format!("{first_local}..=5000")),
@@ -1026,9 +1104,11 @@ fn read_names_records_missing_below_the_recovery_point_in_a_clean_line() {
     let log = dir.path().join("log");
     produce(&log, 3000, "64MiB");
     let seg = segments(&log).pop().unwrap();
-    // Cut the segment at a frame boundary: the log held 3000 records when it was closed.
-    let (seq, pos) = frames(&seg)[1999];
-    assert_eq!(seq, 2000);
+    // Cut the segment at a batch boundary (produce appends 1000 records a batch): the log held
+    // 3000 records when it was closed.
+    let cut = batches(&seg)[1];
+    let (seq, pos) = (cut.first, cut.position);
+    assert_eq!(seq, 1001);
     std::fs::OpenOptions::new()
         .write(true)
         .open(&seg)
@@ -1036,7 +1116,7 @@ fn read_names_records_missing_below_the_recovery_point_in_a_clean_line() {
         .set_len(pos)
         .unwrap();
     let out = krabka(&["read", s(&log)]);
-    assert_one_line_failure(&out, &["records 2000..=3000 are missing", "seq 2000"]);
+    assert_one_line_failure(&out, &["records 1001..=3000 are missing", "seq 1001"]);
     let stderr = text(&out.stderr);
     let line = stderr.lines().find(|l| l.starts_with("error:")).unwrap();
     assert!(!line.contains("  "), "a run of spaces in: {line}");

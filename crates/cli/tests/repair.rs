@@ -98,32 +98,86 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     segs
 }
 
-/// `(seq, position)` of every frame of a segment, from `krabka dump`.
-fn frames(seg: &Path) -> Vec<(u64, u64)> {
+/// One record batch of a segment, as `krabka dump` prints it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Batch {
+    first: u64,
+    last: u64,
+    position: u64,
+    size: u64,
+}
+
+impl Batch {
+    /// `first..=last`, as the commands name a range of seqs.
+    fn range(&self) -> String {
+        format!("{}..={}", self.first, self.last)
+    }
+}
+
+/// Every batch of a segment, from `krabka dump`.
+fn batches(seg: &Path) -> Vec<Batch> {
     text(&krabka(&["dump", s(seg)]).stdout)
         .lines()
-        .filter_map(|l| {
-            let mut words = l.strip_prefix("seq: ")?.split(' ');
-            let seq = words.next()?.parse().ok()?;
-            let pos = words.nth(1)?.parse().ok()?;
-            Some((seq, pos))
+        .filter(|l| l.starts_with("baseOffset: "))
+        .map(|l| {
+            let field = |name: &str| -> u64 {
+                l.split(&format!("{name}: "))
+                    .nth(1)
+                    .and_then(|rest| rest.split(' ').next())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("no {name} in {l}"))
+            };
+            Batch {
+                first: field("baseOffset"),
+                last: field("lastOffset"),
+                position: field("position"),
+                size: field("size"),
+            }
         })
         .collect()
 }
 
-/// Flips a byte inside the message of the frame of `seq` in `seg`.
-fn damage(seg: &Path, seq: u64) {
-    let (_, pos) = frames(seg).into_iter().find(|(q, _)| *q == seq).unwrap();
-    krabka_storage::testkit::xor_byte(seg, pos + 20, 0x5a).unwrap();
+/// Flips a byte in the middle of the records of the batch holding `seq` in `seg` (past its
+/// 61-byte header); returns that batch.
+fn damage(seg: &Path, seq: u64) -> Batch {
+    let b = batches(seg)
+        .into_iter()
+        .find(|b| (b.first..=b.last).contains(&seq))
+        .unwrap();
+    let at = b.position + 61 + (b.size - 61) / 2;
+    krabka_storage::testkit::xor_byte(seg, at, 0x5a).unwrap();
+    b
 }
 
-/// The records of `reference` but `lost`.
-fn without(reference: &BTreeMap<u64, String>, lost: &[u64]) -> BTreeMap<u64, String> {
+/// The records of `reference` but those of the `lost` batches.
+fn without(reference: &BTreeMap<u64, String>, lost: &[Batch]) -> BTreeMap<u64, String> {
     reference
         .iter()
-        .filter(|(k, _)| !lost.contains(k))
+        .filter(|(k, _)| !lost.iter().any(|b| (b.first..=b.last).contains(*k)))
         .map(|(k, v)| (*k, v.clone()))
         .collect()
+}
+
+/// Writes `records` records to a new log at `dir` in `segment_bytes` segments as a program on
+/// the library does, `per_batch` records per append (`produce` appends 1000 at a time).
+fn write_log(dir: &Path, records: u64, segment_bytes: u64, per_batch: usize) {
+    let options = krabka_storage::Options {
+        max_bytes: segment_bytes,
+        ..krabka_storage::Options::default()
+    };
+    let log = krabka_storage::Log::open(dir, options).unwrap();
+    let msgs: Vec<Message> = (1..=records)
+        .map(|i| {
+            let pad = "x".repeat(32 + (i * 7919 % 700) as usize);
+            Message::new(format!("{{\"n\":{i},\"pad\":\"{pad}\"}}"))
+                .with_key(format!("user-{:06}", i * 31 % 1000))
+                .with_timestamp(1_704_067_200_000 + i as i64 * 3)
+        })
+        .collect();
+    for batch in msgs.chunks(per_batch) {
+        log.append_batch(batch).unwrap();
+    }
+    log.close().unwrap();
 }
 
 /// Waits for `child` at most `limit`, killing it after that; its exit code.
@@ -140,22 +194,24 @@ fn wait_at_most(child: &mut Child, limit: Duration) -> Option<i32> {
     None
 }
 
-// ---- repair keeps every intact frame ----
+// ---- repair keeps every intact batch ----
 
 #[test]
-fn a_damaged_record_in_the_middle_costs_only_its_own_seq_and_the_dry_run_says_the_same() {
+fn a_damaged_batch_in_the_middle_costs_only_its_own_seqs_and_the_dry_run_says_the_same() {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("log");
-    produce(&log, 18, "64MiB");
+    // Batches of three records: 1..=3, 4..=6, 7..=9, ...; a byte of seq 8's batch is damaged.
+    write_log(&log, 18, 64 << 20, 3);
     let reference = reference(&log);
     assert_eq!(reference.len(), 18);
     let seg = segments(&log).pop().unwrap();
-    damage(&seg, 9);
+    let bad = damage(&seg, 8);
+    assert_eq!(bad.range(), "7..=9");
     let damaged = std::fs::read(&seg).unwrap();
 
     let dry = ok(&["repair", s(&log), "--dry-run"]);
     let said = text(&dry.stdout);
-    assert!(said.contains("seqs 9..=9 would become a hole"), "{said}");
+    assert!(said.contains("seqs 7..=9 would become a hole"), "{said}");
     assert!(said.contains("keep seqs 10..=18"), "{said}");
     assert_eq!(
         std::fs::read(&seg).unwrap(),
@@ -166,9 +222,9 @@ fn a_damaged_record_in_the_middle_costs_only_its_own_seq_and_the_dry_run_says_th
 
     let out = ok(&["repair", s(&log)]);
     let did = text(&out.stdout);
-    assert!(did.contains("seqs 9..=9 are now a hole"), "{did}");
+    assert!(did.contains("seqs 7..=9 are now a hole"), "{did}");
     assert!(did.contains("kept seqs 10..=18"), "{did}");
-    assert!(did.contains("--accept-hole 9..=9"), "{did}");
+    assert!(did.contains("--accept-hole 7..=9"), "{did}");
     // The kept file is named in both, the same.
     let kept = log.join("00000000000000000010.log");
     assert!(
@@ -176,22 +232,22 @@ fn a_damaged_record_in_the_middle_costs_only_its_own_seq_and_the_dry_run_says_th
         "{said}\n{did}"
     );
 
-    // 17 records read back exactly; the read into the hole names it.
+    // 15 records read back exactly; the read into the hole names it.
     let read = krabka(&["read", s(&log)]);
-    assert!(error_line(&read).contains("9..=9"), "{}", show(&read));
+    assert!(error_line(&read).contains("7..=9"), "{}", show(&read));
     let after = krabka(&["read", s(&log), "--from", "10"]);
     let mut got = records(&read);
     got.extend(records(&after));
     assert!(after.status.success(), "{}", show(&after));
-    assert_eq!(got, without(&reference, &[9]));
+    assert_eq!(got, without(&reference, &[bad]));
     let verify = ok(&["verify", s(&log)]);
     assert!(
-        text(&verify.stdout).contains("17 records"),
+        text(&verify.stdout).contains("15 records"),
         "{}",
         show(&verify)
     );
     assert!(
-        text(&verify.stdout).contains("hole    seq 9..=9"),
+        text(&verify.stdout).contains("hole    seq 7..=9"),
         "{}",
         show(&verify)
     );
@@ -210,10 +266,12 @@ fn a_repair_killed_at_any_moment_loses_nothing_and_runs_again_to_the_same_log() 
     produce(&base, 20_000, "64MiB");
     let reference = reference(&base);
     let seg = segments(&base).pop().unwrap();
-    let lost = [3_000u64, 9_000, 15_000];
-    for seq in lost {
-        damage(&seg, seq);
-    }
+    // produce appends 1000 records a batch: each damaged byte costs its batch of 1000.
+    let lost: Vec<Batch> = [3_000u64, 9_000, 15_000]
+        .into_iter()
+        .map(|seq| damage(&seg, seq))
+        .collect();
+    assert!(lost.iter().all(|b| b.last - b.first == 999), "{lost:?}");
     let copy = |name: &str| {
         let to = tmp.path().join(name);
         std::fs::create_dir(&to).unwrap();
@@ -245,13 +303,13 @@ fn a_repair_killed_at_any_moment_loses_nothing_and_runs_again_to_the_same_log() 
             if out.status.success() {
                 break;
             }
-            let hole = lost.iter().find(|l| **l >= from).copied();
+            let hole = lost.iter().find(|b| b.last >= from).copied();
             let line = error_line(&out);
             assert!(
-                hole.is_some_and(|h| line.contains(&format!("{h}..={h}"))),
+                hole.is_some_and(|h| line.contains(&h.range())),
                 "{what}: {line}"
             );
-            from = hole.unwrap() + 1;
+            from = hole.unwrap().last + 1;
         }
         assert_eq!(got, expected, "{what}");
     };
@@ -282,16 +340,16 @@ fn an_accepted_hole_lets_tier_and_retention_go_on_and_every_read_still_names_it(
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("log");
     let url = format!("fs://{}", tmp.path().join("remote").display());
-    produce(&log, 400, "32KiB");
+    // Two records a batch: a hole in the middle of a segment, intact batches on both sides.
+    write_log(&log, 400, 32 << 10, 2);
     let reference = reference(&log);
     let segs = segments(&log);
     assert!(segs.len() >= 6, "{}", segs.len());
     let victim = &segs[3];
-    let seqs: Vec<u64> = frames(victim).iter().map(|(q, _)| *q).collect();
-    assert!(seqs.len() >= 3, "{seqs:?}");
-    let hole = seqs[seqs.len() / 2];
-    damage(victim, hole);
-    let range = format!("{hole}..={hole}");
+    let in_victim = batches(victim);
+    assert!(in_victim.len() >= 3, "{in_victim:?}");
+    let hole = damage(victim, in_victim[in_victim.len() / 2].first);
+    let range = hole.range();
     ok(&["repair", s(&log)]);
 
     // Tier copies up to the hole, then refuses: the error names the hole and the accept command.
@@ -322,7 +380,10 @@ fn an_accepted_hole_lets_tier_and_retention_go_on_and_every_read_still_names_it(
         show(&a)
     );
     let record = std::fs::read_to_string(log.join("accepted-holes")).unwrap();
-    assert!(record.contains(&format!("{hole} {hole} ")), "{record}");
+    assert!(
+        record.contains(&format!("{} {} ", hole.first, hole.last)),
+        "{record}"
+    );
     // Not a hole: refused, nothing recorded.
     let wrong = krabka(&["repair", s(&log), "--accept-hole", "1"]);
     assert!(
@@ -367,11 +428,11 @@ fn dump_streams_a_300_mib_segment_under_a_256_mib_address_space_limit() {
     let path = tmp.path().join("00000000000000000001.log");
     let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
     let value = vec![b'v'; 1 << 20];
-    let mut frame = Vec::with_capacity(value.len() + 64);
+    let mut batch = Vec::with_capacity(value.len() + 64);
     for seq in 1..=300u64 {
-        frame.clear();
-        encode_frame(seq, &Message::new(value.clone()), &mut frame);
-        std::io::Write::write_all(&mut file, &frame).unwrap();
+        batch.clear();
+        encode_frame(seq, &Message::new(value.clone()), &mut batch).unwrap();
+        std::io::Write::write_all(&mut file, &batch).unwrap();
     }
     drop(file);
     let out = Command::new("sh")
@@ -386,7 +447,7 @@ fn dump_streams_a_300_mib_segment_under_a_256_mib_address_space_limit() {
         .unwrap();
     assert!(out.status.success(), "{}", show(&out));
     assert!(
-        text(&out.stdout).contains("300 records, 0 bad frame(s)"),
+        text(&out.stdout).contains("300 records in 300 batch(es), 0 bad batch(es)"),
         "{}",
         show(&out)
     );
@@ -427,13 +488,13 @@ fn dump_of_a_device_a_pipe_or_an_absurd_length_ends_at_once_with_a_clear_error()
             "{err}"
         );
     }
-    // A length field of 4 GiB: reported at its byte, never allocated.
+    // A batch length field of 2 GiB: reported at its byte, never allocated.
     let path = tmp.path().join("00000000000000000001.log");
     let mut bytes = Vec::new();
-    encode_frame(1, &Message::new("a"), &mut bytes);
+    encode_frame(1, &Message::new("a"), &mut bytes).unwrap();
     let at = bytes.len();
-    encode_frame(2, &Message::new("b"), &mut bytes);
-    bytes[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    encode_frame(2, &Message::new("b"), &mut bytes).unwrap();
+    bytes[at + 8..at + 12].copy_from_slice(&i32::MAX.to_be_bytes());
     std::fs::write(&path, &bytes).unwrap();
     let out = krabka(&["dump", s(&path)]);
     let line = error_line(&out);

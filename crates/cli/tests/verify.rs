@@ -188,16 +188,18 @@ fn index_files_a_crash_in_local_retention_left_are_rebuilt_at_the_next_open_not_
 }
 
 #[test]
-fn index_files_open_would_trust_but_that_point_at_wrong_frames_stay_a_problem() {
+fn index_files_open_would_trust_but_that_point_at_wrong_batches_stay_a_problem() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
+    // 1 MiB segments: each closed one holds more than one of produce's batches (1000 records,
+    // about 600 KiB), so its index has an entry past the first (which must point at byte 0).
     ok(&[
         "produce",
         s(&log),
         "--generate",
         "3000",
         "--segment-bytes",
-        "64KiB",
+        "1MiB",
     ]);
     let segs = closed_segments(&log);
     // A cut .index does not decode: open rebuilds it (a note). An entry pointing at the wrong
@@ -205,6 +207,8 @@ fn index_files_open_would_trust_but_that_point_at_wrong_frames_stay_a_problem() 
     // it is a problem (reads fall back to a scan, but the file is wrong).
     let index = segs[0].with_extension("index");
     let bytes = std::fs::read(&index).unwrap();
+    let entries = u32::from_le_bytes(bytes[40..44].try_into().unwrap());
+    assert!(entries >= 2, "{entries} index entries");
     std::fs::write(&index, &bytes[..bytes.len() - 1]).unwrap();
     let out = krabka(&["verify", s(&log)]);
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
@@ -214,7 +218,8 @@ fn index_files_open_would_trust_but_that_point_at_wrong_frames_stay_a_problem() 
         show(&out)
     );
     std::fs::write(&index, &bytes).unwrap();
-    // An entry pointing at the wrong byte, with a valid checksum: open trusts the file.
+    // The last entry pointing one byte past its batch, with a valid checksum: open trusts the
+    // file.
     let mut entry = bytes.clone();
     let at = entry.len() - 4 - 8;
     let position = u64::from_le_bytes(entry[at..at + 8].try_into().unwrap());
@@ -251,14 +256,14 @@ fn active_segment(log: &Path) -> PathBuf {
 }
 
 #[test]
-fn a_torn_tail_is_cut_at_the_next_open_not_damage_but_damage_before_intact_frames_is() {
+fn a_torn_tail_is_cut_at_the_next_open_not_damage_but_damage_before_intact_batches_is() {
     let work = tempfile::tempdir().unwrap();
     let log = work.path().join("orders");
     ok(&["produce", s(&log), "--generate", "500"]);
     let active = active_segment(&log);
     let intact = std::fs::read(&active).unwrap();
-    // What a write cut short leaves: the first half of a frame (here a copy of the first
-    // frame's first 20 bytes, its length field promising more than the file holds).
+    // What a write cut short leaves: the first part of a batch (here a copy of the first
+    // batch's first 20 bytes, its length field promising more than the file holds).
     let mut torn = intact.clone();
     torn.extend_from_slice(&intact[..20]);
     std::fs::write(&active, &torn).unwrap();
@@ -299,12 +304,16 @@ fn a_torn_tail_is_cut_at_the_next_open_not_damage_but_damage_before_intact_frame
     assert!(!saved.is_empty(), "the cut bytes are kept");
     ok(&["verify", s(&log)]);
 
-    // Damage followed by intact frames is no torn tail: a problem, exit 1.
+    // Damage followed by intact batches is no torn tail: a problem, exit 1. Two produce runs
+    // write two batches; the first one is damaged in the middle.
     let log2 = work.path().join("damaged");
+    ok(&["produce", s(&log2), "--generate", "500"]);
     ok(&["produce", s(&log2), "--generate", "500"]);
     let active = active_segment(&log2);
     let mut bytes = std::fs::read(&active).unwrap();
-    let mid = bytes.len() / 2;
+    let first = 12 + u32::from_be_bytes(bytes[8..12].try_into().unwrap()) as usize;
+    assert!(first < bytes.len(), "a second batch follows the first");
+    let mid = first / 2;
     bytes[mid] ^= 0xff;
     std::fs::write(&active, &bytes).unwrap();
     let out = krabka(&["verify", s(&log2)]);

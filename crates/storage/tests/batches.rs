@@ -317,10 +317,20 @@ fn a_time_lookup_passes_records_a_message_cannot_hold() {
     .unwrap();
     log.append_raw_batch(&raw).unwrap();
     log.append(&Message::new("b").with_timestamp(50)).unwrap();
-    for (ts, want) in [(5, Some(1)), (15, Some(2)), (25, Some(3)), (35, Some(4)), (45, Some(5)), (55, None)] {
+    for (ts, want) in [
+        (5, Some(1)),
+        (15, Some(2)),
+        (25, Some(3)),
+        (35, Some(4)),
+        (45, Some(5)),
+        (55, None),
+    ] {
         assert_eq!(log.seq_for_timestamp(ts).unwrap(), want, "ts {ts}");
     }
     // The decoded read refuses the tombstone, naming it.
-    assert!(matches!(log.read(2, 1), Err(Error::NotAMessage { seq: 2, .. })));
+    assert!(matches!(
+        log.read(2, 1),
+        Err(Error::NotAMessage { seq: 2, .. })
+    ));
     assert_eq!(log.read(4, 1).unwrap()[0].message.value, "v");
 }

@@ -65,15 +65,31 @@ pub(super) fn parse_compression(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-/// The largest `bench --value-size`: the log's largest record (16 MiB) less the bench's key
-/// and the framing of a message.
+/// The largest `bench --value-size`: the largest value whose record (with the bench's key), as
+/// a batch of one, fits the log's largest message (16 MiB): less the batch header and the
+/// record's own fields.
 fn max_bench_value_bytes() -> u64 {
-    let framing = krabka_protocol::Message::new(bytes::Bytes::new())
-        .with_key("key-0000")
-        .encoded_len() as u64;
-    krabka_storage::Options::default()
-        .max_message_bytes
-        .saturating_sub(framing)
+    use krabka_protocol::batch::record_size;
+    use krabka_storage::segment::FRAME_HEADER_LEN;
+    let max = krabka_storage::Options::default().max_message_bytes;
+    let with_value = |v: bytes::Bytes| {
+        let msg = krabka_protocol::Message::new(v).with_key("key-0000");
+        (FRAME_HEADER_LEN + record_size(&msg, 0, 0)) as u64
+    };
+    let overhead = with_value(bytes::Bytes::new());
+    let Some(mut n) = max
+        .checked_sub(overhead)
+        .and_then(|n| usize::try_from(n).ok())
+    else {
+        return 0;
+    };
+    // The value's length and the record's length are varints: a longer value may take a few
+    // more bytes of them. The value is one zeroed allocation, never written, sliced per try.
+    let value = bytes::Bytes::from(vec![0u8; n]);
+    while n > 0 && with_value(value.slice(..n)) > max {
+        n -= 1;
+    }
+    n as u64
 }
 
 pub(super) fn parse_bench_value_size(s: &str) -> Result<u64, String> {
@@ -81,8 +97,8 @@ pub(super) fn parse_bench_value_size(s: &str) -> Result<u64, String> {
     let max = max_bench_value_bytes();
     if n > max {
         return Err(format!(
-            "a value must be at most {max} bytes (the largest record the log accepts, {}, less \
-             the key and framing), got {n}",
+            "a value must be at most {max} bytes (the largest message the log accepts, {}, less \
+             the key, the record's fields and the batch header), got {n}",
             human::bytes(krabka_storage::Options::default().max_message_bytes)
         ));
     }

@@ -5,6 +5,8 @@ use std::io::{BufRead, BufReader, BufWriter, Read, Seek, Write};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 
 use krabka_protocol::Message;
+use krabka_protocol::batch::record_size;
+use krabka_storage::segment::FRAME_HEADER_LEN;
 
 use super::{Appender, BATCH, Stop};
 use crate::{escape, human, interrupt};
@@ -15,7 +17,8 @@ pub struct LineFormat<'a> {
     pub key_separator: Option<&'a str>,
     /// `--escaped`: key and value hold `krabka read`'s escapes, and a key `-` is no key.
     pub escaped: bool,
-    /// The largest encoded message the log accepts.
+    /// The largest message the log accepts, measured as the log does: as a record batch of
+    /// that one record, header included.
     pub max_message_bytes: u64,
 }
 
@@ -49,10 +52,10 @@ impl LineFormat<'_> {
                 None => msg,
             }
         };
-        let size = msg.encoded_len() as u64;
+        let size = (FRAME_HEADER_LEN + record_size(&msg, 0, 0)) as u64;
         if size > self.max_message_bytes {
             return Err(format!(
-                "a record of {} exceeds the largest accepted, {}",
+                "a record of {} (as a batch of its own) exceeds the largest accepted, {}",
                 human::bytes(size),
                 human::bytes(self.max_message_bytes)
             ));

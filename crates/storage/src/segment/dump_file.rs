@@ -223,7 +223,8 @@ impl DumpFile {
     }
 
     /// The batch of `n` bytes at `pos`, longer than [`DUMP_DECODE_LIMIT`]: its CRC-32C computed
-    /// in steps of 1 MiB, its records not read.
+    /// in steps of 1 MiB, its records not read (`batch` stays `None`, with no problem when the
+    /// CRC matches).
     fn crc_checked(&mut self, out: &mut DumpedFrame, head: &[u8], n: u64) -> Result<(), Error> {
         let stored = head
             .get(17..21)
@@ -242,13 +243,14 @@ impl DumpFile {
             at += step as u64;
         }
         out.crc_ok = crc == stored;
-        out.problem = Some(if out.crc_ok {
-            format!(
-                "batch of {n} bytes is longer than the {DUMP_DECODE_LIMIT}-byte dump limit: records not read"
-            )
+        if out.crc_ok {
+            // The header is covered from `attributes` on; the seqs it gives are the batch's.
+            out.last_seq = super::frame::peek_frame_header(head).map(|(_, last)| last);
         } else {
-            format!("CRC mismatch: stored {stored:#010x}, computed {crc:#010x}")
-        });
+            out.problem = Some(format!(
+                "CRC mismatch: stored {stored:#010x}, computed {crc:#010x}"
+            ));
+        }
         self.pos += n;
         Ok(())
     }

@@ -334,20 +334,24 @@ pub(crate) fn batch_reason(e: &BatchError) -> String {
 pub fn peek_frame(buf: &[u8]) -> Option<(u64, u64, usize)> {
     let len = frame_len(buf)?;
     let header = buf.get(..FRAME_HEADER_LEN)?;
+    if len < MIN_FRAME_LEN || len > buf.len() || header.get(16)? != &2 {
+        return None;
+    }
+    let (seq, last) = peek_frame_header(header)?;
+    (last < i64::MAX as u64).then_some((seq, last, len))
+}
+
+/// The first and last seq a batch header (the first 61 bytes of `header`) gives, when its
+/// record count and last offset delta agree; nothing else is checked.
+pub(crate) fn peek_frame_header(header: &[u8]) -> Option<(u64, u64)> {
     let base = i64::from_be_bytes(header.get(0..8)?.try_into().ok()?);
     let delta = i32::from_be_bytes(header.get(23..27)?.try_into().ok()?);
     let count = i32::from_be_bytes(header.get(57..61)?.try_into().ok()?);
-    if len < MIN_FRAME_LEN
-        || len > buf.len()
-        || header.get(16)? != &2
-        || count < 1
-        || delta != count - 1
-    {
+    if count < 1 || delta != count - 1 {
         return None;
     }
     let seq = u64::try_from(base).ok()?;
-    let last = seq.checked_add(u64::try_from(delta).ok()?)?;
-    (last < i64::MAX as u64).then_some((seq, last, len))
+    Some((seq, seq.checked_add(u64::try_from(delta).ok()?)?))
 }
 
 /// Whether `buf` starts with a record frame of the format krabka wrote before record batches

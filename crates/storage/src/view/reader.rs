@@ -78,14 +78,7 @@ impl Got {
     /// The records of `buf` (read at byte `at` of `path`), which start at the batch of
     /// `expect`: their batches are whole ones of `buf` (checked by the decoder, so their
     /// headers are sound), the last one possibly past `end` when the records stop inside it.
-    fn new(
-        records: Vec<Record>,
-        buf: &Bytes,
-        end: usize,
-        _expect: u64,
-        at: u64,
-        path: &Path,
-    ) -> Got {
+    fn new(records: Vec<Record>, buf: &Bytes, end: usize, at: u64, path: &Path) -> Got {
         let first = records.first().map_or(0, |r| r.seq);
         let last = records.last().map_or(0, |r| r.seq);
         let (mut start, mut stop) = (None, end);
@@ -377,7 +370,6 @@ impl LogReader {
                         decoded.records,
                         &buf,
                         decoded.consumed,
-                        cursor.expect,
                         cursor.position,
                         path,
                     );
@@ -438,7 +430,6 @@ impl LogReader {
                     good.records,
                     &before,
                     good.consumed,
-                    cursor.expect,
                     cursor.position,
                     path,
                 ));
