@@ -476,6 +476,11 @@ fn replica_error(action: &str, e: krabka_tiering::Error) -> CliError {
             "the remote copy is damaged: restore it from a copy (reads of the other seqs work)"
                 .to_owned()
         }
+        krabka_tiering::Error::RemoteNotAMessage { .. } => {
+            "not damage: the record has no Message form (a tombstone, a null header value, a \
+             control or transactional batch stored as a raw batch)"
+                .to_owned()
+        }
         _ => remote::transform_hint(&e).unwrap_or_else(|| {
             crate::error::os_error_hint(&what).map_or_else(
                 || {

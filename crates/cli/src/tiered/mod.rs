@@ -84,6 +84,15 @@ pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliE
             "restore DIR/remote-binding from a copy of the log directory; it says which remote \
              and writer epoch the log belongs to",
         ),
+        e @ E::Ownership { .. } if unsupported_format(&e) => {
+            CliError::new(remote::brief(&e.to_string())).hint(
+                "the partition's copies are in a segment format this build does not read (an \
+                 older krabka's per-record frames): nothing was read or written; use the build \
+                 that wrote it, or tier into a new topic",
+            )
+        }
+        e @ E::RemoteNotAMessage { .. } => CliError::at(action, dir, remote::brief(&e.to_string()))
+            .hint("not damage: the record (a tombstone, a null header value, a control or transactional batch) was stored as a raw batch and has no Message form; read it as a raw batch"),
         e @ E::Ownership { .. } => CliError::new(remote::brief(&e.to_string())).hint(
             "an ownership record of the remote tier is unreadable or damaged: a log that cannot \
              prove it is the partition's writer copies and deletes nothing. Check the object it \
@@ -501,4 +510,10 @@ impl Placement {
         range("local only (not yet copied, or active)", &local_only);
         lines
     }
+}
+
+/// Whether `e` is an ownership record naming a segment format this build does not read.
+fn unsupported_format(e: &krabka_tiering::Error) -> bool {
+    matches!(e, krabka_tiering::Error::Ownership { source, .. }
+        if matches!(**source, krabka_remote_storage::RemoteStorageError::UnsupportedFormat { .. }))
 }
