@@ -357,11 +357,12 @@ proptest! {
     }
 }
 
+/// Records read as messages with their offsets, up to and including the first error.
+type Messages = Vec<Result<(i64, crate::Message), BatchError>>;
+
 /// The records of `bytes` by `next_message` and by `next` + `Message::try_from`, each up to
 /// and including the first error.
-fn messages_both_ways(
-    bytes: &Bytes,
-) -> Option<[Vec<Result<(i64, crate::Message), BatchError>>; 2]> {
+fn messages_both_ways(bytes: &Bytes) -> Option<[Messages; 2]> {
     let view = BatchView::parse(bytes).ok()?;
     let mut fast = Vec::new();
     let mut records = view.records(1 << 20).ok()?;
