@@ -1,7 +1,7 @@
 //! Side-by-side benchmarks of krabka against peer logs and the machine's limits.
 //!
 //! ```text
-//! krabka-bench storage [--quick] [--bytes N]   # krabka-storage vs commitlog, okaywal, plain files
+//! krabka-bench storage [--quick] [--bytes N] [--rounds N] [--chart [PATH]]  # vs commitlog, okaywal, plain files; targets, SVG chart
 //! krabka-bench tiering [--quick] [--bytes N] [--server env]  # uploads, cold/cached remote reads, remote scans, ownership cost
 //! krabka-bench transform [--quick] [--bytes N] # compressed/encrypted remote tier vs untransformed
 //! krabka-bench scale [--quick] [--partitions N] # one tiering service over many partitions
@@ -21,9 +21,8 @@ mod transform;
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Instant;
 
-use report::{Measurement, Row};
+use report::Measurement;
 
 /// The error of every fallible path: anything that is a `std::error::Error`, or a message.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -89,38 +88,6 @@ fn run_child(args: &[String]) -> std::result::Result<Measurement, String> {
     Measurement::parse(&stdout).ok_or_else(|| "child printed no RESULT line".to_owned())
 }
 
-fn storage(quick: bool, bytes: Option<u64>) -> Result<()> {
-    let bytes = bytes.unwrap_or(if quick { 4 << 20 } else { 128 << 20 });
-    let started = Instant::now();
-    println!(
-        "# krabka-bench storage{}",
-        if quick { " --quick" } else { "" }
-    );
-    for value in VALUE_SIZES {
-        let w = storage::workload(value, bytes, quick);
-        println!("\n## {}\n", storage::describe(&w));
-        let mut rows = Vec::new();
-        for c in storage::CASES {
-            let mut args = vec!["storage".to_owned(), c.id.to_owned()];
-            args.extend(w.to_args());
-            let result = run_child(&args);
-            if let Err(e) = &result {
-                eprintln!("{} ({value} B) failed: {e}", c.id);
-            }
-            rows.push(Row {
-                group: c.group.to_owned(),
-                name: c.name.to_owned(),
-                is_krabka: c.krabka,
-                is_raw: c.raw,
-                result,
-            });
-        }
-        print!("{}", report::table(&rows));
-    }
-    println!("\n(total {:.1} s)", started.elapsed().as_secs_f64());
-    Ok(())
-}
-
 fn child(rest: &[String]) -> Result<()> {
     let (kind, id) = match rest {
         [k, i, ..] => (k.as_str(), i.as_str()),
@@ -142,7 +109,7 @@ fn child(rest: &[String]) -> Result<()> {
 
 fn main() -> std::process::ExitCode {
     let result = parse_args().and_then(|a| match a.command.as_str() {
-        "storage" => storage(a.quick, a.bytes),
+        "storage" => storage::run(a.quick, a.bytes, &a.rest),
         "tiering" => tiering::run(a.quick, a.bytes, &a.rest),
         "transform" => transform::run(a.quick, a.bytes),
         "scale" => scale::run(a.quick, &a.rest),

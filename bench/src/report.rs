@@ -111,6 +111,8 @@ pub struct Measurement {
     pub p99_ns: u64,
     /// Peak resident set (VmHWM) of the process that ran the case, KiB.
     pub peak_rss_kib: u64,
+    /// Bytes the case's log takes on disk when it measures that (0 otherwise).
+    pub disk_bytes: u64,
 }
 
 impl Measurement {
@@ -123,7 +125,19 @@ impl Measurement {
             p50_ns: hist.quantile_ns(0.50),
             p99_ns: hist.quantile_ns(0.99),
             peak_rss_kib: vm_hwm_kib(),
+            disk_bytes: 0,
         }
+    }
+
+    /// The same measurement with `disk` bytes on disk.
+    pub fn with_disk_bytes(mut self, disk: u64) -> Self {
+        self.disk_bytes = disk;
+        self
+    }
+
+    /// Bytes on disk per payload byte; `None` when the case did not measure its disk use.
+    pub fn disk_per_payload(&self) -> Option<f64> {
+        (self.disk_bytes > 0 && self.bytes > 0).then(|| self.disk_bytes as f64 / self.bytes as f64)
     }
 
     /// Payload megabytes (10^6) per second.
@@ -147,8 +161,14 @@ impl Measurement {
     /// The one-line wire form a child prints (`RESULT k=v ...`).
     pub fn to_line(&self) -> String {
         format!(
-            "RESULT bytes={} records={} secs={} p50={} p99={} rss={}",
-            self.bytes, self.records, self.secs, self.p50_ns, self.p99_ns, self.peak_rss_kib
+            "RESULT bytes={} records={} secs={} p50={} p99={} rss={} disk={}",
+            self.bytes,
+            self.records,
+            self.secs,
+            self.p50_ns,
+            self.p99_ns,
+            self.peak_rss_kib,
+            self.disk_bytes
         )
     }
 
@@ -166,6 +186,7 @@ impl Measurement {
             p50_ns: field("p50")?.parse().ok()?,
             p99_ns: field("p99")?.parse().ok()?,
             peak_rss_kib: field("rss")?.parse().ok()?,
+            disk_bytes: field("disk").map_or(Some(0), |d| d.parse().ok())?,
         })
     }
 }
@@ -301,10 +322,14 @@ mod tests {
             p50_ns: 800,
             p99_ns: 12_000,
             peak_rss_kib: 4096,
+            disk_bytes: 1 << 21,
         };
         let out = format!("noise\n{}\n", m.to_line());
-        assert_eq!(Measurement::parse(&out), Some(m));
+        assert_eq!(Measurement::parse(&out), Some(m.clone()));
         assert_eq!(Measurement::parse("nothing"), None);
+        assert_eq!(m.disk_per_payload(), Some(2.0));
+        let old = "RESULT bytes=1 records=1 secs=1 p50=1 p99=1 rss=1";
+        assert_eq!(Measurement::parse(old).map(|m| m.disk_bytes), Some(0));
     }
 
     #[test]
@@ -316,6 +341,7 @@ mod tests {
             p50_ns: 1,
             p99_ns: 2,
             peak_rss_kib: 1024,
+            disk_bytes: 0,
         };
         let row = |name: &str, k, raw, mb| Row {
             group: "g".into(),

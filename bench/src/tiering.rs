@@ -32,8 +32,9 @@ use measure::{Paired, Prepared};
 const VALUE: usize = 1024;
 /// Records a sequential scan asks for per call.
 const SCAN_BATCH: usize = 1000;
-/// `TieringConfig::copy_concurrency` of the measured upload, and the bare SDK's files in flight.
-const COPY_CONCURRENCY: usize = 8;
+/// `TieringConfig::copy_concurrency` of the measured upload (the default), and the bare SDK's
+/// files in flight.
+const COPY_CONCURRENCY: usize = krabka_tiering::DEFAULT_COPY_CONCURRENCY;
 
 pub struct Sizes {
     pub(crate) segment: u64,

@@ -19,7 +19,16 @@ fn run(args: &[&str]) -> String {
 
 #[test]
 fn storage_quick_prints_every_case_for_every_value_size() {
-    let out = run(&["storage", "--quick", "--bytes", "65536"]);
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("charts").join("storage.svg");
+    let out = run(&[
+        "storage",
+        "--quick",
+        "--bytes",
+        "65536",
+        "--chart",
+        chart.to_str().unwrap(),
+    ]);
     assert!(!out.contains("failed"), "{out}");
     for case in [
         "krabka append",
@@ -27,11 +36,53 @@ fn storage_quick_prints_every_case_for_every_value_size() {
         "okaywal entry commit",
         "raw write + sync_data",
         "okaywal recovery scan",
-        "raw pread",
+        "krabka append_raw_batch",
+        "krabka append_batch, lz4",
+        "krabka append_batch, zstd",
+        "raw write of 100 + one CRC-32C of them",
+        "krabka read_batches(seq, 1 MiB), bytes counted",
+        "krabka read_batches(seq, 1 MiB) + records()",
+        "raw read, 1 MiB + CRC-32C per batch, nothing decoded",
+        "raw pread of the record's whole batch, position known",
+        "raw pread of the record's batch, position known",
+        "raw pread of the bare value",
     ] {
         assert!(out.matches(case).count() >= 3, "{case} missing:\n{out}");
     }
-    assert!(out.matches("| 1.00x |").count() >= 3 * 7, "{out}");
+    // One krabka and one raw row per group: 9 groups at each of 3 sizes.
+    assert!(out.matches("| 1.00x |").count() >= 3 * 9 * 2, "{out}");
+    // Every target has a ratio at every size (a failed row would print "failed").
+    let targets = out
+        .split("## targets")
+        .nth(1)
+        .expect("targets table")
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| target") && !l.starts_with("| ---"))
+        .collect::<Vec<_>>();
+    assert!(targets.len() >= 10, "{out}");
+    for row in &targets {
+        let ratios = row.matches("x |").count() + row.matches("x) |").count();
+        assert_eq!(ratios, 3, "{row}");
+    }
+    for target in [
+        "append_batch of 100, no sync / raw write of the 100 values",
+        "append of one record, no sync / raw write of its value",
+        "sequential read_batches (1 MiB) / raw 1 MiB reads of the same segment files",
+        "sequential Log::read (decoded) / commitlog read",
+        "random point read, log of single appends / bare pread of the record's batch",
+        "random point read p50, log in batches of 100 / bare pread of the whole batch",
+        "bytes on disk / value bytes, batches of 100",
+    ] {
+        assert!(
+            targets.iter().any(|l| l.contains(target)),
+            "{target} missing:\n{out}"
+        );
+    }
+    let svg = std::fs::read_to_string(&chart).expect("chart written");
+    assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"));
+    // Two legend swatches, then a bar per target and size it applies to: 3 sizes for five
+    // targets, 100 B and 1 KiB for the decoded read, 100 B for the bytes on disk.
+    assert_eq!(svg.matches("<rect x=").count(), 2 + 5 * 3 + 2 + 1, "{svg}");
 }
 
 #[test]

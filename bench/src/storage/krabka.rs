@@ -4,16 +4,27 @@ use std::path::Path;
 use std::time::Instant;
 
 use bytes::Bytes;
-use krabka_storage::{Log, Options, SyncPolicy};
+use krabka_protocol::batch::encode_messages;
+use krabka_storage::{Compression, Log, Options, SyncPolicy};
 
 use super::{
-    BATCH, Params, Rng, SEGMENT_BYTES, Workload, batch_of, batches, message, timed, timed_threads,
+    BATCH, Params, READ_CHUNK_BYTES, Rng, SEGMENT_BYTES, Workload, batch_of, batches,
+    distinct_batch_of, message, timed, timed_threads,
 };
 use crate::report::{Histogram, Measurement};
 use crate::{BoxError, Result};
 
 fn krabka_log(dir: &Path, sync: SyncPolicy) -> Result<Log> {
     Ok(Log::open(dir, krabka_options(sync))?)
+}
+
+/// Options with an index entry per record (Kafka's `index.interval.bytes = 1`, commitlog's
+/// density).
+fn dense_options() -> Options {
+    Options {
+        index_interval_bytes: 1,
+        ..krabka_options(SyncPolicy::Never)
+    }
 }
 
 fn krabka_options(sync: SyncPolicy) -> Options {
@@ -33,9 +44,77 @@ fn fill_krabka_with(dir: &Path, w: &Workload, v: &Bytes, opts: Options) -> Resul
     Ok(log)
 }
 
-/// Builds a krabka log of `w.records` records (untimed).
-fn fill_krabka(dir: &Path, w: &Workload, v: &Bytes) -> Result<Log> {
+/// Builds a krabka log of `w.records` records in batches of [`BATCH`] (untimed).
+pub(super) fn fill_krabka(dir: &Path, w: &Workload, v: &Bytes) -> Result<Log> {
     fill_krabka_with(dir, w, v, krabka_options(SyncPolicy::Never))
+}
+
+/// Builds a krabka log of `w.records` records, one `append` each (untimed), with `opts`.
+fn fill_single_with(dir: &Path, w: &Workload, v: &Bytes, opts: Options) -> Result<Log> {
+    let log = Log::open(dir, opts)?;
+    for i in 0..w.records.max(1) {
+        log.append(&message(v, i))?;
+    }
+    Ok(log)
+}
+
+/// Builds a krabka log of `w.records` records, one `append` each (untimed).
+pub(super) fn fill_single(dir: &Path, w: &Workload, v: &Bytes) -> Result<Log> {
+    fill_single_with(dir, w, v, krabka_options(SyncPolicy::Never))
+}
+
+/// Times `nb` `append_batch` calls of [`BATCH`] records with `compression`; then rolls the
+/// log (untimed) so every segment has its index files and records the bytes on disk.
+fn append_batches(dir: &Path, p: &Params, compression: Compression) -> Result<Measurement> {
+    let log = Log::open(
+        dir,
+        Options {
+            compression,
+            ..krabka_options(SyncPolicy::Never)
+        },
+    )?;
+    let m = timed(p.nb, BATCH as u64, p.vlen, |i| {
+        let b = distinct_batch_of(&p.values, p.vlen, i * BATCH as u64);
+        Ok(log.append_batch(&b).map(drop)?)
+    })?;
+    log.roll()?;
+    Ok(m.with_disk_bytes(log.bytes()))
+}
+
+/// Reads the whole log through `read_batches` in [`READ_CHUNK_BYTES`] budgets; with
+/// `records`, reads every record of every batch (counting its value bytes), else counts the
+/// bytes delivered only.
+fn read_batches(log: &Log, vlen: usize, records: bool) -> Result<Measurement> {
+    let last = log.last_seq();
+    let file_bytes: u64 = log.segments().iter().map(|s| s.size).sum();
+    let (mut next, mut delivered, mut values, mut count) = (1, 0u64, 0u64, 0u64);
+    let mut hist = Histogram::default();
+    let start = Instant::now();
+    while next <= last {
+        let t = Instant::now();
+        let got = log.read_batches(next, READ_CHUNK_BYTES)?;
+        if records {
+            for r in got.records() {
+                let r = r?;
+                values += r.value.as_ref().map_or(0, |v| v.len() as u64);
+                count += 1;
+            }
+        }
+        hist.record(t.elapsed());
+        if got.is_empty() {
+            return Err(format!("read_batches({next}) returned nothing before seq {last}").into());
+        }
+        delivered += got.bytes().len() as u64;
+        next = got.next_seq();
+    }
+    let elapsed = start.elapsed();
+    if delivered != file_bytes || (records && (count != last || values != last * vlen as u64)) {
+        return Err(format!(
+            "read {delivered} of {file_bytes} bytes, {count} records of {values} value bytes"
+        )
+        .into());
+    }
+    Ok(Measurement::new(last * vlen as u64, last, elapsed, &hist))
 }
 
 /// Point reads of random seqs of `log`, timed one by one.
@@ -63,17 +142,28 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
         sync_batches,
         reads,
         per_read,
+        ..
     } = *p;
     match id {
         "krabka-append" => {
             let log = krabka_log(dir, SyncPolicy::Never)?;
             timed(n, 1, vlen, |i| Ok(log.append(&message(v, i)).map(drop)?))
         }
-        "krabka-batch" => {
+        "krabka-batch" => append_batches(dir, p, Compression::None),
+        "krabka-batch-lz4" => append_batches(dir, p, Compression::Lz4),
+        "krabka-batch-zstd" => append_batches(dir, p, Compression::Zstd),
+        "krabka-raw-batch" => {
+            // A producer's batch, encoded before the timer (its base offset 0): the log checks
+            // it, writes its own base offset and stores it as it came.
             let log = krabka_log(dir, SyncPolicy::Never)?;
-            timed(nb, BATCH as u64, vlen, |i| {
-                let b = batch_of(v, i * BATCH as u64);
-                Ok(log.append_batch(&b).map(drop)?)
+            let mut batch = Vec::new();
+            let msgs = distinct_batch_of(&p.values, vlen, 0);
+            let taken = encode_messages(&mut batch, 0, &msgs, Compression::None, usize::MAX)?;
+            if taken != BATCH {
+                return Err(format!("{taken} of {BATCH} records in one batch").into());
+            }
+            timed(nb, BATCH as u64, vlen, |_| {
+                Ok(log.append_raw_batch(&batch).map(drop)?)
             })
         }
         "krabka-sync1" => {
@@ -115,14 +205,15 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
             }
             Ok(Measurement::new(bytes, records, start.elapsed(), &hist))
         }
+        "krabka-batches-seq" => read_batches(&fill_krabka(dir, w, v)?, vlen, false),
+        "krabka-batches-records" => read_batches(&fill_krabka(dir, w, v)?, vlen, true),
         "krabka-read-random" => random_reads(&fill_krabka(dir, w, v)?, reads, vlen),
         "krabka-read-random-dense" => {
-            // An index entry per record, as commitlog keeps (Kafka's index.interval.bytes = 1).
-            let opts = Options {
-                index_interval_bytes: 1,
-                ..krabka_options(SyncPolicy::Never)
-            };
-            random_reads(&fill_krabka_with(dir, w, v, opts)?, reads, vlen)
+            random_reads(&fill_krabka_with(dir, w, v, dense_options())?, reads, vlen)
+        }
+        "krabka-read-random-single" => random_reads(&fill_single(dir, w, v)?, reads, vlen),
+        "krabka-read-random-single-dense" => {
+            random_reads(&fill_single_with(dir, w, v, dense_options())?, reads, vlen)
         }
         other => Err(BoxError::from(format!("unknown storage case {other}"))),
     }

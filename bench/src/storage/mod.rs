@@ -2,12 +2,22 @@
 //!
 //! Every case runs in a child process of its own (so its peak RSS is its own) on a fresh
 //! directory. The payload of a record is `value` bytes of pseudo-random data; MB/s counts those
-//! payload bytes only, so every system is measured on the same useful work.
+//! payload bytes only, so every system is measured on the same useful work. After the tables of
+//! every value size come the [`targets`]: krabka's ratios against their floors, measured in the
+//! same run, optionally drawn as an SVG chart (`--chart [PATH]`).
 
+mod cases;
+mod chart;
 mod commitlog_peer;
+mod driver;
+mod files;
 mod krabka;
 mod okaywal_peer;
 mod raw;
+pub mod targets;
+
+pub use cases::CASES;
+pub use driver::run;
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -70,120 +80,6 @@ impl Workload {
         })
     }
 }
-
-/// One case: its comparison group, its row name, its id for the child process.
-pub struct Case {
-    /// The comparison group.
-    pub group: &'static str,
-    /// Row label.
-    pub name: &'static str,
-    /// Child-process id.
-    pub id: &'static str,
-    /// Whether it is the group's krabka reference.
-    pub krabka: bool,
-    /// Whether it is the group's raw-file limit.
-    pub raw: bool,
-}
-
-const fn case(group: &'static str, name: &'static str, id: &'static str) -> Case {
-    Case {
-        group,
-        name,
-        id,
-        krabka: false,
-        raw: false,
-    }
-}
-
-const fn krabka(group: &'static str, name: &'static str, id: &'static str) -> Case {
-    Case {
-        krabka: true,
-        ..case(group, name, id)
-    }
-}
-
-const fn raw(group: &'static str, name: &'static str, id: &'static str) -> Case {
-    Case {
-        raw: true,
-        ..case(group, name, id)
-    }
-}
-
-const G_APPEND: &str = "append, no sync";
-const G_BATCH: &str = "append batch of 100, no sync";
-const G_SYNC1: &str = "append + fsync each, 1 thread";
-const G_SYNC4: &str = "append + fsync each, 4 threads";
-const G_BATCH_SYNC: &str = "append batch of 100 + fsync";
-const G_SEQ: &str = "sequential read of all";
-const G_RANDOM: &str = "random point read";
-
-/// Every storage case, in the order they run and print.
-pub const CASES: &[Case] = &[
-    krabka(G_APPEND, "krabka append", "krabka-append"),
-    case(G_APPEND, "commitlog append_msg", "commitlog-append"),
-    raw(G_APPEND, "raw write", "raw-write"),
-    krabka(G_BATCH, "krabka append_batch", "krabka-batch"),
-    case(G_BATCH, "commitlog append(MessageBuf)", "commitlog-batch"),
-    raw(G_BATCH, "raw write of 100", "raw-batch"),
-    raw(G_BATCH, "raw write of 100 + CRC-32 each", "raw-batch-crc"),
-    krabka(G_SYNC1, "krabka append, EveryAppend", "krabka-sync1"),
-    case(G_SYNC1, "okaywal entry commit", "okaywal-sync1"),
-    case(
-        G_SYNC1,
-        "commitlog append + flush (no data fsync)",
-        "commitlog-flush1",
-    ),
-    raw(G_SYNC1, "raw write + sync_data", "raw-sync1"),
-    case(
-        G_SYNC1,
-        "raw pwrite into preallocated file + sync_data",
-        "raw-sync1-prealloc",
-    ),
-    krabka(G_SYNC4, "krabka append, EveryAppend", "krabka-sync4"),
-    case(G_SYNC4, "okaywal entry commit", "okaywal-sync4"),
-    raw(
-        G_SYNC4,
-        "raw write + sync_data, file per thread",
-        "raw-sync4",
-    ),
-    krabka(
-        G_BATCH_SYNC,
-        "krabka append_batch, EveryAppend",
-        "krabka-batch-sync",
-    ),
-    case(
-        G_BATCH_SYNC,
-        "okaywal 100-chunk entry commit",
-        "okaywal-batch-sync",
-    ),
-    raw(
-        G_BATCH_SYNC,
-        "raw write of 100 + sync_data",
-        "raw-batch-sync",
-    ),
-    krabka(G_SEQ, "krabka read(seq, 1 MiB worth)", "krabka-read-seq"),
-    case(G_SEQ, "commitlog read(off, 1 MiB)", "commitlog-read-seq"),
-    case(G_SEQ, "okaywal recovery scan", "okaywal-read-seq"),
-    raw(G_SEQ, "raw read, 1 MiB", "raw-read-seq"),
-    raw(
-        G_SEQ,
-        "raw read, 1 MiB + CRC-32 per record",
-        "raw-read-seq-crc",
-    ),
-    krabka(G_RANDOM, "krabka read(seq, 1)", "krabka-read-random"),
-    krabka(
-        G_RANDOM,
-        "krabka read(seq, 1), index_interval_bytes 1",
-        "krabka-read-random-dense",
-    ),
-    case(
-        G_RANDOM,
-        "commitlog read(off, 1 record)",
-        "commitlog-read-random",
-    ),
-    case(G_RANDOM, "okaywal read_at", "okaywal-read-random"),
-    raw(G_RANDOM, "raw pread", "raw-read-random"),
-];
 
 /// The bench's generator with a fixed seed: the same sequence in every case and every process.
 #[derive(Clone)]
@@ -297,14 +193,29 @@ fn batch_of(v: &Bytes, first: u64) -> Vec<Message> {
     (0..BATCH as u64).map(|j| message(v, first + j)).collect()
 }
 
+/// A batch of [`BATCH`] records whose values are the [`BATCH`] distinct values of `values`
+/// (`vlen` bytes each), so a compressed batch finds no repeats between its records.
+fn distinct_batch_of(values: &Bytes, vlen: usize, first: u64) -> Vec<Message> {
+    (0..BATCH)
+        .map(|j| Message {
+            timestamp: (first + j as u64) as i64,
+            value: values.slice(j * vlen..(j + 1) * vlen),
+            ..Message::default()
+        })
+        .collect()
+}
+
 fn batches(records: u64) -> u64 {
     (records / BATCH as u64).max(1)
 }
 
 /// What every case derives from its workload.
 pub(super) struct Params {
-    /// The value every record carries.
+    /// The value every record carries (in the batch append cases, the first of `values`).
     v: Bytes,
+    /// [`BATCH`] distinct values back to back, the records of a batch append case (pseudo-random,
+    /// so incompressible even across the records of a batch).
+    values: Bytes,
     /// Its length.
     vlen: usize,
     /// Records of a no-sync single-record case.
@@ -326,6 +237,7 @@ impl Params {
         let vlen = w.value;
         Self {
             v: value(w.value),
+            values: value(w.value * BATCH),
             vlen,
             n: w.records.max(1),
             nb: batches(w.records),
@@ -337,14 +249,59 @@ impl Params {
     }
 }
 
-/// Runs one case in this process and returns its measurement.
+/// Passes of each [`REPEATED`] case; the fastest counts.
+const PASSES: usize = 3;
+
+/// The no-sync append cases: each runs [`PASSES`] times in its process, on a fresh directory
+/// each time (the one before deleted), and the fastest pass counts.
+///
+/// On a VM whose freed memory goes back to the host (free page reporting, as here), the first
+/// touch of a page the host has taken back costs a host fault. A no-sync append case is little
+/// more than copying into fresh page cache, and one that landed on such pages ran up to 10×
+/// slower (`perf`: the time in the kernel's copy into the page cache; 134 MB in 1.6 MB writes
+/// took 0.20–0.35 s instead of 0.025 s), at random between cases and runs, more often after a
+/// pause. Each pass frees its page cache for the next, which mostly finds it backed: the
+/// fastest pass is the case's cost on warm memory, and every case gets the same chances.
+const REPEATED: &[&str] = &[
+    "krabka-append",
+    "commitlog-append",
+    "raw-write",
+    "raw-write-frame",
+    "krabka-batch",
+    "krabka-raw-batch",
+    "krabka-batch-lz4",
+    "krabka-batch-zstd",
+    "commitlog-batch",
+    "raw-batch",
+    "raw-batch-crc",
+];
+
+/// Runs one case in this process and returns its measurement (the fastest pass of a
+/// [`REPEATED`] case).
 pub fn run_case(id: &str, w: &Workload, dir: &Path) -> Result<Measurement> {
     let p = Params::new(w);
+    if !REPEATED.contains(&id) {
+        return run_in(id, w, &p, dir);
+    }
+    let mut best: Option<Measurement> = None;
+    for pass in 0..PASSES {
+        let sub = dir.join(format!("pass-{pass}"));
+        std::fs::create_dir(&sub)?;
+        let m = run_in(id, w, &p, &sub)?;
+        std::fs::remove_dir_all(&sub)?;
+        if best.as_ref().is_none_or(|b| m.secs < b.secs) {
+            best = Some(m);
+        }
+    }
+    best.ok_or_else(|| BoxError::from("no pass ran"))
+}
+
+fn run_in(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Measurement> {
     match id.split_once('-').map_or(id, |(system, _)| system) {
-        "krabka" => krabka::run(id, w, &p, dir),
-        "commitlog" => commitlog_peer::run(id, w, &p, dir),
-        "okaywal" => okaywal_peer::run(id, w, &p, dir),
-        "raw" => raw::run(id, &p, dir),
+        "krabka" => krabka::run(id, w, p, dir),
+        "commitlog" => commitlog_peer::run(id, w, p, dir),
+        "okaywal" => okaywal_peer::run(id, w, p, dir),
+        "raw" => raw::run(id, w, p, dir),
         _ => Err(BoxError::from(format!("unknown storage case {id}"))),
     }
 }

@@ -7,7 +7,13 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::{BATCH, Params, Rng, THREADS, timed, timed_threads};
+use krabka_storage::segment::encode_frame;
+
+use super::files::Segments;
+use super::krabka::{fill_krabka, fill_single};
+use super::{
+    BATCH, Params, READ_CHUNK_BYTES, Rng, THREADS, Workload, message, timed, timed_threads,
+};
 use crate::report::{Histogram, Measurement};
 use crate::{BoxError, Result};
 
@@ -19,9 +25,10 @@ fn raw_file(dir: &Path, name: &str) -> Result<File> {
 }
 
 /// Runs one `raw-*` case.
-pub(super) fn run(id: &str, p: &Params, dir: &Path) -> Result<Measurement> {
+pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Measurement> {
     let Params {
         ref v,
+        ref values,
         vlen,
         n,
         nb,
@@ -34,10 +41,17 @@ pub(super) fn run(id: &str, p: &Params, dir: &Path) -> Result<Measurement> {
             let mut f = raw_file(dir, "raw")?;
             timed(n, 1, vlen, |_| Ok(f.write_all(v)?))
         }
-        "raw-batch" => {
+        "raw-write-frame" => {
+            // The bytes krabka writes for one record (its batch of one), encoded once.
             let mut f = raw_file(dir, "raw")?;
-            let buf = v.repeat(BATCH);
-            timed(nb, BATCH as u64, vlen, |_| Ok(f.write_all(&buf)?))
+            let mut frame = Vec::new();
+            encode_frame(1, &message(v, 0), &mut frame)?;
+            timed(n, 1, vlen, |_| Ok(f.write_all(&frame)?))
+        }
+        "raw-batch" => {
+            // The 100 values krabka's batch append case appends.
+            let mut f = raw_file(dir, "raw")?;
+            timed(nb, BATCH as u64, vlen, |_| Ok(f.write_all(values)?))
         }
         "raw-sync1" => {
             let mut f = raw_file(dir, "raw")?;
@@ -73,17 +87,12 @@ pub(super) fn run(id: &str, p: &Params, dir: &Path) -> Result<Measurement> {
             })
         }
         "raw-batch-crc" => {
-            // The floor of any log that checksums each record: the raw batch write plus a
-            // CRC-32 of each value, computed before the write as a framing writer must.
+            // The floor of a log of v2 batches: the raw batch write plus one CRC-32C over the
+            // batch's bytes, computed before the write as a batch writer must.
             let mut f = raw_file(dir, "raw")?;
-            let buf = v.repeat(BATCH);
             timed(nb, BATCH as u64, vlen, |_| {
-                let mut acc = 0u32;
-                for value in buf.chunks(vlen.max(1)) {
-                    acc ^= crc32fast::hash(value);
-                }
-                std::hint::black_box(acc);
-                Ok(f.write_all(&buf)?)
+                std::hint::black_box(crc32c::crc32c(values));
+                Ok(f.write_all(values)?)
             })
         }
         "raw-batch-sync" => {
@@ -94,24 +103,25 @@ pub(super) fn run(id: &str, p: &Params, dir: &Path) -> Result<Measurement> {
                 Ok(f.sync_data()?)
             })
         }
-        "raw-read-seq" | "raw-read-random" => read(id, p, dir),
-        "raw-read-seq-crc" => read_checked(p, dir),
+        "raw-read-random" => read_values(p, dir),
+        "raw-read-seq" => read_segments(&Segments::of(fill_krabka(dir, w, v)?)?, vlen),
+        "raw-read-seq-crc" => read_segments_checked(&Segments::of(fill_krabka(dir, w, v)?)?, vlen),
+        "raw-read-random-single" => read_batches_at(&Segments::of(fill_single(dir, w, v)?)?, p),
+        "raw-read-random-batch" => read_batches_at(&Segments::of(fill_krabka(dir, w, v)?)?, p),
         other => Err(BoxError::from(format!("unknown storage case {other}"))),
     }
 }
 
-/// The two read cases: the file written in batches (untimed), then read through in
-/// [`READ_CHUNK_BYTES`](super::READ_CHUNK_BYTES) calls or at random records.
-fn read(id: &str, p: &Params, dir: &Path) -> Result<Measurement> {
+/// Point reads of a file of bare values (written untimed in batches): the value's bytes alone
+/// at a known position.
+fn read_values(p: &Params, dir: &Path) -> Result<Measurement> {
     let Params {
         ref v,
         vlen,
         nb,
         reads,
-        per_read,
         ..
     } = *p;
-    let path = dir.join("raw");
     {
         let mut f = raw_file(dir, "raw")?;
         let buf = v.repeat(BATCH);
@@ -120,91 +130,137 @@ fn read(id: &str, p: &Params, dir: &Path) -> Result<Measurement> {
         }
     }
     let total = nb * BATCH as u64;
-    let f = File::open(&path)?;
-    if id == "raw-read-seq" {
-        let mut f = f;
-        let mut buf = vec![0u8; per_read * vlen];
-        let mut hist = Histogram::default();
-        let mut bytes = 0u64;
-        let start = Instant::now();
+    let f = File::open(dir.join("raw"))?;
+    let mut rng = Rng::new();
+    let mut buf = vec![0u8; vlen];
+    timed(reads, 1, vlen, |_| {
+        Ok(f.read_exact_at(&mut buf, rng.below(total) * vlen as u64)?)
+    })
+}
+
+/// Reads krabka's segment files through in [`READ_CHUNK_BYTES`] `read` calls, nothing checked.
+/// MB/s counts the log's payload, as the krabka rows of the same group.
+fn read_segments(segs: &Segments, vlen: usize) -> Result<Measurement> {
+    let mut files = segs
+        .files
+        .iter()
+        .map(|(f, _)| f.try_clone())
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    let mut hist = Histogram::default();
+    let mut bytes = 0u64;
+    let start = Instant::now();
+    for f in &mut files {
         loop {
             let t = Instant::now();
             let got = f.read(&mut buf)?;
-            hist.record(t.elapsed());
             if got == 0 {
                 break;
             }
+            hist.record(t.elapsed());
             bytes += got as u64;
         }
-        let elapsed = start.elapsed();
-        Ok(Measurement::new(bytes, bytes / vlen as u64, elapsed, &hist))
-    } else {
-        let mut rng = Rng::new();
-        let mut buf = vec![0u8; vlen];
-        timed(reads, 1, vlen, |_| {
-            Ok(f.read_exact_at(&mut buf, rng.below(total) * vlen as u64)?)
-        })
     }
+    let elapsed = start.elapsed();
+    if bytes != segs.bytes() {
+        return Err(format!("read {bytes} of {} bytes", segs.bytes()).into());
+    }
+    Ok(Measurement::new(
+        segs.records * vlen as u64,
+        segs.records,
+        elapsed,
+        &hist,
+    ))
 }
 
-/// The floor of any reader that checks each record: a file of `[len u32][CRC-32 u32][value]`
-/// frames (written untimed), read through in [`READ_CHUNK_BYTES`](super::READ_CHUNK_BYTES)
-/// calls, each frame's CRC checked and nothing decoded.
-fn read_checked(p: &Params, dir: &Path) -> Result<Measurement> {
-    let Params {
-        ref v,
-        vlen,
-        nb,
-        per_read,
-        ..
-    } = *p;
-    let path = dir.join("raw");
-    {
-        let mut frame = Vec::with_capacity(8 + vlen);
-        frame.extend_from_slice(&u32::try_from(vlen)?.to_le_bytes());
-        frame.extend_from_slice(&crc32fast::hash(v).to_le_bytes());
-        frame.extend_from_slice(v);
-        let buf = frame.repeat(BATCH);
-        let mut f = raw_file(dir, "raw")?;
-        for _ in 0..nb {
-            f.write_all(&buf)?;
-        }
-    }
-    let f = File::open(&path)?;
-    // The same read size as `raw-read-seq` (room for one frame at the least).
-    let mut buf = vec![0u8; (per_read * vlen).max(vlen + 8)];
+/// The floor of any reader of v2 batches that checks them: krabka's segment files read through
+/// in [`READ_CHUNK_BYTES`] `pread`s (a batch longer than that read whole), each batch's
+/// CRC-32C checked, nothing decoded.
+fn read_segments_checked(segs: &Segments, vlen: usize) -> Result<Measurement> {
+    let mut buf = vec![0u8; READ_CHUNK_BYTES];
     let mut hist = Histogram::default();
-    let (mut bytes, mut records, mut pos) = (0u64, 0u64, 0u64);
+    let (mut bytes, mut batches) = (0u64, 0u64);
     let start = Instant::now();
-    loop {
-        let t = Instant::now();
-        let got = f.read_at(&mut buf, pos)?;
-        if got == 0 {
-            hist.record(t.elapsed());
-            break;
-        }
-        let mut at = 0usize;
-        while let Some(header) = buf.get(at..at + 8) {
-            let len = u32::from_le_bytes(header[..4].try_into()?) as usize;
-            let stored = u32::from_le_bytes(header[4..].try_into()?);
-            let Some(value) = buf
-                .get(at + 8..at + 8 + len)
-                .filter(|_| at + 8 + len <= got)
-            else {
-                break;
-            };
-            if crc32fast::hash(value) != stored {
-                return Err(format!("CRC mismatch at byte {}", pos + at as u64).into());
+    for (f, size) in &segs.files {
+        let mut pos = 0u64;
+        while pos < *size {
+            let t = Instant::now();
+            let want = usize::try_from((size - pos).min(buf.len() as u64))?;
+            let chunk = buf.get_mut(..want).ok_or("read buffer")?;
+            f.read_exact_at(chunk, pos)?;
+            let mut at = 0usize;
+            while let Some(header) = chunk.get(at..at + 21) {
+                let len = u32::from_be_bytes(header[8..12].try_into()?) as usize + 12;
+                let stored = u32::from_be_bytes(header[17..21].try_into()?);
+                let Some(body) = chunk.get(at + 21..at + len) else {
+                    break;
+                };
+                if crc32c::crc32c(body) != stored {
+                    return Err(format!("CRC mismatch at byte {}", pos + at as u64).into());
+                }
+                batches += 1;
+                at += len;
             }
-            bytes += len as u64;
-            records += 1;
-            at += 8 + len;
+            hist.record(t.elapsed());
+            if at == 0 {
+                // A batch longer than the buffer: read it whole next time.
+                let len = chunk
+                    .get(8..12)
+                    .and_then(|l| <[u8; 4]>::try_from(l).ok())
+                    .map(|l| u32::from_be_bytes(l) as usize + 12)
+                    .filter(|&len| len > want && pos + len as u64 <= *size)
+                    .ok_or_else(|| format!("torn batch at byte {pos}"))?;
+                buf.resize(len, 0);
+                continue;
+            }
+            pos += at as u64;
+            bytes += at as u64;
         }
-        hist.record(t.elapsed());
-        if at == 0 {
-            return Err(format!("frame at byte {pos} longer than the read buffer").into());
-        }
-        pos += at as u64;
     }
-    Ok(Measurement::new(bytes, records, start.elapsed(), &hist))
+    let elapsed = start.elapsed();
+    if bytes != segs.bytes() || batches == 0 {
+        return Err(format!("checked {bytes} of {} bytes", segs.bytes()).into());
+    }
+    Ok(Measurement::new(
+        segs.records * vlen as u64,
+        segs.records,
+        elapsed,
+        &hist,
+    ))
+}
+
+/// Point reads of random records, each a bare `pread` of the whole batch that holds it, at a
+/// position known in advance (found from the batch headers before the timer): the least any
+/// reader that checks the batch's CRC must read.
+fn read_batches_at(segs: &Segments, p: &Params) -> Result<Measurement> {
+    let batches = segs.batches()?;
+    // The batch of each record, by seq - 1 (none needed when every batch holds one record).
+    let of_record: Vec<u32> = if batches.len() as u64 == segs.records {
+        Vec::new()
+    } else {
+        let mut of = Vec::with_capacity(usize::try_from(segs.records)?);
+        for (i, b) in batches.iter().enumerate() {
+            let next = batches.get(i + 1).map_or(segs.records + 1, |n| n.first);
+            of.extend(std::iter::repeat_n(
+                u32::try_from(i)?,
+                usize::try_from(next - b.first)?,
+            ));
+        }
+        of
+    };
+    let mut buf = vec![0u8; batches.iter().map(|b| b.len as usize).max().unwrap_or(0)];
+    let last = segs.records;
+    let mut rng = Rng::new();
+    timed(p.reads, 1, p.vlen, |_| {
+        let i = usize::try_from(rng.below(last))?;
+        let b = if of_record.is_empty() {
+            batches.get(i)
+        } else {
+            of_record.get(i).and_then(|&j| batches.get(j as usize))
+        }
+        .ok_or("no batch for the seq")?;
+        let (f, _) = segs.files.get(b.file as usize).ok_or("no file")?;
+        let into = buf.get_mut(..b.len as usize).ok_or("read buffer")?;
+        Ok(f.read_exact_at(into, b.pos)?)
+    })
 }

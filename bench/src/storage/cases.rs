@@ -1,0 +1,182 @@
+//! The storage cases: their comparison groups, row names and child-process ids, in the order
+//! they run and print.
+
+/// One case: its comparison group, its row name, its id for the child process.
+pub struct Case {
+    /// The comparison group.
+    pub group: &'static str,
+    /// Row label.
+    pub name: &'static str,
+    /// Child-process id. A case listed in two groups runs once; both rows show its result.
+    pub id: &'static str,
+    /// Whether it is the group's krabka reference.
+    pub krabka: bool,
+    /// Whether it is the group's raw-file limit.
+    pub raw: bool,
+}
+
+const fn case(group: &'static str, name: &'static str, id: &'static str) -> Case {
+    Case {
+        group,
+        name,
+        id,
+        krabka: false,
+        raw: false,
+    }
+}
+
+const fn krabka(group: &'static str, name: &'static str, id: &'static str) -> Case {
+    Case {
+        krabka: true,
+        ..case(group, name, id)
+    }
+}
+
+const fn raw(group: &'static str, name: &'static str, id: &'static str) -> Case {
+    Case {
+        raw: true,
+        ..case(group, name, id)
+    }
+}
+
+const G_APPEND: &str = "append, no sync";
+const G_BATCH: &str = "append batch of 100, no sync";
+const G_SYNC1: &str = "append + fsync each, 1 thread";
+const G_SYNC4: &str = "append + fsync each, 4 threads";
+const G_BATCH_SYNC: &str = "append batch of 100 + fsync";
+const G_SEQ_RAW: &str = "sequential read of all, whole batches";
+const G_SEQ: &str = "sequential read of all, decoded";
+const G_RANDOM: &str = "random point read, log appended in batches of 100";
+const G_RANDOM1: &str = "random point read, log appended one record at a time";
+
+/// Every storage case, in the order they run and print.
+pub const CASES: &[Case] = &[
+    krabka(G_APPEND, "krabka append", "krabka-append"),
+    case(G_APPEND, "commitlog append_msg", "commitlog-append"),
+    raw(G_APPEND, "raw write of the value", "raw-write"),
+    case(
+        G_APPEND,
+        "raw write of the record's batch of one (encoded once)",
+        "raw-write-frame",
+    ),
+    krabka(G_BATCH, "krabka append_batch", "krabka-batch"),
+    case(
+        G_BATCH,
+        "krabka append_raw_batch (a producer's v2 batch, encoded once)",
+        "krabka-raw-batch",
+    ),
+    case(G_BATCH, "krabka append_batch, lz4", "krabka-batch-lz4"),
+    case(G_BATCH, "krabka append_batch, zstd", "krabka-batch-zstd"),
+    case(G_BATCH, "commitlog append(MessageBuf)", "commitlog-batch"),
+    raw(G_BATCH, "raw write of 100", "raw-batch"),
+    case(
+        G_BATCH,
+        "raw write of 100 + one CRC-32C of them",
+        "raw-batch-crc",
+    ),
+    krabka(G_SYNC1, "krabka append, EveryAppend", "krabka-sync1"),
+    case(G_SYNC1, "okaywal entry commit", "okaywal-sync1"),
+    case(
+        G_SYNC1,
+        "commitlog append + flush (no data fsync)",
+        "commitlog-flush1",
+    ),
+    raw(G_SYNC1, "raw write + sync_data", "raw-sync1"),
+    case(
+        G_SYNC1,
+        "raw pwrite into preallocated file + sync_data",
+        "raw-sync1-prealloc",
+    ),
+    krabka(G_SYNC4, "krabka append, EveryAppend", "krabka-sync4"),
+    case(G_SYNC4, "okaywal entry commit", "okaywal-sync4"),
+    raw(
+        G_SYNC4,
+        "raw write + sync_data, file per thread",
+        "raw-sync4",
+    ),
+    krabka(
+        G_BATCH_SYNC,
+        "krabka append_batch, EveryAppend",
+        "krabka-batch-sync",
+    ),
+    case(
+        G_BATCH_SYNC,
+        "okaywal 100-chunk entry commit",
+        "okaywal-batch-sync",
+    ),
+    raw(
+        G_BATCH_SYNC,
+        "raw write of 100 + sync_data",
+        "raw-batch-sync",
+    ),
+    krabka(
+        G_SEQ_RAW,
+        "krabka read_batches(seq, 1 MiB), bytes counted",
+        "krabka-batches-seq",
+    ),
+    raw(
+        G_SEQ_RAW,
+        "raw read, 1 MiB, of the same segment files",
+        "raw-read-seq",
+    ),
+    case(
+        G_SEQ_RAW,
+        "raw read, 1 MiB + CRC-32C per batch, nothing decoded",
+        "raw-read-seq-crc",
+    ),
+    krabka(G_SEQ, "krabka read(seq, 1 MiB worth)", "krabka-read-seq"),
+    case(
+        G_SEQ,
+        "krabka read_batches(seq, 1 MiB) + records()",
+        "krabka-batches-records",
+    ),
+    case(G_SEQ, "commitlog read(off, 1 MiB)", "commitlog-read-seq"),
+    case(G_SEQ, "okaywal recovery scan", "okaywal-read-seq"),
+    raw(
+        G_SEQ,
+        "raw read, 1 MiB, of krabka's segment files",
+        "raw-read-seq",
+    ),
+    krabka(G_RANDOM, "krabka read(seq, 1)", "krabka-read-random"),
+    case(
+        G_RANDOM,
+        "krabka read(seq, 1), index_interval_bytes 1",
+        "krabka-read-random-dense",
+    ),
+    case(
+        G_RANDOM,
+        "commitlog read(off, 1 record)",
+        "commitlog-read-random",
+    ),
+    case(G_RANDOM, "okaywal read_at", "okaywal-read-random"),
+    raw(
+        G_RANDOM,
+        "raw pread of the record's whole batch, position known",
+        "raw-read-random-batch",
+    ),
+    case(
+        G_RANDOM,
+        "raw pread of the bare value (a file of values)",
+        "raw-read-random",
+    ),
+    krabka(
+        G_RANDOM1,
+        "krabka read(seq, 1)",
+        "krabka-read-random-single",
+    ),
+    case(
+        G_RANDOM1,
+        "krabka read(seq, 1), index_interval_bytes 1",
+        "krabka-read-random-single-dense",
+    ),
+    case(
+        G_RANDOM1,
+        "commitlog read(off, 1 record)",
+        "commitlog-read-random",
+    ),
+    raw(
+        G_RANDOM1,
+        "raw pread of the record's batch, position known",
+        "raw-read-random-single",
+    ),
+];

@@ -1,0 +1,479 @@
+//! The storage targets: each a ratio of a case against its floor (a baseline measured in the
+//! same run), and the table and chart of them across value sizes.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use super::chart::{self, ChartGroup};
+use crate::report::Measurement;
+
+/// What a target's ratio compares.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Metric {
+    /// Payload MB/s of the case over the baseline's.
+    Throughput,
+    /// Median op latency of the case over the baseline's.
+    P50,
+    /// Bytes the case's log takes on disk over its payload bytes (no baseline row).
+    DiskPerPayload,
+}
+
+/// What a ratio must be to meet its target.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Goal {
+    /// At least this much.
+    AtLeast(f64),
+    /// At most this much.
+    AtMost(f64),
+    /// No target: a diagnostic row that explains the others.
+    Info,
+}
+
+impl Goal {
+    /// Whether `ratio` meets the goal (`None` for an info row).
+    pub fn met(self, ratio: f64) -> Option<bool> {
+        match self {
+            Goal::AtLeast(t) => Some(ratio >= t),
+            Goal::AtMost(t) => Some(ratio <= t),
+            Goal::Info => None,
+        }
+    }
+
+    /// The goal's threshold (`None` for an info row).
+    pub fn threshold(self) -> Option<f64> {
+        match self {
+            Goal::AtLeast(t) | Goal::AtMost(t) => Some(t),
+            Goal::Info => None,
+        }
+    }
+
+    /// `"≥ 0.90×"`, `"≤ 2.00×"` or `"-"`.
+    pub fn describe(self) -> String {
+        match self {
+            Goal::AtLeast(t) => format!("≥ {t:.2}×"),
+            Goal::AtMost(t) => format!("≤ {t:.2}×"),
+            Goal::Info => "-".to_owned(),
+        }
+    }
+}
+
+/// One target row.
+pub struct Target {
+    /// What is compared with what.
+    pub label: &'static str,
+    /// The case measured.
+    pub case: &'static str,
+    /// The floor it is measured against (`None` for [`Metric::DiskPerPayload`]).
+    pub baseline: Option<&'static str>,
+    /// The ratio taken.
+    pub metric: Metric,
+    /// What the ratio must be.
+    pub goal: Goal,
+    /// The value sizes the goal applies to (the ratio is shown at the others too).
+    pub sizes: &'static [usize],
+}
+
+const ALL: &[usize] = &[100, 1024, 16 << 10];
+const SMALL: &[usize] = &[100, 1024];
+
+const fn target(
+    label: &'static str,
+    case: &'static str,
+    baseline: &'static str,
+    metric: Metric,
+    goal: Goal,
+    sizes: &'static [usize],
+) -> Target {
+    Target {
+        label,
+        case,
+        baseline: Some(baseline),
+        metric,
+        goal,
+        sizes,
+    }
+}
+
+const fn disk(
+    label: &'static str,
+    case: &'static str,
+    goal: Goal,
+    sizes: &'static [usize],
+) -> Target {
+    Target {
+        label,
+        case,
+        baseline: None,
+        metric: Metric::DiskPerPayload,
+        goal,
+        sizes,
+    }
+}
+
+use Goal::{AtLeast, AtMost, Info};
+use Metric::{P50, Throughput};
+
+/// Every target and diagnostic row, in print order.
+pub const TARGETS: &[Target] = &[
+    target(
+        "append_batch of 100, no sync / raw write of the 100 values",
+        "krabka-batch",
+        "raw-batch",
+        Throughput,
+        AtLeast(0.9),
+        ALL,
+    ),
+    target(
+        "floor: raw write of 100 + one CRC-32C of them / raw write of 100",
+        "raw-batch-crc",
+        "raw-batch",
+        Throughput,
+        Info,
+        ALL,
+    ),
+    target(
+        "append_raw_batch of a producer's batch of 100 / raw write of the 100 values",
+        "krabka-raw-batch",
+        "raw-batch",
+        Throughput,
+        Info,
+        ALL,
+    ),
+    target(
+        "append of one record, no sync / raw write of its value",
+        "krabka-append",
+        "raw-write",
+        Throughput,
+        AtLeast(0.9),
+        ALL,
+    ),
+    target(
+        "floor: raw write of the record's batch of one / raw write of its value",
+        "raw-write-frame",
+        "raw-write",
+        Throughput,
+        Info,
+        ALL,
+    ),
+    target(
+        "sequential read_batches (1 MiB) / raw 1 MiB reads of the same segment files",
+        "krabka-batches-seq",
+        "raw-read-seq",
+        Throughput,
+        AtLeast(0.8),
+        ALL,
+    ),
+    target(
+        "floor: raw 1 MiB reads + CRC-32C per batch / raw 1 MiB reads",
+        "raw-read-seq-crc",
+        "raw-read-seq",
+        Throughput,
+        Info,
+        ALL,
+    ),
+    target(
+        "sequential Log::read (decoded) / commitlog read",
+        "krabka-read-seq",
+        "commitlog-read-seq",
+        Throughput,
+        AtLeast(1.5),
+        SMALL,
+    ),
+    target(
+        "sequential read_batches + records() / commitlog read",
+        "krabka-batches-records",
+        "commitlog-read-seq",
+        Throughput,
+        Info,
+        ALL,
+    ),
+    target(
+        "random point read, log of single appends / bare pread of the record's batch",
+        "krabka-read-random-single",
+        "raw-read-random-single",
+        Throughput,
+        AtLeast(0.8),
+        ALL,
+    ),
+    target(
+        "the same, index_interval_bytes 1 / bare pread of the record's batch",
+        "krabka-read-random-single-dense",
+        "raw-read-random-single",
+        Throughput,
+        Info,
+        ALL,
+    ),
+    target(
+        "random point read p50, log in batches of 100 / bare pread of the whole batch",
+        "krabka-read-random",
+        "raw-read-random-batch",
+        P50,
+        AtMost(2.0),
+        ALL,
+    ),
+    target(
+        "random point read, log in batches of 100 / commitlog",
+        "krabka-read-random",
+        "commitlog-read-random",
+        Throughput,
+        Info,
+        ALL,
+    ),
+    disk(
+        "bytes on disk / value bytes, batches of 100",
+        "krabka-batch",
+        AtMost(1.10),
+        &[100],
+    ),
+    disk(
+        "bytes on disk / value bytes, batches of 100, lz4 (incompressible values)",
+        "krabka-batch-lz4",
+        Info,
+        ALL,
+    ),
+    disk(
+        "bytes on disk / value bytes, batches of 100, zstd (incompressible values)",
+        "krabka-batch-zstd",
+        Info,
+        ALL,
+    ),
+];
+
+/// The results of one value size, by case id: one per round.
+pub type Results = HashMap<&'static str, Vec<Result<Measurement, String>>>;
+
+impl Target {
+    /// The target's ratio in one round's measurements, or `None` when a row it needs failed.
+    fn ratio_of(&self, m: &Measurement, base: Option<&Measurement>) -> Option<f64> {
+        let (num, den) = match (self.metric, base) {
+            (Metric::DiskPerPayload, _) => return m.disk_per_payload(),
+            (Metric::Throughput, Some(b)) => (m.mb_per_s(), b.mb_per_s()),
+            (Metric::P50, Some(b)) => (m.p50_ns as f64, b.p50_ns as f64),
+            (_, None) => return None,
+        };
+        (num > 0.0 && den > 0.0).then(|| num / den)
+    }
+
+    /// The target's ratio in each round (the case against its floor of the same round), or
+    /// `None` when a row it needs failed in any round.
+    pub fn ratios(&self, results: &Results) -> Option<Vec<f64>> {
+        let cases = results.get(self.case)?;
+        let bases = self.baseline.map(|b| results.get(b));
+        cases
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let m = m.as_ref().ok()?;
+                let base = match bases {
+                    Some(b) => Some(b?.get(i)?.as_ref().ok()?),
+                    None => None,
+                };
+                self.ratio_of(m, base)
+            })
+            .collect::<Option<Vec<f64>>>()
+            .filter(|r| !r.is_empty())
+    }
+
+    /// The median of [`ratios`](Self::ratios).
+    pub fn ratio(&self, results: &Results) -> Option<f64> {
+        self.ratios(results).map(|r| median(&r))
+    }
+}
+
+/// The median of `values` (not empty): the middle one, or the mean of the middle two.
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    match (
+        v.len() % 2,
+        v.get(mid),
+        mid.checked_sub(1).and_then(|i| v.get(i)),
+    ) {
+        (1, Some(m), _) => *m,
+        (_, Some(hi), Some(lo)) => (hi + lo) / 2.0,
+        _ => f64::NAN,
+    }
+}
+
+/// `"0.93x"`, or with more than one round `"0.93x [0.88–0.97]"`, with `digits` decimals.
+fn fmt_ratios(r: &[f64], digits: usize) -> String {
+    let m = median(r);
+    if r.len() < 2 {
+        return format!("{m:.digits$}x");
+    }
+    let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{m:.digits$}x [{lo:.digits$}–{hi:.digits$}]")
+}
+
+impl Metric {
+    /// Decimals a ratio of this metric is shown with: bytes on disk moves by the thousandth.
+    pub fn digits(self) -> usize {
+        match self {
+            Metric::DiskPerPayload => 3,
+            Metric::Throughput | Metric::P50 => 2,
+        }
+    }
+}
+
+fn size_label(value: usize) -> String {
+    if value >= 1024 && value.is_multiple_of(1024) {
+        format!("{} KiB", value / 1024)
+    } else {
+        format!("{value} B")
+    }
+}
+
+/// The targets as a Markdown table: one column per value size, a ratio in each (the median over
+/// the rounds, with their range; in parentheses where the goal does not apply to that size),
+/// and whether the median meets the goal.
+pub fn table(runs: &[(usize, Results)]) -> String {
+    let mut out = String::from("| target | goal |");
+    for (v, _) in runs {
+        let _ = write!(out, " {} |", size_label(*v));
+    }
+    out.push_str(" met? |\n| --- | --- |");
+    for _ in runs {
+        out.push_str(" ---: |");
+    }
+    out.push_str(" --- |\n");
+    for t in TARGETS {
+        let _ = write!(out, "| {} | {} |", t.label, t.goal.describe());
+        let mut missed = Vec::new();
+        let mut checked = 0;
+        for (v, results) in runs {
+            let applies = t.sizes.contains(v);
+            match t.ratios(results) {
+                Some(r) if applies => {
+                    let _ = write!(out, " {} |", fmt_ratios(&r, t.metric.digits()));
+                    checked += 1;
+                    if t.goal.met(median(&r)) == Some(false) {
+                        missed.push(size_label(*v));
+                    }
+                }
+                Some(r) => {
+                    let _ = write!(out, " ({}) |", fmt_ratios(&r, t.metric.digits()));
+                }
+                None => {
+                    out.push_str(" failed |");
+                    if applies && t.goal != Goal::Info {
+                        missed.push(format!("{} failed", size_label(*v)));
+                    }
+                }
+            }
+        }
+        let verdict = match t.goal {
+            Goal::Info => "-".to_owned(),
+            _ if checked == 0 && missed.is_empty() => "-".to_owned(),
+            _ if missed.is_empty() => "yes".to_owned(),
+            _ => format!("no: {}", missed.join(", ")),
+        };
+        let _ = writeln!(out, " {verdict} |");
+    }
+    out
+}
+
+/// The targets with a goal as an SVG bar chart: one group per target, one bar per value size
+/// the goal applies to, the goal as a dashed line.
+pub fn chart(title: &str, runs: &[(usize, Results)]) -> String {
+    let groups: Vec<ChartGroup> = TARGETS
+        .iter()
+        .filter(|t| t.goal != Goal::Info)
+        .map(|t| ChartGroup {
+            label: t.label.to_owned(),
+            digits: t.metric.digits(),
+            goal: t.goal,
+            bars: runs
+                .iter()
+                .filter(|(v, _)| t.sizes.contains(v))
+                .map(|(v, results)| (size_label(*v), t.ratio(results)))
+                .collect(),
+        })
+        .collect();
+    chart::svg(title, &groups)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(mb: u64, p50: u64, disk: u64) -> Measurement {
+        Measurement {
+            bytes: mb * 1_000_000,
+            records: 1,
+            secs: 1.0,
+            p50_ns: p50,
+            p99_ns: p50,
+            peak_rss_kib: 0,
+            disk_bytes: disk,
+        }
+    }
+
+    #[test]
+    fn ratios_follow_their_metric_and_goals_their_direction() {
+        let mut r = Results::new();
+        r.insert("krabka-batch", vec![Ok(m(90, 10, 99_000_000))]);
+        r.insert("raw-batch", vec![Ok(m(100, 5, 0))]);
+        r.insert("krabka-read-random", vec![Ok(m(1, 30, 0))]);
+        r.insert("raw-read-random-batch", vec![Ok(m(1, 10, 0))]);
+        let find = |case: &str, metric: Metric| {
+            TARGETS
+                .iter()
+                .find(|t| t.case == case && t.metric == metric)
+                .and_then(|t| t.ratio(&r))
+                .unwrap_or(f64::NAN)
+        };
+        assert!((find("krabka-batch", Throughput) - 0.9).abs() < 1e-9);
+        assert!((find("krabka-batch", Metric::DiskPerPayload) - 1.1).abs() < 1e-9);
+        assert!((find("krabka-read-random", P50) - 3.0).abs() < 1e-9);
+        assert_eq!(AtLeast(0.9).met(0.89), Some(false));
+        assert_eq!(AtMost(2.0).met(3.0), Some(false));
+        assert_eq!(Info.met(1.0), None);
+        let t = table(&[(100, r)]);
+        let line = |start: &str| t.lines().find(|l| l.starts_with(start)).unwrap_or("");
+        assert!(
+            line("| append_batch of 100").ends_with("| 0.90x | yes |"),
+            "{t}"
+        );
+        assert!(
+            line("| random point read p50").ends_with("| 3.00x | no: 100 B |"),
+            "{t}"
+        );
+        assert!(
+            line("| append of one record").ends_with("| failed | no: 100 B failed |"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn rounds_pair_a_case_with_its_floor_of_the_same_round() {
+        let mut r = Results::new();
+        r.insert(
+            "krabka-append",
+            vec![Ok(m(80, 1, 0)), Ok(m(100, 1, 0)), Ok(m(95, 1, 0))],
+        );
+        r.insert(
+            "raw-write",
+            vec![Ok(m(100, 1, 0)), Ok(m(100, 1, 0)), Ok(m(190, 1, 0))],
+        );
+        let t = TARGETS
+            .iter()
+            .find(|t| t.case == "krabka-append" && t.baseline == Some("raw-write"))
+            .map(|t| (t.ratios(&r), t.ratio(&r)));
+        let Some((Some(ratios), Some(median))) = t else {
+            panic!("no ratios: {t:?}");
+        };
+        assert_eq!(ratios.len(), 3);
+        assert!((median - 0.8).abs() < 1e-9, "{ratios:?}");
+        assert_eq!(fmt_ratios(&ratios, 2), "0.80x [0.50–1.00]");
+        assert_eq!(fmt_ratios(&[1.0, 2.0], 3), "1.500x [1.000–2.000]");
+        // A round that failed fails the target.
+        r.insert("raw-write", vec![Ok(m(100, 1, 0)), Err("x".into())]);
+        assert!(
+            TARGETS
+                .iter()
+                .all(|t| t.case != "krabka-append" || t.ratio(&r).is_none())
+        );
+    }
+}
