@@ -12,9 +12,9 @@ use std::sync::Arc;
 use common::*;
 use krabka_protocol::{Bytes, Message};
 use krabka_remote_fs::FsRemoteStorage;
-use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteLogSegmentState, layout};
+use krabka_remote_storage::{RemoteLogSegmentMetadata, layout};
 use krabka_storage::segment::{FRAME_HEADER_LEN, dump_frames};
-use krabka_tiering::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
+use krabka_tiering::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_tiering::{Error, TieredLog, TieringConfig};
 
 /// Records per `append_batch` call: each call is one batch (unless a segment roll splits it).
@@ -62,15 +62,7 @@ impl World {
     }
 
     fn finished(&self) -> Vec<RemoteLogSegmentMetadata> {
-        let mut list: Vec<_> = self
-            .rlmm
-            .list_remote_log_segments(&tp())
-            .unwrap()
-            .into_iter()
-            .filter(|m| m.state() == RemoteLogSegmentState::CopySegmentFinished)
-            .collect();
-        list.sort_by_key(|m| m.start_offset());
-        list
+        common::setup::finished(self.rlmm.as_ref())
     }
 
     fn log_object(&self, meta: &RemoteLogSegmentMetadata) -> std::path::PathBuf {

@@ -32,7 +32,8 @@ pub struct DumpedFrame {
 }
 
 impl DumpedFrame {
-    fn at(position: u64, rest: &[u8]) -> DumpedFrame {
+    /// The batch at `position` as far as its first bytes `rest` tell: seq and length.
+    pub(crate) fn at(position: u64, rest: &[u8]) -> DumpedFrame {
         DumpedFrame {
             position,
             frame_len: frame_len(rest).unwrap_or(rest.len()) as u64,

@@ -177,18 +177,8 @@ impl DumpFile {
         }
         let rest = self.len - self.pos;
         let head = self.bytes_at(rest.min(FRAME_HEADER_LEN as u64))?;
-        let mut out = DumpedFrame {
-            position: self.pos,
-            frame_len: rest,
-            seq: head
-                .get(..8)
-                .and_then(|s| <[u8; 8]>::try_from(s).ok())
-                .and_then(|b| u64::try_from(i64::from_be_bytes(b)).ok()),
-            last_seq: None,
-            crc_ok: false,
-            batch: None,
-            problem: None,
-        };
+        let mut out = DumpedFrame::at(self.pos, &head);
+        out.frame_len = rest;
         let total = frame_len(&head).map(|n| n as u64);
         match total {
             Some(n) if head.len() == FRAME_HEADER_LEN && n >= MIN_FRAME_LEN as u64 => {
