@@ -449,6 +449,23 @@ fn describe(segment: Option<&RemoteLogSegmentId>, seq: Option<u64>) -> String {
 }
 
 impl Error {
+    /// An I/O error on one of tiering's small checkpoint files at `path` while doing `what`:
+    /// [`Error::TooManyOpenFiles`] when it is descriptor exhaustion, else
+    /// [`Error::Checkpoint`].
+    pub(crate) fn checkpoint_io(path: &std::path::Path, what: &str, io: std::io::Error) -> Self {
+        if is_fd_exhaustion(&io) {
+            return Error::TooManyOpenFiles {
+                context: format!("{what} {}", path.display()),
+                limit: open_files_limit(),
+                source: io,
+            };
+        }
+        Error::Checkpoint {
+            path: path.to_path_buf(),
+            reason: format!("cannot {what}: {io}"),
+        }
+    }
+
     pub(crate) fn storage(context: impl Into<String>, source: krabka_storage::Error) -> Self {
         if let krabka_storage::Error::Io { source: io, path } = source {
             if is_fd_exhaustion(&io) {

@@ -68,7 +68,7 @@ pub fn read(dir: &Path) -> Result<Option<RangeInclusive<u64>>, Error> {
     let (text, too_long) = match line_file::read(&path) {
         Ok(Contents::Missing) => return Ok(None),
         Ok(Contents::Text(text, too_long)) => (text, too_long),
-        Err(e) => return Err(error(&path, format!("cannot read: {e}"))),
+        Err(e) => return Err(Error::checkpoint_io(&path, "read", e)),
     };
     line_file::parse(&text, too_long, false, parse_body)
         .map(Some)
@@ -84,8 +84,7 @@ pub fn read(dir: &Path) -> Result<Option<RangeInclusive<u64>>, Error> {
 pub(crate) fn write(dir: &Path, seqs: &RangeInclusive<u64>) -> Result<(), Error> {
     let path = path(dir);
     let tmp = dir.join(format!("{LOST_SEQS_FILE}.tmp"));
-    line_file::write(&path, &tmp, &body(seqs))
-        .map_err(|e| error(&path, format!("cannot write: {e}")))
+    line_file::write(&path, &tmp, &body(seqs)).map_err(|e| Error::checkpoint_io(&path, "write", e))
 }
 
 #[cfg(test)]

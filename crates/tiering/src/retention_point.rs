@@ -70,7 +70,7 @@ pub fn read(dir: &Path) -> Result<u64, Error> {
     let (text, too_long) = match line_file::read(&path) {
         Ok(Contents::Missing) => return Ok(0),
         Ok(Contents::Text(text, too_long)) => (text, too_long),
-        Err(e) => return Err(error(&path, format!("cannot read: {e}"))),
+        Err(e) => return Err(Error::checkpoint_io(&path, "read", e)),
     };
     // A line without a checksum is the format written before it, still read.
     line_file::parse(&text, too_long, true, parse_body).map_err(|why| {
@@ -144,7 +144,7 @@ pub(crate) fn write(dir: &Path, seq: u64) -> Result<(), Error> {
     let path = path(dir);
     let tmp = dir.join(format!("{RETENTION_POINT_FILE}{TMP_SUFFIX}"));
     line_file::write(&path, &tmp, &format!("{PREFIX}{seq}"))
-        .map_err(|e| error(&path, format!("cannot write: {e}")))
+        .map_err(|e| Error::checkpoint_io(&path, "write", e))
 }
 
 #[cfg(test)]
