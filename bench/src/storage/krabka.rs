@@ -73,8 +73,13 @@ fn append_batches(dir: &Path, p: &Params, compression: Compression) -> Result<Me
             ..krabka_options(SyncPolicy::Never)
         },
     )?;
+    // The caller's messages exist before the call, as the raw case's values do: built once,
+    // each call gives them the timestamps of their seqs.
+    let mut b = distinct_batch_of(&p.values, p.vlen, 0);
     let m = timed(p.nb, BATCH as u64, p.vlen, |i| {
-        let b = distinct_batch_of(&p.values, p.vlen, i * BATCH as u64);
+        for (j, m) in b.iter_mut().enumerate() {
+            m.timestamp = (i * BATCH as u64 + j as u64) as i64;
+        }
         Ok(log.append_batch(&b).map(drop)?)
     })?;
     log.roll()?;
@@ -146,8 +151,13 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
     } = *p;
     match id {
         "krabka-append" => {
+            // One message, built before the timer (the raw case's value is too), restamped.
             let log = krabka_log(dir, SyncPolicy::Never)?;
-            timed(n, 1, vlen, |i| Ok(log.append(&message(v, i)).map(drop)?))
+            let mut m = message(v, 0);
+            timed(n, 1, vlen, |i| {
+                m.timestamp = i as i64;
+                Ok(log.append(&m).map(drop)?)
+            })
         }
         "krabka-batch" => append_batches(dir, p, Compression::None),
         "krabka-batch-lz4" => append_batches(dir, p, Compression::Lz4),

@@ -12,6 +12,12 @@ use super::{
 pub(crate) const CRC_AT: usize = 17;
 /// Byte position of the attributes, where the CRC's coverage starts.
 pub(crate) const ATTRIBUTES_AT: usize = 21;
+/// Byte position of `lastOffsetDelta`.
+pub(crate) const LAST_OFFSET_DELTA_AT: usize = 23;
+/// Byte position of `maxTimestamp`.
+pub(crate) const MAX_TIMESTAMP_AT: usize = 35;
+/// Byte position of `recordCount`.
+pub(crate) const RECORD_COUNT_AT: usize = 57;
 
 /// Encodes `records` as one v2 record batch, byte for byte as Kafka lays it out.
 ///

@@ -1,7 +1,9 @@
 //! [`Message`]s as the records of a batch: the encoder the log's appends use, and the exact
 //! conversion back.
 
-use super::encode::{ATTRIBUTES_AT, CRC_AT};
+use super::encode::{
+    ATTRIBUTES_AT, CRC_AT, LAST_OFFSET_DELTA_AT, MAX_TIMESTAMP_AT, RECORD_COUNT_AT,
+};
 use super::varint::{put_varint, put_varlong};
 use super::{
     BatchError, Compression, HEADER_LEN, LOG_OVERHEAD, MAGIC, NO_PARTITION_LEADER_EPOCH,
@@ -10,6 +12,7 @@ use super::{
 use crate::{Header, Message};
 
 /// Bytes of a varint holding `v` (zigzag, then 7 bits a byte).
+#[inline]
 fn varint_len(v: i64) -> usize {
     let z = ((v << 1) ^ (v >> 63)) as u64;
     let bits = 64 - (z | 1).leading_zeros() as usize;
@@ -17,11 +20,13 @@ fn varint_len(v: i64) -> usize {
 }
 
 /// Bytes of a length-prefixed byte run of `len` bytes.
+#[inline]
 fn run_len(len: usize) -> usize {
     varint_len(i64::try_from(len).unwrap_or(i64::MAX)) + len
 }
 
 /// Bytes of a record's body (after its length varint).
+#[inline]
 fn body_len(msg: &Message, timestamp_delta: i64, offset_delta: i32) -> usize {
     let mut n = 1 + varint_len(timestamp_delta) + varint_len(i64::from(offset_delta));
     n += msg.key.as_ref().map_or(1, |k| run_len(k.len()));
@@ -48,6 +53,7 @@ pub fn record_size(msg: &Message, timestamp_delta: i64, offset_delta: i32) -> us
     varint_len(i64::try_from(body).unwrap_or(i64::MAX)) + body
 }
 
+#[inline]
 fn put_run(
     out: &mut Vec<u8>,
     bytes: &[u8],
@@ -60,14 +66,15 @@ fn put_run(
     Ok(())
 }
 
+/// Appends one record whose body (after its length varint) is `body` bytes long.
 fn put_record(
     out: &mut Vec<u8>,
     msg: &Message,
+    body: usize,
     timestamp_delta: i64,
     offset_delta: i32,
     index: usize,
 ) -> Result<(), BatchError> {
-    let body = body_len(msg, timestamp_delta, offset_delta);
     let len = i32::try_from(body).map_err(|_| BatchError::Encode {
         field: "length",
         index,
@@ -91,6 +98,46 @@ fn put_record(
         put_run(out, &h.value, "headerValueLength", index)?;
     }
     Ok(())
+}
+
+/// Bytes reserved up front for a batch's records: a guess from the first record's size, never
+/// more than `max_bytes` or 16 MiB (the buffer grows past a wrong guess).
+fn records_guess(first_size: usize, count: usize, max_bytes: usize) -> usize {
+    first_size
+        .saturating_mul(count)
+        .min(max_bytes)
+        .min(16 << 20)
+}
+
+/// Appends the records of `msgs` to `out`, in one pass, as long as they stay within
+/// `max_bytes` (at least one is taken) and their timestamp deltas from `base_timestamp` hold
+/// in a varlong; returns how many it took and their largest timestamp.
+fn put_records(
+    out: &mut Vec<u8>,
+    msgs: &[Message],
+    base_timestamp: i64,
+    max_bytes: usize,
+) -> Result<(usize, i64), BatchError> {
+    let begin = out.len();
+    let mut max_timestamp = base_timestamp;
+    let mut taken = 0usize;
+    for (i, msg) in msgs.iter().enumerate() {
+        let Ok(delta) = i32::try_from(i) else { break };
+        let Some(ts_delta) = msg.timestamp.checked_sub(base_timestamp) else {
+            break;
+        };
+        let body = body_len(msg, ts_delta, delta);
+        let size = varint_len(i64::try_from(body).unwrap_or(i64::MAX)) + body;
+        if i == 0 {
+            out.reserve(records_guess(size, msgs.len(), max_bytes));
+        } else if (out.len() - begin).saturating_add(size) > max_bytes {
+            break;
+        }
+        put_record(out, msg, body, ts_delta, delta, i)?;
+        max_timestamp = max_timestamp.max(msg.timestamp);
+        taken += 1;
+    }
+    Ok((taken, max_timestamp))
 }
 
 /// Appends to `out` one v2 batch at `base_offset` holding the first messages of `msgs`, and
@@ -134,78 +181,58 @@ pub fn encode_messages(
         return Ok(0);
     };
     let base_timestamp = first.timestamp;
-    // How many records fit, and the size of their section.
-    let mut taken = 0usize;
-    let mut records_len = 0usize;
-    let mut max_timestamp = base_timestamp;
-    for (i, msg) in msgs.iter().enumerate() {
-        let Ok(delta) = i32::try_from(i) else { break };
-        let Some(ts_delta) = msg.timestamp.checked_sub(base_timestamp) else {
-            break;
-        };
-        let size = record_size(msg, ts_delta, delta);
-        if taken > 0 && records_len.saturating_add(size) > max_bytes {
-            break;
-        }
-        records_len = records_len.saturating_add(size);
-        max_timestamp = max_timestamp.max(msg.timestamp);
-        taken += 1;
-    }
-    let count = i32::try_from(taken).map_err(|_| BatchError::Encode {
-        field: "recordCount",
-        index: taken,
-    })?;
-    base_offset
-        .checked_add(i64::from(count - 1))
-        .ok_or(BatchError::Encode {
-            field: "baseOffset",
-            index: taken,
-        })?;
     let start = out.len();
     let result = (|| {
-        out.reserve(HEADER_LEN + records_len);
+        // The header, with the fields that depend on the records taken patched in after them.
+        out.reserve(HEADER_LEN);
         out.extend_from_slice(&base_offset.to_be_bytes());
-        out.extend_from_slice(&[0; 4]); // batchLength, once the records are in.
+        out.extend_from_slice(&[0; 4]); // batchLength
         out.extend_from_slice(&NO_PARTITION_LEADER_EPOCH.to_be_bytes());
         out.extend_from_slice(&MAGIC.to_be_bytes());
-        out.extend_from_slice(&[0; 4]); // The CRC, once the rest is written.
+        out.extend_from_slice(&[0; 4]); // crc
         out.extend_from_slice(&i16::from(compression.code()).to_be_bytes());
-        out.extend_from_slice(&(count - 1).to_be_bytes());
+        out.extend_from_slice(&[0; 4]); // lastOffsetDelta
         out.extend_from_slice(&base_timestamp.to_be_bytes());
-        out.extend_from_slice(&max_timestamp.to_be_bytes());
+        out.extend_from_slice(&[0; 8]); // maxTimestamp
         out.extend_from_slice(&NO_PRODUCER_ID.to_be_bytes());
         out.extend_from_slice(&NO_PRODUCER_EPOCH.to_be_bytes());
         out.extend_from_slice(&NO_SEQUENCE.to_be_bytes());
-        out.extend_from_slice(&count.to_be_bytes());
-        let records = |buf: &mut Vec<u8>| -> Result<(), BatchError> {
-            for (i, msg) in msgs.iter().take(taken).enumerate() {
-                let delta = i32::try_from(i).unwrap_or(i32::MAX);
-                put_record(
-                    buf,
-                    msg,
-                    msg.timestamp.wrapping_sub(base_timestamp),
-                    delta,
-                    i,
-                )?;
-            }
-            Ok(())
-        };
-        if compression == Compression::None {
-            records(out)?;
+        out.extend_from_slice(&[0; 4]); // recordCount
+        let (taken, max_timestamp) = if compression == Compression::None {
+            put_records(out, msgs, base_timestamp, max_bytes)?
         } else {
-            let mut plain = Vec::with_capacity(records_len);
-            records(&mut plain)?;
-            let packed = codec::compress(compression, &plain)?;
-            out.extend_from_slice(&packed);
-        }
-        let size = out.len() - start;
-        let batch_length = i32::try_from(size - LOG_OVERHEAD).map_err(|_| BatchError::Encode {
-            field: "batchLength",
+            let mut plain = Vec::new();
+            let put = put_records(&mut plain, msgs, base_timestamp, max_bytes)?;
+            out.extend_from_slice(&codec::compress(compression, &plain)?);
+            put
+        };
+        let count = i32::try_from(taken).map_err(|_| BatchError::Encode {
+            field: "recordCount",
             index: taken,
         })?;
-        if let Some(slot) = out.get_mut(start + 8..start + 12) {
-            slot.copy_from_slice(&batch_length.to_be_bytes());
-        }
+        base_offset
+            .checked_add(i64::from(count - 1))
+            .ok_or(BatchError::Encode {
+                field: "baseOffset",
+                index: taken,
+            })?;
+        let batch_length =
+            i32::try_from(out.len() - start - LOG_OVERHEAD).map_err(|_| BatchError::Encode {
+                field: "batchLength",
+                index: taken,
+            })?;
+        let header = out
+            .get_mut(start..start + HEADER_LEN)
+            .ok_or(BatchError::Encode {
+                field: "batchLength",
+                index: taken,
+            })?;
+        header[8..12].copy_from_slice(&batch_length.to_be_bytes());
+        header[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4]
+            .copy_from_slice(&(count - 1).to_be_bytes());
+        header[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8]
+            .copy_from_slice(&max_timestamp.to_be_bytes());
+        header[RECORD_COUNT_AT..RECORD_COUNT_AT + 4].copy_from_slice(&count.to_be_bytes());
         let crc = crc32c::crc32c(out.get(start + ATTRIBUTES_AT..).unwrap_or_default());
         if let Some(slot) = out.get_mut(start + CRC_AT..start + ATTRIBUTES_AT) {
             slot.copy_from_slice(&crc.to_be_bytes());

@@ -73,7 +73,9 @@ pub use encode::encode_batch;
 pub use error::BatchError;
 pub use messages::{encode_messages, record_size};
 pub use records::{RecordIter, RecordRef};
-pub use view::{BatchHeader, BatchView, set_base_offset, set_partition_leader_epoch};
+pub use view::{
+    BatchHeader, BatchView, max_timestamp_of, set_base_offset, set_partition_leader_epoch,
+};
 
 /// The magic byte of a v2 record batch.
 pub const MAGIC: i8 = 2;

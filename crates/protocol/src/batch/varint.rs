@@ -45,6 +45,8 @@ pub(crate) fn read_varlong(buf: &[u8], at: usize) -> Result<(i64, usize), BatchE
     Ok((((raw >> 1) as i64) ^ -((raw & 1) as i64), next))
 }
 
+/// Appends `v` as unsigned LEB128.
+#[inline]
 fn put_unsigned(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8 & 0x7f) | 0x80);
@@ -54,11 +56,13 @@ fn put_unsigned(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// Appends a varint.
+#[inline]
 pub(crate) fn put_varint(out: &mut Vec<u8>, v: i32) {
     put_unsigned(out, u64::from(((v << 1) ^ (v >> 31)) as u32));
 }
 
 /// Appends a varlong.
+#[inline]
 pub(crate) fn put_varlong(out: &mut Vec<u8>, v: i64) {
     put_unsigned(out, ((v << 1) ^ (v >> 63)) as u64);
 }

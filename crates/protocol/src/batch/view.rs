@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::encode::{ATTRIBUTES_AT, CRC_AT};
+use super::encode::{ATTRIBUTES_AT, CRC_AT, MAX_TIMESTAMP_AT};
 use super::records::RecordIter;
 use super::{
     ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_LOG_APPEND_TIME,
@@ -284,6 +284,31 @@ pub fn set_base_offset(buf: &mut [u8], base_offset: i64) -> Result<(), BatchErro
 /// As [`set_base_offset`].
 pub fn set_partition_leader_epoch(buf: &mut [u8], epoch: i32) -> Result<(), BatchError> {
     write_at(buf, LEADER_EPOCH_AT, &epoch.to_be_bytes())
+}
+
+/// The `maxTimestamp` of the batch header at the start of `buf`, read without checking the
+/// batch (its CRC, its records): for a batch this process just encoded, say.
+///
+/// ```
+/// use krabka_protocol::batch::{encode_batch, max_timestamp_of, BatchSpec, RecordSpec};
+///
+/// let bytes = encode_batch(&BatchSpec::new(0), &[RecordSpec::new(7, "a"), RecordSpec::new(5, "b")])?;
+/// assert_eq!(max_timestamp_of(&bytes)?, 7);
+/// # Ok::<(), krabka_protocol::batch::BatchError>(())
+/// ```
+///
+/// # Errors
+/// [`BatchError::BadMagic`] or [`BatchError::Truncated`] when `buf` does not start with a v2
+/// batch header.
+pub fn max_timestamp_of(buf: &[u8]) -> Result<i64, BatchError> {
+    check_header(buf)?;
+    buf.get(MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(i64::from_be_bytes)
+        .ok_or(BatchError::Truncated {
+            needed: HEADER_LEN,
+            at: 0,
+        })
 }
 
 fn write_at(buf: &mut [u8], at: usize, value: &[u8]) -> Result<(), BatchError> {

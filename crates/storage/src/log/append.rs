@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use krabka_protocol::Message;
 use krabka_protocol::batch::{
-    NO_PARTITION_LEADER_EPOCH, record_size, set_base_offset, set_partition_leader_epoch,
+    NO_PARTITION_LEADER_EPOCH, max_timestamp_of, record_size, set_base_offset,
+    set_partition_leader_epoch,
 };
 
 use super::{Inner, Seg, SegFile};
@@ -22,6 +23,20 @@ use crate::layout::{seg_file, write_indexes};
 use crate::segment::raw::RawBatchInfo;
 use crate::segment::{FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES, encode_frames, segment_paths};
 use crate::{Error, SyncPolicy};
+
+/// At least the bytes of `msg`'s batch of one ([`FRAME_HEADER_LEN`] + `record_size(msg, 0,
+/// 0)`), cheaper to compute: every varint counted at its largest (5 bytes, a varlong 10).
+fn size_bound(msg: &Message) -> u64 {
+    let headers: usize = msg
+        .headers
+        .iter()
+        .map(|h| 10 + h.key.len() + h.value.len())
+        .sum();
+    let key = msg.key.as_ref().map_or(0, |k| k.len());
+    // length, attributes, timestamp delta, offset delta, key length, value length, header count
+    let fields = 5 + 1 + 10 + 5 + 5 + 5 + 5;
+    (FRAME_HEADER_LEN + fields + key + msg.value.len() + headers) as u64
+}
 
 /// Counts an appender in [`Inner::writers`] while it lives.
 struct Writing<'a>(&'a AtomicUsize);
@@ -96,6 +111,9 @@ impl Inner {
         let ap = &mut *guard;
         // Check the whole batch first: nothing is written when one message is too large.
         for m in msgs {
+            if size_bound(m) <= self.opts.max_message_bytes {
+                continue;
+            }
             let size = (FRAME_HEADER_LEN + record_size(m, 0, 0)) as u64;
             if size > self.opts.max_message_bytes {
                 return Err(Error::MessageTooLarge {
@@ -150,10 +168,11 @@ impl Inner {
                     let _ = set_partition_leader_epoch(batch, ap.leader_epoch);
                 }
                 let len = (ap.buf.len() - at) as u64;
-                let batch_max = msgs[i..i + taken]
-                    .iter()
-                    .map(|m| m.timestamp)
-                    .max()
+                // The encoder's maxTimestamp: the largest of the records it took.
+                let batch_max = ap
+                    .buf
+                    .get(at..)
+                    .and_then(|b| max_timestamp_of(b).ok())
                     .unwrap_or(i64::MIN);
                 ap.builder.observe(seq, used, len, batch_max);
                 max_ts = max_ts.max(batch_max);
@@ -433,5 +452,37 @@ impl Inner {
             });
         }
         Ok(seq != ap.next_seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use krabka_protocol::Header;
+
+    #[test]
+    fn the_size_bound_is_never_below_the_batch_of_one() {
+        let big = vec![7u8; 70_000];
+        let cases = [
+            Message::new(""),
+            Message::new("v"),
+            Message::new(big.clone()).with_key(big.clone()),
+            Message {
+                timestamp: i64::MIN,
+                key: Some(big.clone().into()),
+                value: big.clone().into(),
+                headers: (0..300)
+                    .map(|i| Header {
+                        key: "k".repeat(i),
+                        value: big[..i * 200].to_vec().into(),
+                    })
+                    .collect(),
+            },
+        ];
+        for m in &cases {
+            let exact = (FRAME_HEADER_LEN + record_size(m, 0, 0)) as u64;
+            assert!(size_bound(m) >= exact, "{} < {exact}", size_bound(m));
+            assert!(size_bound(m) <= exact + 64 + 10 * m.headers.len() as u64);
+        }
     }
 }

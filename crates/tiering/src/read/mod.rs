@@ -5,31 +5,34 @@
 //! A segment is a run of record batches; an index or chunk-map entry names a batch by its
 //! first seq and position, and a record inside a batch is found by decoding the batch. A batch
 //! cut by a chunk boundary is joined with the chunks after it before it is decoded.
+//!
+//! `fetch.rs` is the fetch path (chunks through the cache, single-flight, read-ahead) and the
+//! walk over a segment's bytes that both the decoded read here and the timestamp search
+//! (`time.rs`, which reads batches as stored, never as messages) step along.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use krabka_remote_storage::{IndexType, LOG_SUFFIX, RemoteLogSegmentMetadata, layout};
 use krabka_storage::Record;
-use krabka_storage::segment::{
-    DecodedRecords, MAX_BATCH_RECORD_BYTES, decode_records_at, decode_records_skipping, frame_len,
-};
+use krabka_storage::segment::{DecodedRecords, decode_records_at, decode_records_skipping};
 
 use std::sync::Arc;
 
 use krabka_remote_storage::metadata::RemoteLogMetadataManager;
 use krabka_remote_storage::{RemoteStorageManager, TopicIdPartition};
 
-use crate::cache::{FetchError, Part, RemoteReadCache};
+use crate::cache::{Part, RemoteReadCache};
 use crate::config::TieringConfig;
 use crate::error::Error;
-use crate::stats::{Counters, bump};
-use crate::tiered::chunkmap::{self, backend_view};
+use crate::stats::Counters;
+use crate::tiered::chunkmap;
 use crate::tiered::hints;
 use crate::tiered::readahead::ReadAhead;
 
+mod fetch;
 mod index;
 mod time;
 
-use index::prefetched_index;
+use fetch::Walk;
 
 /// The key of a segment's object in the shared layout: its `.log` (`None`) or an index.
 pub(crate) fn object_key(meta: &RemoteLogSegmentMetadata, index: Option<IndexType>) -> String {
@@ -41,6 +44,23 @@ pub(crate) fn object_key(meta: &RemoteLogSegmentMetadata, index: Option<IndexTyp
         let suffix = index.map_or(LOG_SUFFIX, IndexType::suffix);
         format!("{}{suffix}", meta.remote_log_segment_id())
     })
+}
+
+/// [`Error::CorruptRemote`] for the segment's `.log` object, met while reading (or searching)
+/// from `seq`.
+fn log_corrupt(
+    meta: &RemoteLogSegmentMetadata,
+    seq: u64,
+    position: Option<u64>,
+    reason: String,
+) -> Error {
+    Error::CorruptRemote {
+        segment: Box::new(meta.remote_log_segment_id().clone()),
+        object: object_key(meta, None),
+        position,
+        seq,
+        reason,
+    }
 }
 
 /// The byte position and reason of a storage decoding error (positions relative to the
@@ -76,25 +96,10 @@ struct RemoteRead<'a> {
     out: Vec<Record>,
 }
 
-/// How much of the next chunk a read that starts afresh fetches with its first chunk (at most a
-/// chunk; 6 % more bytes on the default 1 MiB chunk): a point read of a record that crosses the
-/// chunk boundary then costs one request, not two.
-pub(crate) const RUN_ON_BYTES: u64 = 64 << 10;
-
-/// Bytes reserved at once, past the carry, for joining the chunks of a batch cut by a chunk
-/// boundary: room for a batch of [`MAX_BATCH_RECORD_BYTES`] of records.
-const INITIAL_JOIN_ROOM: usize = MAX_BATCH_RECORD_BYTES + (64 << 10);
-
 impl RemoteRead<'_> {
     /// [`Error::CorruptRemote`] for the segment's `.log` object.
     fn corrupt(&self, position: Option<u64>, reason: String) -> Error {
-        Error::CorruptRemote {
-            segment: Box::new(self.meta.remote_log_segment_id().clone()),
-            object: object_key(self.meta, None),
-            position,
-            seq: self.seq,
-            reason,
-        }
+        log_corrupt(self.meta, self.seq, position, reason)
     }
 
     /// Checks decoded records (the first record is the seq asked for, none lies past the
@@ -255,41 +260,12 @@ impl RemoteReader<'_> {
             seq,
             out: Vec::new(),
         };
-        let size = meta.segment_size_in_bytes();
-        let segment = meta.remote_log_segment_id().id();
         let (mut expect, start) = at;
-        if start >= size {
-            return Err(read.corrupt(
-                None,
-                format!("offset index points at byte {start} of a {size}-byte segment"),
-            ));
-        }
-        let chunk = u64::from(self.config.chunk_bytes);
-        // Undecoded bytes carried over from the previous chunk (a batch cut by the boundary).
-        let mut carry = Bytes::new();
-        let mut pos = start;
-        // A read continuing an earlier one, or crossing a chunk boundary, is sequential: the
-        // next chunks are fetched ahead while this one is decoded.
-        let mut sequential = self.readahead.continues(seq);
-        while read.out.len() < max && pos < size {
-            if sequential && self.config.prefetch {
-                let next = || self.next_remote(meta);
-                self.readahead.schedule(
-                    self.rsm,
-                    self.cache,
-                    meta,
-                    seq,
-                    pos / chunk,
-                    chunk,
-                    next,
-                    prefetched_index,
-                );
-            }
-            let buf_start = pos - carry.len() as u64;
-            // A point read, or one that does not continue another, fetches its chunk with a
-            // little of the next one, so that a batch crossing the boundary costs no second
-            // request.
-            let (buf, boundary) = self.bytes_from(&read, pos, &carry, max == 1 || !sequential)?;
+        let mut walk = Walk::new(self, meta, seq, start, max == 1)?;
+        while read.out.len() < max {
+            let Some((buf, buf_start)) = walk.next()? else {
+                break;
+            };
             // The bytes start at the batch starting with `expect` (the index entry's seq, then
             // the seq after the last decoded batch), and seqs are contiguous from there.
             let want = max - read.out.len();
@@ -313,33 +289,22 @@ impl RemoteReader<'_> {
             }
             let done = decoded.next_seq.is_some_and(|s| s > meta.end_offset());
             read.accept(decoded.records)?;
-            // Go on after the last batch decoded: from there when it is past the chunk
-            // boundary (bytes fetched with the chunk ran on), else from the boundary, carrying
-            // the undecoded bytes before it. (A batch `max` stopped inside is not consumed,
-            // but the read is then complete.)
-            let consumed = decoded.consumed.min(buf.len());
-            let next = buf_start + consumed as u64;
-            if next >= boundary {
-                pos = next;
-                carry = Bytes::new();
-            } else {
-                pos = boundary;
-                let cut =
-                    usize::try_from(boundary - buf_start).map_or(buf.len(), |c| c.min(buf.len()));
-                carry = buf.slice(consumed..cut.max(consumed));
-            }
+            // Go on after the last batch decoded. (A batch `max` stopped inside is not
+            // consumed, but the read is then complete.)
+            walk.advance(&buf, buf_start, decoded.consumed);
             if done {
                 break;
             }
-            sequential = true;
         }
         if read.out.is_empty() && max > 0 {
+            let size = meta.segment_size_in_bytes();
             return Err(read.corrupt(
                 Some(start),
                 format!("no record at or after seq {seq} in {size} bytes (from byte {start})"),
             ));
         }
         if let Some(last) = read.out.last() {
+            let segment = meta.remote_log_segment_id().id();
             self.readahead.record(segment, seq, last.seq + 1);
         }
         Ok(read.out)
@@ -393,164 +358,5 @@ impl RemoteReader<'_> {
         if !found.is_empty() {
             self.cache.lru().insert(key, found);
         }
-    }
-
-    /// The segment's bytes from `pos` on, after the `carry` left undecoded before `pos`, and
-    /// the segment position where the chunks they come from end (bytes past it were fetched
-    /// as the run-on of the last chunk). Without a carry that is the rest of the chunk holding
-    /// `pos`; with one (`pos` is then a chunk boundary), chunks are joined until they complete
-    /// the batch the carry starts (its length read from its header; one chunk when the carry
-    /// is too short to tell), so a batch spanning many chunks is joined once, not once per
-    /// chunk. The join never reaches past the segment's end, whatever the length says.
-    fn bytes_from(
-        &self,
-        read: &RemoteRead<'_>,
-        pos: u64,
-        carry: &Bytes,
-        run_on: bool,
-    ) -> Result<(Bytes, u64), Error> {
-        let chunk = u64::from(self.config.chunk_bytes);
-        let size = read.meta.segment_size_in_bytes();
-        // The bytes of the chunk holding `at`, from `at`, and the chunk's end.
-        let from_chunk = |at: u64| -> Result<(Bytes, u64), Error> {
-            let n = at / chunk;
-            let data = self.remote_chunk(read.meta, n, read.seq, run_on)?;
-            let offset = usize::try_from(at - n * chunk).unwrap_or(usize::MAX);
-            let fresh = data.get(offset..).ok_or_else(|| {
-                read.corrupt(Some(at), format!("chunk {n} is shorter than expected"))
-            })?;
-            Ok((data.slice_ref(fresh), (n + 1) * chunk))
-        };
-        if carry.is_empty() {
-            return from_chunk(pos);
-        }
-        let rest = usize::try_from(size.saturating_sub(pos)).unwrap_or(usize::MAX);
-        let need = frame_len(carry)
-            .unwrap_or(0)
-            .min(carry.len().saturating_add(rest));
-        // Room for a batch as large as krabka writes them at once; a length field claiming
-        // more (damage) grows the buffer only as bytes arrive.
-        let room = need.min(carry.len().saturating_add(INITIAL_JOIN_ROOM));
-        let mut joined = BytesMut::with_capacity(room.max(carry.len() + 1));
-        joined.extend_from_slice(carry);
-        let mut at = pos;
-        loop {
-            let (fresh, boundary) = from_chunk(at)?;
-            let in_chunk = usize::try_from(boundary - at).unwrap_or(usize::MAX);
-            if joined.len().saturating_add(in_chunk) >= need || boundary >= size {
-                // The last chunk joined: with its run-on bytes.
-                joined.extend_from_slice(&fresh);
-                return Ok((joined.freeze(), boundary));
-            }
-            let Some(body) = fresh.get(..in_chunk) else {
-                return Err(read.corrupt(
-                    Some(at),
-                    format!("chunk {} is shorter than expected", at / chunk),
-                ));
-            };
-            joined.extend_from_slice(body);
-            at = boundary;
-        }
-    }
-
-    /// Entry `part` of a segment from the cache, or fetched by `fetch` and cached: the one path
-    /// of every remote fetch a read makes. Single-flight with the other readers and the
-    /// read-ahead: a fetch of the same entry in progress is waited for, at most
-    /// [`TieringConfig::fetch_deadline`](crate::TieringConfig::fetch_deadline)
-    /// ([`Error::FetchWaitExceeded`] past it), and its result taken; when it failed, `fetch`
-    /// runs here and reports its own error. `fetch` returns only checked bytes.
-    fn single_flight(
-        &self,
-        meta: &RemoteLogSegmentMetadata,
-        part: Part,
-        seq: u64,
-        fetch: impl FnOnce() -> Result<Bytes, Error>,
-    ) -> Result<Bytes, Error> {
-        let id = meta.remote_log_segment_id();
-        let wait = self.config.fetch_deadline;
-        self.cache
-            .lru()
-            .get_or_fetch((id.id(), part), wait, fetch)
-            .map_err(|e| match e {
-                FetchError::Fetch(e) => e,
-                FetchError::WaitTimedOut(waited) => Error::FetchWaitExceeded {
-                    segment: Box::new(id.clone()),
-                    object: object_key(meta, part.index_type()),
-                    seq,
-                    waited,
-                },
-            })
-    }
-
-    /// The remote segment after `meta` (starting right after it) when a read would go on to
-    /// read it from the remote tier.
-    fn next_remote(&self, meta: &RemoteLogSegmentMetadata) -> Option<RemoteLogSegmentMetadata> {
-        let seq = meta.end_offset().checked_add(1)?;
-        if seq >= self.remote_below {
-            return None;
-        }
-        self.rlmm
-            .remote_log_segment_metadata(self.tp, seq)
-            .ok()
-            .flatten()
-            .filter(|m| m.start_offset() == seq)
-    }
-
-    /// Chunk `n` of a segment, from the cache or fetched and cached, through
-    /// [`single_flight`](Self::single_flight) (a reader reaching a chunk the read-ahead is
-    /// fetching waits for it).
-    fn remote_chunk(
-        &self,
-        meta: &RemoteLogSegmentMetadata,
-        n: u64,
-        seq: u64,
-        run_on: bool,
-    ) -> Result<Bytes, Error> {
-        self.single_flight(meta, Part::Chunk(n), seq, || {
-            self.fetch_chunk(meta, n, seq, run_on)
-        })
-    }
-
-    /// Fetches chunk `n` of a segment, and with `run_on` also up to [`RUN_ON_BYTES`] of the
-    /// next one (the cached chunk is then that much longer). The bytes returned must be exactly
-    /// the range asked for: an object shorter than the metadata's size is
-    /// [`Error::CorruptRemote`].
-    fn fetch_chunk(
-        &self,
-        meta: &RemoteLogSegmentMetadata,
-        n: u64,
-        seq: u64,
-        run_on: bool,
-    ) -> Result<Bytes, Error> {
-        let id = meta.remote_log_segment_id();
-        let chunk = u64::from(self.config.chunk_bytes);
-        let size = meta.segment_size_in_bytes();
-        let start = n * chunk;
-        let extra = if run_on { RUN_ON_BYTES.min(chunk) } else { 0 };
-        let end = (start + chunk + extra).min(size);
-        let corrupt = |reason: String| Error::CorruptRemote {
-            segment: Box::new(id.clone()),
-            object: object_key(meta, None),
-            position: Some(start),
-            seq,
-            reason,
-        };
-        let (Ok(first), Ok(last)) = (u32::try_from(start), u32::try_from(end.saturating_sub(1)))
-        else {
-            return Err(corrupt(format!("chunk {n} lies beyond u32 positions")));
-        };
-        bump(&self.counters.fetch_log, 1);
-        let bytes = self
-            .rsm
-            .fetch_log_segment(&backend_view(meta), first, Some(last))
-            .map_err(|e| Error::remote("fetch_log_segment", id, Some(seq), e))?;
-        if bytes.len() as u64 != end - start {
-            return Err(corrupt(format!(
-                "fetching bytes {start}..{end} returned {} bytes: the object is shorter than \
-                 the segment's {size} bytes",
-                bytes.len()
-            )));
-        }
-        Ok(Bytes::from(bytes))
     }
 }

@@ -191,8 +191,9 @@ impl TieredLog {
     ///
     /// Finished remote segments below the local first seq are looked at oldest first: the
     /// first whose newest timestamp is `>= ts` is searched through its time index (fetched
-    /// once, validated and cached like the offset index) and the records from the seq it
-    /// gives. When no remote segment has such a record, the local log answers
+    /// once, validated and cached like the offset index), then its batches as stored from the
+    /// offset-index entry at the seq that gives (records a `Message` cannot hold included).
+    /// When no remote segment has such a record, the local log answers
     /// (`Log::seq_for_timestamp`). Remote costs: one listing of the remote segments, then for
     /// the segment searched one time-index fetch and the reads of one index interval (cached).
     ///
