@@ -91,7 +91,7 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
             // batch's bytes, computed before the write as a batch writer must.
             let mut f = raw_file(dir, "raw")?;
             timed(nb, BATCH as u64, vlen, |_| {
-                std::hint::black_box(crc32c::crc32c(values));
+                std::hint::black_box(krabka_protocol::batch::crc32c(values));
                 Ok(f.write_all(values)?)
             })
         }
@@ -195,7 +195,7 @@ fn read_segments_checked(segs: &Segments, vlen: usize) -> Result<Measurement> {
                 let Some(body) = chunk.get(at + 21..at + len) else {
                     break;
                 };
-                if crc32c::crc32c(body) != stored {
+                if krabka_protocol::batch::crc32c(body) != stored {
                     return Err(format!("CRC mismatch at byte {}", pos + at as u64).into());
                 }
                 batches += 1;

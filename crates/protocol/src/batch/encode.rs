@@ -105,7 +105,7 @@ pub fn encode_batch(spec: &BatchSpec, records: &[RecordSpec]) -> Result<Bytes, B
     out.extend_from_slice(&count.to_be_bytes());
     debug_assert_eq!(out.len(), HEADER_LEN);
     out.extend_from_slice(&payload);
-    let crc = crc32c::crc32c(out.get(ATTRIBUTES_AT..).unwrap_or_default());
+    let crc = super::crc32c(out.get(ATTRIBUTES_AT..).unwrap_or_default());
     if let Some(slot) = out.get_mut(CRC_AT..ATTRIBUTES_AT) {
         slot.copy_from_slice(&crc.to_be_bytes());
     }

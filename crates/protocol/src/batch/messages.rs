@@ -233,7 +233,7 @@ pub fn encode_messages(
         header[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8]
             .copy_from_slice(&max_timestamp.to_be_bytes());
         header[RECORD_COUNT_AT..RECORD_COUNT_AT + 4].copy_from_slice(&count.to_be_bytes());
-        let crc = crc32c::crc32c(out.get(start + ATTRIBUTES_AT..).unwrap_or_default());
+        let crc = super::crc32c(out.get(start + ATTRIBUTES_AT..).unwrap_or_default());
         if let Some(slot) = out.get_mut(start + CRC_AT..start + ATTRIBUTES_AT) {
             slot.copy_from_slice(&crc.to_be_bytes());
         }

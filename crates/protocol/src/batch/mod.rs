@@ -57,6 +57,7 @@ use std::fmt;
 use bytes::Bytes;
 
 mod codec;
+mod crc;
 mod encode;
 mod error;
 mod messages;
@@ -69,6 +70,7 @@ mod tests;
 #[cfg(test)]
 mod tests_hostile;
 
+pub use crc::{Crc32c, crc32c};
 pub use encode::encode_batch;
 pub use error::BatchError;
 pub use messages::{encode_messages, record_size};

@@ -175,7 +175,7 @@ impl BatchView {
             });
         }
         let stored = u32::from_be_bytes(array(bytes, CRC_AT)?);
-        let computed = crc32c::crc32c(bytes.get(ATTRIBUTES_AT..size).unwrap_or_default());
+        let computed = super::crc32c(bytes.get(ATTRIBUTES_AT..size).unwrap_or_default());
         if stored != computed {
             return Err(BatchError::BadCrc { stored, computed });
         }

@@ -78,6 +78,23 @@ impl Seg {
         }
     }
 
+    /// The last batch boundary in `pos + 1..=limit` known without reading the file: the
+    /// position of an indexed batch, or the end of the segment's published batches; `None`
+    /// when none is known (or the entries that would tell are not loaded).
+    pub(crate) fn boundary_within(&self, pos: u64, limit: u64) -> Option<u64> {
+        if self.size <= limit {
+            return Some(self.size).filter(|&end| end > pos);
+        }
+        let within = |entries: &[(u64, u64)]| {
+            let i = entries.partition_point(|&(_, at)| at <= limit);
+            entries
+                .get(i.checked_sub(1)?)
+                .map(|&(_, at)| at)
+                .filter(|&at| at > pos)
+        };
+        within(&self.offsets).or_else(|| within(&self.lazy.as_ref()?.get()?.offsets))
+    }
+
     /// The last index entry with a seq `<= seq` and the entry after it; `Err` with the lazy
     /// index to load first when the answer may be in entries not loaded yet.
     pub(crate) fn offset_floor(
@@ -154,4 +171,28 @@ pub(crate) fn seg_file(dir: &Path, base: u64) -> Arc<SegFile> {
         index_path,
         time_index_path,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_boundary_within_is_an_indexed_batch_start_or_the_published_end() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let file = Arc::new(File::create(dir.path().join("x"))?);
+        let mut seg = Seg::empty_active(1, seg_file(dir.path(), 1), file);
+        seg.size = 10_000;
+        seg.offsets = vec![(1, 0), (11, 1_000), (21, 5_000), (31, 9_000)];
+        // The last indexed start within the limit, past `pos`.
+        assert_eq!(seg.boundary_within(0, 4_999), Some(1_000));
+        assert_eq!(seg.boundary_within(0, 5_000), Some(5_000));
+        assert_eq!(seg.boundary_within(1_000, 8_999), Some(5_000));
+        // None past `pos` within the limit.
+        assert_eq!(seg.boundary_within(1_000, 4_999), None);
+        // The end of the published batches.
+        assert_eq!(seg.boundary_within(5_000, 10_000), Some(10_000));
+        assert_eq!(seg.boundary_within(10_000, u64::MAX), None);
+        Ok(())
+    }
 }

@@ -135,7 +135,14 @@ impl Inner {
         // One read of the budget and then some (the batches before the one holding
         // `from_seq`, at most about an index interval of them): stepped over by their headers.
         let budget = (max_bytes as u64).max(FRAME_HEADER_LEN as u64);
-        let first = budget.saturating_add(self.opts.index_interval_bytes);
+        // Where the whole batches within the budget from `at` end, when the index (or the
+        // segment's end) tells: reading only up to there leaves no partial batch to read again
+        // by the next call.
+        let bounded = |at: u64| self.boundary_within(plan.base, at, at.saturating_add(budget));
+        let first = bounded(pos).map_or(
+            budget.saturating_add(self.opts.index_interval_bytes),
+            |end| end - pos,
+        );
         // A batch longer than this is not one an append wrote; reading it whole stops there.
         let longest = first.max(self.opts.max_message_bytes);
         let mut buf = read(pos, first)?;
@@ -174,11 +181,12 @@ impl Inner {
         let off = usize::try_from(pos - buf_at).unwrap_or(usize::MAX);
         let rest = buf.slice(off.min(buf.len())..);
         let first_len = frame_len(&rest).unwrap_or(0) as u64;
-        let want = budget.max(first_len).min(plan.size - pos);
+        let span = bounded(pos).map_or(budget, |end| end - pos);
+        let want = span.max(first_len).min(plan.size - pos);
         let data = if rest.len() as u64 >= want {
             rest
         } else {
-            read(pos, budget.max(first_len.min(longest)))?
+            read(pos, span.max(first_len.min(longest)))?
         };
         let (mut off, mut count, mut last_seq) = (0usize, 0usize, expect.saturating_sub(1));
         while off < data.len() {
@@ -229,6 +237,19 @@ impl Inner {
             path,
             pos,
         ))
+    }
+}
+
+impl Inner {
+    /// [`Seg::boundary_within`](crate::layout::Seg::boundary_within) of segment `base`, which
+    /// retention may have dropped meanwhile (then `None`).
+    fn boundary_within(&self, base: u64, pos: u64, limit: u64) -> Option<u64> {
+        let st = self.state.read();
+        let i = st.segs.partition_point(|s| s.base_seq < base);
+        st.segs
+            .get(i)
+            .filter(|s| s.base_seq == base && s.hole.is_none())?
+            .boundary_within(pos, limit)
     }
 }
 

@@ -220,7 +220,7 @@ impl DumpFile {
             .get(17..21)
             .and_then(|s| <[u8; 4]>::try_from(s).ok())
             .map_or(0, u32::from_be_bytes);
-        let mut crc = 0u32;
+        let mut crc = krabka_protocol::batch::Crc32c::new();
         let mut buf = vec![0u8; CHUNK as usize];
         let (mut at, end) = (self.pos + 21, self.pos + n);
         while at < end {
@@ -229,9 +229,10 @@ impl DumpFile {
             self.file
                 .read_exact_at(part, at)
                 .map_err(|e| Error::io(&self.path, e))?;
-            crc = crc32c::crc32c_append(crc, part);
+            crc.update(part);
             at += step as u64;
         }
+        let crc = crc.finish();
         out.crc_ok = crc == stored;
         if out.crc_ok {
             // The header is covered from `attributes` on; the seqs it gives are the batch's.
