@@ -74,6 +74,11 @@ pub const CASES: &[Case] = &[
         "raw write of 100 + one CRC-32C of them",
         "raw-batch-crc",
     ),
+    case(
+        G_BATCH,
+        "raw write of the 100 records' v2 batch + its CRC-32C (encoded once)",
+        "raw-batch-frame",
+    ),
     krabka(G_SYNC1, "krabka append, EveryAppend", "krabka-sync1"),
     case(G_SYNC1, "okaywal entry commit", "okaywal-sync1"),
     case(

@@ -274,6 +274,7 @@ const REPEATED: &[&str] = &[
     "commitlog-batch",
     "raw-batch",
     "raw-batch-crc",
+    "raw-batch-frame",
 ];
 
 /// Runs one case in this process and returns its measurement (the fastest pass of a

@@ -7,12 +7,14 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use krabka_storage::segment::encode_frame;
+use krabka_protocol::batch::{Compression, crc32c, encode_messages};
+use krabka_storage::segment::{MAX_BATCH_RECORD_BYTES, encode_frame};
 
 use super::files::Segments;
 use super::krabka::{fill_krabka, fill_single};
 use super::{
-    BATCH, Params, READ_CHUNK_BYTES, Rng, THREADS, Workload, message, timed, timed_threads,
+    BATCH, Params, READ_CHUNK_BYTES, Rng, THREADS, Workload, distinct_batch_of, message, timed,
+    timed_threads,
 };
 use crate::report::{Histogram, Measurement};
 use crate::{BoxError, Result};
@@ -91,8 +93,37 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
             // batch's bytes, computed before the write as a batch writer must.
             let mut f = raw_file(dir, "raw")?;
             timed(nb, BATCH as u64, vlen, |_| {
-                std::hint::black_box(krabka_protocol::batch::crc32c(values));
+                std::hint::black_box(crc32c(values));
                 Ok(f.write_all(values)?)
+            })
+        }
+        "raw-batch-frame" => {
+            // The floor of any writer of this format: the batch krabka writes for the 100
+            // records (encoded once, before the timer), its CRC-32C computed and the batch
+            // written, per call.
+            let mut f = raw_file(dir, "raw")?;
+            // As append_batch splits them: batches of up to MAX_BATCH_RECORD_BYTES of records.
+            let msgs = distinct_batch_of(values, vlen, 0);
+            let mut batches = Vec::new();
+            let mut taken = 0;
+            while let Some(rest) = msgs.get(taken..).filter(|r| !r.is_empty()) {
+                let mut batch = Vec::new();
+                let base = i64::try_from(taken)?;
+                taken += encode_messages(
+                    &mut batch,
+                    base,
+                    rest,
+                    Compression::None,
+                    MAX_BATCH_RECORD_BYTES,
+                )?;
+                batches.push(batch);
+            }
+            timed(nb, BATCH as u64, vlen, |_| {
+                for batch in &batches {
+                    std::hint::black_box(crc32c(batch.get(21..).unwrap_or_default()));
+                    f.write_all(batch)?;
+                }
+                Ok(())
             })
         }
         "raw-batch-sync" => {
@@ -195,7 +226,7 @@ fn read_segments_checked(segs: &Segments, vlen: usize) -> Result<Measurement> {
                 let Some(body) = chunk.get(at + 21..at + len) else {
                     break;
                 };
-                if krabka_protocol::batch::crc32c(body) != stored {
+                if crc32c(body) != stored {
                     return Err(format!("CRC mismatch at byte {}", pos + at as u64).into());
                 }
                 batches += 1;

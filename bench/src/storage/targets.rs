@@ -132,6 +132,14 @@ pub const TARGETS: &[Target] = &[
         ALL,
     ),
     target(
+        "floor: raw write of the 100 records' v2 batch + its CRC-32C / raw write of 100",
+        "raw-batch-frame",
+        "raw-batch",
+        Throughput,
+        Info,
+        ALL,
+    ),
+    target(
         "append_raw_batch of a producer's batch of 100 / raw write of the 100 values",
         "krabka-raw-batch",
         "raw-batch",
