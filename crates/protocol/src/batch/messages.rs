@@ -4,7 +4,6 @@
 use super::encode::{
     ATTRIBUTES_AT, CRC_AT, LAST_OFFSET_DELTA_AT, MAX_TIMESTAMP_AT, RECORD_COUNT_AT,
 };
-use super::varint::{put_varint, put_varlong};
 use super::{
     BatchError, Compression, HEADER_LEN, LOG_OVERHEAD, MAGIC, NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, RecordRef, codec,
@@ -53,17 +52,49 @@ pub fn record_size(msg: &Message, timestamp_delta: i64, offset_delta: i32) -> us
     varint_len(i64::try_from(body).unwrap_or(i64::MAX)) + body
 }
 
-#[inline]
-fn put_run(
-    out: &mut Vec<u8>,
-    bytes: &[u8],
-    field: &'static str,
-    index: usize,
-) -> Result<(), BatchError> {
-    let len = i32::try_from(bytes.len()).map_err(|_| BatchError::Encode { field, index })?;
-    put_varint(out, len);
-    out.extend_from_slice(bytes);
-    Ok(())
+/// Writes into a slice sized exactly for what is written (no capacity checks per byte).
+struct Cursor<'a> {
+    buf: &'a mut [u8],
+    at: usize,
+}
+
+impl Cursor<'_> {
+    #[inline]
+    fn byte(&mut self, b: u8) {
+        if let Some(slot) = self.buf.get_mut(self.at) {
+            *slot = b;
+        }
+        self.at += 1;
+    }
+
+    #[inline]
+    fn unsigned(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.byte((v as u8 & 0x7f) | 0x80);
+            v >>= 7;
+        }
+        self.byte(v as u8);
+    }
+
+    #[inline]
+    fn varlong(&mut self, v: i64) {
+        self.unsigned(((v << 1) ^ (v >> 63)) as u64);
+    }
+
+    #[inline]
+    fn bytes(&mut self, bytes: &[u8]) {
+        if let Some(slot) = self.buf.get_mut(self.at..self.at + bytes.len()) {
+            slot.copy_from_slice(bytes);
+        }
+        self.at += bytes.len();
+    }
+
+    /// A length-prefixed run (its length fits an `i32`: the record's does).
+    #[inline]
+    fn run(&mut self, bytes: &[u8]) {
+        self.varlong(bytes.len() as i64);
+        self.bytes(bytes);
+    }
 }
 
 /// Appends one record whose body (after its length varint) is `body` bytes long.
@@ -75,28 +106,33 @@ fn put_record(
     offset_delta: i32,
     index: usize,
 ) -> Result<(), BatchError> {
+    // Every length inside the record is below the record's own: one check covers them all.
     let len = i32::try_from(body).map_err(|_| BatchError::Encode {
         field: "length",
         index,
     })?;
-    put_varint(out, len);
-    out.push(0);
-    put_varlong(out, timestamp_delta);
-    put_varint(out, offset_delta);
+    let start = out.len();
+    let size = varint_len(i64::from(len)) + body;
+    out.resize(start + size, 0);
+    let mut w = Cursor {
+        buf: out.get_mut(start..).unwrap_or_default(),
+        at: 0,
+    };
+    w.varlong(i64::from(len));
+    w.byte(0);
+    w.varlong(timestamp_delta);
+    w.varlong(i64::from(offset_delta));
     match &msg.key {
-        None => put_varint(out, -1),
-        Some(k) => put_run(out, k, "keyLength", index)?,
+        None => w.varlong(-1),
+        Some(k) => w.run(k),
     }
-    put_run(out, &msg.value, "valueLength", index)?;
-    let count = i32::try_from(msg.headers.len()).map_err(|_| BatchError::Encode {
-        field: "headerCount",
-        index,
-    })?;
-    put_varint(out, count);
+    w.run(&msg.value);
+    w.varlong(msg.headers.len() as i64);
     for h in &msg.headers {
-        put_run(out, h.key.as_bytes(), "headerKeyLength", index)?;
-        put_run(out, &h.value, "headerValueLength", index)?;
+        w.run(h.key.as_bytes());
+        w.run(&h.value);
     }
+    debug_assert_eq!(w.at, size, "record size");
     Ok(())
 }
 
