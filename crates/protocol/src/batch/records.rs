@@ -310,6 +310,10 @@ impl RecordIter {
             self.done = true;
             return self.finish().err().map(Err);
         }
+        if let Some(plain) = self.plain_record() {
+            self.pass(&plain);
+            return Some(Ok(plain.offset));
+        }
         match self.check_next() {
             Ok(offset) => Some(Ok(offset)),
             Err(e) => {
@@ -339,10 +343,11 @@ impl RecordIter {
         self.advance().map(|(_, offset, _)| offset)
     }
 
-    /// The record at `pos` as a message when it has the common shape (a value, no headers)
-    /// and every check passes; `None` for anything else, which the general path then reads
-    /// (and fails on, naming the fault). Reads nothing past the record's own length.
-    fn plain_message(&mut self) -> Option<(i64, crate::Message)> {
+    /// The record at `pos` when it has the common shape (a value, no headers) and every check
+    /// passes: where it ends, its offset and stored timestamp, its key's and value's bytes;
+    /// `None` for anything else, which the general path then reads (and fails on, naming the
+    /// fault). Reads nothing past the record's own length; moves nothing.
+    fn plain_record(&self) -> Option<Plain> {
         let data: &[u8] = &self.data;
         let (len, body) = read_varint(data, self.pos).ok()?;
         let end = body.checked_add(usize::try_from(len).ok()?)?;
@@ -367,22 +372,51 @@ impl RecordIter {
         if headers != 0 || after != end {
             return None;
         }
-        let offset = self.header.base_offset.checked_add(i64::from(self.index))?;
-        let timestamp = self.header.base_timestamp.checked_add(timestamp_delta)?;
+        Some(Plain {
+            end,
+            offset: self.header.base_offset.checked_add(i64::from(self.index))?,
+            timestamp: self.header.base_timestamp.checked_add(timestamp_delta)?,
+            key,
+            value,
+        })
+    }
+
+    /// Moves past a record [`plain_record`](Self::plain_record) read.
+    fn pass(&mut self, plain: &Plain) {
+        let timestamp = plain.timestamp;
         self.max_timestamp = Some(self.max_timestamp.map_or(timestamp, |m| m.max(timestamp)));
-        self.pos = end;
+        self.pos = plain.end;
         self.index += 1;
+    }
+
+    /// The record at `pos` as a message when it has the common shape (see
+    /// [`plain_record`](Self::plain_record)), moving past it.
+    fn plain_message(&mut self) -> Option<(i64, crate::Message)> {
+        let plain = self.plain_record()?;
+        self.pass(&plain);
         let message = crate::Message {
             timestamp: match self.header.timestamp_type() {
                 TimestampType::LogAppendTime => self.header.max_timestamp,
-                _ => timestamp,
+                _ => plain.timestamp,
             },
-            key: key.map(|k| self.data.slice(k)),
-            value: self.data.slice(value),
+            key: plain.key.map(|k| self.data.slice(k)),
+            value: self.data.slice(plain.value),
             headers: Vec::new(),
         };
-        Some((offset, message))
+        Some((plain.offset, message))
     }
+}
+
+/// A record of the common shape, read and checked in place (see [`RecordIter::plain_record`]).
+struct Plain {
+    /// Where the record ends in the records section.
+    end: usize,
+    /// `baseOffset + offsetDelta`.
+    offset: i64,
+    /// `baseTimestamp + timestampDelta` (before a log-append-time batch's override).
+    timestamp: i64,
+    key: Option<Range<usize>>,
+    value: Range<usize>,
 }
 
 impl Iterator for RecordIter {
