@@ -6,11 +6,10 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use common::*;
-use krabka_protocol::{Bytes, Message};
+use krabka_protocol::Message;
 use krabka_remote_fs::FsRemoteStorage;
 use krabka_remote_storage::{RemoteLogSegmentMetadata, layout};
 use krabka_storage::segment::{FRAME_HEADER_LEN, dump_frames};
@@ -90,7 +89,7 @@ fn world(copy_chunk: u32) -> World {
     assert!(segs.len() >= 5, "{} remote segments", segs.len());
     assert_eq!(segs.last().unwrap().end_offset(), RECORDS);
     // The segments hold batches of many records, longer than the chunks read below.
-    let batches = batches(&w.log_object(&segs[1]));
+    let batches = common::setup::log_batches(&w.log_object(&segs[1]));
     assert!(batches.len() >= 3, "{batches:?}");
     assert!(
         batches
@@ -99,16 +98,6 @@ fn world(copy_chunk: u32) -> World {
         "{batches:?}"
     );
     w
-}
-
-/// The batches of a `.log` file: `(position, first seq, last seq, length)`.
-fn batches(path: &Path) -> Vec<(u64, u64, u64, u64)> {
-    dump_frames(Bytes::from(std::fs::read(path).unwrap()))
-        .map(|f| {
-            assert!(f.crc_ok && f.problem.is_none(), "{f:?}");
-            (f.position, f.seq.unwrap(), f.last_seq.unwrap(), f.frame_len)
-        })
-        .collect()
 }
 
 /// Checks that `records` are `from, from + 1, ...` (at least one) with the values written.
@@ -181,7 +170,7 @@ fn a_flipped_byte_in_a_remote_batch_ends_reads_exactly_before_it() {
         let segs = w.finished();
         let target = segs[segs.len() / 2].clone();
         let path = w.log_object(&target);
-        let all = batches(&path);
+        let all = common::setup::log_batches(&path);
         // The second batch of the segment, damaged in the middle of its records.
         let (pos, first, last, len) = all[1];
         assert!(last > first + 10, "{all:?}");
@@ -295,7 +284,7 @@ fn a_remote_record_that_is_not_a_message_ends_reads_exactly_before_it() {
         .into_iter()
         .find(|m| m.start_offset() <= 251 && m.end_offset() >= 251)
         .unwrap();
-    let batch_at = batches(&w.log_object(&target))
+    let batch_at = common::setup::log_batches(&w.log_object(&target))
         .into_iter()
         .find(|b| b.1 == 251)
         .unwrap()

@@ -8,14 +8,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use krabka_protocol::Message;
 use krabka_protocol::batch::{BatchSpec, RecordSpec, encode_batch};
-use krabka_protocol::{Bytes, Message};
 use krabka_remote_fs::FsRemoteStorage;
 use krabka_remote_storage::{RemoteLogSegmentMetadata, layout};
-use krabka_storage::segment::{FRAME_HEADER_LEN, dump_frames};
+use krabka_storage::segment::FRAME_HEADER_LEN;
 use krabka_storage::{Options, SyncPolicy};
 use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
 use krabka_tiering::replica::{ReadReplica, ReplicaConfig};
@@ -191,16 +191,6 @@ impl World {
     }
 }
 
-/// The batches of a `.log` file: `(position, first seq, last seq, length)`.
-fn batches(path: &Path) -> Vec<(u64, u64, u64, u64)> {
-    dump_frames(Bytes::from(std::fs::read(path).unwrap()))
-        .map(|f| {
-            assert!(f.crc_ok && f.problem.is_none(), "{f:?}");
-            (f.position, f.seq.unwrap(), f.last_seq.unwrap(), f.frame_len)
-        })
-        .collect()
-}
-
 /// Chunk sizes from the minimum (every batch crosses a boundary) to one chunk per segment.
 const CHUNKS: [u32; 3] = [64, 1000, 1 << 20];
 
@@ -209,7 +199,7 @@ fn lookups_step_over_and_land_on_records_a_message_cannot_hold() {
     let w = world();
     // The middle segment's batches: the raw ones among the ordinary ones.
     let middle = w.finished()[1].clone();
-    let seqs: Vec<(u64, u64)> = batches(&w.log_object(&middle))
+    let seqs: Vec<(u64, u64)> = common::setup::log_batches(&w.log_object(&middle))
         .iter()
         .map(|b| (b.1, b.2))
         .collect();
@@ -301,7 +291,7 @@ fn a_damaged_batch_the_lookup_must_walk_is_corrupt_remote_naming_it() {
     let w = world();
     let middle = w.finished()[1].clone();
     let path = w.log_object(&middle);
-    let (pos, first, last, len) = batches(&path)
+    let (pos, first, last, len) = common::setup::log_batches(&path)
         .into_iter()
         .find(|b| (b.1, b.2) == (*MIXED.start(), *MIXED.end()))
         .unwrap();

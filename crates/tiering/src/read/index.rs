@@ -24,13 +24,13 @@ fn index_error(
     position: Option<u64>,
     reason: String,
 ) -> Error {
-    Error::CorruptRemote {
-        segment: Box::new(meta.remote_log_segment_id().clone()),
-        object: object_key(meta, Some(IndexType::Offset)),
-        position,
+    super::object_corrupt(
+        meta,
+        Some(IndexType::Offset),
         seq,
-        reason: format!("offset index: {reason}"),
-    }
+        position,
+        format!("offset index: {reason}"),
+    )
 }
 
 /// A fetched offset index, validated (CRC, order, and its range and size against the

@@ -46,21 +46,32 @@ pub(crate) fn object_key(meta: &RemoteLogSegmentMetadata, index: Option<IndexTyp
     })
 }
 
-/// [`Error::CorruptRemote`] for the segment's `.log` object, met while reading (or searching)
-/// from `seq`.
-fn log_corrupt(
+/// [`Error::CorruptRemote`] for one of the segment's objects (its `.log` for `None`), met while
+/// reading (or searching) from `seq`.
+fn object_corrupt(
     meta: &RemoteLogSegmentMetadata,
+    index: Option<IndexType>,
     seq: u64,
     position: Option<u64>,
     reason: String,
 ) -> Error {
     Error::CorruptRemote {
         segment: Box::new(meta.remote_log_segment_id().clone()),
-        object: object_key(meta, None),
+        object: object_key(meta, index),
         position,
         seq,
         reason,
     }
+}
+
+/// [`object_corrupt`] for the segment's `.log` object.
+fn log_corrupt(
+    meta: &RemoteLogSegmentMetadata,
+    seq: u64,
+    position: Option<u64>,
+    reason: String,
+) -> Error {
+    object_corrupt(meta, None, seq, position, reason)
 }
 
 /// The byte position and reason of a storage decoding error (positions relative to the

@@ -92,6 +92,16 @@ pub fn finished(rlmm: &dyn RemoteLogMetadataManager) -> Vec<RemoteLogSegmentMeta
     list
 }
 
+/// The batches of a `.log` file, each checked whole: `(position, first seq, last seq, length)`.
+pub fn log_batches(path: &Path) -> Vec<(u64, u64, u64, u64)> {
+    dump_frames(krabka_protocol::Bytes::from(std::fs::read(path).unwrap()))
+        .map(|f| {
+            assert!(f.crc_ok && f.problem.is_none(), "{f:?}");
+            (f.position, f.seq.unwrap(), f.last_seq.unwrap(), f.frame_len)
+        })
+        .collect()
+}
+
 /// The local log's closed segments.
 pub fn closed_segments(log: &TieredLog) -> Vec<SegmentInfo> {
     log.log()
