@@ -315,3 +315,43 @@ fn concurrent_every_append_appenders_share_fsyncs() {
     assert!(fsyncs < records, "{fsyncs} fsyncs for {records} records");
     assert_eq!(log.last_seq(), records);
 }
+
+/// The same with values large enough to be written from where they lie (a vectored write of
+/// several batches, beside small ones copied into the buffer): the torn half never surfaces.
+#[test]
+fn failed_vectored_write_poisons_and_its_torn_half_never_surfaces() {
+    let big = |seq: u64, len: usize| {
+        Message::new(vec![seq as u8; len])
+            .with_key(format!("k{seq}"))
+            .with_timestamp(seq as i64)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), 64 << 20, SyncPolicy::Never);
+    let first: Vec<Message> = (1..=40).map(|s| big(s, 40_000 + s as usize)).collect();
+    assert_eq!(log.append_batch(&first).unwrap(), 1..=40);
+    log.faults().fail_nth_write(1);
+    // 3 MB of values: three batches in one write, small values between the large ones.
+    let second: Vec<Message> = (41..=140)
+        .map(|s| big(s, if s % 3 == 0 { 10 } else { 45_000 }))
+        .collect();
+    assert!(matches!(log.append_batch(&second), Err(Error::Io { .. })));
+    assert_poisoned(log.append(&msg(141)));
+    let check = |log: &Log| {
+        assert_eq!(log.last_seq(), 40);
+        let back: Vec<Message> = log
+            .read(1, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.message)
+            .collect();
+        assert_eq!(back, first);
+    };
+    check(&log);
+    drop(log);
+    let log = open(dir.path(), 64 << 20, SyncPolicy::Never);
+    check(&log);
+    assert_eq!(log.append_batch(&second).unwrap(), 41..=140);
+    let back = log.read(41, usize::MAX).unwrap();
+    assert_eq!(back.len(), 100);
+    assert!(back.iter().zip(&second).all(|(r, m)| &r.message == m));
+}

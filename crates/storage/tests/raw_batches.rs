@@ -169,7 +169,14 @@ fn kafka_protocol_decodes_every_segment_krabka_writes() {
         )
         .unwrap();
         let msg = |s: u64| {
-            let mut m = Message::new(format!("value {s} {}", "x".repeat((s % 300) as usize)))
+            // Every fifth value large enough that an uncompressed append writes it from where
+            // it lies (a vectored write) rather than copying it.
+            let pad = if s.is_multiple_of(5) {
+                500 + s * 37 % 2_500
+            } else {
+                s % 300
+            };
+            let mut m = Message::new(format!("value {s} {}", "x".repeat(pad as usize)))
                 .with_timestamp(1_000 + s as i64);
             if s.is_multiple_of(2) {
                 m = m.with_key(format!("k{s}"));

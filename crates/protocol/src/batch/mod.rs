@@ -73,7 +73,7 @@ mod tests_hostile;
 pub use crc::{Crc32c, crc32c};
 pub use encode::encode_batch;
 pub use error::BatchError;
-pub use messages::{encode_messages, record_size};
+pub use messages::{BatchPiece, encode_messages, encode_messages_split, record_size};
 pub use records::{RecordIter, RecordRef};
 pub use view::{
     BatchHeader, BatchView, max_timestamp_of, set_base_offset, set_partition_leader_epoch,

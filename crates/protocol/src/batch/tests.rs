@@ -463,3 +463,78 @@ fn skipping_checks_what_reading_checks() {
         }
     }
 }
+
+fn arb_message() -> impl Strategy<Value = crate::Message> {
+    (
+        any::<i64>(),
+        prop::option::of(prop::collection::vec(any::<u8>(), 0..40)),
+        0usize..3_000,
+        prop::collection::vec(
+            ("[a-z]{0,6}", prop::collection::vec(any::<u8>(), 0..20)),
+            0..3,
+        ),
+    )
+        .prop_map(|(timestamp, key, value_len, headers)| crate::Message {
+            timestamp: timestamp >> 2,
+            key: key.map(Bytes::from),
+            value: Bytes::from(
+                (0..value_len)
+                    .map(|i| (i * 31 % 251) as u8)
+                    .collect::<Vec<u8>>(),
+            ),
+            headers: headers
+                .into_iter()
+                .map(|(key, value)| crate::Header {
+                    key,
+                    value: Bytes::from(value),
+                })
+                .collect(),
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    /// The pieces of a split encoding, joined, are byte for byte the batches `encode_messages`
+    /// writes for the same messages, whatever is borrowed and wherever the size cap splits.
+    #[test]
+    fn split_encoding_joins_to_the_whole_encoding(
+        msgs in prop::collection::vec(arb_message(), 1..20),
+        borrow_at_least in 0usize..4_000,
+        max_bytes in 1usize..40_000,
+        base in 0i64..(1 << 40),
+        index_base in 0usize..5,
+        prefix in prop::collection::vec(any::<u8>(), 0..8),
+    ) {
+        let mut whole = Vec::new();
+        let mut out = prefix.clone();
+        let mut pieces = Vec::new();
+        let mut at = 0;
+        // Every batch of the messages, one call each, into the same buffers.
+        while at < msgs.len() {
+            let offset = base + at as i64;
+            let a = encode_messages(&mut whole, offset, &msgs[at..], Compression::None, max_bytes)
+                .unwrap();
+            let b = encode_messages_split(
+                &mut out, &mut pieces, offset, &msgs[at..], index_base + at, max_bytes, borrow_at_least,
+            )
+            .unwrap();
+            prop_assert_eq!(a, b);
+            at += a;
+        }
+        let mut joined = prefix.clone();
+        for p in &pieces {
+            match p {
+                BatchPiece::Bytes(r) => joined.extend_from_slice(&out[r.clone()]),
+                BatchPiece::Value(i) => joined.extend_from_slice(&msgs[*i - index_base].value),
+            }
+        }
+        prop_assert_eq!(&joined[prefix.len()..], &whole[..]);
+        // And a second implementation reads them: every batch parses with a valid CRC.
+        let mut rest = Bytes::from(whole);
+        while !rest.is_empty() {
+            let view = BatchView::parse(&rest).unwrap();
+            prop_assert!(view.records(1 << 24).unwrap().all(|r| r.is_ok()));
+            rest = rest.slice(view.size()..);
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! publishing them to readers, rolling to a new segment, and the index files a roll writes.
 
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, IoSlice};
 use std::ops::RangeInclusive;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use krabka_protocol::Message;
 use krabka_protocol::batch::{
-    NO_PARTITION_LEADER_EPOCH, max_timestamp_of, record_size, set_base_offset,
-    set_partition_leader_epoch,
+    BatchPiece, Compression, NO_PARTITION_LEADER_EPOCH, max_timestamp_of, record_size,
+    set_base_offset, set_partition_leader_epoch,
 };
 
 use super::{Inner, Seg, SegFile};
@@ -21,8 +21,18 @@ use crate::fsutil::{self, IoResultExt};
 use crate::index::IndexBuilder;
 use crate::layout::{seg_file, write_indexes};
 use crate::segment::raw::RawBatchInfo;
-use crate::segment::{FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES, encode_frames, segment_paths};
+use crate::segment::{
+    FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES, encode_frames, encode_frames_split, frame_len,
+    segment_paths,
+};
 use crate::{Error, SyncPolicy};
+
+/// Values at least this long are written from where they lie (a vectored write), not copied
+/// into the append buffer first: below it the copy costs less than a slice of the write.
+const BORROW_VALUE_BYTES: usize = 512;
+
+/// The most slices one `pwritev` takes (Linux's `IOV_MAX`).
+const IOV_MAX: usize = 1024;
 
 /// At least the bytes of `msg`'s batch of one ([`FRAME_HEADER_LEN`] + `record_size(msg, 0,
 /// 0)`), cheaper to compute: every varint counted at its largest (5 bytes, a varlong 10).
@@ -65,6 +75,9 @@ pub(super) struct Appender {
     builder: IndexBuilder,
     /// The record batches being appended (reused).
     buf: Vec<u8>,
+    /// With an uncompressed append, the pieces the batches in `buf` are made of: its bytes and
+    /// the large values left out of it (reused).
+    pieces: Vec<BatchPiece>,
     /// The `partitionLeaderEpoch` every batch is stamped with (-1: none).
     pub(super) leader_epoch: i32,
     /// Whether the clean-shutdown marker this open trusted is still on disk: it goes before
@@ -87,6 +100,7 @@ impl Appender {
             next_seq: active.last_seq + 1,
             builder,
             buf: Vec::new(),
+            pieces: Vec::new(),
             leader_epoch: NO_PARTITION_LEADER_EPOCH,
             clean_marker: false,
             leftovers: true,
@@ -133,12 +147,15 @@ impl Inner {
         let mut i = 0;
         while i < msgs.len() {
             ap.buf.clear();
+            ap.pieces.clear();
+            // Bytes of the batches encoded for this write (borrowed values included).
+            let mut pending = 0u64;
             let start = i;
             let mut max_ts = i64::MIN;
             // Batches for the active segment while it has room: each takes the messages that
             // fit the segment and the batch cap.
             while let Some(m) = msgs.get(i) {
-                let used = ap.size + ap.buf.len() as u64;
+                let used = ap.size + pending;
                 let room = self.opts.max_bytes.saturating_sub(used);
                 let one = (FRAME_HEADER_LEN + record_size(m, 0, 0)) as u64;
                 if used > 0 && one > room {
@@ -149,25 +166,42 @@ impl Inner {
                     .min(MAX_BATCH_RECORD_BYTES);
                 let seq = ap.next_seq + (i - start) as u64;
                 let at = ap.buf.len();
-                let taken =
-                    match encode_frames(seq, &msgs[i..], self.opts.compression, cap, &mut ap.buf) {
-                        Ok(n) => n.max(1),
-                        Err(e) => {
-                            // Nothing of this call is written or published.
-                            ap.buf.clear();
-                            if start > 0 {
-                                self.poison(&e);
-                            }
-                            return Err(e);
+                let rest = msgs.get(i..).unwrap_or_default();
+                let encoded = if self.opts.compression == Compression::None {
+                    // Large values go to the kernel where they lie (one vectored write).
+                    encode_frames_split(
+                        seq,
+                        rest,
+                        i,
+                        cap,
+                        BORROW_VALUE_BYTES,
+                        &mut ap.buf,
+                        &mut ap.pieces,
+                    )
+                } else {
+                    encode_frames(seq, rest, self.opts.compression, cap, &mut ap.buf)
+                };
+                let taken = match encoded {
+                    Ok(n) => n.max(1),
+                    Err(e) => {
+                        // Nothing of this call is written or published.
+                        ap.buf.clear();
+                        ap.pieces.clear();
+                        if start > 0 {
+                            self.poison(&e);
                         }
-                    };
+                        return Err(e);
+                    }
+                };
                 if ap.leader_epoch != NO_PARTITION_LEADER_EPOCH
                     && let Some(batch) = ap.buf.get_mut(at..)
                 {
                     // Written by the encoder just now: a whole batch header.
                     let _ = set_partition_leader_epoch(batch, ap.leader_epoch);
                 }
-                let len = (ap.buf.len() - at) as u64;
+                // The whole batch, borrowed values included, as its header gives it.
+                let len = ap.buf.get(at..).and_then(frame_len).map_or(0, |n| n as u64);
+                pending += len;
                 // The encoder's maxTimestamp: the largest of the records it took.
                 let batch_max = ap
                     .buf
@@ -183,7 +217,7 @@ impl Inner {
                 continue;
             }
             let count = (i - start) as u64;
-            self.write_and_publish(ap, count, max_ts)?;
+            self.write_and_publish(ap, msgs, pending, count, max_ts)?;
         }
         let last = ap.next_seq - 1;
         drop(guard);
@@ -197,20 +231,43 @@ impl Inner {
         Ok(first..=last)
     }
 
-    /// Writes the batches in `ap.buf` (`count` records, the largest timestamp `max_ts`) at the
+    /// Writes the batches encoded in `ap.buf` and `ap.pieces` (`len` bytes; with pieces, the
+    /// values they name are `msgs`'), `count` records, the largest timestamp `max_ts`, at the
     /// end of the active segment and publishes them to readers. A failed write poisons the log
     /// and cuts the partial write off (best effort).
-    fn write_and_publish(&self, ap: &mut Appender, count: u64, max_ts: i64) -> Result<(), Error> {
-        if let Err(e) = self.write_at(&ap.file, &ap.buf, ap.size) {
+    fn write_and_publish(
+        &self,
+        ap: &mut Appender,
+        msgs: &[Message],
+        len: u64,
+        count: u64,
+        max_ts: i64,
+    ) -> Result<(), Error> {
+        let written = if ap.pieces.iter().any(|p| matches!(p, BatchPiece::Value(_))) {
+            let slices: Vec<IoSlice<'_>> = ap
+                .pieces
+                .iter()
+                .map(|p| match p {
+                    BatchPiece::Bytes(r) => IoSlice::new(ap.buf.get(r.clone()).unwrap_or_default()),
+                    BatchPiece::Value(i) => {
+                        IoSlice::new(msgs.get(*i).map_or(&[][..], |m| &m.value[..]))
+                    }
+                })
+                .collect();
+            self.write_vectored_at(&ap.file, slices, ap.size, len)
+        } else {
+            self.write_at(&ap.file, &ap.buf, ap.size)
+        };
+        if let Err(e) = written {
             let e = Error::io(&ap.active.log_path, e);
             self.poison(&e);
             // Best effort: drop a partial write so the file ends at a batch boundary.
             let _ = ap.file.set_len(ap.size);
             return Err(e);
         }
-        self.counters.written(count, ap.buf.len() as u64);
+        self.counters.written(count, len);
         let last = ap.next_seq + count - 1;
-        ap.size += ap.buf.len() as u64;
+        ap.size += len;
         ap.next_seq += count;
         let mut st = self.state.write();
         if let Some(seg) = st.segs.last_mut() {
@@ -263,13 +320,52 @@ impl Inner {
                 reason: e.to_string(),
             });
         }
+        ap.pieces.clear();
         ap.builder.observe(first, ap.size, len, info.max_timestamp);
-        self.write_and_publish(ap, info.count, info.max_timestamp)?;
+        self.write_and_publish(ap, &[], len, info.count, info.max_timestamp)?;
         drop(guard);
         drop(writing);
         self.counters.batch();
         self.sync_after_append(last, info.count)?;
         Ok(first..=last)
+    }
+
+    /// Writes `slices` (`len` bytes in all) at `pos` of a segment file with `pwritev`, at most
+    /// [`IOV_MAX`] slices a call, through the fault seam.
+    fn write_vectored_at(
+        &self,
+        f: &File,
+        mut slices: Vec<IoSlice<'_>>,
+        pos: u64,
+        len: u64,
+    ) -> io::Result<()> {
+        if let Err(e) = self.faults.check(Op::Write) {
+            // A torn write: the first half of the bytes land.
+            let mut left = len / 2;
+            let mut at = pos;
+            for s in &slices {
+                let n = (s.len() as u64).min(left);
+                let part = s.get(..n as usize).unwrap_or_default();
+                let _ = f.write_all_at(part, at);
+                at += n;
+                left -= n;
+            }
+            return Err(e);
+        }
+        let mut rest = &mut slices[..];
+        let mut at = pos;
+        while !rest.is_empty() {
+            let upto = rest.len().min(IOV_MAX);
+            let n = match rustix::io::pwritev(f, rest.get(..upto).unwrap_or_default(), at) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e == rustix::io::Errno::INTR => continue,
+                Err(e) => return Err(e.into()),
+            };
+            at += n as u64;
+            IoSlice::advance_slices(&mut rest, n);
+        }
+        Ok(())
     }
 
     /// Writes `buf` at `pos` of a segment file (through the fault seam).

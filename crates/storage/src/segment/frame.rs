@@ -155,6 +155,34 @@ pub(crate) fn encode_frames(
     })
 }
 
+/// [`encode_frames`] uncompressed, with the values of at least `borrow_at_least` bytes left out
+/// of `buf` and listed in `pieces` (by their index in `msgs` plus `index_base`; see
+/// [`batch::encode_messages_split`]).
+pub(crate) fn encode_frames_split(
+    seq: u64,
+    msgs: &[Message],
+    index_base: usize,
+    max_record_bytes: usize,
+    borrow_at_least: usize,
+    buf: &mut Vec<u8>,
+    pieces: &mut Vec<batch::BatchPiece>,
+) -> Result<usize, Error> {
+    let base = i64::try_from(seq).map_err(|_| Error::SeqOutOfRange { seq })?;
+    batch::encode_messages_split(
+        buf,
+        pieces,
+        base,
+        msgs,
+        index_base,
+        max_record_bytes,
+        borrow_at_least,
+    )
+    .map_err(|source| Error::Encode {
+        seq,
+        reason: source.to_string(),
+    })
+}
+
 /// What kind of failure a [`FrameError`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fault {

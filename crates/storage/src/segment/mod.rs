@@ -45,7 +45,9 @@ pub use self::frame::{
     FORMAT_NAME, FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES, MAX_UNCOMPRESSED_BATCH, MIN_FRAME_LEN,
     MIN_RECORD_LEN, encode_frame, frame_len, peek_frame, read_chunk,
 };
-pub(crate) use self::frame::{FrameError, Parsed, encode_frames, parse_frame, read_frame_chunk};
+pub(crate) use self::frame::{
+    FrameError, Parsed, encode_frames, encode_frames_split, parse_frame, read_frame_chunk,
+};
 pub(crate) use self::name::segment_paths;
 pub use self::name::{
     HOLE_SUFFIX, INDEX_EXTENSION, LOG_EXTENSION, QUARANTINE_DIR, TIME_INDEX_EXTENSION,
