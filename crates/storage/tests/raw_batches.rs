@@ -172,7 +172,7 @@ fn kafka_protocol_decodes_every_segment_krabka_writes() {
             // Every fifth value large enough that an uncompressed append writes it from where
             // it lies (a vectored write) rather than copying it.
             let pad = if s.is_multiple_of(5) {
-                500 + s * 37 % 2_500
+                4_000 + s * 37 % 2_500
             } else {
                 s % 300
             };
