@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::setup::*;
 use common::*;
+use krabka_protocol::Message;
 use krabka_remote_fs::FsRemoteStorage;
 use krabka_remote_storage::RemoteStorageError;
 use krabka_remote_storage::testkit::{Counting, Method};
@@ -118,6 +119,65 @@ fn a_cold_point_read_is_one_remote_request() {
             (i as u64 + 1, &message(i as u64 + 1).value)
         );
     }
+}
+
+/// A record in a large batch that crosses its chunk's end by far more than the usual run-on:
+/// the chunk map bounds where the batch ends, so the first fetch reaches there and a cold
+/// point read of any record is still one request.
+#[test]
+fn a_cold_point_read_in_a_batch_crossing_chunks_is_one_remote_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let rsm = Counting::new(FsRemoteStorage::new(dir.path().join("remote")).unwrap());
+    let config = TieringConfig {
+        cache_bytes: 0,
+        chunk_bytes: 16 << 10,
+        ..keep_nothing_locally()
+    };
+    let log = TieredLog::open(
+        dir.path().join("local"),
+        options(1 << 20),
+        Arc::new(rsm),
+        Arc::new(InMemoryRemoteLogMetadataManager::new()),
+        tp(),
+        config,
+    )
+    .unwrap();
+    // Batches of 100 records of 1 KiB: about 103 KB each, so most cross one or more 16 KiB
+    // chunk boundaries, many by more than a chunk.
+    let value = |seq: u64| vec![(seq % 251) as u8; 1024];
+    for b in 0..40u64 {
+        let msgs: Vec<Message> = (1..=100)
+            .map(|j| {
+                Message::new(value(b * 100 + j)).with_timestamp(krabka_remote_storage::now_ms())
+            })
+            .collect();
+        log.append_batch(&msgs).unwrap();
+    }
+    let report = log.run_once().unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let remote_below = log.local_first_seq();
+    assert!(remote_below > 1_000, "{remote_below}");
+    let mut reads = 0;
+    for seq in (1..remote_below).step_by(37) {
+        let before = log.stats().requests;
+        let got = log.read(seq, 1).unwrap();
+        assert_eq!(
+            (got[0].seq, got[0].message.value.to_vec()),
+            (seq, value(seq))
+        );
+        let after = log.stats().requests;
+        assert_eq!(
+            after.fetch_index, before.fetch_index,
+            "seq {seq}: no index fetch"
+        );
+        assert_eq!(
+            after.fetch_log,
+            before.fetch_log + 1,
+            "seq {seq}: one data fetch"
+        );
+        reads += 1;
+    }
+    assert!(reads > 25, "{reads}");
 }
 
 fn scan_in_small_reads(log: &TieredLog, upto: u64) {

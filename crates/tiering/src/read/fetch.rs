@@ -19,6 +19,10 @@ use crate::tiered::chunkmap::backend_view;
 /// chunk boundary then costs one request, not two.
 pub(crate) const RUN_ON_BYTES: u64 = 64 << 10;
 
+/// The most a point read fetches past its chunk to complete the batch it reads: a batch as
+/// large as krabka writes them, and an index interval.
+const MAX_RUN_ON_BYTES: u64 = MAX_BATCH_RECORD_BYTES as u64 + (64 << 10);
+
 /// Bytes reserved at once, past the carry, for joining the chunks of a batch cut by a chunk
 /// boundary: room for a batch of [`MAX_BATCH_RECORD_BYTES`] of records.
 const INITIAL_JOIN_ROOM: usize = MAX_BATCH_RECORD_BYTES + (64 << 10);
@@ -44,13 +48,14 @@ pub(super) struct Walk<'r, 'a> {
     boundary: u64,
     /// Whether the walk is sequential: it continues an earlier read, or has crossed a chunk.
     sequential: bool,
-    /// A point read: every chunk is fetched with a little of the next one.
-    point: bool,
+    /// A point read (every chunk is fetched with a little of the next one), and where the
+    /// batch it reads ends at the latest, when known: its first chunk is fetched up to there.
+    point: Option<Option<u64>>,
 }
 
 impl<'r, 'a> Walk<'r, 'a> {
     /// A walk of `meta`'s `.log` from byte `start` (where a batch starts), for a read or search
-    /// from `seq`; `point` for a point read.
+    /// from `seq`; `point` for a point read, with where its batch ends at the latest when known.
     ///
     /// # Errors
     /// [`Error::CorruptRemote`] when `start` is not inside the segment.
@@ -59,7 +64,7 @@ impl<'r, 'a> Walk<'r, 'a> {
         meta: &'r RemoteLogSegmentMetadata,
         seq: u64,
         start: u64,
-        point: bool,
+        point: Option<Option<u64>>,
     ) -> Result<Self, Error> {
         let size = meta.segment_size_in_bytes();
         if start >= size {
@@ -107,7 +112,16 @@ impl<'r, 'a> Walk<'r, 'a> {
         let buf_start = self.pos - self.carry.len() as u64;
         // A point read, or one that does not continue another, fetches its chunk with a little
         // of the next one, so that a batch crossing the boundary costs no second request.
-        let run_on = self.point || !self.sequential;
+        let run_on = match self.point {
+            // As far as the batch's known end, beyond the chunk holding `pos`.
+            Some(until) => {
+                let chunk_end = (self.pos / chunk + 1) * chunk;
+                let past = until.map_or(0, |u| u.saturating_sub(chunk_end));
+                RUN_ON_BYTES.min(chunk).max(past).min(MAX_RUN_ON_BYTES)
+            }
+            None if !self.sequential => RUN_ON_BYTES.min(chunk),
+            None => 0,
+        };
         let (buf, boundary) = reader.bytes_from(meta, self.seq, self.pos, &self.carry, run_on)?;
         self.boundary = boundary;
         Ok(Some((buf, buf_start)))
@@ -147,7 +161,7 @@ impl RemoteReader<'_> {
         seq: u64,
         pos: u64,
         carry: &Bytes,
-        run_on: bool,
+        run_on: u64,
     ) -> Result<(Bytes, u64), Error> {
         let chunk = u64::from(self.config.chunk_bytes);
         let size = meta.segment_size_in_bytes();
@@ -251,15 +265,15 @@ impl RemoteReader<'_> {
         meta: &RemoteLogSegmentMetadata,
         n: u64,
         seq: u64,
-        run_on: bool,
+        run_on: u64,
     ) -> Result<Bytes, Error> {
         self.single_flight(meta, Part::Chunk(n), seq, || {
             self.fetch_chunk(meta, n, seq, run_on)
         })
     }
 
-    /// Fetches chunk `n` of a segment, and with `run_on` also up to [`RUN_ON_BYTES`] of the
-    /// next one (the cached chunk is then that much longer). The bytes returned must be exactly
+    /// Fetches chunk `n` of a segment, and also up to `run_on` bytes past it (the cached
+    /// chunk is then that much longer). The bytes returned must be exactly
     /// the range asked for: an object shorter than the metadata's size is
     /// [`Error::CorruptRemote`].
     fn fetch_chunk(
@@ -267,13 +281,13 @@ impl RemoteReader<'_> {
         meta: &RemoteLogSegmentMetadata,
         n: u64,
         seq: u64,
-        run_on: bool,
+        run_on: u64,
     ) -> Result<Bytes, Error> {
         let id = meta.remote_log_segment_id();
         let chunk = u64::from(self.config.chunk_bytes);
         let size = meta.segment_size_in_bytes();
         let start = n * chunk;
-        let extra = if run_on { RUN_ON_BYTES.min(chunk) } else { 0 };
+        let extra = run_on;
         let end = (start + chunk + extra).min(size);
         let corrupt = |reason: String| log_corrupt(meta, seq, Some(start), reason);
         let (Ok(first), Ok(last)) = (u32::try_from(start), u32::try_from(end.saturating_sub(1)))

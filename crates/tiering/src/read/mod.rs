@@ -93,10 +93,15 @@ type Decode = fn(&Bytes, u64, u64, usize) -> Result<DecodedRecords, krabka_stora
 enum Start {
     /// An offset-index entry.
     Index((u64, u64)),
-    /// A chunk-map entry whose batch hints are not known yet.
-    Map((u64, u64)),
+    /// A chunk-map entry whose batch hints are not known yet; `until`: the next entry's
+    /// position (or the segment's end), where the batch holding the seq ends at the latest.
+    Map { entry: (u64, u64), until: u64 },
     /// A batch hint after the chunk-map entry `entry` (read from `entry` when it fails).
-    Hint { hint: (u64, u64), entry: (u64, u64) },
+    Hint {
+        hint: (u64, u64),
+        entry: (u64, u64),
+        until: u64,
+    },
 }
 
 /// The records one remote read has accepted so far, and the checks each batch passes.
@@ -241,30 +246,35 @@ impl RemoteReader<'_> {
         max: usize,
     ) -> Result<Vec<Record>, Error> {
         match self.start_point(meta, seq, max)? {
-            Start::Index(at) => self.read_from(meta, seq, max, at),
-            Start::Map(entry) => {
-                let out = self.read_from(meta, seq, max, entry)?;
+            Start::Index(at) => self.read_from(meta, seq, max, at, None),
+            Start::Map { entry, until } => {
+                let out = self.read_from(meta, seq, max, entry, Some(until))?;
                 self.learn_hints(meta, entry);
                 Ok(out)
             }
-            Start::Hint { hint, entry } => match self.read_from(meta, seq, max, hint) {
-                Err(e @ Error::CorruptRemote { .. }) => {
-                    tracing::debug!(error = %e, "hinted start failed; reading from the map entry");
-                    self.read_from(meta, seq, max, entry)
+            Start::Hint { hint, entry, until } => {
+                match self.read_from(meta, seq, max, hint, Some(until)) {
+                    Err(e @ Error::CorruptRemote { .. }) => {
+                        tracing::debug!(error = %e, "hinted start failed; reading from the map entry");
+                        self.read_from(meta, seq, max, entry, Some(until))
+                    }
+                    other => other,
                 }
-                other => other,
-            },
+            }
         }
     }
 
     /// [`read_remote`](Self::read_remote) decoding from the batch starting with seq `at.0` at
-    /// byte `at.1`.
+    /// byte `at.1`; a point read whose batch is known to end by byte `until` fetches its first
+    /// chunk with the bytes up to there (one request, however far the batch crosses the chunk's
+    /// end).
     fn read_from(
         &self,
         meta: &RemoteLogSegmentMetadata,
         seq: u64,
         max: usize,
         at: (u64, u64),
+        until: Option<u64>,
     ) -> Result<Vec<Record>, Error> {
         let mut read = RemoteRead {
             meta,
@@ -272,7 +282,8 @@ impl RemoteReader<'_> {
             out: Vec::new(),
         };
         let (mut expect, start) = at;
-        let mut walk = Walk::new(self, meta, seq, start, max == 1)?;
+        let point = (max == 1).then_some(until);
+        let mut walk = Walk::new(self, meta, seq, start, point)?;
         while read.out.len() < max {
             let Some((buf, buf_start)) = walk.next()? else {
                 break;
@@ -334,8 +345,10 @@ impl RemoteReader<'_> {
         let id = meta.remote_log_segment_id().id();
         if max == 1
             && !self.cache.lru().contains(&(id, Part::OffsetIndex))
-            && let Some(entry) = chunkmap::floor_of(meta, seq)
+            && let Some((entry, above)) = chunkmap::bounds_of(meta, seq)
         {
+            // Without a map entry above `seq`, its batch ends by the segment's end.
+            let until = above.unwrap_or(meta.segment_size_in_bytes());
             let hint = self
                 .cache
                 .lru()
@@ -343,8 +356,8 @@ impl RemoteReader<'_> {
                 .and_then(|h| hints::floor(&h, seq))
                 .filter(|h| h.0 > entry.0 && h.0 <= seq);
             return Ok(match hint {
-                Some(hint) => Start::Hint { hint, entry },
-                None => Start::Map(entry),
+                Some(hint) => Start::Hint { hint, entry, until },
+                None => Start::Map { entry, until },
             });
         }
         let index = self.remote_index(meta, seq)?;

@@ -59,7 +59,7 @@ impl RemoteReader<'_> {
             expect,
             pending: start,
         };
-        let mut walk = Walk::new(self, meta, seq, start, false)?;
+        let mut walk = Walk::new(self, meta, seq, start, None)?;
         while let Some((buf, buf_start)) = walk.next()? {
             match search.batches(&buf, buf_start)? {
                 Step::Done(found) => return Ok(found),

@@ -160,14 +160,23 @@ fn walk(meta: &RemoteLogSegmentMetadata, mut visit: impl FnMut(u64, u64)) -> Opt
 /// a check (ascending seqs within the segment's, positions within its size): the whole map is
 /// checked, as when it is decoded, but nothing is allocated, so a point read costs the same
 /// whatever the backend keeps in its part of the custom metadata.
-pub(crate) fn floor_of(meta: &RemoteLogSegmentMetadata, seq: u64) -> Option<(u64, u64)> {
+///
+/// With the floor comes the position of the map's first entry above `seq`: the batch holding
+/// `seq` ends there at the latest (`None`: no entry above it, the segment's end bounds it).
+pub(crate) fn bounds_of(
+    meta: &RemoteLogSegmentMetadata,
+    seq: u64,
+) -> Option<((u64, u64), Option<u64>)> {
     let mut found = (meta.start_offset(), 0);
+    let mut above = None;
     walk(meta, |s, p| {
         if s <= seq {
             found = (s, p);
+        } else if above.is_none() {
+            above = Some(p);
         }
     })?;
-    Some(found)
+    Some((found, above))
 }
 
 #[cfg(test)]
@@ -224,16 +233,16 @@ mod tests {
             Some(CustomMetadata::new(b"s3v1\x01\x02\x03\x04".to_vec())),
         ] {
             let meta = meta_with(inner.clone(), &map);
-            assert_eq!(floor_of(&meta, 1), Some((1, 0)));
-            assert_eq!(floor_of(&meta, 99), Some((1, 0)));
-            assert_eq!(floor_of(&meta, 100), Some((100, 4096)));
-            assert_eq!(floor_of(&meta, 199), Some((100, 4096)));
-            assert_eq!(floor_of(&meta, 250), Some((200, 8192)));
+            assert_eq!(bounds_of(&meta, 1), Some(((1, 0), Some(4096))));
+            assert_eq!(bounds_of(&meta, 99), Some(((1, 0), Some(4096))));
+            assert_eq!(bounds_of(&meta, 100), Some(((100, 4096), Some(8192))));
+            assert_eq!(bounds_of(&meta, 199), Some(((100, 4096), Some(8192))));
+            assert_eq!(bounds_of(&meta, 250), Some(((200, 8192), None)));
             // The backend still gets its own part back, exactly.
             assert_eq!(backend_view(&meta).custom_metadata(), inner.as_ref());
             // No map: positions come from elsewhere.
             let plain = meta.with_custom_metadata(inner);
-            assert_eq!(floor_of(&plain, 150), None);
+            assert_eq!(bounds_of(&plain, 150), None);
         }
         // A map past the segment's end (in seqs or bytes), or not ascending, is ignored whole,
         // also for a seq below the bad entry.
@@ -243,13 +252,13 @@ mod tests {
             vec![(100, 4096), (100, 8192)],
         ] {
             let meta = meta_with(None, &bad);
-            assert_eq!(floor_of(&meta, 150), None, "{bad:?}");
+            assert_eq!(bounds_of(&meta, 150), None, "{bad:?}");
         }
         // Trailing bytes after the map.
         let meta = meta_with(None, &map);
         let mut v = meta.custom_metadata().unwrap().value().to_vec();
         v.push(0);
         let meta = meta.with_custom_metadata(Some(CustomMetadata::new(v)));
-        assert_eq!(floor_of(&meta, 150), None);
+        assert_eq!(bounds_of(&meta, 150), None);
     }
 }
