@@ -392,3 +392,32 @@ fn raw_reads_return_whole_batches_within_the_budget_and_continue_at_next_seq() {
         Err(Error::OutOfRange { .. })
     ));
 }
+
+/// A batch `append_batch` wrote is read whole by a small budget even when it is larger than
+/// `max_message_bytes` (which bounds each message, not the batch of many).
+#[test]
+fn raw_reads_with_a_small_budget_read_a_batch_larger_than_max_message_bytes_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(
+        dir.path(),
+        Options {
+            max_message_bytes: 200,
+            ..opts()
+        },
+    )
+    .unwrap();
+    for s in 1..=3 {
+        log.append(&Message::new(format!("single {s}"))).unwrap();
+    }
+    let many: Vec<Message> = (4..=5_003).map(|s| Message::new(format!("v{s}"))).collect();
+    assert_eq!(log.append_batch(&many).unwrap(), 4..=5_003);
+    for from in [1, 2, 3, 4, 2_000, 5_003] {
+        let got = log.read_batches(from, 100).unwrap();
+        assert!(got.next_seq() > from, "from {from}");
+        let records: Vec<_> = got.records().collect::<Result<_, _>>().unwrap();
+        assert!(
+            records.iter().any(|r| r.offset as u64 == from),
+            "from {from}"
+        );
+    }
+}

@@ -12,7 +12,8 @@ use super::read::ReadPlan;
 use crate::Error;
 use crate::segment::raw::{Batches, check_raw_batch};
 use crate::segment::{
-    FRAME_HEADER_LEN, MAX_UNCOMPRESSED_BATCH, Parsed, frame_len, parse_frame, peek_frame,
+    FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES, MAX_UNCOMPRESSED_BATCH, Parsed, frame_len,
+    parse_frame, peek_frame,
 };
 
 impl Inner {
@@ -139,12 +140,18 @@ impl Inner {
         // segment's end) tells: reading only up to there leaves no partial batch to read again
         // by the next call.
         let bounded = |at: u64| self.boundary_within(plan.base, at, at.saturating_add(budget));
-        let first = bounded(pos).map_or(
+        let (start, start_end) = (pos, bounded(pos));
+        let first = start_end.map_or(
             budget.saturating_add(self.opts.index_interval_bytes),
             |end| end - pos,
         );
-        // A batch longer than this is not one an append wrote; reading it whole stops there.
-        let longest = first.max(self.opts.max_message_bytes);
+        // A batch longer than this is not one an append wrote (a raw batch is at most
+        // `max_message_bytes`, one of `append_batch` at most `MAX_BATCH_RECORD_BYTES` of records
+        // whatever `max_message_bytes` is); reading it whole stops there.
+        let longest = (MAX_BATCH_RECORD_BYTES + FRAME_HEADER_LEN) as u64;
+        let longest = longest
+            .max(self.opts.max_message_bytes)
+            .max(budget.saturating_add(self.opts.index_interval_bytes));
         let mut buf = read(pos, first)?;
         let mut buf_at = pos;
         while pos < plan.size {
@@ -181,7 +188,13 @@ impl Inner {
         let off = usize::try_from(pos - buf_at).unwrap_or(usize::MAX);
         let rest = buf.slice(off.min(buf.len())..);
         let first_len = frame_len(&rest).unwrap_or(0) as u64;
-        let span = bounded(pos).map_or(budget, |end| end - pos);
+        // Looked up again only when batches before `from_seq` were stepped over.
+        let end = if pos == start {
+            start_end
+        } else {
+            bounded(pos)
+        };
+        let span = end.map_or(budget, |end| end - pos);
         let want = span.max(first_len).min(plan.size - pos);
         let data = if rest.len() as u64 >= want {
             rest
