@@ -6,6 +6,8 @@
 //! named by its byte.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -476,16 +478,7 @@ fn a_batch_that_decompresses_past_the_limit_is_a_problem_in_bounded_memory() {
     std::fs::write(&path, &buf).unwrap();
     drop((big, buf));
 
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -v 262144 && exec '{}' dump '{}'",
-            env!("CARGO_BIN_EXE_krabka"),
-            s(&path)
-        ))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = support::dump_in_256_mib(&path);
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     let stdout = text(&out.stdout);
     assert!(

@@ -2,6 +2,10 @@
 //! `krabka` binary on real files. Named after the scenario.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
+use support::{Batch, batches};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -57,39 +61,6 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
         .collect();
     segs.sort();
     segs
-}
-
-/// One record batch of a segment, as `krabka dump` prints it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Batch {
-    first: u64,
-    last: u64,
-    position: u64,
-    size: u64,
-}
-
-/// Every batch of a segment, from `krabka dump`.
-fn batches(seg: &Path) -> Vec<Batch> {
-    let out = krabka(&["dump", s(seg)]);
-    text(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with("baseOffset: "))
-        .map(|l| {
-            let field = |name: &str| -> u64 {
-                l.split(&format!("{name}: "))
-                    .nth(1)
-                    .and_then(|rest| rest.split(' ').next())
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or_else(|| panic!("no {name} in {l}"))
-            };
-            Batch {
-                first: field("baseOffset"),
-                last: field("lastOffset"),
-                position: field("position"),
-                size: field("size"),
-            }
-        })
-        .collect()
 }
 
 /// A byte in the middle of the records of `b` (past its 61-byte header).

@@ -5,6 +5,10 @@
 //! with a fixed memory ceiling and says what a transformed remote object is.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
+use support::{Batch, batches};
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -96,45 +100,6 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
         .collect();
     segs.sort();
     segs
-}
-
-/// One record batch of a segment, as `krabka dump` prints it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Batch {
-    first: u64,
-    last: u64,
-    position: u64,
-    size: u64,
-}
-
-impl Batch {
-    /// `first..=last`, as the commands name a range of seqs.
-    fn range(&self) -> String {
-        format!("{}..={}", self.first, self.last)
-    }
-}
-
-/// Every batch of a segment, from `krabka dump`.
-fn batches(seg: &Path) -> Vec<Batch> {
-    text(&krabka(&["dump", s(seg)]).stdout)
-        .lines()
-        .filter(|l| l.starts_with("baseOffset: "))
-        .map(|l| {
-            let field = |name: &str| -> u64 {
-                l.split(&format!("{name}: "))
-                    .nth(1)
-                    .and_then(|rest| rest.split(' ').next())
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or_else(|| panic!("no {name} in {l}"))
-            };
-            Batch {
-                first: field("baseOffset"),
-                last: field("lastOffset"),
-                position: field("position"),
-                size: field("size"),
-            }
-        })
-        .collect()
 }
 
 /// Flips a byte in the middle of the records of the batch holding `seq` in `seg` (past its
@@ -435,16 +400,7 @@ fn dump_streams_a_300_mib_segment_under_a_256_mib_address_space_limit() {
         std::io::Write::write_all(&mut file, &batch).unwrap();
     }
     drop(file);
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -v 262144 && exec '{}' dump '{}'",
-            env!("CARGO_BIN_EXE_krabka"),
-            s(&path)
-        ))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = support::dump_in_256_mib(&path);
     assert!(out.status.success(), "{}", show(&out));
     assert!(
         text(&out.stdout).contains("300 records in 300 batch(es), 0 bad batch(es)"),

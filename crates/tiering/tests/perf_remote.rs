@@ -58,6 +58,24 @@ fn bed(max_bytes: u64, config: TieringConfig, records: u64) -> Bed {
     }
 }
 
+/// Reads `seq` alone, asserting that it took one data fetch and no index fetch.
+fn read_in_one_fetch(log: &TieredLog, seq: u64) -> krabka_storage::Record {
+    let before = log.stats().requests;
+    let mut got = log.read(seq, 1).unwrap();
+    let after = log.stats().requests;
+    assert_eq!(
+        after.fetch_index, before.fetch_index,
+        "seq {seq}: no index fetch"
+    );
+    assert_eq!(
+        after.fetch_log,
+        before.fetch_log + 1,
+        "seq {seq}: one data fetch"
+    );
+    assert_eq!(got.len(), 1, "seq {seq}");
+    got.remove(0)
+}
+
 #[test]
 fn a_cold_point_read_is_one_remote_request() {
     let config = TieringConfig {
@@ -67,18 +85,9 @@ fn a_cold_point_read_is_one_remote_request() {
     let b = bed(1024, config, 300);
     assert!(b.log.local_first_seq() > 100);
     for seq in [1, 17, 50, 99] {
-        let before = b.log.stats().requests;
-        let got = b.log.read(seq, 1).unwrap();
-        assert_eq!(got[0].message.value, message(seq).value);
-        let after = b.log.stats().requests;
         assert_eq!(
-            after.fetch_index, before.fetch_index,
-            "seq {seq}: no index fetch"
-        );
-        assert_eq!(
-            after.fetch_log,
-            before.fetch_log + 1,
-            "seq {seq}: one data fetch"
+            read_in_one_fetch(&b.log, seq).message.value,
+            message(seq).value
         );
     }
     // Chunks smaller than a segment: the chunk map still spares the index fetch.
@@ -159,22 +168,8 @@ fn a_cold_point_read_in_a_batch_crossing_chunks_is_one_remote_request() {
     assert!(remote_below > 1_000, "{remote_below}");
     let mut reads = 0;
     for seq in (1..remote_below).step_by(37) {
-        let before = log.stats().requests;
-        let got = log.read(seq, 1).unwrap();
-        assert_eq!(
-            (got[0].seq, got[0].message.value.to_vec()),
-            (seq, value(seq))
-        );
-        let after = log.stats().requests;
-        assert_eq!(
-            after.fetch_index, before.fetch_index,
-            "seq {seq}: no index fetch"
-        );
-        assert_eq!(
-            after.fetch_log,
-            before.fetch_log + 1,
-            "seq {seq}: one data fetch"
-        );
+        let got = read_in_one_fetch(&log, seq);
+        assert_eq!((got.seq, got.message.value.to_vec()), (seq, value(seq)));
         reads += 1;
     }
     assert!(reads > 25, "{reads}");

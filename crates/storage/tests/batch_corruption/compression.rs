@@ -12,7 +12,7 @@ use krabka_storage::{Compression, Error, Log, Options, RecoveryMode};
 
 use super::codecs::{self, CODECS};
 use super::common::*;
-use super::engine::{Case, Checks, Expect, MODES, PLACES, Place, run_with};
+use super::engine::{Case, Checks, Expect, MODES, PLACES, Place, make_case, run_with};
 
 /// Replaces the records section of batch `b` with `payload(records)`, which must be as long
 /// (so that every batch after it stays where the log's indexes say), and sets its codec; the
@@ -65,11 +65,7 @@ fn cases(what: &str, codecs: &[Compression], payload: Payload) -> Vec<Case> {
                 Expect::Bad
             };
             let case = format!("{codec} {what} in {place:?}");
-            out.push((
-                case,
-                place,
-                Box::new(damage) as Box<dyn Fn(&Batch) -> Expect>,
-            ));
+            out.push(make_case(case, place, damage));
         }
     }
     out
@@ -135,11 +131,7 @@ fn flipped(codec: Compression) -> Vec<Case> {
                 Expect::Bad
             };
             let case = format!("{codec}: a flipped byte of the compressed records in {place:?}");
-            (
-                case,
-                place,
-                Box::new(damage) as Box<dyn Fn(&Batch) -> Expect>,
-            )
+            make_case(case, place, damage)
         })
         .collect()
 }

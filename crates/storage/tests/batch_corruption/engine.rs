@@ -44,6 +44,11 @@ pub enum Expect {
 /// A named damage of the batch of a place.
 pub type Case = (String, Place, Box<dyn Fn(&Batch) -> Expect>);
 
+/// A [`Case`]: its name, where the damage goes, and the damage (which says what to expect).
+pub fn make_case(name: String, place: Place, damage: impl Fn(&Batch) -> Expect + 'static) -> Case {
+    (name, place, Box::new(damage))
+}
+
 /// Every recovery mode.
 pub const MODES: [RecoveryMode; 3] = [
     RecoveryMode::TolerateTornTail,

@@ -15,7 +15,7 @@ use std::ops::Range;
 use krabka_storage::{RecoveryMode, testkit};
 
 use super::common::Batch;
-use super::engine::{Case, Expect, MODES, PLACES, Place, run_in};
+use super::engine::{Case, Expect, MODES, PLACES, Place, make_case, run_in};
 
 /// The fields of a batch header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,11 +102,7 @@ fn to_cases(cases: Vec<(Field, Damage, Place)>) -> Vec<Case> {
         .map(|(field, damage, place)| {
             let case = format!("{field:?} {damage:?} in {place:?}");
             let check = move |b: &Batch| expect_of(field, damage, apply(field, damage, b));
-            (
-                case,
-                place,
-                Box::new(check) as Box<dyn Fn(&Batch) -> Expect>,
-            )
+            make_case(case, place, check)
         })
         .collect()
 }

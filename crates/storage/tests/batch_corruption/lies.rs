@@ -6,7 +6,7 @@
 use krabka_storage::Compression;
 
 use super::common::{Batch, rewrite_batch};
-use super::engine::{Case, Checks, Expect, MODES, PLACES, run_all, run_with};
+use super::engine::{Case, Checks, Expect, MODES, PLACES, make_case, run_all, run_with};
 
 /// A zigzag varint at `at` of `buf`: its value and its length in bytes.
 fn varint(buf: &[u8], at: usize) -> (i64, usize) {
@@ -96,11 +96,7 @@ fn cases(lies: &[Lie]) -> Vec<Case> {
                 Expect::Bad
             };
             let case = format!("{lie:?} under a valid CRC in {place:?}");
-            out.push((
-                case,
-                place,
-                Box::new(damage) as Box<dyn Fn(&Batch) -> Expect>,
-            ));
+            out.push(make_case(case, place, damage));
         }
     }
     out

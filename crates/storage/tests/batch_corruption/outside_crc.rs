@@ -8,7 +8,7 @@ use krabka_protocol::batch::{set_base_offset, set_partition_leader_epoch};
 use krabka_storage::RecoveryMode;
 
 use super::common::Batch;
-use super::engine::{Case, Expect, PLACES, Place, run_all, run_in};
+use super::engine::{Case, Expect, PLACES, Place, make_case, run_all, run_in};
 
 /// Rewrites the header of `b` in place with `edit` (no CRC to fix: it covers neither field).
 fn edit_header(b: &Batch, edit: impl FnOnce(&mut [u8])) {
@@ -69,11 +69,7 @@ fn claim_cases(claims: &[Claim], places: &[Place]) -> Vec<Case> {
                 Expect::Bad
             };
             let case = format!("baseOffset {claim:?} in {place:?}");
-            cases.push((
-                case,
-                place,
-                Box::new(damage) as Box<dyn Fn(&Batch) -> Expect>,
-            ));
+            cases.push(make_case(case, place, damage));
         }
     }
     cases
@@ -169,11 +165,7 @@ fn leader_epoch_made_positive_is_undetectable_and_harmless() {
                     Expect::Unseen
                 };
                 let case = format!("partitionLeaderEpoch -1 -> i32::MAX in {place:?}");
-                (
-                    case,
-                    place,
-                    Box::new(damage) as Box<dyn Fn(&Batch) -> Expect>,
-                )
+                make_case(case, place, damage)
             })
             .collect(),
     );
