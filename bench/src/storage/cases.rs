@@ -129,6 +129,11 @@ pub const CASES: &[Case] = &[
         "raw read, 1 MiB + CRC-32C per batch, nothing decoded",
         "raw-read-seq-crc",
     ),
+    case(
+        G_SEQ_RAW,
+        "raw read, 1 MiB + CRC-32C per batch + a Bytes view per record",
+        "raw-read-seq-views",
+    ),
     krabka(G_SEQ, "krabka read(seq, 1 MiB worth)", "krabka-read-seq"),
     case(
         G_SEQ,
@@ -183,5 +188,10 @@ pub const CASES: &[Case] = &[
         G_RANDOM1,
         "raw pread of the record's batch, position known",
         "raw-read-random-single",
+    ),
+    case(
+        G_RANDOM1,
+        "raw pread from the .index entry to the end of the record's batch",
+        "raw-read-random-single-span",
     ),
 ];

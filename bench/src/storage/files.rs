@@ -6,6 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 use krabka_storage::Log;
+use krabka_storage::index::OffsetIndexView;
 use krabka_storage::segment::{frame_len, peek_frame};
 
 use crate::Result;
@@ -32,24 +33,32 @@ pub(super) struct Segments {
     pub files: Vec<(File, u64)>,
     /// Records in the log.
     pub records: u64,
+    /// Each file's `.index` as the log wrote it, parsed (same order as `files`).
+    pub indexes: Vec<OffsetIndexView>,
 }
 
 impl Segments {
     /// The segment files of `log`, which is closed (dropped) first.
     pub fn of(log: Log) -> Result<Segments> {
         let records = log.last_seq();
-        let paths: Vec<(PathBuf, u64)> = log
+        let paths: Vec<(PathBuf, PathBuf, u64)> = log
             .segments()
             .into_iter()
             .filter(|s| s.size > 0)
-            .map(|s| (s.log_path, s.size))
+            .map(|s| (s.log_path, s.index_path, s.size))
             .collect();
-        drop(log);
-        let files = paths
-            .into_iter()
-            .map(|(p, size)| Ok((File::open(&p)?, size)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Segments { files, records })
+        // Closing writes the active segment's index files too.
+        log.close()?;
+        let (mut files, mut indexes) = (Vec::new(), Vec::new());
+        for (log_path, index_path, size) in paths {
+            files.push((File::open(&log_path)?, size));
+            indexes.push(OffsetIndexView::parse(std::fs::read(&index_path)?)?);
+        }
+        Ok(Segments {
+            files,
+            records,
+            indexes,
+        })
     }
 
     /// Bytes of all the files.

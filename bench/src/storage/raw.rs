@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use bytes::{Bytes, BytesMut};
 use krabka_protocol::batch::{Compression, crc32c, encode_messages};
 use krabka_storage::segment::{MAX_BATCH_RECORD_BYTES, encode_frame};
 
@@ -136,8 +137,16 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
         }
         "raw-read-random" => read_values(p, dir),
         "raw-read-seq" => read_segments(&Segments::of(fill_krabka(dir, w, v)?)?, vlen),
-        "raw-read-seq-crc" => read_segments_checked(&Segments::of(fill_krabka(dir, w, v)?)?, vlen),
+        "raw-read-seq-crc" => {
+            read_segments_checked(&Segments::of(fill_krabka(dir, w, v)?)?, vlen, false)
+        }
+        "raw-read-seq-views" => {
+            read_segments_checked(&Segments::of(fill_krabka(dir, w, v)?)?, vlen, true)
+        }
         "raw-read-random-single" => read_batches_at(&Segments::of(fill_single(dir, w, v)?)?, p),
+        "raw-read-random-single-span" => {
+            read_index_spans(&Segments::of(fill_single(dir, w, v)?)?, p)
+        }
         "raw-read-random-batch" => read_batches_at(&Segments::of(fill_krabka(dir, w, v)?)?, p),
         other => Err(BoxError::from(format!("unknown storage case {other}"))),
     }
@@ -206,19 +215,24 @@ fn read_segments(segs: &Segments, vlen: usize) -> Result<Measurement> {
 
 /// The floor of any reader of v2 batches that checks them: krabka's segment files read through
 /// in [`READ_CHUNK_BYTES`] `pread`s (a batch longer than that read whole), each batch's
-/// CRC-32C checked, nothing decoded.
-fn read_segments_checked(segs: &Segments, vlen: usize) -> Result<Measurement> {
-    let mut buf = vec![0u8; READ_CHUNK_BYTES];
+/// CRC-32C checked, nothing decoded. With `views`, also the floor of a read that hands every
+/// record out as bytes of its own, as `Log::read`'s `Record`s hold their values: each read goes
+/// into a buffer the views share, each record's length varint is read and a `Bytes` view of
+/// the record made and collected, and the views are dropped before the buffer is reused.
+fn read_segments_checked(segs: &Segments, vlen: usize, views: bool) -> Result<Measurement> {
+    let mut buf = BytesMut::zeroed(READ_CHUNK_BYTES);
+    let mut out: Vec<Bytes> = Vec::with_capacity(if views { READ_CHUNK_BYTES / 64 } else { 0 });
     let mut hist = Histogram::default();
-    let (mut bytes, mut batches) = (0u64, 0u64);
+    let (mut bytes, mut batches, mut records) = (0u64, 0u64, 0u64);
     let start = Instant::now();
     for (f, size) in &segs.files {
         let mut pos = 0u64;
         while pos < *size {
             let t = Instant::now();
             let want = usize::try_from((size - pos).min(buf.len() as u64))?;
-            let chunk = buf.get_mut(..want).ok_or("read buffer")?;
-            f.read_exact_at(chunk, pos)?;
+            buf.truncate(want);
+            f.read_exact_at(&mut buf, pos)?;
+            let chunk = buf.freeze();
             let mut at = 0usize;
             while let Some(header) = chunk.get(at..at + 21) {
                 let len = u32::from_be_bytes(header[8..12].try_into()?) as usize + 12;
@@ -229,13 +243,27 @@ fn read_segments_checked(segs: &Segments, vlen: usize) -> Result<Measurement> {
                 if crc32c(body) != stored {
                     return Err(format!("CRC mismatch at byte {}", pos + at as u64).into());
                 }
+                if views {
+                    let mut r = at + 61;
+                    while r < at + len {
+                        let (n, body) = zigzag_varint(&chunk, r).ok_or("bad record length")?;
+                        let end = body + usize::try_from(n)?;
+                        out.push(chunk.slice(body..end));
+                        records += 1;
+                        r = end;
+                    }
+                }
                 batches += 1;
                 at += len;
             }
+            out.clear();
             hist.record(t.elapsed());
+            buf = chunk
+                .try_into_mut()
+                .map_err(|_| "read buffer still shared")?;
             if at == 0 {
                 // A batch longer than the buffer: read it whole next time.
-                let len = chunk
+                let len = buf
                     .get(8..12)
                     .and_then(|l| <[u8; 4]>::try_from(l).ok())
                     .map(|l| u32::from_be_bytes(l) as usize + 12)
@@ -244,13 +272,18 @@ fn read_segments_checked(segs: &Segments, vlen: usize) -> Result<Measurement> {
                 buf.resize(len, 0);
                 continue;
             }
+            buf.resize(buf.capacity().max(READ_CHUNK_BYTES), 0);
             pos += at as u64;
             bytes += at as u64;
         }
     }
     let elapsed = start.elapsed();
-    if bytes != segs.bytes() || batches == 0 {
-        return Err(format!("checked {bytes} of {} bytes", segs.bytes()).into());
+    if bytes != segs.bytes() || batches == 0 || (views && records != segs.records) {
+        return Err(format!(
+            "checked {bytes} of {} bytes, {records} records",
+            segs.bytes()
+        )
+        .into());
     }
     Ok(Measurement::new(
         segs.records * vlen as u64,
@@ -258,6 +291,20 @@ fn read_segments_checked(segs: &Segments, vlen: usize) -> Result<Measurement> {
         elapsed,
         &hist,
     ))
+}
+
+/// A zigzag varint (a v2 record's length) at `at` of `buf`: its value and where it ends.
+fn zigzag_varint(buf: &[u8], mut at: usize) -> Option<(i64, usize)> {
+    let mut raw = 0u64;
+    for shift in (0..35).step_by(7) {
+        let b = *buf.get(at)?;
+        at += 1;
+        raw |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Some(((raw >> 1) as i64 ^ -((raw & 1) as i64), at));
+        }
+    }
+    None
 }
 
 /// Point reads of random records, each a bare `pread` of the whole batch that holds it, at a
@@ -293,5 +340,35 @@ fn read_batches_at(segs: &Segments, p: &Params) -> Result<Measurement> {
         let (f, _) = segs.files.get(b.file as usize).ok_or("no file")?;
         let into = buf.get_mut(..b.len as usize).ok_or("read buffer")?;
         Ok(f.read_exact_at(into, b.pos)?)
+    })
+}
+
+/// The floor of a point read through the log's own sparse `.index`: for each random record a
+/// bare `pread` from the index entry at or before it to the end of its batch, both positions
+/// known in advance. A reader that steps from an index entry to the record's batch by the batch
+/// headers reads at least this much in one call (it cannot know where the batch ends sooner).
+fn read_index_spans(segs: &Segments, p: &Params) -> Result<Measurement> {
+    let batches = segs.batches()?;
+    if batches.len() as u64 != segs.records {
+        return Err("the index-span floor needs a batch per record".into());
+    }
+    let mut longest = 0u64;
+    let mut spans = Vec::with_capacity(batches.len());
+    for b in &batches {
+        let index = segs.indexes.get(b.file as usize).ok_or("no index")?;
+        let (_, from) = index.floor(b.first).ok_or("no index entry")?;
+        let len = b.pos + u64::from(b.len) - from;
+        longest = longest.max(len);
+        spans.push((b.file, from, len));
+    }
+    let mut buf = vec![0u8; usize::try_from(longest)?];
+    let mut rng = Rng::new();
+    timed(p.reads, 1, p.vlen, |_| {
+        let &(file, from, len) = spans
+            .get(usize::try_from(rng.below(segs.records))?)
+            .ok_or("no span for the seq")?;
+        let (f, _) = segs.files.get(file as usize).ok_or("no file")?;
+        let into = buf.get_mut(..usize::try_from(len)?).ok_or("read buffer")?;
+        Ok(f.read_exact_at(into, from)?)
     })
 }

@@ -188,6 +188,14 @@ pub const TARGETS: &[Target] = &[
         SMALL,
     ),
     target(
+        "floor: raw 1 MiB reads + CRC-32C per batch + a Bytes view per record / commitlog read",
+        "raw-read-seq-views",
+        "commitlog-read-seq",
+        Throughput,
+        Info,
+        SMALL,
+    ),
+    target(
         "sequential read_batches + records() / commitlog read",
         "krabka-batches-records",
         "commitlog-read-seq",
@@ -201,6 +209,14 @@ pub const TARGETS: &[Target] = &[
         "raw-read-random-single",
         Throughput,
         AtLeast(0.8),
+        ALL,
+    ),
+    target(
+        "floor: pread from the .index entry to the record's batch end / bare pread of the batch",
+        "raw-read-random-single-span",
+        "raw-read-random-single",
+        Throughput,
+        Info,
         ALL,
     ),
     target(

@@ -175,14 +175,27 @@ impl RecordIter {
     }
 
     fn read_next(&mut self) -> Result<RecordRef, BatchError> {
+        if let Some(plain) = self.plain_record() {
+            // The common shape, checked in place: no layout, no header list to build.
+            self.pass(&plain);
+            return Ok(RecordRef {
+                offset: plain.offset,
+                timestamp: self.stamped(plain.timestamp),
+                key: plain.key.map(|k| self.data.slice(k)),
+                value: Some(self.data.slice(plain.value)),
+                headers: Vec::new(),
+            });
+        }
+        self.read_general()
+    }
+
+    /// [`read_next`](Self::read_next) without the fast path: every record's layout parsed.
+    fn read_general(&mut self) -> Result<RecordRef, BatchError> {
         let (layout, offset, timestamp) = self.advance()?;
         let slice = |r: Range<usize>| self.data.slice(r);
         Ok(RecordRef {
             offset,
-            timestamp: match self.header.timestamp_type() {
-                TimestampType::LogAppendTime => self.header.max_timestamp,
-                _ => timestamp,
-            },
+            timestamp: self.stamped(timestamp),
             key: layout.key.map(slice),
             value: layout.value.map(slice),
             headers: layout
@@ -191,6 +204,14 @@ impl RecordIter {
                 .map(|(name, value)| (name, value.map(slice)))
                 .collect(),
         })
+    }
+
+    /// A record's timestamp as read: `stored`, or `maxTimestamp` in a log-append-time batch.
+    fn stamped(&self, stored: i64) -> i64 {
+        match self.header.timestamp_type() {
+            TimestampType::LogAppendTime => self.header.max_timestamp,
+            _ => stored,
+        }
     }
 
     /// Reads and checks the record at `pos` and moves past it: its layout, offset and
@@ -395,10 +416,7 @@ impl RecordIter {
         let plain = self.plain_record()?;
         self.pass(&plain);
         let message = crate::Message {
-            timestamp: match self.header.timestamp_type() {
-                TimestampType::LogAppendTime => self.header.max_timestamp,
-                _ => plain.timestamp,
-            },
+            timestamp: self.stamped(plain.timestamp),
             key: plain.key.map(|k| self.data.slice(k)),
             value: self.data.slice(plain.value),
             headers: Vec::new(),
@@ -423,11 +441,21 @@ impl Iterator for RecordIter {
     type Item = Result<RecordRef, BatchError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        self.step(Self::read_next)
+    }
+}
+
+impl RecordIter {
+    /// The next record read by `read` (checks and end of iteration as [`Iterator::next`]).
+    fn step(
+        &mut self,
+        read: fn(&mut Self) -> Result<RecordRef, BatchError>,
+    ) -> Option<Result<RecordRef, BatchError>> {
         if self.done {
             return None;
         }
         let result = if self.index < self.header.record_count {
-            self.read_next().map(Some)
+            read(self).map(Some)
         } else {
             self.finish().map(|()| None)
         };
@@ -442,6 +470,13 @@ impl Iterator for RecordIter {
                 Some(Err(e))
             }
         }
+    }
+
+    /// [`Iterator::next`] through the general path only: the reference the fast path is
+    /// tested against.
+    #[cfg(test)]
+    pub(crate) fn next_general(&mut self) -> Option<Result<RecordRef, BatchError>> {
+        self.step(Self::read_general)
     }
 }
 

@@ -374,7 +374,8 @@ fn messages_both_ways(bytes: &Bytes) -> Option<[Messages; 2]> {
         }
     }
     let mut slow = Vec::new();
-    for r in view.records(1 << 20).ok()? {
+    let mut general = view.records(1 << 20).ok()?;
+    for r in std::iter::from_fn(|| general.next_general()) {
         let r = r.and_then(|r| {
             let offset = r.offset;
             crate::Message::try_from(r).map(|m| (offset, m))
@@ -388,8 +389,32 @@ fn messages_both_ways(bytes: &Bytes) -> Option<[Messages; 2]> {
     Some([fast, slow])
 }
 
-/// `next_message` (with its fast path for records without headers) agrees with the reference
-/// path on valid batches of every shape and on every byte flip resealed with a valid CRC.
+/// The records of `bytes` read by `next` (with its fast path) and by the general path alone,
+/// each up to and including the first error.
+fn records_both_ways(bytes: &Bytes) -> Option<[Vec<Result<RecordRef, BatchError>>; 2]> {
+    let view = BatchView::parse(bytes).ok()?;
+    let upto_error = |mut it: Box<dyn FnMut() -> Option<Result<RecordRef, BatchError>>>| {
+        let mut out = Vec::new();
+        while let Some(r) = it() {
+            let stop = r.is_err();
+            out.push(r);
+            if stop {
+                break;
+            }
+        }
+        out
+    };
+    let mut fast = view.records(1 << 20).ok()?;
+    let mut general = view.records(1 << 20).ok()?;
+    Some([
+        upto_error(Box::new(move || fast.next())),
+        upto_error(Box::new(move || general.next_general())),
+    ])
+}
+
+/// `next_message` and `next` (with their fast path for records without headers) agree with
+/// the general path on valid batches of every shape and on every byte flip resealed with a
+/// valid CRC.
 #[test]
 fn next_message_agrees_with_next_and_try_from() {
     let plain: Vec<RecordSpec> = (0..20)
@@ -419,12 +444,18 @@ fn next_message_agrees_with_next_and_try_from() {
             let bytes = encode_batch(&spec, &records).unwrap();
             let [fast, slow] = messages_both_ways(&bytes).unwrap();
             assert_eq!(fast, slow);
+            let [fast, slow] = records_both_ways(&bytes).unwrap();
+            assert_eq!(fast, slow);
             for at in ATTRIBUTES_AT..bytes.len() {
                 for mask in [0x01u8, 0x02, 0x40, 0x80, 0xff] {
                     let mut buf = bytes.to_vec();
                     buf[at] ^= mask;
                     reseal(&mut buf);
-                    if let Some([fast, slow]) = messages_both_ways(&Bytes::from(buf)) {
+                    let buf = Bytes::from(buf);
+                    if let Some([fast, slow]) = messages_both_ways(&buf) {
+                        assert_eq!(fast, slow, "flip {mask:#x} at {at}");
+                    }
+                    if let Some([fast, slow]) = records_both_ways(&buf) {
                         assert_eq!(fast, slow, "flip {mask:#x} at {at}");
                     }
                 }
@@ -448,7 +479,10 @@ fn skipping_checks_what_reading_checks() {
             let Ok(records) = view.records(1 << 20) else {
                 continue;
             };
-            let read: Vec<_> = records.map(|r| r.map(|r| r.offset)).collect();
+            let mut records = records;
+            let read: Vec<_> = std::iter::from_fn(|| records.next_general())
+                .map(|r| r.map(|r| r.offset))
+                .collect();
             let mut skipping = view.records(1 << 20).unwrap();
             let skipped: Vec<_> = std::iter::from_fn(|| skipping.skip_record()).collect();
             assert_eq!(read, skipped, "flip {mask:#x} at {at}");
