@@ -65,6 +65,50 @@ fn every_append_counts_appends_fsyncs_rolls_and_deletes() {
     log.close().unwrap();
 }
 
+/// The append counters are bumped without a locked read-modify-write (under the append
+/// lock): appenders racing on every policy, through every append call, lose no count.
+#[test]
+fn concurrent_appenders_lose_no_count() {
+    const THREADS: u64 = 4;
+    const ROUNDS: u64 = 300;
+    for sync in [SyncPolicy::Never, SyncPolicy::EveryN(7)] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), opts(sync, 64 << 10)).unwrap();
+        let raw = {
+            let mut b = Vec::new();
+            let msgs = [msg(0), msg(1)];
+            krabka_protocol::batch::encode_messages(
+                &mut b,
+                0,
+                &msgs,
+                krabka_storage::Compression::None,
+                usize::MAX,
+            )
+            .unwrap();
+            b
+        };
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (log, raw) = (&log, &raw);
+                s.spawn(move || {
+                    for i in 0..ROUNDS {
+                        match (t + i) % 3 {
+                            0 => drop(log.append(&msg(i)).unwrap()),
+                            1 => drop(log.append_batch(&[msg(i), msg(i), msg(i)]).unwrap()),
+                            _ => drop(log.append_raw_batch(raw).unwrap()),
+                        }
+                    }
+                });
+            }
+        });
+        let s = log.stats();
+        assert_eq!(s.append_batches, THREADS * ROUNDS, "{sync:?}");
+        assert_eq!(s.appends, log.last_seq(), "{sync:?}");
+        assert_eq!(s.appended_bytes, log_bytes(&log), "{sync:?}");
+        assert_eq!(log.last_seq(), THREADS * ROUNDS * 2, "{sync:?}");
+    }
+}
+
 #[test]
 fn never_counts_the_fsyncs_of_sync_and_rolls_of_full_segments() {
     let dir = tempfile::tempdir().unwrap();

@@ -149,7 +149,8 @@ struct Inner {
     /// The failure that set `poisoned` (the first one), shown by every later refusal.
     poison_cause: std::sync::OnceLock<crate::PoisonCause>,
     /// Appenders between entering `append_batch` and publishing their records: a sync leader
-    /// gives them a moment to finish so that its fsync covers their records too.
+    /// gives them a moment to finish so that its fsync covers their records too. Not counted
+    /// under `SyncPolicy::Never`, where no append waits for an fsync.
     writers: AtomicUsize,
     report: RecoveryReport,
     /// Read buffers reused once the records sharing them are dropped.

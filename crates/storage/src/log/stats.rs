@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::append::Appender;
 use crate::RecoveryReport;
 
 /// A snapshot of a [`Log`](crate::Log)'s counters ([`Log::stats`](crate::Log::stats)): what
@@ -77,16 +78,27 @@ fn bump(c: &AtomicU64, by: u64) {
     c.fetch_add(by, Ordering::Relaxed);
 }
 
+/// [`bump`] for a counter only one thread at a time changes: a load and a store, no locked
+/// read-modify-write on the append path. Readers still see every value whole. The callers
+/// below take the [`Appender`], which only the holder of the append lock can lend, so no
+/// two of them race.
+fn bump_exclusive(c: &AtomicU64, by: u64) {
+    c.store(
+        c.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
+}
+
 impl Counters {
-    /// One write of `records` frames taking `bytes` bytes.
-    pub(crate) fn written(&self, records: u64, bytes: u64) {
-        bump(&self.appends, records);
-        bump(&self.appended_bytes, bytes);
+    /// One write of `records` frames taking `bytes` bytes, by the holder of the append lock.
+    pub(crate) fn written(&self, _locked: &Appender, records: u64, bytes: u64) {
+        bump_exclusive(&self.appends, records);
+        bump_exclusive(&self.appended_bytes, bytes);
     }
 
-    /// One batch written in full.
-    pub(crate) fn batch(&self) {
-        bump(&self.append_batches, 1);
+    /// One batch written in full, by the holder of the append lock.
+    pub(crate) fn batch(&self, _locked: &Appender) {
+        bump_exclusive(&self.append_batches, 1);
     }
 
     /// One roll.
