@@ -271,10 +271,26 @@ impl Inner {
         // An entry that lies only costs another read: a frame cut off by the chunk is read
         // again from its start (at least 64 bytes are read, so its length is always seen, and
         // at most 2 MiB, as any chunk).
+        //
+        // Short of that entry, the chunk ends where the last frame asked for ends when the
+        // interval's bytes are spread evenly over its seqs (a log of like-sized appends), plus
+        // a quarter of a frame: a point read does not read the rest of the interval, whose
+        // pages cost more than its bytes.
         let mut bound = plan.next.and_then(|(next_seq, next_pos)| {
             let past_wanted = from_seq.saturating_add(need as u64);
-            (past_wanted <= next_seq && next_pos > pos)
-                .then_some((next_pos - pos, past_wanted == next_seq))
+            if past_wanted > next_seq || next_pos <= pos {
+                return None;
+            }
+            let to_next = next_pos - pos;
+            if past_wanted == next_seq {
+                return Some(to_next);
+            }
+            let per_seq = to_next / next_seq.saturating_sub(plan.start_seq).max(1);
+            let to_wanted = past_wanted
+                .saturating_sub(plan.start_seq)
+                .saturating_mul(per_seq)
+                .saturating_add(per_seq / 4 + 64);
+            Some(to_wanted.min(to_next))
         });
         while need > 0 && pos < plan.size {
             let left = plan.size - pos;
@@ -284,8 +300,7 @@ impl Inner {
                 .saturating_add((bytes / 8).min(avg) + 256)
                 .clamp(1 << 10, 2 << 20);
             let want = match bound.take() {
-                Some((to_next, true)) => to_next.clamp(64, 2 << 20),
-                Some((to_next, false)) => estimate.min(to_next).max(64),
+                Some(first) => first.clamp(64, 2 << 20),
                 None => estimate,
             }
             .min(left);
