@@ -783,3 +783,62 @@ fn point_reads_through_a_sparse_index_find_every_record_whatever_the_sizes() {
         }
     }
 }
+
+/// Read system calls made by this thread so far (Linux's per-thread I/O accounting), taken
+/// with one `read` of its own (counted after the figure is taken).
+fn thread_read_calls() -> u64 {
+    use std::io::Read;
+    let mut buf = [0u8; 4096];
+    let n = fs::File::open("/proc/thread-self/io")
+        .unwrap()
+        .read(&mut buf)
+        .unwrap();
+    let io = std::str::from_utf8(&buf[..n]).unwrap();
+    let line = io.lines().find(|l| l.starts_with("syscr:")).unwrap();
+    line["syscr:".len()..].trim().parse().unwrap()
+}
+
+/// A point read is one `pread` under the default index interval, whether the log holds
+/// batches of 100 (an interval is one batch: read whole) or like-sized single appends (read
+/// up to the record's end), in closed segments and the active one.
+#[test]
+fn a_point_read_is_one_read_under_the_default_index() {
+    let v = Bytes::from(vec![7u8; 100]);
+    let message = |i: u64| Message::new(v.clone()).with_timestamp(i as i64);
+    for batched in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Options {
+            max_bytes: 256 << 10,
+            ..Options::default()
+        };
+        let log = Log::open(dir.path(), o).unwrap();
+        for b in 0..60u64 {
+            if batched {
+                let msgs: Vec<Message> = (0..100).map(|j| message(b * 100 + j)).collect();
+                log.append_batch(&msgs).unwrap();
+            } else {
+                for j in 0..100 {
+                    log.append(&message(b * 100 + j)).unwrap();
+                }
+            }
+        }
+        assert!(
+            log.segments().len() > 2,
+            "closed segments and an active one"
+        );
+        let last = log.last_seq();
+        // Opens every segment's file and loads its index first.
+        for s in log.segments() {
+            log.read(s.base_seq, 1).unwrap();
+        }
+        let before = thread_read_calls();
+        let mut reads = 0u64;
+        for seq in (1..=last).step_by(7) {
+            assert_eq!(log.read(seq, 1).unwrap()[0].seq, seq);
+            reads += 1;
+        }
+        // Less the one read of the figure taken before.
+        let calls = thread_read_calls() - before - 1;
+        assert_eq!(calls, reads, "batched: {batched}");
+    }
+}

@@ -56,6 +56,9 @@ impl FdCache {
     }
 }
 
+/// An index interval up to this long is read whole by a read that ends within it.
+const WHOLE_INTERVAL_BYTES: u64 = 16 << 10;
+
 /// A plan (`None`: the read stops here), or the lazy index to load before planning again.
 type Planned = Result<Option<ReadPlan>, Arc<LazyIndex>>;
 
@@ -272,17 +275,28 @@ impl Inner {
         // again from its start (at least 64 bytes are read, so its length is always seen, and
         // at most 2 MiB, as any chunk).
         //
-        // Short of that entry, the chunk ends where the last frame asked for ends when the
-        // interval's bytes are spread evenly over its seqs (a log of like-sized appends), plus
-        // a quarter of a frame: a point read does not read the rest of the interval, whose
-        // pages cost more than its bytes.
-        let mut bound = plan.next.and_then(|(next_seq, next_pos)| {
+        // The chunk also ends at the entry when the interval is short (up to
+        // `WHOLE_INTERVAL_BYTES`: a few pages cost less than a second read, which a batch cut
+        // short would take), or at least twice `index_interval_bytes` (then it is mostly its
+        // last batch: the batches before it hold fewer bytes than one interval, or an entry
+        // would have come sooner). In a longer interval of many batches, the chunk ends where
+        // the last frame asked for ends when the interval's bytes are spread evenly over its
+        // seqs (a log of like-sized appends), plus a quarter of a frame.
+        let interval = self.opts.index_interval_bytes;
+        // The segment's end serves as the entry after the last one.
+        let next = plan
+            .next
+            .or(Some((plan.last_seq.saturating_add(1), plan.size)));
+        let mut bound = next.and_then(|(next_seq, next_pos)| {
             let past_wanted = from_seq.saturating_add(need as u64);
             if past_wanted > next_seq || next_pos <= pos {
                 return None;
             }
             let to_next = next_pos - pos;
-            if past_wanted == next_seq {
+            if past_wanted == next_seq
+                || to_next <= WHOLE_INTERVAL_BYTES
+                || to_next >= interval.saturating_mul(2)
+            {
                 return Some(to_next);
             }
             let per_seq = to_next / next_seq.saturating_sub(plan.start_seq).max(1);
