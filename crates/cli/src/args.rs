@@ -336,14 +336,21 @@ pub struct TierArgs {
 /// `krabka recover`.
 #[derive(Debug, Clone, Args)]
 pub struct RecoverArgs {
-    /// Log directory to rebuild (created when missing). Its name gives the topic, as for
-    /// `tier` and `read`.
+    /// Log directory to rebuild (created when missing). Unless --topic or --topic-id is given,
+    /// its name gives the topic, as for `tier` and `read`.
     pub dir: PathBuf,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub remote: RemoteArgs,
-    /// The topic id the log was tiered under, when it is not the one derived from DIR's name
-    /// (e.g. the directory was renamed).
+    /// The topic to recover, when it is not DIR's name (e.g. the directory was renamed, or
+    /// a replica's partition is rebuilt into a new directory).
+    #[arg(long, value_name = "NAME", value_parser = parse_topic)]
+    pub topic: Option<String>,
+    /// The partition of the topic: 0 to 2^31 - 1 (default 0, or what DIR/topic records).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
+    pub partition: Option<i32>,
+    /// The topic id the log was tiered under: needed when the remote holds several partitions
+    /// of the topic; given alone, it finds the partition whatever DIR is called.
     #[arg(long, value_name = "UUID")]
     pub topic_id: Option<krabka_remote_storage::Uuid>,
     /// Delete the objects of abandoned copies (begun over 7 hours ago and never finished), of

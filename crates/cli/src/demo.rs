@@ -225,20 +225,21 @@ fn run_in(work: &workdir::WorkDir, args: &DemoArgs) -> Result<()> {
             .unwrap_or(args.segment_bytes.saturating_mul(4)),
     );
     // The remote first: when it cannot be used, nothing has been written to the directory yet.
-    let rsm = remote::open(&spec, &args.remote)?;
     check_interrupt()?;
-    let tiered = tiered::open_with_remote(
+    let tiered = tiered::open(
         &log_dir,
         spec,
-        rsm,
-        args.remote.endpoint.as_deref(),
+        &args.remote,
         options,
         config,
+        krabka_tiering::Access::Owner,
+        None,
     )?;
     let summary = run_on(&tiered, args, work.path().display().to_string())?;
     summary.print()?;
     tiered
-        .log
+        .part
+        .into_log()
         .close()
         .map_err(|e| tiering_error("cannot close", &log_dir, e))?;
     if summary.all_verified() {
@@ -255,7 +256,7 @@ fn run_in(work: &workdir::WorkDir, args: &DemoArgs) -> Result<()> {
 }
 
 fn run_on(tiered: &Tiered, args: &DemoArgs, dir: String) -> Result<Summary> {
-    let log = &tiered.log;
+    let log = tiered.part.log();
     let log_dir = log.log().dir().to_path_buf();
     let generator = Generator::new(args.seed);
     if log.last_seq() != 0 {
@@ -283,7 +284,7 @@ fn run_on(tiered: &Tiered, args: &DemoArgs, dir: String) -> Result<Summary> {
         remote_segments: placement.remote.len(),
         stats: log.stats(),
         stats_before_read,
-        placement: placement.describe(),
+        placement: tiered::describe_placement(&placement),
         remote: tiered.remote.describe(),
         dir,
     })

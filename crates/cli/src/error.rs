@@ -103,19 +103,9 @@ pub fn in_use_by(dir: &Path, lock: &Path, context: &str) -> CliError {
     ))
 }
 
-/// The log directory `dir` (or its `remote-metadata/`) is held by a running process: the
-/// lock file it holds, if any. Looks only at lock files that exist; takes no lock it keeps.
-pub fn held_lock(dir: &Path) -> Option<std::path::PathBuf> {
-    let own = dir.join(krabka_storage::LOCK_FILE_NAME);
-    if crate::lockholder::is_held(&own) {
-        return Some(own);
-    }
-    held_metadata_lock(dir)
-}
-
 /// The lock file of `dir/remote-metadata/` another process holds, if any.
 fn held_metadata_lock(dir: &Path) -> Option<std::path::PathBuf> {
-    let entries = std::fs::read_dir(dir.join(crate::tiered::METADATA_DIR)).ok()?;
+    let entries = std::fs::read_dir(dir.join(krabka_tiering::partition::METADATA_DIR)).ok()?;
     let mut locks: Vec<_> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "lock"))
@@ -324,17 +314,13 @@ pub fn io_hint(kind: std::io::ErrorKind, raw: Option<i32>) -> Option<&'static st
 
 /// Prints what opening a log found and did (its [`RecoveryReport`](krabka_storage::RecoveryReport),
 /// one line per item) on stderr; nothing when there is nothing to say. The files a tiered log
-/// keeps next to its segments (`remote-metadata/`, the retention point's file, the topic file)
-/// are not news.
+/// keeps next to its segments are tiering's ([`krabka_tiering::partition::is_own_file`]), not
+/// news.
 pub fn print_recovery(report: &krabka_storage::RecoveryReport) {
     let mut report = report.clone();
     report.ignored_files.retain(|p| {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        name != crate::tiered::METADATA_DIR
-            && !name.starts_with(krabka_tiering::RETENTION_POINT_FILE)
-            && name != crate::tiered::topic::TOPIC_FILE
-            && name != format!("{}.tmp", crate::tiered::topic::TOPIC_FILE)
-            && !name.starts_with(krabka_tiering::BINDING_FILE)
+        !krabka_tiering::partition::is_own_file(name)
     });
     for line in report.to_string().lines().filter(|l| !l.trim().is_empty()) {
         crate::output::note(format_args!("{line}"));

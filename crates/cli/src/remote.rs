@@ -2,12 +2,11 @@
 //! `--remote`, connecting to it (always through the transforming layer), and one line for a
 //! bucket that cannot be used.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use krabka_remote_storage::RemoteStorageManager;
-use krabka_remote_storage::ownership::OwnershipStore;
 use krabka_remote_transform::KeyId;
+use krabka_tiering::{PartitionDir, RemoteTier};
 
 use crate::args::RemoteArgs;
 use crate::error::{CliError, Result};
@@ -57,26 +56,6 @@ impl RemoteSpec {
             return Err("is empty: use fs://PATH or s3://BUCKET/PREFIX".to_owned());
         }
         Ok(RemoteSpec::Fs(PathBuf::from(s)))
-    }
-
-    /// The location a log's binding records (`DIR/remote-binding`): `fs://` and the absolute
-    /// path with every symlink resolved (so a relative path from another working directory
-    /// names the same remote, or is told apart from it), `s3://BUCKET/PREFIX` as given (the
-    /// endpoint is left out: one bucket may be reached by several names).
-    ///
-    /// # Errors
-    /// When a filesystem remote's directory cannot be resolved.
-    pub fn location(&self) -> Result<String> {
-        match self {
-            RemoteSpec::Fs(p) => {
-                let abs = std::fs::canonicalize(p).map_err(|e| {
-                    CliError::at("cannot resolve remote directory", p, e)
-                        .hint("pass the fs:// directory the log is tiered to")
-                })?;
-                Ok(format!("fs://{}", abs.display()))
-            }
-            RemoteSpec::S3 { .. } => Ok(self.describe()),
-        }
     }
 
     /// How the summary names it.
@@ -139,23 +118,51 @@ const KEY_FILE_HINT: &str = "a key file is a regular file holding the 32-byte ma
      raw bytes or as 64 hex characters (--encryption-key-file PATH, any number of times); \
      --encryption-key-dir DIR reads every such file in DIR";
 
-/// Connects to the remote tier.
+/// Wraps every segment call of a remote tier (e.g. to measure it).
+pub type Wrap = Box<
+    dyn FnOnce(
+        Arc<dyn krabka_remote_storage::RemoteStorageManager>,
+    ) -> Arc<dyn krabka_remote_storage::RemoteStorageManager>,
+>;
+
+/// Connects to the remote tier `spec` names, once: the SPI backend (through the transforming
+/// layer `args` configure) and the ownership store. A filesystem remote must exist.
 ///
 /// # Errors
-/// When the directory cannot be created, or the bucket cannot be reached (S3), or the
-/// transform options cannot be used ([`transform_config`]).
-pub fn open(
-    spec: &RemoteSpec,
-    args: &RemoteArgs,
-) -> Result<Arc<krabka_remote_transform::Transforming>> {
-    let config = transform_config(args)?;
-    let inner = open_backend(spec, args.endpoint.as_deref())?;
-    // Always through the transforming layer: with no flags it copies segments as they are and
-    // still reads the compressed or encrypted ones a bucket may hold (each records its
-    // transform).
-    Ok(Arc::new(krabka_remote_transform::Transforming::new(
-        inner, config,
-    )))
+/// When the directory does not exist, the bucket cannot be reached (S3), or the transform
+/// options cannot be used ([`transform_config`]).
+pub fn tier(spec: &RemoteSpec, args: &RemoteArgs) -> Result<RemoteTier> {
+    let transform = transform_config(args)?;
+    match spec {
+        RemoteSpec::Fs(root) => RemoteTier::fs(root, false, transform).map_err(|e| {
+            CliError::new(e.to_string()).hint("pass the fs:// directory the log was tiered to")
+        }),
+        RemoteSpec::S3 { bucket, prefix } => {
+            open_s3(bucket, prefix, args.endpoint.as_deref(), spec, transform)
+        }
+    }
+}
+
+/// [`tier`] for the log directory `dir`: a missing filesystem remote is created, unless the
+/// log is bound to a remote (the library refuses it then, creating nothing).
+///
+/// # Errors
+/// As [`tier`].
+pub fn tier_for_dir(spec: &RemoteSpec, args: &RemoteArgs, dir: &Path) -> Result<RemoteTier> {
+    match spec {
+        RemoteSpec::Fs(root) => {
+            let transform = transform_config(args)?;
+            PartitionDir::fs_remote(dir, root, transform).map_err(|e| match e {
+                e @ krabka_tiering::Error::WrongRemote { .. } => {
+                    crate::tiered::tiering_error("cannot open tiered log", dir, e)
+                }
+                e => {
+                    CliError::new(e.to_string()).hint("check that the path is a writable directory")
+                }
+            })
+        }
+        RemoteSpec::S3 { .. } => tier(spec, args),
+    }
 }
 
 /// The advice for an error that a transformed segment caused (found anywhere in `e`'s chain
@@ -208,33 +215,26 @@ pub fn warn_about_new_key(tiered: &crate::tiered::Tiered, args: &RemoteArgs) -> 
         .map_err(|e| CliError::new(e.to_string()).hint(KEY_FILE_HINT))?
         .id();
     let segments = tiered
-        .metadata
-        .list_remote_log_segments(&tiered.topic)
+        .part
+        .metadata()
+        .list_remote_log_segments(tiered.part.topic())
         .map_err(|e| CliError::new(format!("cannot list remote segments: {e}")))?;
     // Segments copied before records carried their key id need their header read: at most
     // this many.
     const MAX_HEADER_READS: usize = 100;
     let mut reads = 0;
     let mut unchecked = 0;
-    let transforming = std::cell::OnceCell::new();
     let mut held = std::collections::BTreeMap::<KeyId, u64>::new();
     for m in &segments {
-        use krabka_remote_transform::Transforming;
         let m = &krabka_tiering::recovery::backend_metadata(m);
-        if !Transforming::is_encrypted(m).unwrap_or(false) {
+        if !krabka_remote_transform::Transforming::is_encrypted(m).unwrap_or(false) {
             continue;
         }
-        let id = match Transforming::recorded_key_id(m) {
+        let id = match krabka_remote_transform::Transforming::recorded_key_id(m) {
             Ok(Some(id)) => Some(id),
             _ if reads < MAX_HEADER_READS => {
                 reads += 1;
-                let t = match transforming.get() {
-                    Some(t) => t,
-                    None => {
-                        let inner = open_backend(&tiered.remote, args.endpoint.as_deref())?;
-                        transforming.get_or_init(|| Transforming::new(inner, config.clone()))
-                    }
-                };
+                let t = tiered.tier.transforming();
                 t.key_id(m).ok().flatten()
             }
             _ => {
@@ -280,63 +280,16 @@ pub fn warn_about_new_key(tiered: &crate::tiered::Tiered, args: &RemoteArgs) -> 
     Ok(())
 }
 
-/// The backend itself, without the transforming layer.
-fn open_backend(
-    spec: &RemoteSpec,
-    endpoint: Option<&str>,
-) -> Result<Arc<dyn RemoteStorageManager>> {
-    match spec {
-        RemoteSpec::Fs(root) => {
-            let store = krabka_tiering::fs::FsRemoteStorage::new(root.clone()).map_err(|e| {
-                CliError::at("cannot use remote directory", root, e)
-                    .hint("check that the path is a writable directory")
-            })?;
-            Ok(Arc::new(store))
-        }
-        RemoteSpec::S3 { bucket, prefix } => open_s3(bucket, prefix, endpoint),
-    }
-}
-
-/// Connects to the remote tier for recovery and ownership: listing, reading, deleting and
-/// creating objects (create-only).
-///
-/// # Errors
-/// As [`open`].
-pub fn open_lister(spec: &RemoteSpec, endpoint: Option<&str>) -> Result<Arc<dyn OwnershipStore>> {
-    match spec {
-        RemoteSpec::Fs(root) => {
-            if !root.is_dir() {
-                return Err(CliError::new(format!(
-                    "remote directory {} does not exist",
-                    root.display()
-                ))
-                .hint("pass the fs:// directory the log was tiered to"));
-            }
-            let store = krabka_tiering::fs::FsRemoteStorage::new(root.clone())
-                .map_err(|e| CliError::at("cannot use remote directory", root, e))?;
-            Ok(Arc::new(store))
-        }
-        RemoteSpec::S3 { bucket, prefix } => open_s3_lister(bucket, prefix, endpoint),
-    }
-}
-
-#[cfg(feature = "s3")]
-fn open_s3_lister(
-    bucket: &str,
-    prefix: &str,
-    endpoint: Option<&str>,
-) -> Result<Arc<dyn OwnershipStore>> {
-    Ok(Arc::new(s3_store(bucket, prefix, endpoint)?))
-}
-
 /// Connects to `s3://bucket/prefix` with the settings of the standard AWS environment (region,
 /// endpoint, credentials, attempts); `endpoint` overrides the environment's.
 #[cfg(feature = "s3")]
-fn s3_store(
+fn open_s3(
     bucket: &str,
     prefix: &str,
     endpoint: Option<&str>,
-) -> Result<krabka_tiering::s3::S3RemoteStorage> {
+    spec: &RemoteSpec,
+    transform: krabka_remote_transform::TransformConfig,
+) -> Result<RemoteTier> {
     use krabka_tiering::s3::{S3Config, S3RemoteStorage};
     let mut config = S3Config::from_env_for(bucket, prefix).map_err(|e| {
         CliError::new(format!("cannot configure s3://{bucket}/{prefix}: {e}")).hint(
@@ -346,31 +299,10 @@ fn s3_store(
     if let Some(endpoint) = endpoint {
         config = config.with_endpoint(endpoint);
     }
-    S3RemoteStorage::new(config).map_err(|e| s3_open_error(bucket, prefix, e))
-}
-
-#[cfg(not(feature = "s3"))]
-fn open_s3_lister(
-    bucket: &str,
-    prefix: &str,
-    endpoint: Option<&str>,
-) -> Result<Arc<dyn OwnershipStore>> {
-    // Without S3 support this always fails, with the same advice as every other command.
-    match open_s3(bucket, prefix, endpoint) {
-        Err(e) => Err(e),
-        Ok(_) => Err(CliError::new(format!(
-            "s3://{bucket}/{prefix}: this krabka was built without S3 support"
-        ))),
-    }
-}
-
-#[cfg(feature = "s3")]
-fn open_s3(
-    bucket: &str,
-    prefix: &str,
-    endpoint: Option<&str>,
-) -> Result<Arc<dyn RemoteStorageManager>> {
-    Ok(Arc::new(s3_store(bucket, prefix, endpoint)?))
+    let store = S3RemoteStorage::new(config).map_err(|e| s3_open_error(bucket, prefix, e))?;
+    // The location a binding records is the URL as given: the endpoint is left out, since one
+    // bucket may be reached by several names.
+    Ok(RemoteTier::new(Arc::new(store), spec.describe(), transform))
 }
 
 /// The one line for a bucket that cannot be used: denied credentials, a missing bucket and an
@@ -456,7 +388,9 @@ fn open_s3(
     bucket: &str,
     prefix: &str,
     _endpoint: Option<&str>,
-) -> Result<Arc<dyn RemoteStorageManager>> {
+    _spec: &RemoteSpec,
+    _transform: krabka_remote_transform::TransformConfig,
+) -> Result<RemoteTier> {
     Err(CliError::new(format!(
         "s3://{bucket}/{prefix}: this krabka was built without S3 support"
     ))

@@ -17,6 +17,7 @@ use crate::error::{CliError, Result};
 use crate::reader::{print_fallbacks, view_error};
 use crate::remote;
 use crate::tiered::{self, Tiered, tiering_error};
+use krabka_tiering::Access;
 
 /// Source of records for `read`: the local files, both tiers, or the remote tier alone.
 pub trait Source {
@@ -68,7 +69,8 @@ impl TieredSource {
                 retention_ms: None,
                 ..TieringConfig::default()
             },
-            tiered::Mode::Read,
+            Access::ReadOnly,
+            None,
         )?;
         Ok(Self {
             tiered,
@@ -80,17 +82,18 @@ impl TieredSource {
 
 impl Source for TieredSource {
     fn next_records(&mut self, max: usize) -> Result<Vec<Record>> {
-        let dir = self.tiered.log.log().dir().to_path_buf();
-        let next_append = self.tiered.log.last_seq().saturating_add(1);
+        let dir = self.tiered.part.log().log().dir().to_path_buf();
+        let next_append = self.tiered.part.log().last_seq().saturating_add(1);
         if self.next == next_append {
             return Ok(Vec::new());
         }
         if self.next > next_append || self.next == 0 {
             let first = self
                 .tiered
-                .log
+                .part
+                .log()
                 .first_seq()
-                .unwrap_or_else(|_| self.tiered.log.local_first_seq());
+                .unwrap_or_else(|_| self.tiered.part.log().local_first_seq());
             if self.next == 0 {
                 return Err(CliError::new(format!(
                     "seq 0 is not a seq of {}: seqs start at 1",
@@ -108,7 +111,7 @@ impl Source for TieredSource {
         // A hole a recovery reported is skipped, named on stderr and in the final error;
         // bounded: each pass skips one hole or returns.
         for _ in 0..=self.lost.len().saturating_add(1024) {
-            match self.tiered.log.read(self.next, max) {
+            match self.tiered.part.log().read(self.next, max) {
                 Err(krabka_tiering::Error::RemoteHole { from, to, .. }) if to >= self.next => {
                     crate::output::note(format_args!(
                         "seqs {from}..={to} are lost: no tier holds them (a hole a recovery \

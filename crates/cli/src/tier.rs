@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use krabka_remote_storage::RemoteStorageManager;
 use krabka_storage::{Options, SyncPolicy};
-use krabka_tiering::{Instrumented, TieringReport, TieringStats, metrics};
+use krabka_tiering::{Access, Instrumented, TieringReport, TieringStats, metrics};
 
 use crate::args::TierArgs;
 use crate::error::{CliError, Result};
@@ -146,30 +146,25 @@ pub fn run(args: &TierArgs) -> Result<()> {
         ..Options::default()
     };
     let config = tiered::config(&args.retention);
-    let tiered = match args.metrics_addr {
-        None => tiered::open(
-            &args.dir,
-            spec,
-            &args.remote,
-            options,
-            config,
-            tiered::Mode::Write,
-        )?,
+    let wrap: Option<remote::Wrap> = match args.metrics_addr {
+        None => None,
         Some(addr) => {
             serve_metrics(addr)?;
             // Every remote call measured the same way, whatever the backend.
-            let rsm = remote::open(&spec, &args.remote)?;
-            let rsm: Arc<dyn RemoteStorageManager> = Arc::new(Instrumented::new(rsm));
-            tiered::open_with_remote(
-                &args.dir,
-                spec,
-                rsm,
-                args.remote.endpoint.as_deref(),
-                options,
-                config,
-            )?
+            Some(Box::new(|rsm: Arc<dyn RemoteStorageManager>| {
+                Arc::new(Instrumented::new(rsm)) as Arc<dyn RemoteStorageManager>
+            }))
         }
     };
+    let tiered = tiered::open(
+        &args.dir,
+        spec,
+        &args.remote,
+        options,
+        config,
+        Access::Owner,
+        wrap,
+    )?;
     remote::warn_about_new_key(&tiered, &args.remote)?;
     if args.watch {
         interrupt::install();
@@ -178,20 +173,21 @@ pub fn run(args: &TierArgs) -> Result<()> {
         "tiering {} to {} (topic {})",
         args.dir.display(),
         tiered.remote.describe(),
-        tiered.topic.topic()
+        tiered.part.topic().topic()
     )?;
-    accepted_holes(&tiered.log)?;
+    accepted_holes(tiered.part.log())?;
     let mut watch = Watch::default();
     loop {
         let started = Instant::now();
         let report = tiered
-            .log
+            .part
+            .log()
             .run_once()
             .map_err(|e| tiering_error("tiering round failed on", &args.dir, e))?;
-        metrics::record_round(&tiered.topic, &report);
-        metrics::publish_partition(&tiered.log);
+        metrics::record_round(tiered.part.topic(), &report);
+        metrics::publish_partition(tiered.part.log());
         if args.watch {
-            watch.show(&tiered.log.stats())?;
+            watch.show(&tiered.part.log().stats())?;
         }
         let busy = report.segments_copied + report.local_segments_deleted > 0;
         if busy || !report.failures.is_empty() || !args.watch {
@@ -222,10 +218,10 @@ pub fn run(args: &TierArgs) -> Result<()> {
             break;
         }
     }
-    for line in tiered.placement()?.describe() {
+    for line in tiered::describe_placement(&tiered.placement()?) {
         outln!("  {line}")?;
     }
-    let stats = tiered.log.stats();
+    let stats = tiered.part.log().stats();
     outln!(
         "  local {}, remote {}, {} remote request(s)",
         human::bytes(stats.local_bytes),
@@ -233,7 +229,8 @@ pub fn run(args: &TierArgs) -> Result<()> {
         stats.requests.total()
     )?;
     tiered
-        .log
+        .part
+        .into_log()
         .close()
         .map_err(|e| tiering_error("cannot close", &args.dir, e))
 }

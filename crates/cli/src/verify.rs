@@ -347,7 +347,7 @@ fn segment_line(
 /// local files start above seq 1 (after `recover`, or local retention): they are not missing.
 fn below_local_start(dir: &Path, bases: &[u64]) -> Option<String> {
     let first = *bases.first()?;
-    let tiered = dir.join(crate::tiered::METADATA_DIR).is_dir();
+    let tiered = dir.join(krabka_tiering::partition::METADATA_DIR).is_dir();
     (first > 1 && tiered).then(|| {
         format!(
             "remote  seq 1..={} are not in the local files: this is a tiered log ({} records its \
@@ -355,7 +355,7 @@ fn below_local_start(dir: &Path, bases: &[u64]) -> Option<String> {
              retention; verify checks the local files only (`krabka read {} --remote ...` reads \
              both tiers)",
             first - 1,
-            dir.join(crate::tiered::METADATA_DIR).display(),
+            dir.join(krabka_tiering::partition::METADATA_DIR).display(),
             dir.display()
         )
     })

@@ -39,6 +39,7 @@ mod error;
 pub mod fault;
 pub mod fsutil;
 pub mod index;
+pub mod kvfile;
 mod layout;
 mod log;
 mod recovery;

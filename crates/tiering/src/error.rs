@@ -433,6 +433,98 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The topic file of a partition directory (`DIR/topic`) cannot be read or written, or is
+    /// damaged: it names the partition the log is tiered under.
+    #[error("topic file {}: {reason}", path.display())]
+    TopicFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The remote tier cannot be used as given (a missing directory, a listing that fails).
+    /// Nothing was written to it.
+    #[error("remote {remote} cannot be used: {reason}")]
+    RemoteUnusable {
+        /// The remote, as given.
+        remote: String,
+        /// Why.
+        reason: String,
+    },
+    /// A local log starts above seq 1 and nothing explains it: no remote segment of its
+    /// partition, no retention point, no recorded hole. Tiering on would make the seqs below
+    /// the start unreachable. Nothing was changed.
+    #[error(
+        "cannot open tiered log {}: its local segments start at seq {start}, but {what}, and no \
+         retention point explains the start: seqs 1..={} would be unreachable; nothing was changed",
+        dir.display(), start.saturating_sub(1)
+    )]
+    StartUnexplained {
+        /// The log's directory.
+        dir: PathBuf,
+        /// Its first local seq.
+        start: u64,
+        /// What the directory lacks.
+        what: String,
+        /// Whether the directory has no topic file and was likely renamed.
+        renamed: bool,
+    },
+    /// A live process holds the directory (its log's or its metadata's lock): a recovery never
+    /// runs beside a live log. Nothing was changed.
+    #[error(
+        "{} is in use by another process, which holds its lock file {}: recovery rebuilds a \
+         lost log and never runs beside a live one",
+        dir.display(), lock.display()
+    )]
+    InUse {
+        /// The directory.
+        dir: PathBuf,
+        /// The lock file held.
+        lock: PathBuf,
+    },
+    /// The directory records another partition than the one asked for. Nothing was changed.
+    #[error(
+        "{} records partition {recorded} (topic id {}), not {asked}",
+        dir.display(), recorded.topic_id()
+    )]
+    TopicMismatch {
+        /// The directory.
+        dir: PathBuf,
+        /// The partition its topic file records.
+        recorded: Box<krabka_remote_storage::TopicIdPartition>,
+        /// What was asked.
+        asked: String,
+    },
+    /// The remote holds no partition matching what was asked.
+    #[error("no partition with {asked} on {remote}")]
+    PartitionNotFound {
+        /// The remote.
+        remote: String,
+        /// What was looked for.
+        asked: String,
+        /// Whether the topic name was derived from the directory's name.
+        by_name: bool,
+    },
+    /// The remote holds several partitions matching what was asked.
+    #[error("{} partitions with {asked} on {remote}: {}", found.len(), found.join(", "))]
+    PartitionAmbiguous {
+        /// The remote.
+        remote: String,
+        /// What was looked for.
+        asked: String,
+        /// Those found.
+        found: Vec<String>,
+    },
+    /// A recovered log's first seq could not be read back.
+    #[error("recovered {}, but a read from seq {seq} returned {returned} records", dir.display())]
+    RecoveredUnreadable {
+        /// The directory.
+        dir: PathBuf,
+        /// The seq read.
+        seq: u64,
+        /// Records returned.
+        returned: usize,
+    },
 }
 
 fn at_byte(position: Option<u64>) -> String {

@@ -20,6 +20,7 @@ use krabka_remote_storage::{
 use krabka_remote_transform::{KeyId, Transforming};
 use krabka_storage::Record;
 use krabka_tiering::TieringConfig;
+use krabka_tiering::partition::open_transformed_segment;
 use krabka_tiering::recovery::{RemoteSegmentLister, find_partitions};
 use krabka_tiering::replica::{
     HeadStatus, MAX_REFRESH_INTERVAL, ReadReplica, ReplicaConfig, ReplicaStats, SegmentMap,
@@ -100,7 +101,8 @@ impl ReplicaSource {
         let remote = spec.describe();
         // Listed before the remote is connected: a missing fs:// directory is refused here,
         // not created by the connection.
-        let lister = remote::open_lister(&spec, args.remote.endpoint.as_deref())?;
+        let tier = remote::tier(&spec, &args.remote)?;
+        let lister = tier.store();
         let tp = find_partition(&*lister, topic, target.partition, target.topic_id, &remote)?;
         let name = format!(
             "partition {} of topic `{}` (topic id {}) on {remote}",
@@ -108,7 +110,7 @@ impl ReplicaSource {
             tp.topic(),
             tp.topic_id()
         );
-        let transforming = remote::open(&spec, &args.remote)?;
+        let transforming = tier.transforming();
         let refusals = Arc::new(Mutex::new(Refusals::default()));
         let map = segment_map(transforming.clone(), refusals.clone());
         let mut config = ReplicaConfig::default();
@@ -364,12 +366,12 @@ impl Source for ReplicaSource {
 }
 
 /// The segment map the replica passes every segment through: recovery's
-/// [`open_segment`](crate::recover::open_segment) (the transforming layer's metadata, the key
+/// [`open_transformed_segment`] (the transforming layer's metadata, the key
 /// checked), with each segment it refuses for good remembered in `refusals`.
 fn segment_map(transforming: Arc<Transforming>, refusals: Arc<Mutex<Refusals>>) -> SegmentMap {
     let missing = Arc::new(Mutex::new(Vec::new()));
     Arc::new(move |m: &RemoteLogSegmentMetadata| {
-        let outcome = crate::recover::open_segment(&transforming, m, &missing);
+        let outcome = open_transformed_segment(&transforming, m, &missing);
         if let Err(e) = &outcome
             && !e.is_retriable()
             && let Ok(mut refusals) = refusals.lock()

@@ -53,6 +53,19 @@ impl TieredLog {
         topic_id_partition: TopicIdPartition,
         config: TieringConfig,
     ) -> Result<Self, Error> {
+        Self::new_joined(log, rsm, rlmm, topic_id_partition, config, false)
+    }
+
+    /// [`new`](Self::new); `read_only` refuses to move the start of an empty local log
+    /// ([`Error::ReadOnly`]) instead of writing it.
+    fn new_joined(
+        log: Log,
+        rsm: Arc<dyn RemoteStorageManager>,
+        rlmm: Arc<dyn RemoteLogMetadataManager>,
+        topic_id_partition: TopicIdPartition,
+        config: TieringConfig,
+        read_only: bool,
+    ) -> Result<Self, Error> {
         validate_all(log.options(), &topic_id_partition, &config)?;
         // Every batch appended from now on carries the leader epoch, as a Kafka leader stamps it.
         log.set_partition_leader_epoch(config.leader_epoch)
@@ -81,7 +94,7 @@ impl TieredLog {
             head: Mutex::default(),
             follower: None,
         };
-        this.join_remote()?;
+        this.join_remote(read_only)?;
         // Fsync latency of the local log as a histogram. A log that came with an observer of
         // its own keeps it (`set_fsync_observer` then returns false).
         let tp = this.tp.clone();
@@ -92,7 +105,7 @@ impl TieredLog {
     }
 
     /// Makes sure the local log continues the remote tier (see [`new`](Self::new)).
-    fn join_remote(&self) -> Result<(), Error> {
+    fn join_remote(&self, read_only: bool) -> Result<(), Error> {
         let local: Vec<LocalSegment> = self.log.segments().iter().map(local_segment).collect();
         let mut holes: Vec<RangeInclusive<u64>> =
             self.log.quarantined().into_iter().map(|(r, _)| r).collect();
@@ -116,6 +129,9 @@ impl TieredLog {
         let retention_point = self.log_start.load(Ordering::Acquire);
         match policy::continuity(&local, &holes, self.log.next_seq(), &view, retention_point) {
             Continuity::Consistent => Ok(()),
+            Continuity::StartAt(_) if read_only => Err(Error::ReadOnly {
+                dir: self.log.dir().to_path_buf(),
+            }),
             Continuity::StartAt(seq) => {
                 tracing::info!(partition = %self.tp, dir = %self.log.dir().display(), seq,
                     "the local log holds no record: it continues after the remote tier");
@@ -198,7 +214,14 @@ impl TieredLog {
             log.segments().iter().all(|s| s.size == 0) && log.quarantined().is_empty();
         let local_first = log.first_seq();
         let dir = log.dir().to_path_buf();
-        let mut this = Self::new(log, rsm, rlmm, topic_id_partition, config)?;
+        let mut this = Self::new_joined(
+            log,
+            rsm,
+            rlmm,
+            topic_id_partition,
+            config,
+            ownership.read_only,
+        )?;
         let owner = crate::ownership::bind(
             &dir,
             &this.tp,

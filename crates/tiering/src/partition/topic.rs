@@ -1,61 +1,41 @@
-//! `DIR/topic`: the topic a log is tiered under (name, id and partition, with a checksum),
-//! recorded the first time the log is tiered, so a copied or renamed directory still finds its
-//! remote segments.
+//! `DIR/topic`: the partition a log is tiered under (topic name, id and partition), recorded
+//! the first time the log is tiered, so a copied or renamed directory still finds its remote
+//! segments. A checksummed key/value file ([`krabka_storage::kvfile`]).
 
 use std::path::Path;
 
 use krabka_remote_storage::{TopicIdPartition, Uuid};
-use krabka_storage::fsutil;
+use krabka_storage::kvfile;
 
-use crate::error::{CliError, Result};
+use crate::error::Error;
 
-/// Name of the file, in a tiered log's directory, naming the topic it is tiered under.
+/// Name of the file, in a tiered log's directory, naming the partition it is tiered under.
 pub const TOPIC_FILE: &str = "topic";
 /// First line of [`TOPIC_FILE`].
 const TOPIC_MAGIC: &str = "krabka-topic 1";
+/// More than any valid topic file holds (a topic name is at most 249 bytes).
+const MAX_TOPIC_FILE_BYTES: u64 = 1024;
 
-/// The contents of [`TOPIC_FILE`] for `topic`: name, id and partition, then a CRC-32 of them.
+/// The contents of [`TOPIC_FILE`] for `topic`.
 fn topic_file_text(topic: &TopicIdPartition) -> String {
-    let body = format!(
-        "{TOPIC_MAGIC}\nname {}\nid {}\npartition {}\n",
-        topic.topic(),
-        topic.topic_id(),
-        topic.partition()
-    );
-    let crc = crc32fast::hash(body.as_bytes());
-    format!("{body}crc32 {crc:08x}\n")
+    kvfile::render(
+        TOPIC_MAGIC,
+        &[
+            ("name", topic.topic().to_owned()),
+            ("id", topic.topic_id().to_string()),
+            ("partition", topic.partition().to_string()),
+        ],
+    )
 }
 
 /// Parses the contents of [`TOPIC_FILE`]; `Err` says what is wrong.
-fn parse_topic_file(text: &str) -> std::result::Result<TopicIdPartition, String> {
-    let at = text
-        .rfind("crc32 ")
-        .ok_or_else(|| "it has no checksum line".to_owned())?;
-    let (body, crc_line) = text.split_at(at);
-    let stored = crc_line
-        .strip_prefix("crc32 ")
-        .and_then(|c| c.strip_suffix('\n'))
-        .and_then(|c| u32::from_str_radix(c, 16).ok())
-        .ok_or_else(|| "its checksum line is unreadable".to_owned())?;
-    if crc32fast::hash(body.as_bytes()) != stored {
-        return Err("its checksum does not match its contents".to_owned());
-    }
-    let mut lines = body.lines();
-    if lines.next() != Some(TOPIC_MAGIC) {
-        return Err(format!("it does not start with `{TOPIC_MAGIC}`"));
-    }
-    let mut field = |key: &str| {
-        lines
-            .next()
-            .and_then(|l| l.strip_prefix(key))
-            .and_then(|v| v.strip_prefix(' '))
-            .map(str::to_owned)
-            .ok_or_else(|| format!("its `{key}` line is missing"))
-    };
-    let name = field("name")?;
-    let id = field("id")?;
-    let partition = field("partition")?;
-    let id = Uuid::parse_str(&id).map_err(|e| format!("its id `{id}` is not a UUID: {e}"))?;
+fn parse_topic_file(text: &str) -> Result<TopicIdPartition, String> {
+    let mut fields = kvfile::parse(text, TOPIC_MAGIC)?;
+    let name = fields.next_value("name")?;
+    let id = fields.next_value("id")?;
+    let partition = fields.next_value("partition")?;
+    fields.end()?;
+    let id = Uuid::parse_str(id).map_err(|e| format!("its id `{id}` is not a UUID: {e}"))?;
     let partition = partition
         .parse::<i32>()
         .map_err(|e| format!("its partition `{partition}` is not a number: {e}"))?;
@@ -66,50 +46,42 @@ fn parse_topic_file(text: &str) -> std::result::Result<TopicIdPartition, String>
     Ok(topic)
 }
 
-/// The topic recorded in `log_dir`'s [`TOPIC_FILE`]; `None` when the log has none (it was
+/// The partition recorded in `log_dir`'s [`TOPIC_FILE`]; `None` when the log has none (it was
 /// never tiered, or was tiered before the file existed).
 ///
 /// # Errors
-/// When the file cannot be read or is damaged.
-pub fn read_topic_file(log_dir: &Path) -> Result<Option<TopicIdPartition>> {
+/// [`Error::TopicFile`] naming the file when it cannot be read or is damaged.
+pub fn read_topic_file(log_dir: &Path) -> Result<Option<TopicIdPartition>, Error> {
     let path = log_dir.join(TOPIC_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    let text = match kvfile::read(&path, MAX_TOPIC_FILE_BYTES) {
+        Ok(None) => return Ok(None),
+        Ok(Some(text)) => text,
         Err(e) => {
-            return Err(CliError::at("cannot read", &path, e)
-                .hint("check that you may read the log directory"));
+            return Err(Error::TopicFile {
+                path,
+                reason: e.to_string(),
+            });
         }
     };
-    let text = String::from_utf8_lossy(&bytes);
-    parse_topic_file(&text).map(Some).map_err(|reason| {
-        CliError::new(format!(
-            "damaged topic file {}: {reason}; it names the topic the log is tiered under",
-            path.display()
-        ))
-        .hint(format!(
-            "restore {} from a copy of the log directory; without it the remote segments of \
-             the log cannot be found",
-            path.display()
-        ))
-    })
+    parse_topic_file(&text)
+        .map(Some)
+        .map_err(|reason| Error::TopicFile { path, reason })
 }
 
 /// Durably records `topic` in `log_dir`'s [`TOPIC_FILE`] (a temporary file, fsynced, renamed
 /// over it, and the directory fsynced).
 ///
 /// # Errors
-/// When the file cannot be written.
-pub fn write_topic_file(log_dir: &Path, topic: &TopicIdPartition) -> Result<()> {
+/// [`Error::TopicFile`] when the file cannot be written.
+pub fn write_topic_file(log_dir: &Path, topic: &TopicIdPartition) -> Result<(), Error> {
     let path = log_dir.join(TOPIC_FILE);
-    let tmp = log_dir.join(format!("{TOPIC_FILE}.tmp"));
-    fsutil::write_atomic(&path, &tmp, topic_file_text(topic).as_bytes()).map_err(|e| {
-        CliError::at("cannot write", &path, e)
-            .hint("check that the log directory is writable and not full")
+    kvfile::write(&path, &topic_file_text(topic)).map_err(|e| Error::TopicFile {
+        path,
+        reason: format!("cannot write it: {e}"),
     })
 }
 
-/// The topic of a log tiered for the first time: named after its directory (as
+/// The partition of a log tiered for the first time: named after its directory (as
 /// [`topic_for`]), with a fresh random id, so that two logs whose directories share a name
 /// never share a topic on a remote. It is recorded in [`TOPIC_FILE`] and kept from then on,
 /// whatever the directory is called later.
@@ -118,11 +90,18 @@ pub fn new_topic(log_dir: &Path) -> TopicIdPartition {
     TopicIdPartition::new(Uuid::new_v4(), derived.topic(), derived.partition())
 }
 
-/// The topic derived from a log directory's name: that name (made a valid topic name) and an
-/// id derived from it ([`legacy_topic_id`]). Logs tiered before [`TOPIC_FILE`] existed were
-/// tiered under this topic (and still are, until the file records it); a new log only takes
-/// its name (see [`new_topic`]).
+/// The partition derived from a log directory's name: that name (made a valid topic name),
+/// partition 0 and an id derived from it ([`legacy_topic_id`]). Logs tiered before
+/// [`TOPIC_FILE`] existed were tiered under this topic (and still are, until the file records
+/// it); a new log only takes its name (see [`new_topic`]).
 pub fn topic_for(log_dir: &Path) -> TopicIdPartition {
+    let name = topic_name_for(log_dir);
+    TopicIdPartition::new(legacy_topic_id(&name), name, 0)
+}
+
+/// The topic name a log directory's name gives: that name with every character a topic name
+/// may not hold replaced by `_`, `krabka` when nothing is left.
+pub fn topic_name_for(log_dir: &Path) -> String {
     let name: String = log_dir
         .canonicalize()
         .unwrap_or_else(|_| log_dir.to_path_buf())
@@ -139,12 +118,11 @@ pub fn topic_for(log_dir: &Path) -> TopicIdPartition {
         })
         .take(200)
         .collect();
-    let name = if name.is_empty() || name == "." || name == ".." {
+    if name.is_empty() || name == "." || name == ".." {
         "krabka".to_owned()
     } else {
         name
-    };
-    TopicIdPartition::new(legacy_topic_id(&name), name, 0)
+    }
 }
 
 /// The topic id of a log tiered before [`TOPIC_FILE`] existed: FNV-1a over the topic name,
@@ -181,6 +159,18 @@ mod tests {
         assert_eq!(back, Some(topic.clone()));
         let path = dir.path().join(TOPIC_FILE);
         let good = std::fs::read(&path).expect("read back");
+        // The text a version before the shared key/value helper wrote: still read.
+        let earlier = format!(
+            "krabka-topic 1\nname {}\nid {}\npartition {}\n",
+            topic.topic(),
+            topic.topic_id(),
+            topic.partition()
+        );
+        let earlier = format!(
+            "{earlier}crc32 {:08x}\n",
+            crc32fast::hash(earlier.as_bytes())
+        );
+        assert_eq!(String::from_utf8_lossy(&good), earlier);
         for i in 0..good.len() {
             let mut bad = good.clone();
             if let Some(b) = bad.get_mut(i) {
@@ -188,13 +178,8 @@ mod tests {
             }
             std::fs::write(&path, &bad).expect("write bad");
             let e = read_topic_file(dir.path()).expect_err("a changed byte is refused");
-            assert!(e.to_string().contains("damaged topic file"), "{e}");
+            assert!(matches!(e, Error::TopicFile { .. }), "{e}");
         }
-        assert_eq!(
-            parse_topic_file(""),
-            Err("it has no checksum line".to_owned())
-        );
-        assert_eq!(crc32fast::hash(b"123456789"), 0xCBF4_3926);
     }
 
     #[test]

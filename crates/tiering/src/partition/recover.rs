@@ -1,0 +1,306 @@
+//! [`PartitionDir::recover`]: rebuild a partition directory from its remote tier alone — which
+//! partition, how a transformed segment is opened, the topic file, and a read of the result.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use krabka_remote_storage::recovery::RemoteSegmentLister;
+use krabka_remote_storage::{
+    RemoteLogSegmentMetadata, RemoteStorageError, TopicIdPartition, Uuid, layout,
+};
+use krabka_remote_transform::{KeyId, Transforming};
+
+use super::{Access, METADATA_DIR, OpenOptions, PartitionDir, RemoteTier, topic};
+use crate::TieringConfig;
+use crate::error::Error;
+use crate::metadata::DurableRemoteLogMetadataManager;
+use crate::recovery::{MapMetadata, RecoveryOptions, RecoveryReport};
+
+/// Which partition to recover. Every field left out is taken from the directory's topic file
+/// when it has one, else from its name (the topic) and 0 (the partition); the topic id, when
+/// not given, must be the only one the remote holds for that topic and partition.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartitionQuery {
+    /// The topic name.
+    pub topic: Option<String>,
+    /// The partition.
+    pub partition: Option<i32>,
+    /// The topic id: given alone, it finds the partition whatever the directory is called.
+    pub topic_id: Option<Uuid>,
+}
+
+/// How to recover a partition directory.
+#[derive(Clone, Debug)]
+pub struct RecoverOptions {
+    /// Which partition.
+    pub partition: PartitionQuery,
+    /// Manifests read at once (at least 1).
+    pub concurrency: usize,
+    /// Delete the objects no one needs ([`RecoveryOptions::clean_orphans`]).
+    pub clean_orphans: bool,
+}
+
+impl Default for RecoverOptions {
+    fn default() -> Self {
+        Self {
+            partition: PartitionQuery::default(),
+            concurrency: crate::recovery::DEFAULT_RECOVERY_CONCURRENCY,
+            clean_orphans: false,
+        }
+    }
+}
+
+/// What a recovery did.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Recovered {
+    /// The recovery's report.
+    pub report: RecoveryReport,
+    /// Key ids of encrypted segments whose key was not given: those segments are left out
+    /// (their seqs a hole or outside the range). Empty when every segment could be opened.
+    pub missing_keys: BTreeSet<KeyId>,
+}
+
+impl PartitionDir {
+    /// Rebuilds the partition directory `dir` (created when missing) from `remote` alone, after
+    /// its disk was lost: its durable metadata, its local log's start after the remote end, its
+    /// binding (pending: it fences nobody until its first owned open) and its topic file; then
+    /// opens it read-only and reads its first record, so a recovery that leaves a log no read
+    /// can open fails instead of reporting success. Safe to run again.
+    ///
+    /// Segments a transforming layer compressed or encrypted are opened through `remote`'s
+    /// transforming layer; one encrypted with a key that was not given is left out and named
+    /// in [`Recovered::missing_keys`].
+    ///
+    /// # Errors
+    /// [`Error::InUse`] when a live process holds the directory (nothing changed);
+    /// [`Error::TopicMismatch`] when the directory records another partition than asked;
+    /// [`Error::PartitionNotFound`] / [`Error::PartitionAmbiguous`] when the remote holds no
+    /// such partition or several; [`Error::InvalidArgument`] for a concurrency of 0;
+    /// [`Error::Metadata`] when the recovery fails (nothing deleted); as
+    /// [`PartitionDir::open`] for the read of the result.
+    pub fn recover(
+        dir: &Path,
+        remote: &RemoteTier,
+        options: &RecoverOptions,
+    ) -> Result<Recovered, Error> {
+        if options.concurrency == 0 {
+            return Err(Error::InvalidArgument(
+                "recovery concurrency must be at least 1".to_owned(),
+            ));
+        }
+        refuse_if_in_use(dir)?;
+        let store = remote.store();
+        let tp = choose_partition(dir, &*store, remote.location(), &options.partition)?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::TopicFile {
+            path: dir.to_path_buf(),
+            reason: format!("cannot create the directory: {e}"),
+        })?;
+        let metadata = DurableRemoteLogMetadataManager::open(dir.join(METADATA_DIR))
+            .map_err(|e| Error::metadata("open", None, e))?;
+        let missing = Arc::new(Mutex::new(Vec::new()));
+        let transforming = remote.transforming();
+        let map = {
+            let missing = Arc::clone(&missing);
+            MapMetadata(Arc::new(move |m| {
+                open_transformed_segment(&transforming, m, &missing)
+            }))
+        };
+        let recovery = RecoveryOptions::default()
+            .concurrency(options.concurrency)
+            .clean_orphans(options.clean_orphans)
+            .local_log_dir(dir)
+            .bind_to(remote.location())
+            .map_metadata(map);
+        let report = crate::recovery::recover(&*store, &tp, &metadata, &recovery)
+            .map_err(|e| Error::metadata("recovery", None, e))?;
+        drop(metadata);
+        // Later opens find the partition here, as for a log tiered from this directory.
+        topic::write_topic_file(dir, &tp)?;
+        check_readable(dir, remote, &report)?;
+        let missing_keys = missing
+            .lock()
+            .map(|m| m.iter().copied().collect())
+            .unwrap_or_default();
+        Ok(Recovered {
+            report,
+            missing_keys,
+        })
+    }
+}
+
+/// What recovery (and a read replica) records for the segment a manifest describes: the
+/// transforming layer's metadata ([`Transforming::recover_metadata`], which checks the
+/// transform header and, with the key at hand, the key). A segment encrypted with a key that
+/// was not given cannot be opened: its key id goes to `missing`, and the segment is left out,
+/// saying why.
+///
+/// # Errors
+/// When the segment cannot be opened, as above.
+pub fn open_transformed_segment(
+    transforming: &Transforming,
+    m: &RemoteLogSegmentMetadata,
+    missing: &Mutex<Vec<KeyId>>,
+) -> Result<RemoteLogSegmentMetadata, RemoteStorageError> {
+    let recovered = transforming.recover_metadata(m)?;
+    if let Some(id) = transforming.key_id(&recovered)?
+        && !transforming.has_key(id)?
+    {
+        if let Ok(mut missing) = missing.lock() {
+            missing.push(id);
+        }
+        return Err(RemoteStorageError::Backend {
+            operation: "transform".to_owned(),
+            location: m.remote_log_segment_id().to_string(),
+            message: format!("encrypted with key id {id}, which was not given"),
+            source: None,
+        });
+    }
+    Ok(recovered)
+}
+
+/// Refuses a directory a live process holds (its log's lock, or its metadata's): recovery
+/// rebuilds a lost log, it never joins a live one.
+fn refuse_if_in_use(dir: &Path) -> Result<(), Error> {
+    let mut locks = vec![dir.join(krabka_storage::LOCK_FILE_NAME)];
+    if let Ok(entries) = std::fs::read_dir(dir.join(METADATA_DIR)) {
+        let mut meta: Vec<_> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "lock"))
+            .collect();
+        meta.sort();
+        locks.extend(meta);
+    }
+    for lock in locks {
+        if !lock.exists() {
+            continue;
+        }
+        // Taken and dropped at once: only whether someone else holds it matters.
+        if let Err(std::fs::TryLockError::WouldBlock) =
+            krabka_storage::create_and_lock(&lock).map(drop)
+        {
+            return Err(Error::InUse {
+                dir: dir.to_path_buf(),
+                lock,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The partition to recover (see [`PartitionQuery`]).
+fn choose_partition(
+    dir: &Path,
+    lister: &dyn RemoteSegmentLister,
+    remote: &str,
+    query: &PartitionQuery,
+) -> Result<TopicIdPartition, Error> {
+    let recorded = topic::read_topic_file(dir)?;
+    if let Some(recorded) = &recorded {
+        let differs = query.topic.as_ref().is_some_and(|t| t != recorded.topic())
+            || query.partition.is_some_and(|p| p != recorded.partition())
+            || query.topic_id.is_some_and(|id| id != recorded.topic_id());
+        // Never rebind a directory that records another partition: its log would no longer
+        // open under the identity it was written with.
+        if differs {
+            return Err(Error::TopicMismatch {
+                dir: dir.to_path_buf(),
+                recorded: Box::new(recorded.clone()),
+                asked: describe(query),
+            });
+        }
+        return Ok(recorded.clone());
+    }
+    // A topic id alone finds its partition whatever the directory is called.
+    let name = match (&query.topic, query.topic_id) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(_)) => None,
+        (None, None) => Some(topic::topic_name_for(dir)),
+    };
+    let partition = query
+        .partition
+        .or(if name.is_some() { Some(0) } else { None });
+    let mut found = Vec::new();
+    lister
+        .list_partition_dirs(&mut |entry| {
+            if let Some(tp) = layout::parse_partition_dir(&entry)
+                && name.as_deref().is_none_or(|n| tp.topic() == n)
+                && partition.is_none_or(|p| tp.partition() == p)
+                && query.topic_id.is_none_or(|id| tp.topic_id() == id)
+            {
+                found.push(tp);
+            }
+            Ok(())
+        })
+        .map_err(|e| Error::RemoteUnusable {
+            remote: remote.to_owned(),
+            reason: format!("cannot list its partitions: {e}"),
+        })?;
+    found.sort_by(|a, b| {
+        (a.topic(), a.partition(), a.topic_id()).cmp(&(b.topic(), b.partition(), b.topic_id()))
+    });
+    found.dedup();
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(Error::PartitionNotFound {
+            remote: remote.to_owned(),
+            asked: describe_resolved(name.as_deref(), partition, query.topic_id),
+            by_name: name.is_some() && query.topic.is_none(),
+        }),
+        many => Err(Error::PartitionAmbiguous {
+            remote: remote.to_owned(),
+            asked: describe_resolved(name.as_deref(), partition, query.topic_id),
+            found: many.iter().map(ToString::to_string).collect(),
+        }),
+    }
+}
+
+fn describe(query: &PartitionQuery) -> String {
+    describe_resolved(query.topic.as_deref(), query.partition, query.topic_id)
+}
+
+fn describe_resolved(topic: Option<&str>, partition: Option<i32>, id: Option<Uuid>) -> String {
+    let mut parts = Vec::new();
+    if let Some(t) = topic {
+        parts.push(format!("topic `{t}`"));
+    }
+    if let Some(p) = partition {
+        parts.push(format!("partition {p}"));
+    }
+    if let Some(id) = id {
+        parts.push(format!("topic id {id}"));
+    }
+    if parts.is_empty() {
+        "any partition".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Opens the recovered log read-only and reads its first record.
+fn check_readable(dir: &Path, remote: &RemoteTier, report: &RecoveryReport) -> Result<(), Error> {
+    let opened = PartitionDir::open(
+        dir,
+        remote,
+        OpenOptions {
+            config: TieringConfig {
+                retention_ms: None,
+                ..TieringConfig::default()
+            },
+            ..OpenOptions::new(Access::ReadOnly)
+        },
+    )?;
+    if let Some(range) = &report.seq_range {
+        let first = *range.start();
+        let read = opened.log().read(first, 1)?;
+        if read.first().map(|r| r.seq) != Some(first) {
+            return Err(Error::RecoveredUnreadable {
+                dir: dir.to_path_buf(),
+                seq: first,
+                returned: read.len(),
+            });
+        }
+    }
+    opened.into_log().close()
+}
