@@ -53,9 +53,10 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
         return Ok(());
     }
     Err(CliError::new(format!(
-        "segments of {} are encrypted with key id {}, which {} not given: they are not in the \
-         recovered log (listed as ignored above): their seqs are holes in it or lie outside its \
-         range",
+        "{} segment(s) of {} are encrypted with key id {}, which {} not given: they are not in \
+         the recovered log (listed as ignored above): their seqs are holes in it or lie outside \
+         its range",
+        recovered.missing_key_segments,
         spec.describe(),
         missing
             .iter()

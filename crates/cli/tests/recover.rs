@@ -258,3 +258,85 @@ fn a_damaged_last_remote_segment_is_a_hole_and_its_seqs_are_never_given_again() 
     assert!(last.ends_with("\tafter"), "{last}");
     assert_eq!(printed.lines().count() as u64, from, "{printed}");
 }
+
+/// `--topic-id` alone, or `--topic` and `--partition`, recover a partition into a directory of
+/// any name (a renamed directory, a rehearsal elsewhere), and read it back record for record.
+#[test]
+fn recover_into_a_directory_of_any_name_by_topic_or_topic_id() {
+    let work = tempfile::tempdir().unwrap();
+    let demo = work.path().join("demo");
+    let demo_s = demo.to_str().unwrap();
+    krabka(&["demo", "--records", "3000", "--dir", demo_s]);
+    let remote = format!("fs://{demo_s}/remote");
+    let topic_file = std::fs::read_to_string(demo.join("log").join("topic")).unwrap();
+    let id = topic_file
+        .lines()
+        .find_map(|l| l.strip_prefix("id "))
+        .unwrap()
+        .to_owned();
+    let reference = krabka(&["read", &format!("{demo_s}/log"), "--remote", &remote]);
+    let reference = String::from_utf8_lossy(&reference.stdout).into_owned();
+    // The name gives no topic of the remote: refused, naming the ways to say which.
+    let nameless = work.path().join("rehearsal-a");
+    let out = Command::new(env!("CARGO_BIN_EXE_krabka"))
+        .args(["recover", nameless.to_str().unwrap(), "--remote", &remote])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no partition with topic `rehearsal-a`"),
+        "{err}"
+    );
+    assert!(err.contains("--topic-id"), "{err}");
+    for (name, extra) in [
+        ("rehearsal-b", vec!["--topic-id", id.as_str()]),
+        ("rehearsal-c", vec!["--topic", "log", "--partition", "0"]),
+    ] {
+        let dir = work.path().join(name);
+        let dir_s = dir.to_str().unwrap();
+        let mut args = vec!["recover", dir_s, "--remote", &remote];
+        args.extend(extra);
+        let out = krabka(&args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains(&format!("topic id {id}")), "{stdout}");
+        let read = krabka(&["read", dir_s, "--remote", &remote]);
+        let read = String::from_utf8_lossy(&read.stdout);
+        // The local active segment of the demo never reached the remote: the recovered log
+        // holds the remote range, a prefix of what the original reads.
+        assert!(!read.is_empty() && reference.starts_with(&*read), "{name}");
+        // The directory now records the partition: asking for another is refused.
+        let out = Command::new(env!("CARGO_BIN_EXE_krabka"))
+            .args(["recover", dir_s, "--remote", &remote, "--topic", "other"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("records partition"), "{err}");
+    }
+}
+
+/// A log whose recovery cost it seqs keeps `tiering-lost-seqs`: opening it never reports that
+/// file as one storage ignored.
+#[test]
+fn tiering_files_are_never_reported_as_ignored() {
+    let work = tempfile::tempdir().unwrap();
+    let demo = work.path().join("demo");
+    let demo_s = demo.to_str().unwrap();
+    krabka(&["demo", "--records", "2000", "--dir", demo_s]);
+    let log = demo.join("log");
+    for f in ["tiering-lost-seqs", "tiering-log-start"] {
+        // Present or not, such files are tiering's: write a stray temporary of each.
+        std::fs::write(log.join(format!("{f}.tmp")), b"partial").unwrap();
+    }
+    let out = krabka(&[
+        "read",
+        log.to_str().unwrap(),
+        "--remote",
+        &format!("fs://{demo_s}/remote"),
+        "--max",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("ignored"), "{err}");
+}

@@ -150,10 +150,9 @@ pub fn render_line(body: &str) -> String {
 /// checksum is returned whole (a format written before the checksum).
 ///
 /// # Errors
-/// Why the text is refused, in words, with its first bytes.
+/// Why the text is refused, in words.
 pub fn parse_line(text: &str, legacy: bool) -> Result<&str, String> {
-    let parsed = text
-        .strip_suffix('\n')
+    text.strip_suffix('\n')
         .filter(|l| !l.contains('\n'))
         .ok_or_else(|| "it is not one line ending in a newline".to_owned())
         .and_then(|line| match line.split_once(LINE_CRC_SEPARATOR) {
@@ -171,10 +170,21 @@ pub fn parse_line(text: &str, legacy: bool) -> Result<&str, String> {
             }
             None if legacy => Ok(line),
             None => Err(format!("it has no checksum (`{LINE_CRC_SEPARATOR}CRC`)")),
-        });
-    parsed.map_err(|why| {
+        })
+}
+
+/// The value a one-line file's `text` records: its body ([`parse_line`]) read by `value`.
+///
+/// # Errors
+/// Why it is refused (`unreadable: ...`), with the text's first bytes.
+pub fn line_value<T>(
+    text: &str,
+    legacy: bool,
+    value: impl Fn(&str) -> Result<T, String>,
+) -> Result<T, String> {
+    parse_line(text, legacy).and_then(value).map_err(|why| {
         format!(
-            "{why}; found {:?}",
+            "unreadable: {why}; found {:?}",
             text.chars().take(60).collect::<String>()
         )
     })

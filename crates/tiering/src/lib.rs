@@ -80,7 +80,6 @@ mod config;
 mod error;
 mod fd_limit;
 mod instrumented;
-mod line_file;
 mod lost;
 pub mod metadata;
 pub mod metrics;

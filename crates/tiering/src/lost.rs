@@ -18,11 +18,13 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use crate::error::Error;
-use crate::line_file::{self, Contents};
+use krabka_storage::kvfile;
 
 /// Name of the file, in the local log's directory.
 pub const LOST_SEQS_FILE: &str = "tiering-lost-seqs";
 const PREFIX: &str = "lost ";
+/// More than any valid file holds; a longer one is refused unread.
+const MAX_FILE_BYTES: u64 = 128;
 
 fn path(dir: &Path) -> PathBuf {
     dir.join(LOST_SEQS_FILE)
@@ -37,7 +39,7 @@ fn error(path: &Path, reason: impl Into<String>) -> Error {
 
 #[cfg(test)]
 fn render(seqs: &RangeInclusive<u64>) -> String {
-    line_file::render(&body(seqs))
+    kvfile::render_line(&body(seqs))
 }
 
 fn body(seqs: &RangeInclusive<u64>) -> String {
@@ -48,13 +50,13 @@ fn body(seqs: &RangeInclusive<u64>) -> String {
 fn parse_body(body: &str) -> Result<RangeInclusive<u64>, String> {
     body.strip_prefix(PREFIX)
         .and_then(|r| r.split_once("..="))
-        .and_then(|(a, b)| Some((line_file::parse_seq(a)?, line_file::parse_seq(b)?)))
+        .and_then(|(a, b)| Some((kvfile::parse_seq(a)?, kvfile::parse_seq(b)?)))
         .filter(|(a, b)| 0 < *a && a <= b)
         .map(|(a, b)| a..=b)
         .ok_or_else(|| {
             format!(
                 "expected `{PREFIX}FIRST..=LAST{}CRC`",
-                line_file::CRC_SEPARATOR
+                kvfile::LINE_CRC_SEPARATOR
             )
         })
 }
@@ -65,26 +67,25 @@ fn parse_body(body: &str) -> Result<RangeInclusive<u64>, String> {
 /// [`Error::Checkpoint`] naming the file when it cannot be read or is damaged.
 pub fn read(dir: &Path) -> Result<Option<RangeInclusive<u64>>, Error> {
     let path = path(dir);
-    let (text, too_long) = match line_file::read(&path) {
-        Ok(Contents::Missing) => return Ok(None),
-        Ok(Contents::Text(text, too_long)) => (text, too_long),
-        Err(e) => return Err(Error::checkpoint_io(&path, "read", e)),
+    let parsed = match kvfile::read(&path, MAX_FILE_BYTES) {
+        Ok(None) => return Ok(None),
+        Ok(Some(text)) => kvfile::line_value(&text, false, parse_body),
+        Err(kvfile::ReadError::Io(e)) => return Err(Error::checkpoint_io(&path, "read", e)),
+        Err(e) => Err(format!("unreadable: {e}")),
     };
-    line_file::parse(&text, too_long, false, parse_body)
-        .map(Some)
-        .map_err(|why| {
-            error(
-                &path,
-                format!("{why}. Restore it, or run `recover` again into a new directory"),
-            )
-        })
+    parsed.map(Some).map_err(|why| {
+        error(
+            &path,
+            format!("{why}. Restore it, or run `recover` again into a new directory"),
+        )
+    })
 }
 
 /// Durably records `seqs` as lost in `dir`.
 pub(crate) fn write(dir: &Path, seqs: &RangeInclusive<u64>) -> Result<(), Error> {
     let path = path(dir);
-    let tmp = dir.join(format!("{LOST_SEQS_FILE}.tmp"));
-    line_file::write(&path, &tmp, &body(seqs)).map_err(|e| Error::checkpoint_io(&path, "write", e))
+    kvfile::write(&path, &kvfile::render_line(&body(seqs)))
+        .map_err(|e| Error::checkpoint_io(&path, "write", e))
 }
 
 #[cfg(test)]

@@ -19,13 +19,14 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::Error;
-use crate::line_file::{self, Contents};
+use krabka_storage::kvfile;
 
 /// Name of the retention point's file, in the local log's directory (`tiering-log-start`,
 /// after Kafka's log start offset, which is what the point is; the name on disk is kept).
 pub const RETENTION_POINT_FILE: &str = "tiering-log-start";
-const TMP_SUFFIX: &str = ".tmp";
 const PREFIX: &str = "log_start ";
+/// More than any valid file holds (`log_start`, a seq and a checksum); a longer one is refused.
+const MAX_FILE_BYTES: u64 = 128;
 
 fn path(dir: &Path) -> PathBuf {
     dir.join(RETENTION_POINT_FILE)
@@ -41,21 +42,21 @@ fn error(path: &Path, reason: impl Into<String>) -> Error {
 #[cfg(test)]
 /// The file's text for `seq`.
 fn render(seq: u64) -> String {
-    line_file::render(&format!("{PREFIX}{seq}"))
+    kvfile::render_line(&format!("{PREFIX}{seq}"))
 }
 
 /// The seq a file's line (without its checksum) records, or why it is refused.
 fn parse_body(body: &str) -> Result<u64, String> {
     body.strip_prefix(PREFIX)
-        .and_then(line_file::parse_seq)
-        .ok_or_else(|| format!("expected `{PREFIX}SEQ{}CRC`", line_file::CRC_SEPARATOR))
+        .and_then(kvfile::parse_seq)
+        .ok_or_else(|| format!("expected `{PREFIX}SEQ{}CRC`", kvfile::LINE_CRC_SEPARATOR))
 }
 
 #[cfg(test)]
 /// The seq a file's text records (a line without a checksum is the format written before
 /// it, still read), or why it is refused.
 fn parse(text: &str) -> Result<u64, String> {
-    line_file::parse(text, false, true, parse_body)
+    kvfile::line_value(text, true, parse_body)
 }
 
 /// The retention point recorded in the tiered log directory `dir` (its [`RETENTION_POINT_FILE`]):
@@ -67,13 +68,13 @@ fn parse(text: &str) -> Result<u64, String> {
 /// [`Error::Checkpoint`] naming the file when it cannot be read or is damaged.
 pub fn read(dir: &Path) -> Result<u64, Error> {
     let path = path(dir);
-    let (text, too_long) = match line_file::read(&path) {
-        Ok(Contents::Missing) => return Ok(0),
-        Ok(Contents::Text(text, too_long)) => (text, too_long),
-        Err(e) => return Err(Error::checkpoint_io(&path, "read", e)),
+    let parsed = match kvfile::read(&path, MAX_FILE_BYTES) {
+        Ok(None) => return Ok(0),
+        Ok(Some(text)) => kvfile::line_value(&text, true, parse_body),
+        Err(kvfile::ReadError::Io(e)) => return Err(Error::checkpoint_io(&path, "read", e)),
+        Err(e) => Err(format!("unreadable: {e}")),
     };
-    // A line without a checksum is the format written before it, still read.
-    line_file::parse(&text, too_long, true, parse_body).map_err(|why| {
+    parsed.map_err(|why| {
         error(
             &path,
             format!(
@@ -142,8 +143,7 @@ pub(crate) fn validate(dir: &Path, point: u64, bounds: Bounds) -> Result<(), Err
 /// over the old one, then the directory fsynced).
 pub(crate) fn write(dir: &Path, seq: u64) -> Result<(), Error> {
     let path = path(dir);
-    let tmp = dir.join(format!("{RETENTION_POINT_FILE}{TMP_SUFFIX}"));
-    line_file::write(&path, &tmp, &format!("{PREFIX}{seq}"))
+    kvfile::write(&path, &kvfile::render_line(&format!("{PREFIX}{seq}")))
         .map_err(|e| Error::checkpoint_io(&path, "write", e))
 }
 

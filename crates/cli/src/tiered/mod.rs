@@ -197,8 +197,15 @@ pub fn open(
         config,
         ..OpenOptions::new(access)
     };
-    let part = PartitionDir::open(log_dir, &tier, options)
-        .map_err(|e| tiering_error("cannot open tiered log", log_dir, e))?;
+    let part = PartitionDir::open(log_dir, &tier, options).map_err(|e| match e {
+        e @ krabka_tiering::Error::RemoteHoldsPartition { .. } => CliError::new(e.to_string())
+            .hint(format!(
+                "to read or continue that log, rebuild it first: `krabka recover {} --remote {}`",
+                log_dir.display(),
+                spec.describe()
+            )),
+        e => tiering_error("cannot open tiered log", log_dir, e),
+    })?;
     crate::error::print_recovery(part.recovery_report());
     if let Some(cut) = part.torn_event_cut() {
         crate::output::note(format_args!("{}", describe_torn_event_cut(cut)));

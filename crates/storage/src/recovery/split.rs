@@ -18,6 +18,7 @@ use std::path::Path;
 use super::Recoverer;
 use crate::Error;
 use crate::fsutil::{self, IoResultExt, write_atomic_named};
+use crate::kvfile;
 use crate::segment::segment_paths;
 
 /// Name of the journal a repair writes while it splits a damaged segment file.
@@ -27,9 +28,6 @@ pub(crate) const SPLIT_JOURNAL: &str = "repair-split";
 pub(crate) const SPLIT_JOURNAL_TMP: &str = "repair-split.tmp";
 
 const HEADER: &str = "krabka repair split v1";
-
-/// The journal's last line: `crc32 <8 lowercase hex digits>` of every byte before it.
-const CRC_PREFIX: &str = "crc32 ";
 
 /// More than any journal a repair writes (a line per run of intact frames in one segment).
 const MAX_JOURNAL_BYTES: u64 = 4 << 20;
@@ -49,16 +47,16 @@ pub(super) struct Journal {
 
 impl Journal {
     fn encode(&self) -> String {
-        let mut text = format!(
-            "{HEADER}\nsegment {} {} {}\n",
-            self.base, self.keep_len, self.file_len
+        let mut fields = vec![(
+            "segment",
+            format!("{} {} {}", self.base, self.keep_len, self.file_len),
+        )];
+        fields.extend(
+            self.pieces
+                .iter()
+                .map(|(base, len)| ("piece", format!("{base} {len}"))),
         );
-        for (base, len) in &self.pieces {
-            text.push_str(&format!("piece {base} {len}\n"));
-        }
-        let crc = crc32fast::hash(text.as_bytes());
-        text.push_str(&format!("{CRC_PREFIX}{crc:08x}\n"));
-        text
+        kvfile::render(HEADER, &fields)
     }
 
     /// The journal `text` records, or `None` when it is not one this crate wrote whole: a
@@ -66,27 +64,16 @@ impl Journal {
     /// increasing order, and lengths that fit the damaged file. A damaged journal must never
     /// make an open remove the wrong file.
     fn decode(text: &str) -> Option<Journal> {
-        let body_len = text.rfind(CRC_PREFIX)?;
-        let (body, crc_line) = text.split_at(body_len);
-        let stored = crc_line.strip_prefix(CRC_PREFIX)?.strip_suffix('\n')?;
-        if stored.len() != 8
-            || u32::from_str_radix(stored, 16).ok()? != crc32fast::hash(body.as_bytes())
-        {
-            return None;
-        }
-        let mut lines = body.lines();
-        if lines.next()? != HEADER {
-            return None;
-        }
-        let numbers = |line: &str, word: &str| -> Option<Vec<u64>> {
-            let rest = line.strip_prefix(word)?.strip_prefix(' ')?;
-            rest.split(' ').map(|n| n.parse().ok()).collect()
+        let mut fields = kvfile::parse(text, HEADER).ok()?;
+        let numbers = |value: &str| -> Option<Vec<u64>> {
+            value.split(' ').map(|n| n.parse().ok()).collect()
         };
-        let head = numbers(lines.next()?, "segment")?;
+        let head = numbers(fields.next_value("segment").ok()?)?;
         let [base, keep_len, file_len] = <[u64; 3]>::try_from(head).ok()?;
         let mut pieces = Vec::new();
-        for line in lines {
-            let [piece, len] = <[u64; 2]>::try_from(numbers(line, "piece")?).ok()?;
+        // Bounded by the journal's length, which its reader bounds.
+        while let Some(value) = fields.optional_value("piece").ok()? {
+            let [piece, len] = <[u64; 2]>::try_from(numbers(value)?).ok()?;
             pieces.push((piece, len));
         }
         let ordered = pieces

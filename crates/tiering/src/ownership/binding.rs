@@ -21,6 +21,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use krabka_remote_storage::{TopicIdPartition, Uuid};
+use krabka_storage::kvfile;
 
 use crate::error::Error;
 
@@ -28,6 +29,9 @@ use crate::error::Error;
 pub const BINDING_FILE: &str = "remote-binding";
 /// First line of [`BINDING_FILE`].
 const MAGIC: &str = "krabka-binding 1";
+/// Far more than a binding holds (at most [`MAX_SEEN`] segment ids): a longer file is refused
+/// unread.
+const MAX_BINDING_BYTES: u64 = 64 * 1024;
 
 /// What a local log is bound to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,69 +110,48 @@ pub(crate) fn directory_identity(dir: &Path) -> Result<String, Error> {
 impl Binding {
     fn text(&self) -> String {
         let tp = &self.partition;
-        let body = format!(
-            "{MAGIC}\nremote {}\ntopic {}\nid {}\npartition {}\nepoch {}\nstart {}\nsince {}\nstate {}\nseen {}\nincarnation {}\ndirectory {}\n",
-            self.location,
-            tp.topic(),
-            tp.topic_id(),
-            tp.partition(),
-            self.epoch,
-            self.start_seq,
-            self.since_ms,
-            self.state.word(),
-            if self.seen.is_empty() {
-                "-".to_owned()
-            } else {
-                self.seen
-                    .iter()
-                    .map(Uuid::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            },
-            self.incarnation,
-            self.directory
-        );
-        let crc = crc32fast::hash(body.as_bytes());
-        format!("{body}crc32 {crc:08x}\n")
+        let seen = if self.seen.is_empty() {
+            "-".to_owned()
+        } else {
+            self.seen
+                .iter()
+                .map(Uuid::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        kvfile::render(
+            MAGIC,
+            &[
+                ("remote", self.location.clone()),
+                ("topic", tp.topic().to_owned()),
+                ("id", tp.topic_id().to_string()),
+                ("partition", tp.partition().to_string()),
+                ("epoch", self.epoch.to_string()),
+                ("start", self.start_seq.to_string()),
+                ("since", self.since_ms.to_string()),
+                ("state", self.state.word().to_owned()),
+                ("seen", seen),
+                ("incarnation", self.incarnation.to_string()),
+                ("directory", self.directory.clone()),
+            ],
+        )
     }
 
     fn parse(text: &str) -> Result<Self, String> {
-        let at = text
-            .rfind("crc32 ")
-            .ok_or_else(|| "it has no checksum line".to_owned())?;
-        let (body, crc_line) = text.split_at(at);
-        let stored = crc_line
-            .strip_prefix("crc32 ")
-            .and_then(|c| c.strip_suffix('\n'))
-            .and_then(|c| u32::from_str_radix(c, 16).ok())
-            .ok_or_else(|| "its checksum line is unreadable".to_owned())?;
-        if crc32fast::hash(body.as_bytes()) != stored {
-            return Err("its checksum does not match its contents".to_owned());
-        }
-        let mut lines = body.lines();
-        if lines.next() != Some(MAGIC) {
-            return Err(format!("it does not start with `{MAGIC}`"));
-        }
-        let mut field = |key: &str| {
-            lines
-                .next()
-                .and_then(|l| l.strip_prefix(key))
-                .and_then(|v| v.strip_prefix(' '))
-                .map(str::to_owned)
-                .ok_or_else(|| format!("its `{key}` line is missing"))
-        };
-        let location = field("remote")?;
-        let topic = field("topic")?;
-        let id = field("id")?;
-        let partition = field("partition")?;
-        let epoch = field("epoch")?;
-        let start_seq = field("start")?;
-        let since_ms = field("since")?;
-        let state = field("state")?;
-        let seen = field("seen")?;
-        let incarnation = field("incarnation")?;
-        let directory = field("directory")?;
-        let id = Uuid::parse_str(&id).map_err(|e| format!("its id `{id}` is not a UUID: {e}"))?;
+        let mut fields = kvfile::parse(text, MAGIC)?;
+        let location = fields.next_value("remote")?.to_owned();
+        let topic = fields.next_value("topic")?;
+        let id = fields.next_value("id")?;
+        let partition = fields.next_value("partition")?;
+        let epoch = fields.next_value("epoch")?;
+        let start_seq = fields.next_value("start")?;
+        let since_ms = fields.next_value("since")?;
+        let state = fields.next_value("state")?;
+        let seen = fields.next_value("seen")?;
+        let incarnation = fields.next_value("incarnation")?;
+        let directory = fields.next_value("directory")?.to_owned();
+        fields.end()?;
+        let id = Uuid::parse_str(id).map_err(|e| format!("its id `{id}` is not a UUID: {e}"))?;
         let partition = partition
             .parse::<i32>()
             .map_err(|e| format!("its partition `{partition}` is not a number: {e}"))?;
@@ -181,7 +164,7 @@ impl Binding {
         let since_ms = since_ms
             .parse::<i64>()
             .map_err(|e| format!("its since `{since_ms}` is not a number: {e}"))?;
-        let state = BindingState::parse(&state)
+        let state = BindingState::parse(state)
             .ok_or_else(|| format!("its state `{state}` is not pending, claiming or claimed"))?;
         let seen = if seen == "-" {
             Vec::new()
@@ -195,7 +178,7 @@ impl Binding {
         if (epoch == 0) != (state == BindingState::Pending) {
             return Err(format!("epoch {epoch} in state {}", state.word()));
         }
-        let incarnation = Uuid::parse_str(&incarnation)
+        let incarnation = Uuid::parse_str(incarnation)
             .map_err(|e| format!("its incarnation `{incarnation}` is not a UUID: {e}"))?;
         let tp = TopicIdPartition::new(id, topic, partition);
         tp.validate()
@@ -225,26 +208,16 @@ pub fn binding_path(dir: &Path) -> PathBuf {
 /// [`Error::Binding`] when the file cannot be read or does not decode.
 pub fn read(dir: &Path) -> Result<Option<Binding>, Error> {
     let path = binding_path(dir);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    let text = match kvfile::read(&path, MAX_BINDING_BYTES) {
+        Ok(None) => return Ok(None),
+        Ok(Some(text)) => text,
         Err(e) => {
             return Err(Error::Binding {
                 path,
-                reason: format!("cannot read it: {e}"),
+                reason: e.to_string(),
             });
         }
     };
-    if bytes.len() > 64 * 1024 {
-        return Err(Error::Binding {
-            path,
-            reason: format!("{} bytes, far more than a binding holds", bytes.len()),
-        });
-    }
-    let text = String::from_utf8(bytes).map_err(|_| Error::Binding {
-        path: path.clone(),
-        reason: "it is not UTF-8".to_owned(),
-    })?;
     Binding::parse(&text)
         .map(Some)
         .map_err(|reason| Error::Binding { path, reason })
@@ -266,12 +239,9 @@ pub fn write(dir: &Path, binding: &Binding) -> Result<(), Error> {
             ),
         });
     }
-    let tmp = dir.join(format!("{BINDING_FILE}.tmp"));
-    krabka_storage::fsutil::write_atomic(&path, &tmp, binding.text().as_bytes()).map_err(|e| {
-        Error::Binding {
-            path: path.clone(),
-            reason: format!("cannot write it: {e}"),
-        }
+    kvfile::write(&path, &binding.text()).map_err(|e| Error::Binding {
+        path: path.clone(),
+        reason: format!("cannot write it: {e}"),
     })
 }
 

@@ -60,6 +60,8 @@ pub struct Recovered {
     /// Key ids of encrypted segments whose key was not given: those segments are left out
     /// (their seqs a hole or outside the range). Empty when every segment could be opened.
     pub missing_keys: BTreeSet<KeyId>,
+    /// How many segments were left out for a missing key.
+    pub missing_key_segments: usize,
 }
 
 impl PartitionDir {
@@ -119,13 +121,11 @@ impl PartitionDir {
         // Later opens find the partition here, as for a log tiered from this directory.
         topic::write_topic_file(dir, &tp)?;
         check_readable(dir, remote, &report)?;
-        let missing_keys = missing
-            .lock()
-            .map(|m| m.iter().copied().collect())
-            .unwrap_or_default();
+        let missing = missing.lock().map(|m| m.clone()).unwrap_or_default();
         Ok(Recovered {
             report,
-            missing_keys,
+            missing_key_segments: missing.len(),
+            missing_keys: missing.into_iter().collect(),
         })
     }
 }
