@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use krabka_tiering::PartitionDir;
 use krabka_tiering::partition::{PartitionQuery, RecoverOptions};
-use krabka_tiering::recovery::{LocalLogOutcome, RecoveryReport};
+use krabka_tiering::recovery::{LocalLogOutcome, Recovery};
 
 use crate::args::RecoverArgs;
 use crate::error::{CliError, Result};
@@ -74,7 +74,7 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
 }
 
 fn print(
-    report: &RecoveryReport,
+    report: &Recovery,
     remote: &str,
     dir: &std::path::Path,
     took: std::time::Duration,

@@ -110,7 +110,7 @@ fn dir_key(b: &Backend) -> String {
 }
 
 /// Recovers `tp()` into `dir` (metadata and an empty log) from the bucket, bound as pending.
-fn recover_into(b: &Backend, dir: &Path) -> krabka_tiering::recovery::RecoveryReport {
+fn recover_into(b: &Backend, dir: &Path) -> krabka_tiering::recovery::Recovery {
     std::fs::create_dir_all(dir).unwrap();
     let metadata = DurableRemoteLogMetadataManager::open(dir.join("metadata")).unwrap();
     let lister: Arc<dyn krabka_remote_storage::recovery::RemoteSegmentLister> = b.store.clone();

@@ -24,7 +24,7 @@ use krabka_storage::Options;
 use krabka_tiering::fs::FsRemoteStorage;
 use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
 use krabka_tiering::recovery::{
-    IgnoreReason, LocalLogOutcome, RecoveryOptions, RecoveryReport, RemoteSegmentLister, recover,
+    IgnoreReason, LocalLogOutcome, Recovery, RecoveryOptions, RemoteSegmentLister, recover,
 };
 use krabka_tiering::{Error, TieredLog, TieringConfig};
 
@@ -135,7 +135,7 @@ fn wipe(work: &Path) {
     }
 }
 
-fn run_recovery(backend: &Backend, work: &Path, clean: bool) -> RecoveryReport {
+fn run_recovery(backend: &Backend, work: &Path, clean: bool) -> Recovery {
     let rlmm = DurableRemoteLogMetadataManager::open(work.join("meta")).unwrap();
     recover(
         &*backend.lister,
@@ -194,7 +194,7 @@ fn expected(tag: &str, seqs: std::ops::RangeInclusive<u64>) -> Vec<(u64, String)
         .collect()
 }
 
-fn count(report: &RecoveryReport, pred: impl Fn(&IgnoreReason) -> bool) -> usize {
+fn count(report: &Recovery, pred: impl Fn(&IgnoreReason) -> bool) -> usize {
     report.ignored.iter().filter(|i| pred(&i.reason)).count()
 }
 
@@ -304,7 +304,7 @@ fn interrupted_copy_and_delete(backend: &Backend, work: &Path) {
         vec![layout::manifest_key(oldest).unwrap()],
         "{report:?}"
     );
-    let reason_of = |report: &RecoveryReport, m: &RemoteLogSegmentMetadata| {
+    let reason_of = |report: &Recovery, m: &RemoteLogSegmentMetadata| {
         let key = layout::manifest_key(m).unwrap();
         report
             .ignored

@@ -121,7 +121,7 @@ fn sigkill_then_disk_loss_recovers_whole_segments_only() {
             report.ignored.len()
         );
         recovered_total += report.segments;
-        if let Some(range) = report.seq_range {
+        if let Some(range) = report.seq_range.clone() {
             let (_fs, log) = open(dir.path());
             assert_eq!(log.first_seq().unwrap(), *range.start(), "round {round}");
             assert_eq!(log.last_seq(), *range.end());

@@ -15,7 +15,7 @@ use super::{Access, METADATA_DIR, OpenOptions, PartitionDir, RemoteTier, topic};
 use crate::TieringConfig;
 use crate::error::Error;
 use crate::metadata::DurableRemoteLogMetadataManager;
-use crate::recovery::{MapMetadata, RecoveryOptions, RecoveryReport};
+use crate::recovery::{MapMetadata, Recovery, RecoveryOptions};
 
 /// Which partition to recover. Every field left out is taken from the directory's topic file
 /// when it has one, else from its name (the topic) and 0 (the partition); the topic id, when
@@ -56,7 +56,7 @@ impl Default for RecoverOptions {
 #[non_exhaustive]
 pub struct Recovered {
     /// The recovery's report.
-    pub report: RecoveryReport,
+    pub report: Recovery,
     /// Key ids of encrypted segments whose key was not given: those segments are left out
     /// (their seqs a hole or outside the range). Empty when every segment could be opened.
     pub missing_keys: BTreeSet<KeyId>,
@@ -279,7 +279,7 @@ fn describe_resolved(topic: Option<&str>, partition: Option<i32>, id: Option<Uui
 }
 
 /// Opens the recovered log read-only and reads its first record.
-fn check_readable(dir: &Path, remote: &RemoteTier, report: &RecoveryReport) -> Result<(), Error> {
+fn check_readable(dir: &Path, remote: &RemoteTier, report: &Recovery) -> Result<(), Error> {
     let opened = PartitionDir::open(
         dir,
         remote,

@@ -13,9 +13,9 @@ use crate::metadata::DurableRemoteLogMetadataManager;
 
 pub use krabka_remote_metadata::recovery::{
     DEFAULT_RECOVERY_CONCURRENCY, IgnoreReason, IgnoredObject, ListedObject, LocalLogOutcome,
-    MapMetadata, MapMetadataFn, RemoteSegmentLister, find_partitions,
+    MapMetadata, MapMetadataFn, RecoveryReport, RemoteSegmentLister, find_partitions,
 };
-pub use report::{RecoveryOptions, RecoveryReport};
+pub use report::{Recovery, RecoveryOptions};
 
 /// Rebuilds `tp`'s metadata in `metadata` from the remote tier `lister` lists, sets up the
 /// local log, binds it to its remote ([`RecoveryOptions::bind_to`]), then deletes what no one
@@ -34,7 +34,7 @@ pub fn recover(
     tp: &TopicIdPartition,
     metadata: &DurableRemoteLogMetadataManager,
     options: &RecoveryOptions,
-) -> Result<RecoveryReport, RemoteStorageError> {
+) -> Result<Recovery, RemoteStorageError> {
     let installed = metadata::install(lister, tp, metadata, &options.metadata)?;
     if let Some(dir) = &options.metadata.local_log_dir {
         record_lost(dir, installed.report())?;
@@ -55,7 +55,10 @@ pub fn recover(
         }
         _ => None,
     };
-    Ok(RecoveryReport::new(installed.finish()?, binding))
+    Ok(Recovery {
+        report: installed.finish()?,
+        binding,
+    })
 }
 
 /// Records in `dir` ([`crate::lost`]) the seqs past the recovered range that the bucket shows

@@ -1,13 +1,11 @@
 //! What [`recover`](super::recover) is told and what it reports: the metadata recovery's, plus
 //! the binding of the recovered directory to its remote.
 
-use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
 use krabka_remote_metadata::recovery as metadata;
-use krabka_remote_storage::TopicIdPartition;
 
-use super::{IgnoredObject, LocalLogOutcome, MapMetadata};
+use super::{MapMetadata, RecoveryReport};
 use crate::ownership::Binding;
 
 /// How [`recover`](super::recover) runs: the metadata recovery's options, and the remote to
@@ -68,74 +66,22 @@ impl RecoveryOptions {
     }
 }
 
-/// What [`recover`](super::recover) found and did: the fields of
-/// [`krabka_remote_metadata::recovery::RecoveryReport`], and the binding.
+/// What [`recover`](super::recover) found and did: the metadata recovery's own
+/// [`RecoveryReport`] (reached through `Deref`: `recovery.seq_range`, `recovery.holes`, ...),
+/// and the binding it made.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
-pub struct RecoveryReport {
-    /// The partition.
-    pub partition: TopicIdPartition,
-    /// Objects listed under the partition.
-    pub objects_listed: u64,
-    /// Manifests read.
-    pub manifests_read: usize,
-    /// Manifest keys of segments whose manifest was missing and whose metadata was rebuilt
-    /// from their objects.
-    pub rebuilt: Vec<String>,
-    /// Segments that form the recovered log (and are recorded as finished).
-    pub segments: usize,
-    /// Their seqs, `None` when no segment was recovered.
-    pub seq_range: Option<RangeInclusive<u64>>,
-    /// Their `.log` bytes.
-    pub bytes: u64,
-    /// Of `segments`, how many the metadata already recorded identically (a repeated run).
-    pub already_recorded: usize,
-    /// Every object not used, with why, sorted by key.
-    pub ignored: Vec<IgnoredObject>,
-    /// Objects deleted ([`RecoveryOptions::clean_orphans`]).
-    pub deleted: Vec<String>,
-    /// What happened to the local log.
-    pub local_log: LocalLogOutcome,
+pub struct Recovery {
+    /// What the metadata recovery found and did.
+    pub report: RecoveryReport,
     /// The local log's binding to the remote ([`RecoveryOptions::bind_to`]).
     pub binding: Option<Binding>,
-    /// Seq ranges between the recovered segments that no whole segment holds (a damaged or
-    /// lost segment): lost, each costing its own seqs only; a read of them fails with
-    /// [`Error::RemoteHole`](crate::Error::RemoteHole).
-    pub holes: Vec<RangeInclusive<u64>>,
 }
 
-impl RecoveryReport {
-    /// The metadata recovery's `report`, with the `binding` made.
-    pub(super) fn new(report: metadata::RecoveryReport, binding: Option<Binding>) -> Self {
-        let metadata::RecoveryReport {
-            partition,
-            objects_listed,
-            manifests_read,
-            rebuilt,
-            segments,
-            seq_range,
-            bytes,
-            already_recorded,
-            ignored,
-            deleted,
-            local_log,
-            holes,
-            ..
-        } = report;
-        Self {
-            partition,
-            objects_listed,
-            manifests_read,
-            rebuilt,
-            segments,
-            seq_range,
-            bytes,
-            already_recorded,
-            ignored,
-            deleted,
-            local_log,
-            binding,
-            holes,
-        }
+impl std::ops::Deref for Recovery {
+    type Target = RecoveryReport;
+
+    fn deref(&self) -> &RecoveryReport {
+        &self.report
     }
 }

@@ -14,7 +14,7 @@ use krabka_remote_storage::{
 };
 use krabka_storage::{Options, SyncPolicy};
 use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
-use krabka_tiering::recovery::{RecoveryOptions, RecoveryReport, recover};
+use krabka_tiering::recovery::{Recovery, RecoveryOptions, recover};
 use krabka_tiering::replica::{ReadReplica, ReplicaConfig};
 use krabka_tiering::{Error, RemoteOwnership, TieredLog, TieringConfig};
 
@@ -117,7 +117,7 @@ pub fn open_writer(
 
 /// Recovers the partition into `dir` from the bucket, bound as a pending claim (a takeover's
 /// first step).
-pub fn recover_into(b: &Backend, dir: &Path) -> RecoveryReport {
+pub fn recover_into(b: &Backend, dir: &Path) -> Recovery {
     std::fs::create_dir_all(dir).unwrap();
     let metadata = DurableRemoteLogMetadataManager::open(dir.join("metadata")).unwrap();
     let lister: Arc<dyn RemoteSegmentLister> = b.store.clone();
