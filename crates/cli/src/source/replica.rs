@@ -288,6 +288,29 @@ impl ReplicaSource {
             other => other,
         };
         result?;
+        if let HeadStatus::Behind {
+            listed_to,
+            bucket_to,
+            unlisted,
+            ..
+        } = self.replica.stats().head
+            && unlisted > 0
+        {
+            let listed = listed_to.map_or_else(
+                || "lists no segment".to_owned(),
+                |t| format!("lists seqs up to {t}"),
+            );
+            return Err(CliError::new(format!(
+                "the read of {} may be incomplete: its partition head {listed}, but the bucket \
+                 holds {unlisted} complete segment(s) after them, up to seq {bucket_to}, that \
+                 the head does not list: those seqs were not read",
+                self.name
+            ))
+            .hint(
+                "an old head object was put back, or its writer has not rewritten it since a copy: \
+                 read again once the writer's next round rewrote it",
+            ));
+        }
         let refusals = match self.refusals.lock() {
             Ok(r) => r,
             Err(_) => return Ok(()),
@@ -582,7 +605,7 @@ fn head_sentence(head: &HeadStatus) -> String {
             }
             format!(
                 "the head object is behind the bucket (it {listed}; {}: an old head put back, or \
-                 one its writer has not rewritten yet); the view came from a full listing",
+                 one its writer has not rewritten yet); only what it lists is served",
                 what.join(", and ")
             )
         }

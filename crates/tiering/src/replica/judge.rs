@@ -201,9 +201,10 @@ pub(crate) fn epochs_only(
 }
 
 /// Judges the complete copies of a full listing (`chosen`: lineage-checked, none below the
-/// retention point) against the head `h`: served are the copies it lists, and the complete
-/// copies contiguous after its last seq (the head is behind them: an old head put back, or
-/// one its writer has not rewritten yet); missing are the segments it lists that have no
+/// retention point) against the head `h`: served are the copies it lists; complete copies
+/// after its last seq that it does not list make it [`HeadStatus::Behind`] (an old head put
+/// back, or one its writer has not rewritten yet: not served, as the writer may still
+/// discard them); missing are the segments it lists that have no
 /// whole copy, unless their objects are all gone below what is served (deleted since: the
 /// head is behind that too) or only the caller's map refused them.
 pub(crate) fn against_head(
@@ -231,22 +232,11 @@ pub(crate) fn against_head(
         })
         .cloned()
         .collect();
-    // Served from them: those that continue the head's seqs without a gap (a copy above a
-    // gap may wait for an older one still in flight).
-    let mut next = listed_to.map(|t| t.saturating_add(1));
-    let mut extra: HashSet<Uuid> = HashSet::new();
-    for m in &after {
-        if next.is_none_or(|n| m.start_offset() == n) {
-            extra.insert(m.remote_log_segment_id().id());
-            next = Some(m.end_offset().saturating_add(1));
-        }
-    }
+    // None of them is served: the writer may still discard a copy it has not recorded, and no
+    // follower may trim by it. The head's status says the bucket holds more.
     let served: Vec<RemoteLogSegmentMetadata> = chosen
         .into_iter()
-        .filter(|m| {
-            let id = m.remote_log_segment_id().id();
-            listed.contains(&id) || extra.contains(&id)
-        })
+        .filter(|m| listed.contains(&m.remote_log_segment_id().id()))
         .collect();
     let first_served = served.first().map(RemoteLogSegmentMetadata::start_offset);
     let mut missing_seqs = Vec::new();
@@ -259,7 +249,12 @@ pub(crate) fn against_head(
             .iter()
             .filter(|d| d.id == s.id && d.start == s.start_seq)
             .collect();
-        if of_it.iter().any(|d| refused_by_map(d)) {
+        // Refused by the caller's map only (it reports those), or a copy a later writer epoch
+        // took the seqs over from (a fenced writer's head names it): no loss.
+        let taken_over = epochs
+            .iter()
+            .any(|e| e.epoch > s.writer_epoch && e.start_seq <= s.end_seq && s.writer_epoch > 0);
+        if taken_over || of_it.iter().any(|d| refused_by_map(d) || not_a_loss(d)) {
             continue;
         }
         if of_it.is_empty() && first_served.is_none_or(|f| s.end_seq < f) {

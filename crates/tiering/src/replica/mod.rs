@@ -124,7 +124,9 @@ pub enum HeadStatus {
     /// The head is older than what the bucket holds: the listing shows `unlisted` complete
     /// copies after the last seq it lists (`listed_to`, `None` when it lists none), up to seq
     /// `bucket_to`, or segments it lists were deleted since. An old head put back, or one its
-    /// writer has not rewritten yet after a copy: the view came from the full listing.
+    /// writer has not rewritten yet after a copy. The view serves what the head lists (the
+    /// writer may still discard a copy it has not recorded): seqs past `listed_to` up to
+    /// `bucket_to` may exist that it does not serve.
     Behind {
         /// The last seq the head lists (`None`: it lists no segment).
         listed_to: Option<u64>,

@@ -376,7 +376,7 @@ impl ReadReplica {
         };
         if let HeadStatus::Behind { .. } = &status {
             tracing::warn!(partition = %self.tp, head = ?status,
-                "the partition head is older than the segments in the bucket; serving the listing");
+                "the partition head is older than the segments in the bucket; serving what it lists");
         }
         for m in &missing {
             tracing::warn!(partition = %self.tp, from = m.from, to = m.to, reason = %m.reason,
