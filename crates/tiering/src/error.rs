@@ -300,11 +300,15 @@ pub enum Error {
         remote_seq: u64,
     },
     /// A read met seqs that no segment of either tier holds: a hole a recovery reported (a
-    /// damaged or lost remote segment). The records on both sides are readable; read again
-    /// from `to + 1`.
+    /// damaged or lost remote segment), or, for a read replica, seqs the bucket's own records
+    /// (the partition head, an epoch record, the listing) show finished whose segment cannot
+    /// be served (`reason` says which record and what is wrong with which of `objects`). The
+    /// records on both sides are readable; read again from `to + 1`.
     #[error(
-        "seqs {from}..={to} of partition {partition} are lost: no segment of either tier holds \
-         them (a hole recovery reported); the records after them are readable from seq {}",
+        "seqs {from}..={to} of partition {partition} are lost: {}; the records after them are \
+         readable from seq {}",
+        reason.as_deref().unwrap_or("no segment of either tier holds them (a hole recovery \
+         reported)"),
         to.saturating_add(1)
     )]
     RemoteHole {
@@ -314,6 +318,11 @@ pub enum Error {
         from: u64,
         /// The last lost seq.
         to: u64,
+        /// The keys of the objects of the lost segment(s) that are missing or damaged, when
+        /// known (a read replica's view names them; empty otherwise).
+        objects: Vec<String>,
+        /// Why the seqs are lost, when more is known than that no segment holds them.
+        reason: Option<String>,
     },
     /// The log was opened to read only: it copies and deletes nothing.
     #[error("the log in {} was opened to read only: it copies and deletes nothing", dir.display())]

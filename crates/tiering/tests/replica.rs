@@ -22,6 +22,8 @@ mod follower;
 mod head;
 #[path = "replica/load.rs"]
 mod load;
+#[path = "replica/lost.rs"]
+mod lost;
 #[path = "replica/util.rs"]
 mod util;
 #[path = "replica/views.rs"]
@@ -191,4 +193,24 @@ fn ceph_follower_follows_the_writers_retention() {
     if let Some(b) = Backend::ceph("replica-follows") {
         follower::follower_follows_the_writers_retention(&b);
     }
+}
+
+#[test]
+fn fs_a_lost_object_of_a_finished_segment_is_named_never_lag() {
+    lost::a_lost_object_of_a_finished_segment_is_named_never_lag(&Backend::fs());
+}
+
+#[test]
+fn s3_a_lost_object_of_a_finished_segment_is_named_never_lag() {
+    lost::a_lost_object_of_a_finished_segment_is_named_never_lag(&Backend::s3());
+}
+
+#[test]
+fn fs_a_rolled_back_head_is_reported_never_current() {
+    lost::a_rolled_back_head_is_reported_never_current(&Backend::fs());
+}
+
+#[test]
+fn s3_a_rolled_back_head_is_reported_never_current() {
+    lost::a_rolled_back_head_is_reported_never_current(&Backend::s3());
 }

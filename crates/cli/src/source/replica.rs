@@ -75,6 +75,11 @@ pub struct ReplicaSource {
     noted: usize,
     /// Holes skipped, each noted on stderr when met.
     lost: Vec<RangeInclusive<u64>>,
+    /// Of those, the ones the bucket's records show finished: their objects missing or
+    /// damaged, as the final error names them.
+    missing: Vec<String>,
+    /// The head status last reported (a change is noted on stderr while following).
+    head: HeadStatus,
 }
 
 impl ReplicaSource {
@@ -134,8 +139,15 @@ impl ReplicaSource {
             refusals,
             noted: 0,
             lost: Vec::new(),
+            missing: Vec::new(),
+            head: HeadStatus::Current,
         };
         source.note_refused();
+        if source.follow {
+            source.note_head();
+        } else {
+            source.head = source.replica.stats().head;
+        }
         Ok(source)
     }
 
@@ -151,6 +163,7 @@ impl ReplicaSource {
                 if self.failing.take().is_some() {
                     errln!("note: the replica of {} refreshes again", self.name);
                 }
+                self.note_head();
             }
             Err(e) => {
                 let what = remote::brief(&e.to_string()).to_owned();
@@ -167,6 +180,22 @@ impl ReplicaSource {
             }
         }
         self.note_refused();
+    }
+
+    /// Notes on stderr a change of what the replica knows of the partition head, when it is
+    /// not current (stale, behind the bucket, damaged, missing), and when it is current again.
+    fn note_head(&mut self) {
+        let now = self.replica.stats().head;
+        if now == self.head {
+            return;
+        }
+        match &now {
+            HeadStatus::Current => {
+                errln!("note: the partition head of {} is current again", self.name);
+            }
+            other => errln!("note: {}", head_sentence(other)),
+        }
+        self.head = now;
     }
 
     /// Names on stderr each segment the map refused that was not named yet.
@@ -248,7 +277,42 @@ impl ReplicaSource {
         if let Some(line) = lag_line(&self.replica.stats()) {
             errln!("{line}");
         }
+        let result = match result {
+            // Lost seqs the bucket's records show finished: the hint names their objects
+            // (not the writer's `recover`/`repair`, which this read did not run).
+            Err(e) if e.exit_code() == 1 && !self.missing.is_empty() && !self.lost.is_empty() => {
+                Err(e.hint(format!(
+                    "the bucket's own records show those seqs finished ({}): restore the objects \
+                     named from a copy, or let the writer copy those segments again",
+                    self.missing.join("; ")
+                )))
+            }
+            other => other,
+        };
         result?;
+        if let HeadStatus::Behind {
+            listed_to,
+            bucket_to,
+            unlisted,
+            ..
+        } = self.replica.stats().head
+            && unlisted > 0
+        {
+            let listed = listed_to.map_or_else(
+                || "lists no segment".to_owned(),
+                |t| format!("lists seqs up to {t}"),
+            );
+            return Err(CliError::new(format!(
+                "the read of {} may be incomplete: its partition head {listed}, but the bucket \
+                 holds {unlisted} complete segment(s) after them, up to seq {bucket_to}, that \
+                 the head does not list: those seqs were not read",
+                self.name
+            ))
+            .hint(
+                "an old head object was put back, or its writer has not rewritten it since a copy: \
+                 read again once the writer's next round rewrote it",
+            ));
+        }
         let refusals = match self.refusals.lock() {
             Ok(r) => r,
             Err(_) => return Ok(()),
@@ -328,12 +392,23 @@ impl Source for ReplicaSource {
         // stderr and in the final error, as `read DIR --remote` does; bounded.
         for _ in 0..MAX_HOLES_PER_CALL {
             match self.replica.read(self.next, max) {
-                Err(krabka_tiering::Error::RemoteHole { from, to, .. }) if to >= self.next => {
-                    crate::output::note(format_args!(
-                        "seqs {from}..={to} are lost: the remote tier holds no segment of them \
-                         that can be opened; reading on from seq {}",
-                        to.saturating_add(1)
-                    ));
+                Err(krabka_tiering::Error::RemoteHole {
+                    from, to, reason, ..
+                }) if to >= self.next => {
+                    match &reason {
+                        Some(why) => {
+                            crate::output::note(format_args!(
+                                "seqs {from}..={to} are lost: {why}; reading on from seq {}",
+                                to.saturating_add(1)
+                            ));
+                            self.missing.push(format!("seqs {from}..={to}: {why}"));
+                        }
+                        None => crate::output::note(format_args!(
+                            "seqs {from}..={to} are lost: the remote tier holds no segment of \
+                             them that can be opened; reading on from seq {}",
+                            to.saturating_add(1)
+                        )),
+                    }
                     self.lost.push(from..=to);
                     self.next = to.saturating_add(1);
                 }
@@ -496,6 +571,50 @@ fn replica_error(action: &str, e: krabka_tiering::Error) -> CliError {
     CliError::new(format!("{action}: {what}")).hint(hint)
 }
 
+/// What the replica knows of the partition head, as a clause.
+fn head_sentence(head: &HeadStatus) -> String {
+    match head {
+        HeadStatus::Current => "head current".to_owned(),
+        HeadStatus::Missing => "no head object: the writer has not written one, so every \
+                                refresh lists the partition in full"
+            .to_owned(),
+        HeadStatus::Damaged(why) => {
+            format!("the head object is damaged ({why}): every refresh lists the partition in full")
+        }
+        HeadStatus::Stale => "the head object is stale (older than one this replica already \
+                              applied: a fenced writer wrote it late, or an old head was put \
+                              back); the view came from a full listing"
+            .to_owned(),
+        HeadStatus::Behind {
+            listed_to,
+            bucket_to,
+            unlisted,
+            deleted,
+        } => {
+            let listed = listed_to.map_or_else(
+                || "lists no segment".to_owned(),
+                |t| format!("lists seqs up to {t}"),
+            );
+            let mut what = Vec::new();
+            if *unlisted > 0 {
+                what.push(format!(
+                    "the bucket holds {unlisted} complete segment(s) after them, up to seq \
+                     {bucket_to}"
+                ));
+            }
+            if *deleted > 0 {
+                what.push(format!("{deleted} segment(s) it lists were deleted since"));
+            }
+            format!(
+                "the head object is behind the bucket (it {listed}; {}: an old head put back, or \
+                 one its writer has not rewritten yet); only what it lists is served",
+                what.join(", and ")
+            )
+        }
+        other => format!("head {other:?}"),
+    }
+}
+
 /// The line on stderr that says how far behind the writer the replica is, when it is (or when
 /// its head object is not current, so the writer's position may be unknown).
 fn lag_line(s: &ReplicaStats) -> Option<String> {
@@ -510,19 +629,7 @@ fn lag_line(s: &ReplicaStats) -> Option<String> {
         (Some(w), None) => format!("the writer's last seq {w}, per its head"),
         (None, _) => "the writer's last seq unknown".to_owned(),
     };
-    let head = match &s.head {
-        HeadStatus::Current => "head current".to_owned(),
-        HeadStatus::Missing => "no head object: the writer has not written one, so every \
-                                refresh lists the partition in full"
-            .to_owned(),
-        HeadStatus::Damaged(why) => {
-            format!("the head object is damaged ({why}): every refresh lists the partition in full")
-        }
-        HeadStatus::Stale => "the head object is stale (older than one already applied: a \
-                              fenced writer wrote it late); the view came from a full listing"
-            .to_owned(),
-        other => format!("head {other:?}"),
-    };
+    let head = head_sentence(&s.head);
     let served = if s.last_seq >= s.first_seq {
         format!("served up to seq {}", s.last_seq)
     } else {

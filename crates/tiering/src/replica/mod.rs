@@ -36,6 +36,7 @@ use crate::tiered::readahead::ReadAhead;
 
 mod budget;
 mod group;
+mod judge;
 mod metadata;
 mod read;
 mod refresh;
@@ -117,9 +118,42 @@ pub enum HeadStatus {
     /// The head does not decode or names another partition: every refresh is a full listing
     /// until the writer rewrites it. What is wrong.
     Damaged(String),
-    /// The head is older than one already applied (a fenced writer wrote it late): the view
-    /// came from a full listing.
+    /// The head is older than one already applied (a fenced writer wrote it late, or an old
+    /// head was put back): the view came from a full listing.
     Stale,
+    /// The head is older than what the bucket holds: the listing shows `unlisted` complete
+    /// copies after the last seq it lists (`listed_to`, `None` when it lists none), up to seq
+    /// `bucket_to`, or segments it lists were deleted since. An old head put back, or one its
+    /// writer has not rewritten yet after a copy. The view serves what the head lists (the
+    /// writer may still discard a copy it has not recorded): seqs past `listed_to` up to
+    /// `bucket_to` may exist that it does not serve.
+    Behind {
+        /// The last seq the head lists (`None`: it lists no segment).
+        listed_to: Option<u64>,
+        /// The last seq of the complete copies the listing shows.
+        bucket_to: u64,
+        /// Complete copies after `listed_to` that the head does not list.
+        unlisted: usize,
+        /// Segments the head lists whose objects are all gone (deleted since it was written).
+        deleted: usize,
+    },
+}
+
+/// Seqs the bucket's own records (the partition head, an epoch record, the listing) show
+/// finished that a replica cannot serve: an object of their segment is missing or damaged.
+/// A read of them fails with [`Error::RemoteHole`] naming the objects and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MissingSeqs {
+    /// The first seq missing.
+    pub from: u64,
+    /// The last seq missing.
+    pub to: u64,
+    /// Keys of the objects missing or damaged (the manifest's when none of the segment's
+    /// objects is left).
+    pub objects: Vec<String>,
+    /// Which record shows the seqs finished, and what is wrong with which object.
+    pub reason: String,
 }
 
 /// A replica's view and how fresh it is: what [`ReadReplica::stats`] reports.
@@ -128,8 +162,13 @@ pub enum HeadStatus {
 pub struct ReplicaStats {
     /// The first seq served.
     pub first_seq: u64,
-    /// The last seq served (`first_seq - 1` when nothing is).
+    /// The last seq the view holds finished (`first_seq - 1` when none is): the end of the
+    /// last segment served, or of seqs shown finished that cannot be served
+    /// ([`missing`](Self::missing)), whichever is later.
     pub last_seq: u64,
+    /// Seq ranges the bucket's records show finished that cannot be served (reads of them
+    /// fail naming the objects).
+    pub missing: Vec<MissingSeqs>,
     /// The whole-log retention point the view was built with: seqs below it are gone.
     pub retention_point: u64,
     /// The writer's last appended seq when it wrote the head applied (`None` without a head).
@@ -171,25 +210,34 @@ pub(crate) struct View {
     pub(crate) head_written_ms: Option<i64>,
     pub(crate) head: HeadStatus,
     pub(crate) refreshed_at: Instant,
+    /// Seqs shown finished that no served segment holds, by seq: a read of them is a named
+    /// hole, and the view ends no earlier than they do (a lost newest segment is not "not
+    /// copied yet").
+    pub(crate) missing: Arc<Vec<MissingSeqs>>,
 }
 
 impl View {
-    /// The seq after the last one served (at least 1, never below the retention point).
+    /// The seq after the last one the view holds finished: served, or shown finished and
+    /// missing (at least 1, never below the retention point).
     pub(crate) fn next_seq(&self) -> u64 {
         self.segments
             .last()
             .map_or(0, |m| m.end_offset().saturating_add(1))
+            .max(self.missing.last().map_or(0, |m| m.to.saturating_add(1)))
             .max(self.retention_point)
             .max(1)
     }
 
-    /// The first seq served: the first segment's start (not below the retention point), or
-    /// [`next_seq`](Self::next_seq) when none is.
+    /// The first seq served: the first segment's start (or missing range's, whichever is
+    /// lower; not below the retention point), or [`next_seq`](Self::next_seq) when none is.
     pub(crate) fn first_seq(&self) -> u64 {
-        self.segments
-            .first()
-            .map(|m| m.start_offset().max(self.retention_point))
-            .unwrap_or_else(|| self.next_seq())
+        let served = self.segments.first().map(|m| m.start_offset());
+        let missing = self.missing.first().map(|m| m.from);
+        match (served, missing) {
+            (Some(a), Some(b)) => a.min(b).max(self.retention_point),
+            (Some(a), None) | (None, Some(a)) => a.max(self.retention_point),
+            (None, None) => self.next_seq(),
+        }
     }
 }
 
@@ -323,6 +371,7 @@ impl ReadReplica {
                     head_written_ms: None,
                     head: HeadStatus::Missing,
                     refreshed_at: Instant::now(),
+                    missing: Arc::default(),
                 }),
                 stats: ReplicaCounters::default(),
             },
@@ -355,6 +404,12 @@ impl ReadReplica {
         self.view.read().segments.as_ref().clone()
     }
 
+    /// Seq ranges the bucket's own records show finished that the view cannot serve (an
+    /// object of their segment is missing or damaged), by seq.
+    pub fn missing(&self) -> Vec<MissingSeqs> {
+        self.view.read().missing.as_ref().clone()
+    }
+
     /// The view's freshness and the counters.
     pub fn stats(&self) -> ReplicaStats {
         let view = self.view.read().clone();
@@ -370,6 +425,7 @@ impl ReadReplica {
         ReplicaStats {
             first_seq,
             last_seq,
+            missing: view.missing.as_ref().clone(),
             retention_point: view.retention_point,
             writer_last_seq: view.writer_last_seq,
             lag_seqs: view

@@ -183,20 +183,50 @@ fn segment_at(view: &View, seq: u64) -> Option<&RemoteLogSegmentMetadata> {
         .filter(|m| m.end_offset() >= seq)
 }
 
-/// The [`Error::RemoteHole`] of `seq`, which no served segment holds but one after it does.
+/// The [`Error::RemoteHole`] of `seq`, which no served segment holds but one after it (or
+/// seqs shown finished and missing) does: the missing seqs' objects and reason when the view
+/// knows them.
 fn hole_at(replica: &ReadReplica, view: &View, seq: u64) -> Error {
+    if let Some(m) = view.missing.iter().find(|m| m.from <= seq && seq <= m.to) {
+        return Error::RemoteHole {
+            partition: Box::new(replica.tp.clone()),
+            from: m.from,
+            to: m.to,
+            objects: m.objects.clone(),
+            reason: Some(m.reason.clone()),
+        };
+    }
     let i = view.segments.partition_point(|m| m.start_offset() <= seq);
     let from = i
         .checked_sub(1)
         .and_then(|j| view.segments.get(j))
         .map_or(seq, |m| m.end_offset().saturating_add(1));
+    let next_missing = view
+        .missing
+        .iter()
+        .map(|m| m.from)
+        .filter(|f| *f > seq)
+        .min();
     let to = view
         .segments
         .get(i)
-        .map_or(seq, |m| m.start_offset().saturating_sub(1));
+        .map(|m| m.start_offset())
+        .into_iter()
+        .chain(next_missing)
+        .min()
+        .map_or(seq, |next| next.saturating_sub(1));
+    let from = view
+        .missing
+        .iter()
+        .map(|m| m.to.saturating_add(1))
+        .filter(|t| *t <= seq)
+        .max()
+        .map_or(from, |t| t.max(from));
     Error::RemoteHole {
         partition: Box::new(replica.tp.clone()),
         from,
         to,
+        objects: Vec::new(),
+        reason: None,
     }
 }

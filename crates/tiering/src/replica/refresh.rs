@@ -14,7 +14,7 @@ use krabka_remote_storage::ownership::{self, EpochRecord};
 use krabka_remote_storage::recovery::{self, RemoteSegmentLister};
 use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteStorageError, Uuid, layout};
 
-use super::{HeadStatus, ReadReplica, View};
+use super::{HeadStatus, MissingSeqs, ReadReplica, View, judge};
 use crate::error::Error;
 
 /// What refreshes remember between runs.
@@ -251,7 +251,12 @@ impl ReadReplica {
             };
             served.push(meta);
         }
-        self.install(known, served, Some(head), HeadStatus::Current)?;
+        // The head lists only whole segments here; seqs its writer's epoch record says were in
+        // the bucket past them are still named.
+        let point = head.retention_point;
+        let served = servable(known, served, point);
+        let missing = judge::epochs_only(&self.dir, &known.epochs, &served, point);
+        self.install(known, served, missing, Some(head), HeadStatus::Current)?;
         known.applied = Some((head.writer_epoch, head.serial, head.incarnation));
         Ok(Ok(read))
     }
@@ -347,58 +352,69 @@ impl ReadReplica {
                 .map_err(|e| self.refresh_error(&self.dir, e))?;
         }
         known.max_epoch = scan.max_epoch;
-        known.epochs = scan.epochs;
+        known.epochs = scan.epochs.clone();
         let (head, status) = match head.map(|h| (h, not_a_writers_head(h, known))) {
             Some((_, Some(why))) => (None, HeadStatus::Damaged(why)),
             Some((h, None)) => (Some(h), status),
             None => (None, status),
         };
-        let mut chosen = scan.chosen;
-        if let Some(h) = head {
-            // What the writer recorded finished is what its head lists: a complete copy it has
-            // not recorded (it may still discard it) is not served, and no follower trims by it.
-            let listed: std::collections::HashSet<Uuid> = h.segments.iter().map(|s| s.id).collect();
-            chosen.retain(|m| listed.contains(&m.remote_log_segment_id().id()));
+        let retention_point = self.retention_of(head);
+        let chosen = servable(known, std::mem::take(&mut scan.chosen), retention_point);
+        let (served, missing, status) = match head {
+            Some(h) => {
+                // What the writer recorded finished is what its head lists: a complete copy it
+                // has not recorded (it may still discard it) is served only when the head is
+                // behind it, and every segment the head lists is served or named missing.
+                let judged =
+                    judge::against_head(&self.dir, h, chosen, &scan.ignored, &scan.epochs, status);
+                (judged.served, judged.missing, judged.status)
+            }
+            None => {
+                let missing = judge::of_listing(&self.dir, &scan, &chosen, retention_point);
+                (chosen, missing, status)
+            }
+        };
+        if let HeadStatus::Behind { .. } = &status {
+            tracing::warn!(partition = %self.tp, head = ?status,
+                "the partition head is older than the segments in the bucket; serving what it lists");
         }
-        self.install(known, chosen, head, status)?;
+        for m in &missing {
+            tracing::warn!(partition = %self.tp, from = m.from, to = m.to, reason = %m.reason,
+                "seqs shown finished cannot be served");
+        }
+        self.install(known, served, missing, head, status)?;
         if let Some(h) = head {
             known.applied = Some((h.writer_epoch, h.serial, h.incarnation));
         }
         Ok(())
     }
 
-    /// Serves `segments` from now on: copies a later epoch took over from and segments below
-    /// the retention point left out.
+    /// The retention point a view built with `head` has: the head's, else the view's.
+    fn retention_of(&self, head: Option<&PartitionHead>) -> u64 {
+        head.map_or_else(|| self.view.read().retention_point, |h| h.retention_point)
+    }
+
+    /// Serves `segments` from now on (copies a later epoch took over from and segments below
+    /// the retention point left out), with `missing` the seqs shown finished that none holds.
     fn install(
         &self,
         known: &mut Known,
         segments: Vec<RemoteLogSegmentMetadata>,
+        mut missing: Vec<MissingSeqs>,
         head: Option<&PartitionHead>,
         status: HeadStatus,
     ) -> Result<(), Error> {
-        let (retention_point, writer_last_seq, written_ms) = match head {
-            Some(h) => (
-                h.retention_point,
-                Some(h.writer_last_seq),
-                Some(h.written_ms),
-            ),
+        let retention_point = self.retention_of(head);
+        let (writer_last_seq, written_ms) = match head {
+            Some(h) => (Some(h.writer_last_seq), Some(h.written_ms)),
             None => {
                 let view = self.view.read();
-                (
-                    view.retention_point,
-                    view.writer_last_seq,
-                    view.head_written_ms,
-                )
+                (view.writer_last_seq, view.head_written_ms)
             }
         };
-        let mut served: Vec<RemoteLogSegmentMetadata> = segments
-            .into_iter()
-            .filter(|m| {
-                m.end_offset() >= retention_point
-                    && ownership::superseded_by(m, &known.epochs).is_none()
-            })
-            .collect();
-        served.sort_by_key(RemoteLogSegmentMetadata::start_offset);
+        let served = servable(known, segments, retention_point);
+        missing.retain(|m| m.to >= retention_point);
+        missing.sort_by_key(|m| m.from);
         self.metadata
             .replace(&served)
             .map_err(|e| self.refresh_error(&self.dir, e))?;
@@ -421,6 +437,7 @@ impl ReadReplica {
             head_written_ms: written_ms,
             head: status,
             refreshed_at: Instant::now(),
+            missing: Arc::new(missing),
         };
         for id in gone {
             self.cache.lru().remove_segment(id);
@@ -436,6 +453,24 @@ impl ReadReplica {
             source: Box::new(source),
         }
     }
+}
+
+/// `segments` by start seq, without copies a later epoch took over from and segments below
+/// `retention_point`.
+fn servable(
+    known: &Known,
+    segments: Vec<RemoteLogSegmentMetadata>,
+    retention_point: u64,
+) -> Vec<RemoteLogSegmentMetadata> {
+    let mut served: Vec<RemoteLogSegmentMetadata> = segments
+        .into_iter()
+        .filter(|m| {
+            m.end_offset() >= retention_point
+                && ownership::superseded_by(m, &known.epochs).is_none()
+        })
+        .collect();
+    served.sort_by_key(RemoteLogSegmentMetadata::start_offset);
+    served
 }
 
 /// Why `head` is not one the writer holding its epoch wrote, given the epoch records known: it

@@ -167,6 +167,8 @@ impl TieredLog {
             partition: Box::new(self.tp.clone()),
             from,
             to: next.saturating_sub(1),
+            objects: Vec::new(),
+            reason: None,
         }))
     }
 
