@@ -14,7 +14,9 @@ use krabka_remote_storage::{
     CustomMetadata, IndexSource, IndexType, LogSegmentData, RemoteLogSegmentMetadata,
     RemoteStorageError, RemoteStorageManager, TopicIdPartition, Uuid,
 };
-use krabka_remote_transform::{Compression, KeyRing, MasterKey, TransformConfig, Transforming};
+use krabka_remote_transform::{
+    ChunkCompression, KeyRing, MasterKey, TransformConfig, Transforming,
+};
 use krabka_storage::{Options, SyncPolicy};
 use krabka_tiering::fs::FsRemoteStorage;
 use krabka_tiering::metadata::InMemoryRemoteLogMetadataManager;
@@ -165,7 +167,7 @@ impl Variant {
         }
         let mut config = TransformConfig::new();
         if self.zstd {
-            config = config.with_compression(Compression::zstd(3)?);
+            config = config.with_compression(ChunkCompression::zstd(3)?);
         }
         if self.encrypt {
             config = config.with_encryption(Arc::new(KeyRing::new(MasterKey::new([0x42; 32]))));

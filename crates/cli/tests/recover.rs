@@ -285,7 +285,7 @@ fn recover_into_a_directory_of_any_name_by_topic_or_topic_id() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("no partition with topic `rehearsal-a`"),
+        err.contains("no partition 0 of topic `rehearsal-a`"),
         "{err}"
     );
     assert!(err.contains("--topic-id"), "{err}");

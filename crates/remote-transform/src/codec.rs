@@ -3,7 +3,7 @@
 
 use krabka_remote_storage::RemoteLogSegmentId;
 
-use crate::config::Compression;
+use crate::config::ChunkCompression;
 use crate::crypto::{DataKey, Domain, aad};
 use crate::error::TransformError;
 use crate::format::{ChunkEntry, Encoding, IndexEntry, TAG_LEN};
@@ -26,20 +26,20 @@ pub(crate) struct Compressor {
 }
 
 impl Compressor {
-    /// A context for `compression` (none for [`Compression::None`]).
+    /// A context for `compression` (none for [`ChunkCompression::None`]).
     pub fn new(
-        compression: Compression,
+        compression: ChunkCompression,
         segment: &RemoteLogSegmentId,
     ) -> Result<Self, TransformError> {
         match compression {
-            Compression::None => Ok(Self {
+            ChunkCompression::None => Ok(Self {
                 #[cfg(feature = "zstd")]
                 inner: None,
                 #[cfg(feature = "zstd")]
                 last_compressed: false,
             }),
             #[cfg(feature = "zstd")]
-            Compression::Zstd { level } => zstd::bulk::Compressor::new(level)
+            ChunkCompression::Zstd { level } => zstd::bulk::Compressor::new(level)
                 .map(|c| Self {
                     inner: Some(c),
                     last_compressed: false,
@@ -48,7 +48,7 @@ impl Compressor {
                     TransformError::unsupported(segment, format!("zstd level {level}: {e}"))
                 }),
             #[cfg(not(feature = "zstd"))]
-            Compression::Zstd { .. } => Err(TransformError::unsupported(
+            ChunkCompression::Zstd { .. } => Err(TransformError::unsupported(
                 segment,
                 "zstd compression was asked for but this build has no zstd support (crate \
                  feature `zstd`)",
@@ -440,7 +440,7 @@ mod tests {
         let mut enc = Encoder {
             segment: &seg,
             key: Some(&key),
-            compressor: Compressor::new(Compression::None, &seg).unwrap(),
+            compressor: Compressor::new(ChunkCompression::None, &seg).unwrap(),
             chunk_count: 3,
         };
         let plain = vec![7u8; 100];
@@ -519,7 +519,7 @@ mod zstd_tests {
         let mut enc = Encoder {
             segment: &seg,
             key: None,
-            compressor: Compressor::new(Compression::Zstd { level: 3 }, &seg).unwrap(),
+            compressor: Compressor::new(ChunkCompression::Zstd { level: 3 }, &seg).unwrap(),
             chunk_count: 3,
         };
         let mut random = vec![0u8; 4 * PROBE_BYTES];

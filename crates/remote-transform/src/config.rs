@@ -31,27 +31,27 @@ pub const DEFAULT_HEADER_CACHE_ENTRIES: usize = 256;
 /// with LEVEL in 1..=22. `zstd` needs the crate's `zstd` feature.
 ///
 /// ```
-/// use krabka_remote_transform::{Compression, TransformError};
+/// use krabka_remote_transform::{ChunkCompression, TransformError};
 ///
-/// assert_eq!("none".parse::<Compression>()?, Compression::None);
+/// assert_eq!("none".parse::<ChunkCompression>()?, ChunkCompression::None);
 /// # #[cfg(feature = "zstd")] {
-/// assert_eq!("zstd".parse::<Compression>()?, Compression::Zstd { level: 3 });
-/// assert_eq!("zstd:19".parse::<Compression>()?, Compression::Zstd { level: 19 });
-/// assert_eq!(Compression::Zstd { level: 19 }.to_string(), "zstd:19");
+/// assert_eq!("zstd".parse::<ChunkCompression>()?, ChunkCompression::Zstd { level: 3 });
+/// assert_eq!("zstd:19".parse::<ChunkCompression>()?, ChunkCompression::Zstd { level: 19 });
+/// assert_eq!(ChunkCompression::Zstd { level: 19 }.to_string(), "zstd:19");
 /// # }
 /// assert!(matches!(
-///     "zstd:0".parse::<Compression>(),
+///     "zstd:0".parse::<ChunkCompression>(),
 ///     Err(TransformError::InvalidCompression { spec, .. }) if spec == "zstd:0"
 /// ));
 /// assert!(matches!(
-///     "gzip".parse::<Compression>(),
+///     "gzip".parse::<ChunkCompression>(),
 ///     Err(TransformError::InvalidCompression { spec, .. }) if spec == "gzip"
 /// ));
 /// # Ok::<(), krabka_remote_transform::TransformError>(())
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Compression {
+pub enum ChunkCompression {
     /// Chunks are stored as they are (encrypted or not).
     #[default]
     None,
@@ -63,7 +63,7 @@ pub enum Compression {
     },
 }
 
-impl Compression {
+impl ChunkCompression {
     /// zstd at `level`.
     ///
     /// # Errors
@@ -87,7 +87,7 @@ impl Compression {
     }
 }
 
-impl FromStr for Compression {
+impl FromStr for ChunkCompression {
     type Err = TransformError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -120,7 +120,7 @@ impl FromStr for Compression {
     }
 }
 
-impl fmt::Display for Compression {
+impl fmt::Display for ChunkCompression {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::None => f.write_str("none"),
@@ -137,10 +137,10 @@ impl fmt::Display for Compression {
 /// need [`with_encryption`](Self::with_encryption) with a provider holding their key.
 ///
 /// ```
-/// use krabka_remote_transform::{Compression, TransformConfig};
+/// use krabka_remote_transform::{ChunkCompression, TransformConfig};
 ///
 /// let config = TransformConfig::new()
-///     .with_compression(Compression::None)
+///     .with_compression(ChunkCompression::None)
 ///     .with_chunk_size(4 << 20)?;
 /// assert_eq!(config.chunk_size(), 4 << 20);
 /// assert!(config.is_passthrough());
@@ -148,7 +148,7 @@ impl fmt::Display for Compression {
 /// ```
 #[derive(Clone)]
 pub struct TransformConfig {
-    compression: Compression,
+    compression: ChunkCompression,
     keys: Option<Arc<dyn KeyProvider>>,
     chunk_size: u32,
     scratch_dir: Option<PathBuf>,
@@ -161,7 +161,7 @@ pub struct TransformConfig {
 impl Default for TransformConfig {
     fn default() -> Self {
         Self {
-            compression: Compression::None,
+            compression: ChunkCompression::None,
             keys: None,
             chunk_size: DEFAULT_CHUNK_SIZE,
             scratch_dir: None,
@@ -182,7 +182,7 @@ impl TransformConfig {
     }
 
     /// What the CLI builds from `--compression SPEC` and `--encryption-key-file PATH`: `SPEC`
-    /// as for [`Compression`]'s `FromStr`, `PATH` a file of 32 raw bytes or 64 hex digits that
+    /// as for [`ChunkCompression`]'s `FromStr`, `PATH` a file of 32 raw bytes or 64 hex digits that
     /// becomes the current key of a [`KeyRing`](crate::KeyRing).
     ///
     /// ```
@@ -228,9 +228,9 @@ impl TransformConfig {
         Ok(config)
     }
 
-    /// Compression of new segments (default [`Compression::None`]).
+    /// ChunkCompression of new segments (default [`ChunkCompression::None`]).
     #[must_use]
-    pub fn with_compression(mut self, compression: Compression) -> Self {
+    pub fn with_compression(mut self, compression: ChunkCompression) -> Self {
         self.compression = compression;
         self
     }
@@ -303,8 +303,8 @@ impl TransformConfig {
         self
     }
 
-    /// Compression of new segments.
-    pub fn compression(&self) -> Compression {
+    /// ChunkCompression of new segments.
+    pub fn compression(&self) -> ChunkCompression {
         self.compression
     }
 
@@ -350,7 +350,7 @@ impl TransformConfig {
 
     /// Whether copies store segments untransformed (no compression, no encryption).
     pub fn is_passthrough(&self) -> bool {
-        self.compression == Compression::None && self.keys.is_none()
+        self.compression == ChunkCompression::None && self.keys.is_none()
     }
 }
 
@@ -376,8 +376,14 @@ mod tests {
 
     #[test]
     fn compression_specs() {
-        assert_eq!("none".parse::<Compression>().unwrap(), Compression::None);
-        assert_eq!("NONE".parse::<Compression>().unwrap(), Compression::None);
+        assert_eq!(
+            "none".parse::<ChunkCompression>().unwrap(),
+            ChunkCompression::None
+        );
+        assert_eq!(
+            "NONE".parse::<ChunkCompression>().unwrap(),
+            ChunkCompression::None
+        );
         for (spec, want) in [
             ("", "expected `none`"),
             ("lz4", "expected `none`"),
@@ -388,23 +394,23 @@ mod tests {
             ("zstd:23", "1..=22"),
             ("zstd:-1", "1..=22"),
         ] {
-            let e = spec.parse::<Compression>().unwrap_err();
+            let e = spec.parse::<ChunkCompression>().unwrap_err();
             assert!(e.to_string().contains(want), "{spec}: {e}");
             assert!(e.to_string().contains(&format!("{spec:?}")), "{spec}: {e}");
         }
         if cfg!(feature = "zstd") {
             assert_eq!(
-                "zstd".parse::<Compression>().unwrap(),
-                Compression::Zstd { level: 3 }
+                "zstd".parse::<ChunkCompression>().unwrap(),
+                ChunkCompression::Zstd { level: 3 }
             );
             assert_eq!(
-                "zstd:22".parse::<Compression>().unwrap(),
-                Compression::Zstd { level: 22 }
+                "zstd:22".parse::<ChunkCompression>().unwrap(),
+                ChunkCompression::Zstd { level: 22 }
             );
-            let c = "Zstd:1".parse::<Compression>().unwrap();
-            assert_eq!(c.to_string().parse::<Compression>().unwrap(), c);
+            let c = "Zstd:1".parse::<ChunkCompression>().unwrap();
+            assert_eq!(c.to_string().parse::<ChunkCompression>().unwrap(), c);
         } else {
-            let e = "zstd".parse::<Compression>().unwrap_err();
+            let e = "zstd".parse::<ChunkCompression>().unwrap_err();
             assert!(e.to_string().contains("feature `zstd`"), "{e}");
         }
     }

@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 
 use crate::cache::OpenSegment;
 use crate::codec::{Compressor, Encoder, header_tag};
-use crate::config::{Compression, TransformConfig};
+use crate::config::{ChunkCompression, TransformConfig};
 use crate::crypto::DataKey;
 use crate::error::TransformError;
 use crate::format::{
@@ -149,7 +149,7 @@ fn data_key(
         None => (None, None),
     };
     let mut flags = 0;
-    if matches!(config.compression(), Compression::Zstd { .. }) {
+    if matches!(config.compression(), ChunkCompression::Zstd { .. }) {
         flags |= FLAG_ZSTD;
     }
     if key.is_some() {

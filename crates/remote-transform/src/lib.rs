@@ -5,7 +5,7 @@
 //!
 //! - [`Transforming`] — the decorator: `Transforming::new(inner, config)` is itself a
 //!   `RemoteStorageManager`; untransformed segments already in a bucket pass through it.
-//! - [`TransformConfig`] — what new segments get: [`Compression`] (parses `none`, `zstd`,
+//! - [`TransformConfig`] — what new segments get: [`ChunkCompression`] (parses `none`, `zstd`,
 //!   `zstd:LEVEL`), encryption keys, chunk size, limits. [`TransformConfig::from_options`]
 //!   builds it from the CLI's `--compression` and `--encryption-key-file`.
 //! - [`KeyProvider`] / [`KeyRing`] / [`MasterKey`] — master keys by [`KeyId`], from files
@@ -57,7 +57,7 @@ mod scratch;
 mod transforming;
 
 pub use config::{
-    Compression, DEFAULT_CHUNK_SIZE, DEFAULT_FETCH_RUN_BYTES, DEFAULT_HEADER_CACHE_ENTRIES,
+    ChunkCompression, DEFAULT_CHUNK_SIZE, DEFAULT_FETCH_RUN_BYTES, DEFAULT_HEADER_CACHE_ENTRIES,
     DEFAULT_ZSTD_LEVEL, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, TransformConfig,
 };
 pub use error::TransformError;

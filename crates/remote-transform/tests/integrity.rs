@@ -10,7 +10,7 @@ use krabka_remote_storage::{
     CustomMetadata, IndexType, RemoteLogSegmentMetadata, RemoteStorageError, RemoteStorageManager,
 };
 use krabka_remote_transform::{
-    Compression, KeyRing, MasterKey, TransformConfig, TransformError, Transforming,
+    ChunkCompression, KeyRing, MasterKey, TransformConfig, TransformError, Transforming,
 };
 use support::*;
 
@@ -347,7 +347,7 @@ fn rotated_keys_keep_old_segments_readable() {
     let old_writer = Transforming::new(
         store.clone(),
         TransformConfig::new()
-            .with_compression(Compression::Zstd { level: 3 })
+            .with_compression(ChunkCompression::Zstd { level: 3 })
             .with_encryption(Arc::new(KeyRing::new(a.clone()))),
     );
     let s1 = segment_of(&tp(), None, payload(1, 20_000, true), true);
@@ -355,7 +355,7 @@ fn rotated_keys_keep_old_segments_readable() {
     let rotated = Transforming::new(
         store.clone(),
         TransformConfig::new()
-            .with_compression(Compression::Zstd { level: 3 })
+            .with_compression(ChunkCompression::Zstd { level: 3 })
             .with_encryption(Arc::new(KeyRing::new(b.clone()).with_old_key(a.clone()))),
     );
     let s2 = segment_of(&tp(), None, payload(2, 20_000, true), true);

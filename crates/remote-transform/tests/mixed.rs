@@ -11,7 +11,7 @@ use std::sync::Arc;
 use krabka_remote_fs::FsRemoteStorage;
 use krabka_remote_storage::{RemoteStorageManager, TopicIdPartition, Uuid};
 use krabka_remote_transform::{
-    Compression, KeyRing, TransformConfig, TransformError, Transforming,
+    ChunkCompression, KeyRing, TransformConfig, TransformError, Transforming,
 };
 use support::*;
 
@@ -28,7 +28,7 @@ fn one_reader_reads_a_bucket_of_mixed_settings() {
             "zstd:1, 64 KiB chunks",
             Some(
                 TransformConfig::new()
-                    .with_compression(Compression::Zstd { level: 1 })
+                    .with_compression(ChunkCompression::Zstd { level: 1 })
                     .with_chunk_size(64 << 10)
                     .unwrap(),
             ),
@@ -37,7 +37,7 @@ fn one_reader_reads_a_bucket_of_mixed_settings() {
             "zstd:19, 16 KiB chunks",
             Some(
                 TransformConfig::new()
-                    .with_compression(Compression::Zstd { level: 19 })
+                    .with_compression(ChunkCompression::Zstd { level: 19 })
                     .with_chunk_size(16 << 10)
                     .unwrap(),
             ),
@@ -50,7 +50,7 @@ fn one_reader_reads_a_bucket_of_mixed_settings() {
             "zstd + AES-256-GCM under key b, 4 KiB chunks",
             Some(
                 TransformConfig::new()
-                    .with_compression(Compression::Zstd { level: 3 })
+                    .with_compression(ChunkCompression::Zstd { level: 3 })
                     .with_encryption(Arc::new(KeyRing::new(b.clone())))
                     .with_chunk_size(4 << 10)
                     .unwrap(),

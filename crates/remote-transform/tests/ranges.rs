@@ -5,7 +5,7 @@
 mod support;
 
 use krabka_remote_storage::{RemoteStorageError, RemoteStorageManager};
-use krabka_remote_transform::{Compression, TransformConfig, Transforming};
+use krabka_remote_transform::{ChunkCompression, TransformConfig, Transforming};
 use proptest::prelude::*;
 use support::*;
 
@@ -15,7 +15,7 @@ fn mode_config(mode: u8) -> TransformConfig {
         1 => config(Mode::Encrypted),
         2 => config(Mode::Both),
         // Zstd at a high level, to vary the frames.
-        _ => TransformConfig::new().with_compression(Compression::Zstd { level: 19 }),
+        _ => TransformConfig::new().with_compression(ChunkCompression::Zstd { level: 19 }),
     }
 }
 

@@ -505,7 +505,7 @@ pub enum Error {
         asked: String,
     },
     /// The remote holds no partition matching what was asked.
-    #[error("no partition with {asked} on {remote}")]
+    #[error("no partition {asked} on {remote}")]
     PartitionNotFound {
         /// The remote.
         remote: String,
@@ -515,13 +515,16 @@ pub enum Error {
         by_name: bool,
     },
     /// The remote holds several partitions matching what was asked.
-    #[error("{} partitions with {asked} on {remote}: {}", found.len(), found.join(", "))]
+    #[error(
+        "{} partitions {asked} on {remote}, under topic ids {}",
+        found.len(), found.join(", ")
+    )]
     PartitionAmbiguous {
         /// The remote.
         remote: String,
         /// What was looked for.
         asked: String,
-        /// Those found.
+        /// The topic ids found.
         found: Vec<String>,
     },
     /// A recovered log's first seq could not be read back.

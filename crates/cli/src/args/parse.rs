@@ -60,7 +60,7 @@ pub(super) fn parse_separator(s: &str) -> Result<String, String> {
 
 /// `--compression`: checked at parse time (`none`, `zstd`, `zstd:1`..`zstd:22`), kept as given.
 pub(super) fn parse_compression(s: &str) -> Result<String, String> {
-    s.parse::<krabka_remote_transform::Compression>()
+    s.parse::<krabka_remote_transform::ChunkCompression>()
         .map(|_| s.to_owned())
         .map_err(|e| e.to_string())
 }

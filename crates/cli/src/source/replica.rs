@@ -2,9 +2,9 @@
 //! through [`ReadReplica`]: it serves the segments the bucket's own records say are whole (the
 //! partition's head object, else a full listing), and writes nothing to the bucket.
 //!
-//! The partition is found on the remote as `krabka recover` finds it
-//! ([`find_partitions`]); segments the transforming layer compressed or encrypted are opened
-//! with recovery's own function ([`crate::recover::open_segment`]), so a segment encrypted with
+//! The partition is found on the remote as `krabka recover` finds it ([`find_partition`]);
+//! segments the transforming layer compressed or encrypted are opened with recovery's own
+//! function ([`open_transformed_segment`]), so a segment encrypted with
 //! a key that was not given is named and left out (its seqs are not served). The replica is a
 //! [`Source`] of `krabka read`: the summary, `--max`, `--timeout`, signals and lost seqs are
 //! `read`'s own.
@@ -14,14 +14,11 @@ use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use krabka_remote_storage::{
-    RemoteLogSegmentMetadata, RemoteStorageError, TopicIdPartition, Uuid, layout,
-};
+use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteStorageError, layout};
 use krabka_remote_transform::{KeyId, Transforming};
 use krabka_storage::Record;
 use krabka_tiering::TieringConfig;
-use krabka_tiering::partition::open_transformed_segment;
-use krabka_tiering::recovery::{RemoteSegmentLister, find_partitions};
+use krabka_tiering::partition::{PartitionQuery, find_partition, open_transformed_segment};
 use krabka_tiering::replica::{
     HeadStatus, MAX_REFRESH_INTERVAL, ReadReplica, ReplicaConfig, ReplicaStats, SegmentMap,
 };
@@ -108,7 +105,23 @@ impl ReplicaSource {
         // not created by the connection.
         let tier = remote::tier(&spec, &args.remote)?;
         let lister = tier.store();
-        let tp = find_partition(&*lister, topic, target.partition, target.topic_id, &remote)?;
+        let query = PartitionQuery {
+            topic: Some(topic.to_owned()),
+            partition: Some(target.partition),
+            topic_id: target.topic_id,
+        };
+        let tp = find_partition(&*lister, &remote, &query).map_err(|e| match e {
+            e @ krabka_tiering::Error::PartitionNotFound { .. } => CliError::new(e.to_string())
+                .hint(
+                    "check --topic, --partition and --remote: a log is tiered under a topic \
+                     named after its directory, and appears on the remote once `krabka tier` ran",
+                ),
+            e @ krabka_tiering::Error::PartitionAmbiguous { .. } => {
+                CliError::new(e.to_string()).hint("pass the one to read with --topic-id UUID")
+            }
+            e => CliError::new(remote::brief(&e.to_string()).to_owned())
+                .hint("check that the remote is reachable"),
+        })?;
         let name = format!(
             "partition {} of topic `{}` (topic id {}) on {remote}",
             tp.partition(),
@@ -489,61 +502,6 @@ fn reason(e: &RemoteStorageError) -> String {
         other => remote::brief(&other.to_string()).to_owned(),
     }
 }
-
-/// The partition `topic`/`partition` on the remote: the one `topic_id` names, else the only
-/// one there is.
-fn find_partition(
-    lister: &dyn RemoteSegmentLister,
-    topic: &str,
-    partition: i32,
-    topic_id: Option<Uuid>,
-    remote: &str,
-) -> Result<TopicIdPartition> {
-    let found = find_partitions(lister, topic, partition).map_err(|e| {
-        CliError::new(format!(
-            "cannot list the partitions on {remote}: {}",
-            remote::brief(&e.to_string())
-        ))
-        .hint("check that the remote is reachable")
-    })?;
-    let ids = || {
-        found
-            .iter()
-            .map(|t| t.topic_id().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    match (topic_id, found.as_slice()) {
-        (Some(id), _) if found.iter().any(|t| t.topic_id() == id) => {
-            Ok(TopicIdPartition::new(id, topic, partition))
-        }
-        (Some(id), []) => Err(CliError::new(format!(
-            "no partition {partition} of topic `{topic}` on {remote} (asked for topic id {id})"
-        ))
-        .hint(NO_PARTITION_HINT)),
-        (Some(id), _) => Err(CliError::new(format!(
-            "no partition {partition} of topic `{topic}` with topic id {id} on {remote} (found \
-             topic ids {})",
-            ids()
-        ))
-        .hint("check --topic-id")),
-        (None, [one]) => Ok(one.clone()),
-        (None, []) => Err(CliError::new(format!(
-            "no partition {partition} of topic `{topic}` on {remote}"
-        ))
-        .hint(NO_PARTITION_HINT)),
-        (None, many) => Err(CliError::new(format!(
-            "{} partitions {partition} of topic `{topic}` on {remote}, under topic ids {}",
-            many.len(),
-            ids()
-        ))
-        .hint("pass the one to read with --topic-id UUID")),
-    }
-}
-
-/// What to check when the remote holds no such partition.
-const NO_PARTITION_HINT: &str = "check --topic, --partition and --remote: a log is tiered \
-     under a topic named after its directory, and appears on the remote once `krabka tier` ran";
 
 /// A replica's error as one line: `action: what`, and what to do.
 fn replica_error(action: &str, e: krabka_tiering::Error) -> CliError {

@@ -13,7 +13,7 @@ use krabka_remote_storage::{
     checked_range,
 };
 use krabka_remote_transform::{
-    Compression, KeyRing, MasterKey, TransformConfig, TransformError, Transforming,
+    ChunkCompression, KeyRing, MasterKey, TransformConfig, TransformError, Transforming,
 };
 use parking_lot::Mutex;
 use tempfile::TempDir;
@@ -237,10 +237,10 @@ pub const MODES: [Mode; 3] = [Mode::Zstd, Mode::Encrypted, Mode::Both];
 pub fn config(mode: Mode) -> TransformConfig {
     let c = TransformConfig::new();
     match mode {
-        Mode::Zstd => c.with_compression(Compression::Zstd { level: 3 }),
+        Mode::Zstd => c.with_compression(ChunkCompression::Zstd { level: 3 }),
         Mode::Encrypted => c.with_encryption(ring(0x5a)),
         Mode::Both => c
-            .with_compression(Compression::Zstd { level: 3 })
+            .with_compression(ChunkCompression::Zstd { level: 3 })
             .with_encryption(ring(0x5a)),
     }
 }

@@ -36,7 +36,9 @@ use crate::error::Error;
 use crate::metadata::{DurableRemoteLogMetadataManager, InMemoryRemoteLogMetadataManager};
 use crate::{RemoteOwnership, TieredLog, TieringConfig};
 
-pub use recover::{PartitionQuery, RecoverOptions, Recovered, open_transformed_segment};
+pub use recover::{
+    PartitionQuery, RecoverOptions, Recovered, find_partition, open_transformed_segment,
+};
 pub use remote::RemoteTier;
 pub use topic::TOPIC_FILE;
 

@@ -213,19 +213,50 @@ fn choose_partition(
         return Ok(recorded.clone());
     }
     // A topic id alone finds its partition whatever the directory is called.
-    let name = match (&query.topic, query.topic_id) {
-        (Some(t), _) => Some(t.clone()),
-        (None, Some(_)) => None,
-        (None, None) => Some(topic::topic_name_for(dir)),
+    let query = PartitionQuery {
+        topic: match (&query.topic, query.topic_id) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(_)) => None,
+            (None, None) => Some(topic::topic_name_for(dir)),
+        },
+        partition: query.partition,
+        topic_id: query.topic_id,
     };
-    let partition = query
-        .partition
-        .or(if name.is_some() { Some(0) } else { None });
+    find_partition(lister, remote, &query).map_err(|e| match e {
+        Error::PartitionNotFound { remote, asked, .. } => Error::PartitionNotFound {
+            remote,
+            asked,
+            by_name: query.topic.is_some() && query.topic_id.is_none(),
+        },
+        e => e,
+    })
+}
+
+/// The one partition on the remote `lister` lists (named `remote`) that `query` describes: its
+/// topic (the partition defaults to 0 with a topic), and its topic id when given. A topic id
+/// alone finds its partition whatever the topic is called.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `query` names neither a topic nor a topic id;
+/// [`Error::PartitionNotFound`] / [`Error::PartitionAmbiguous`] when no partition or several
+/// match; [`Error::RemoteUnusable`] when the remote cannot be listed.
+pub fn find_partition(
+    lister: &dyn RemoteSegmentLister,
+    remote: &str,
+    query: &PartitionQuery,
+) -> Result<TopicIdPartition, Error> {
+    if query.topic.is_none() && query.topic_id.is_none() {
+        return Err(Error::InvalidArgument(
+            "name the partition by its topic or its topic id".to_owned(),
+        ));
+    }
+    let name = query.topic.as_deref();
+    let partition = query.partition.or(name.map(|_| 0));
     let mut found = Vec::new();
     lister
         .list_partition_dirs(&mut |entry| {
             if let Some(tp) = layout::parse_partition_dir(&entry)
-                && name.as_deref().is_none_or(|n| tp.topic() == n)
+                && name.is_none_or(|n| tp.topic() == n)
                 && partition.is_none_or(|p| tp.partition() == p)
                 && query.topic_id.is_none_or(|id| tp.topic_id() == id)
             {
@@ -241,41 +272,41 @@ fn choose_partition(
         (a.topic(), a.partition(), a.topic_id()).cmp(&(b.topic(), b.partition(), b.topic_id()))
     });
     found.dedup();
+    let asked = match (name, partition, query.topic_id) {
+        (Some(t), Some(p), None) => format!("{p} of topic `{t}`"),
+        (Some(t), Some(p), Some(id)) => format!("{p} of topic `{t}` with topic id {id}"),
+        (_, Some(p), Some(id)) => format!("{p} with topic id {id}"),
+        (_, _, Some(id)) => format!("with topic id {id}"),
+        (Some(t), None, None) => format!("of topic `{t}`"),
+        (None, _, None) => "of any topic".to_owned(),
+    };
     match found.as_slice() {
         [one] => Ok(one.clone()),
         [] => Err(Error::PartitionNotFound {
             remote: remote.to_owned(),
-            asked: describe_resolved(name.as_deref(), partition, query.topic_id),
-            by_name: name.is_some() && query.topic.is_none(),
+            asked,
+            by_name: false,
         }),
         many => Err(Error::PartitionAmbiguous {
             remote: remote.to_owned(),
-            asked: describe_resolved(name.as_deref(), partition, query.topic_id),
-            found: many.iter().map(ToString::to_string).collect(),
+            asked,
+            found: many.iter().map(|t| t.topic_id().to_string()).collect(),
         }),
     }
 }
 
 fn describe(query: &PartitionQuery) -> String {
-    describe_resolved(query.topic.as_deref(), query.partition, query.topic_id)
-}
-
-fn describe_resolved(topic: Option<&str>, partition: Option<i32>, id: Option<Uuid>) -> String {
     let mut parts = Vec::new();
-    if let Some(t) = topic {
+    if let Some(t) = &query.topic {
         parts.push(format!("topic `{t}`"));
     }
-    if let Some(p) = partition {
+    if let Some(p) = query.partition {
         parts.push(format!("partition {p}"));
     }
-    if let Some(id) = id {
+    if let Some(id) = query.topic_id {
         parts.push(format!("topic id {id}"));
     }
-    if parts.is_empty() {
-        "any partition".to_owned()
-    } else {
-        parts.join(", ")
-    }
+    parts.join(", ")
 }
 
 /// Opens the recovered log read-only and reads its first record.
