@@ -505,12 +505,18 @@ pub enum Error {
         asked: String,
     },
     /// The remote holds no partition matching what was asked.
-    #[error("no partition {asked} on {remote}")]
+    #[error(
+        "no partition {asked} on {remote}{}",
+        if others.is_empty() { String::new() } else { format!(" (found topic ids {})", others.join(", ")) }
+    )]
     PartitionNotFound {
         /// The remote.
         remote: String,
         /// What was looked for.
         asked: String,
+        /// The topic ids the remote holds the topic's partition under, when the one asked for
+        /// is not among them.
+        others: Vec<String>,
         /// Whether the topic name was derived from the directory's name.
         by_name: bool,
     },

@@ -223,9 +223,15 @@ fn choose_partition(
         topic_id: query.topic_id,
     };
     find_partition(lister, remote, &query).map_err(|e| match e {
-        Error::PartitionNotFound { remote, asked, .. } => Error::PartitionNotFound {
+        Error::PartitionNotFound {
             remote,
             asked,
+            others,
+            ..
+        } => Error::PartitionNotFound {
+            remote,
+            asked,
+            others,
             by_name: query.topic.is_some() && query.topic_id.is_none(),
         },
         e => e,
@@ -253,14 +259,19 @@ pub fn find_partition(
     let name = query.topic.as_deref();
     let partition = query.partition.or(name.map(|_| 0));
     let mut found = Vec::new();
+    // Partitions of the topic under other topic ids: named when the id asked for is not found.
+    let mut others = std::collections::BTreeSet::new();
     lister
         .list_partition_dirs(&mut |entry| {
             if let Some(tp) = layout::parse_partition_dir(&entry)
                 && name.is_none_or(|n| tp.topic() == n)
                 && partition.is_none_or(|p| tp.partition() == p)
-                && query.topic_id.is_none_or(|id| tp.topic_id() == id)
             {
-                found.push(tp);
+                if query.topic_id.is_none_or(|id| tp.topic_id() == id) {
+                    found.push(tp);
+                } else if name.is_some() {
+                    others.insert(tp.topic_id().to_string());
+                }
             }
             Ok(())
         })
@@ -285,6 +296,7 @@ pub fn find_partition(
         [] => Err(Error::PartitionNotFound {
             remote: remote.to_owned(),
             asked,
+            others: others.into_iter().collect(),
             by_name: false,
         }),
         many => Err(Error::PartitionAmbiguous {
