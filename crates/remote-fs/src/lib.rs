@@ -18,7 +18,10 @@
 //! - The root is fsynced before the first copy into a partition directory by each instance,
 //!   whether or not that directory already existed: one left by a crash between its creation
 //!   and the root's fsync, or being created by a racing thread, is not yet durable.
-//! - A fetch reads only the requested range, with a positioned read.
+//! - A fetch reads only the requested range, with a positioned read. An inclusive end past the
+//!   last byte reads to the end (the SPI's rule); a range reaching past the object's end into
+//!   bytes its metadata's `segment_size_in_bytes` records is
+//!   [`RemoteStorageError::Corrupt`] (the object was truncated).
 //! - A delete is idempotent and removes every file of the segment.
 //! - Topic names are checked with Kafka's rules, so no name can escape the root.
 //!
@@ -336,6 +339,21 @@ impl RemoteStorageManager for FsRemoteStorage {
             .metadata()
             .map_err(|e| RemoteStorageError::io(&key, e))?
             .len();
+        // An end past the object's last byte reads to its end, by the SPI's rule; but an
+        // object shorter than its metadata records was truncated, and a range reaching into
+        // the missing bytes must not come back short as if the segment ended there.
+        let recorded = metadata.segment_size_in_bytes();
+        let asked_end = end_position.map_or(recorded, |e| (u64::from(e) + 1).min(recorded));
+        if size < recorded && asked_end > size {
+            return Err(RemoteStorageError::Corrupt {
+                location: self.path(&key).display().to_string(),
+                reason: format!(
+                    "the object is {size} bytes, its metadata records {recorded} (truncated?): \
+                     cannot read bytes {start_position}..{asked_end} of segment {}",
+                    metadata.remote_log_segment_id()
+                ),
+            });
+        }
         let range = checked_range(size, start_position, end_position)
             .map_err(|e| e.for_segment(metadata.remote_log_segment_id()))?;
         let len = usize::try_from(range.end - range.start).map_err(|_| {
@@ -558,7 +576,7 @@ mod tests {
         let rsm = FsRemoteStorage::new(root.path()).unwrap();
         let (m, data) = segment(local.path(), &tp, 0);
         rsm.copy_log_segment_data(&m, &data).unwrap();
-        let err = rsm.fetch_log_segment(&m, 0, Some(3)).unwrap_err();
+        let err = rsm.fetch_log_segment(&m, 3, Some(3)).unwrap_err();
         assert!(
             matches!(err, RemoteStorageError::InvalidArgument { .. }),
             "{err:?}"

@@ -173,12 +173,18 @@ fn a_root_that_is_a_file_is_unavailable() {
 
 #[test]
 fn a_segment_shrunk_on_disk_reports_the_real_size() {
-    // The range is checked against the file, not the metadata: a truncated object is a clear
-    // InvalidArgument, not a short read dressed as success.
+    // The range is checked against the file and the metadata: bytes the file still has read,
+    // and a range reaching into the bytes the truncation cut is Corrupt, not a short read
+    // dressed as success (an inclusive end past the segment's end reads to the end only where
+    // the segment really ends).
     let root = tempfile::tempdir().unwrap();
     let rsm = FsRemoteStorage::new(root.path()).unwrap();
     let local = Local::new(&[7u8; 100]);
-    let m = meta("t", 0, 0);
+    let tp = TopicIdPartition::new(Uuid::new_v4(), "t", 0);
+    let m = RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp), 0, 9)
+        .segment_size_in_bytes(100)
+        .build()
+        .unwrap();
     rsm.copy_log_segment_data(&m, &local.data()).unwrap();
     let log = root.path().join(layout::log_key(&m).unwrap());
     std::fs::OpenOptions::new()
@@ -191,9 +197,24 @@ fn a_segment_shrunk_on_disk_reports_the_real_size() {
         rsm.fetch_log_segment(&m, 40, Some(49)).unwrap(),
         vec![7u8; 10]
     );
+    for (start, end) in [
+        (40, Some(60)),
+        (40, Some(u32::MAX)),
+        (0, None),
+        (60, Some(70)),
+    ] {
+        let got = rsm.fetch_log_segment(&m, start, end);
+        assert!(
+            matches!(&got, Err(RemoteStorageError::Corrupt { location, reason })
+                if location.ends_with(&layout::log_key(&m).unwrap())
+                    && reason.contains("the object is 50 bytes, its metadata records 100")),
+            "{start}..={end:?}: {got:?}"
+        );
+    }
+    // Past the recorded end as well: the truncation still shows.
     assert!(matches!(
-        rsm.fetch_log_segment(&m, 40, Some(60)),
-        Err(RemoteStorageError::InvalidArgument { .. })
+        rsm.fetch_log_segment(&m, 40, Some(200)),
+        Err(RemoteStorageError::Corrupt { .. })
     ));
 }
 
