@@ -392,10 +392,7 @@ fn idle_flood_during_copies(fd_limit: usize, flood_size: usize) {
     assert_eq!(status_of(port, "/metrics"), "HTTP/1.1 200 OK");
     assert!(child.0.try_wait().unwrap().is_none(), "tier exited");
     let pid = child.0.id().to_string();
-    let sent = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
+    let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(sent.success());
     let start = Instant::now();
     let status = loop {
@@ -411,7 +408,9 @@ fn idle_flood_during_copies(fd_limit: usize, flood_size: usize) {
     let printed: Vec<String> = lines.try_iter().collect();
     assert_eq!(status.code(), Some(0), "{printed:#?}");
     assert!(
-        !printed.iter().any(|l| l.contains("out of file descriptors")),
+        !printed
+            .iter()
+            .any(|l| l.contains("out of file descriptors")),
         "a round ran out of descriptors: {printed:#?}"
     );
 }
