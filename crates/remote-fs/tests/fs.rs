@@ -172,7 +172,11 @@ fn a_root_that_is_a_file_is_unavailable() {
                 && message.contains("it exists and is not a directory (a regular file)")),
         "{got:?}"
     );
-    assert_eq!(std::fs::read(&file).unwrap(), b"x", "the file is left as it was");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        b"x",
+        "the file is left as it was"
+    );
     // Under a file: nothing can be created there.
     assert!(matches!(
         FsRemoteStorage::new(file.join("sub")),
@@ -216,7 +220,9 @@ fn the_filesystem_root_is_refused_however_spelled() {
         .collect();
     assert_eq!(before, after, "nothing was created in /");
     // A directory below the root, through the same symlink, is fine.
-    let below = to_root.join(dir.path().strip_prefix("/").unwrap()).join("remote");
+    let below = to_root
+        .join(dir.path().strip_prefix("/").unwrap())
+        .join("remote");
     let rsm = FsRemoteStorage::new(&below).unwrap();
     assert!(rsm.root().is_dir());
 }
