@@ -134,6 +134,15 @@ pub struct RetentionArgs {
     /// Bytes of remote-tier cache for reads. Accepts units.
     #[arg(long, value_name = "SIZE", value_parser = human::parse_bytes)]
     pub cache_bytes: Option<u64>,
+    /// Whole-log retention by size: bytes of the whole log (remote segments plus local ones
+    /// not yet remote) above which the oldest remote segments are deleted, from both tiers;
+    /// the log then starts after them. At least 1 byte. Accepts units. Default: no limit.
+    #[arg(long, value_name = "SIZE", value_parser = crate::tier::parse_retention_bytes)]
+    pub retention_bytes: Option<u64>,
+    /// Whole-log retention by age, e.g. 7d: remote segments whose newest record is older are
+    /// deleted, from both tiers. From 1ms to 100 years. Default: no age limit.
+    #[arg(long, value_name = "DURATION", value_parser = crate::tier::parse_retention_ms)]
+    pub retention_ms: Option<u64>,
 }
 
 /// `krabka demo`.
@@ -319,7 +328,7 @@ pub struct TierArgs {
     #[allow(missing_docs)]
     pub retention: RetentionArgs,
     /// Keep tiering every --interval until Ctrl-C, SIGTERM or SIGHUP (it ends the round, says
-    /// which signal stopped it, and exits 0).
+    /// which signal stopped it, and exits 0; 1 when the log was fenced).
     #[arg(long)]
     pub watch: bool,
     /// Time between rounds with --watch, e.g. 5s; from 10ms to 1 day.
@@ -327,8 +336,8 @@ pub struct TierArgs {
     pub interval: Duration,
     /// Serve the tiering metrics for Prometheus at http://ADDR/metrics while tiering, e.g.
     /// 127.0.0.1:9464 (plain HTTP: bind to a trusted interface; a non-loopback address is
-    /// warned about; port 0 takes a free port, printed). At most 64 connections, 5 s to send a
-    /// request.
+    /// warned about; port 0 takes a free port, printed). At most 64 connections (an eighth of
+    /// the descriptor limit when lower), 5 s to send a request.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
 }
@@ -406,7 +415,7 @@ const EXIT_CODES: &str = "Exit codes: 0 done (also when stdout is closed early, 
     seq or line it stopped at); 2 a usage error (a bad argument); 130, 143, 129 stopped by \
     Ctrl-C (SIGINT), SIGTERM or SIGHUP before the command finished (128 + the signal's number; \
     what was printed or appended before is whole). `tier --watch` ends its round on these \
-    signals and exits 0.";
+    signals and exits 0 (1 when the log was fenced).";
 
 #[cfg(test)]
 mod tests {

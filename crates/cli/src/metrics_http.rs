@@ -3,15 +3,20 @@
 //!
 //! The recorder is `metrics_exporter_prometheus`'s ([`PrometheusBuilder::install_recorder`]);
 //! HTTP is hyper's HTTP/1 server on a one-thread tokio runtime of its own. The limits:
-//! - at most [`MAX_CONNECTIONS`] connections at once (a semaphore); a connection over the cap
-//!   is closed as soon as it is accepted, so it holds no descriptor and no memory;
+//! - at most [`connection_cap`] connections at once (a semaphore): an eighth of the process's
+//!   descriptor limit ([`krabka_tiering::open_files_limit`]), at most [`MAX_CONNECTIONS`],
+//!   at least 1; a connection over the cap is closed as soon as it is accepted, so it holds no
+//!   descriptor and no memory;
 //! - [`REQUEST_TIMEOUT`] to send the request head, [`CONNECTION_TIMEOUT`] for the whole
 //!   connection (one request: no keep-alive), so an idle client gives its slot back;
 //! - a small read buffer per connection ([`MAX_BUFFER`]).
 //!
-//! So the process never holds more than `MAX_CONNECTIONS + 1` descriptors for metrics, whatever
-//! clients do, and `tier --watch` keeps the rest for its log and remote. Only `GET /metrics` is
-//! served (404 otherwise).
+//! So the process never holds more than the cap plus 2 descriptors for metrics (the listener,
+//! and a connection being accepted to be closed), whatever clients do, and `tier --watch` keeps
+//! the rest, its reserve of at least seven eighths of the limit less 2, for its log, metadata
+//! and remote (a round of the default 8 copies at once takes about 20 on the filesystem
+//! backend): under `ulimit -n 64`, 8 connections and 54 descriptors for tiering. Only
+//! `GET /metrics` is served (404 otherwise).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -29,8 +34,24 @@ use tokio::sync::Semaphore;
 
 use crate::error::{CliError, Result};
 
-/// Most metrics connections served at once; more are closed as soon as they are accepted.
+/// Most metrics connections served at once, however high the descriptor limit; more are
+/// closed as soon as they are accepted.
 pub const MAX_CONNECTIONS: usize = 64;
+
+/// Metrics connections may hold at most `1 / LIMIT_SHARE` of the process's descriptor limit:
+/// the rest is tiering's reserve.
+pub const LIMIT_SHARE: u64 = 8;
+
+/// How many metrics connections are served at once under the descriptor limit `limit`
+/// (`None`: unlimited): a [`LIMIT_SHARE`]th of it, from 1 to [`MAX_CONNECTIONS`].
+pub fn connection_cap(limit: Option<u64>) -> usize {
+    match limit {
+        None => MAX_CONNECTIONS,
+        Some(limit) => usize::try_from(limit / LIMIT_SHARE)
+            .unwrap_or(MAX_CONNECTIONS)
+            .clamp(1, MAX_CONNECTIONS),
+    }
+}
 
 /// Time a client has to send its request head after connecting.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -87,7 +108,8 @@ pub fn serve(addr: SocketAddr) -> Result<SocketAddr> {
     Ok(bound)
 }
 
-/// Accepts connections forever, serving at most [`MAX_CONNECTIONS`] at once.
+/// Accepts connections forever, serving at most [`connection_cap`] at once (the descriptor
+/// limit as the server starts).
 async fn accept_loop(listener: tokio::net::TcpListener, handle: PrometheusHandle) {
     let upkeep = handle.clone();
     tokio::spawn(async move {
@@ -96,7 +118,9 @@ async fn accept_loop(listener: tokio::net::TcpListener, handle: PrometheusHandle
             upkeep.run_upkeep();
         }
     });
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(Semaphore::new(connection_cap(
+        krabka_tiering::open_files_limit(),
+    )));
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -164,6 +188,19 @@ pub fn exposure_warning(bound: SocketAddr) -> Option<String> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_connection_cap_is_an_eighth_of_the_descriptor_limit_up_to_64() {
+        assert_eq!(connection_cap(None), 64);
+        assert_eq!(connection_cap(Some(1 << 20)), 64);
+        assert_eq!(connection_cap(Some(u64::MAX)), 64);
+        assert_eq!(connection_cap(Some(512)), 64);
+        assert_eq!(connection_cap(Some(256)), 32);
+        assert_eq!(connection_cap(Some(64)), 8);
+        assert_eq!(connection_cap(Some(20)), 2);
+        assert_eq!(connection_cap(Some(7)), 1);
+        assert_eq!(connection_cap(Some(0)), 1);
+    }
 
     #[test]
     fn only_a_non_loopback_address_is_warned_about() {

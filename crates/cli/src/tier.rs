@@ -1,5 +1,5 @@
-//! `krabka tier`: copy closed segments to the remote and apply local retention, once or
-//! every `--interval` with `--watch`.
+//! `krabka tier`: copy closed segments to the remote and apply retention (local, and whole-log
+//! with `--retention-bytes` / `--retention-ms`), once or every `--interval` with `--watch`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,6 +24,12 @@ pub fn describe_round(r: &TieringReport) -> String {
         human::bytes(r.bytes_copied),
         r.local_segments_deleted
     );
+    if r.remote_segments_deleted > 0 {
+        line.push_str(&format!(
+            ", deleted {} remote segment(s) by retention",
+            r.remote_segments_deleted
+        ));
+    }
     if r.stale_cleaned > 0 {
         line.push_str(&format!(", cleaned {} stale attempt(s)", r.stale_cleaned));
     }
@@ -38,6 +44,52 @@ pub fn describe_round(r: &TieringReport) -> String {
         ));
     }
     line
+}
+
+/// The longest `--retention-ms`: 100 years (of 365.25 days, the year `100years` parses to). A
+/// longer one expires nothing a disk still holds; leave the flag out for no age limit.
+const MAX_RETENTION: Duration = Duration::from_secs(100 * 31_557_600);
+
+/// `--retention-bytes`: a size of at least 1 byte. 0 is refused: it would delete every segment
+/// the remote tier holds at the next round, which no retention setting means.
+pub(crate) fn parse_retention_bytes(s: &str) -> std::result::Result<u64, String> {
+    match human::parse_bytes(s)? {
+        0 => Err(format!(
+            "a whole-log retention of {s} would delete every segment of the remote tier at the \
+             next round: give at least 1 byte (e.g. 10GiB), or leave the flag out for no size \
+             limit"
+        )),
+        n => Ok(n),
+    }
+}
+
+/// `--retention-ms`: a duration (`7d`, `12h`, `90min`) from 1 ms to 100 years, as
+/// milliseconds.
+pub(crate) fn parse_retention_ms(s: &str) -> std::result::Result<u64, String> {
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration ({e}): use e.g. 7d, 12h, 90min, 500ms"))?;
+    if d < Duration::from_millis(1) || d > MAX_RETENTION {
+        return Err(format!(
+            "a whole-log retention age must be from 1ms to 100 years, got {s}"
+        ));
+    }
+    // At most 100 years in milliseconds: far below u64::MAX.
+    u64::try_from(d.as_millis()).map_err(|_| format!("`{s}` is too long"))
+}
+
+/// Whether `e` (or an error it wraps) says a later writer took the log's partition over.
+fn is_fenced(e: &krabka_tiering::Error) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = current {
+        if matches!(
+            err.downcast_ref::<krabka_tiering::Error>(),
+            Some(krabka_tiering::Error::Fenced { .. })
+        ) {
+            return true;
+        }
+        current = err.source();
+    }
+    false
 }
 
 /// Serves the metrics facade's values for Prometheus at `http://addr/metrics` (see
@@ -179,7 +231,7 @@ pub fn run(args: &TierArgs) -> Result<()> {
     let mut watch = Watch::default();
     loop {
         let started = Instant::now();
-        let report = tiered
+        let mut report = tiered
             .part
             .log()
             .run_once()
@@ -189,13 +241,21 @@ pub fn run(args: &TierArgs) -> Result<()> {
         if args.watch {
             watch.show(&tiered.part.log().stats())?;
         }
-        let busy = report.segments_copied + report.local_segments_deleted > 0;
+        let busy =
+            report.segments_copied + report.local_segments_deleted + report.remote_segments_deleted
+                > 0;
         if busy || !report.failures.is_empty() || !args.watch {
             outln!(
                 "{} in {}",
                 describe_round(&report),
                 human::duration(started.elapsed())
             )?;
+        }
+        // A fenced log copies and deletes nothing more: a watch stops at once, failing, rather
+        // than wait for the next round (or a signal) to end it as if all were well.
+        if let Some(i) = report.failures.iter().position(is_fenced) {
+            let fenced = report.failures.swap_remove(i);
+            return Err(tiering_error("tiering round failed on", &args.dir, fenced));
         }
         if !args.watch {
             if let Some(first) = report.failures.first() {
@@ -215,6 +275,19 @@ pub fn run(args: &TierArgs) -> Result<()> {
         }
         if interrupt::requested() {
             errln!("{} after a whole round; stopping", interrupt::stopped());
+            // A takeover since the last round's check would otherwise end the watch with
+            // success: one more epoch check (two small reads) before claiming it.
+            match tiered.part.log().check_owner() {
+                Err(e) if is_fenced(&e) => {
+                    return Err(tiering_error("stopping the watch of", &args.dir, e));
+                }
+                Err(e) => errln!(
+                    "warning: cannot confirm that {} still writes its partition: {}",
+                    args.dir.display(),
+                    remote::brief(&e.to_string())
+                ),
+                Ok(()) => {}
+            }
             break;
         }
     }

@@ -149,14 +149,12 @@ impl OutputRef for Child {
     }
 }
 
-/// What the metrics listener promises (`crates/cli/src/metrics_http.rs`): at most this many
-/// connections at once, idle ones closed after the request timeout.
-const MAX_CONNECTIONS: usize = 64;
-/// Idle connections opened against it: many more than the cap, and more than the descriptor
-/// limit `tier` runs under.
-const FLOOD: usize = 300;
-/// The descriptor limit of that `tier`.
-const FD_LIMIT: usize = 256;
+/// What the metrics listener promises (`crates/cli/src/metrics_http.rs`): at most an eighth of
+/// the descriptor limit in connections at once, and never more than 64; idle ones closed after
+/// the request timeout.
+fn connection_cap(fd_limit: usize) -> usize {
+    (fd_limit / 8).clamp(1, 64)
+}
 
 /// Every line the child writes to stdout, as it comes.
 fn lines_of(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
@@ -237,14 +235,31 @@ fn status_of(port: u16, path: &str) -> String {
 }
 
 /// Metrics clients cannot take the descriptors tiering needs: `tier --watch` under a limit of
-/// 256 descriptors, 300 idle connections to its metrics port, and tiering goes on. Its copies
-/// fail at first (a file size limit of 32 KiB, below the 128 KiB segments) and are made
-/// possible only once the flood is in place (`prlimit` lifts the limit of the running
-/// process), so the segments are copied while the idle connections are open: a descriptor
-/// short, the copy would fail and the round with it. Connections over the cap are closed at
-/// once; the idle ones are closed after the request timeout, and the metrics are served again.
+/// 256 descriptors, 300 idle connections to its metrics port, and tiering goes on (see
+/// [`idle_flood_during_copies`]).
 #[test]
 fn idle_metrics_connections_beyond_the_cap_cannot_stop_tiering_under_a_low_descriptor_limit() {
+    idle_flood_during_copies(256, 300);
+}
+
+/// The same under `ulimit -n 64`, where a fixed cap of 64 connections left tiering none: 600
+/// idle connections (bounded, so the test's own limit holds them), 8 served at once, and every
+/// segment is copied while they are open.
+#[test]
+fn idle_metrics_connections_cannot_stop_tiering_under_a_limit_of_64_descriptors() {
+    idle_flood_during_copies(64, 600);
+}
+
+/// `tier --watch` under a limit of `fd_limit` descriptors and `flood` idle connections to its
+/// metrics port: tiering goes on. Its copies fail at first (a file size limit of 32 KiB, below
+/// the 128 KiB segments) and are made possible only once the flood is in place (`prlimit` lifts
+/// the limit of the running process), so the segments are copied while the idle connections
+/// are open: a descriptor short, the copy would fail and the round with it. Connections over
+/// the cap are closed at once; the idle ones are closed after the request timeout, and the
+/// metrics are served again. No round ever fails for descriptors, and SIGTERM ends the watch
+/// with 0.
+fn idle_flood_during_copies(fd_limit: usize, flood_size: usize) {
+    let cap = connection_cap(fd_limit);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let remote = format!("fs://{}", dir.path().join("remote").display());
@@ -261,7 +276,7 @@ fn idle_metrics_connections_beyond_the_cap_cannot_stop_tiering_under_a_low_descr
     // The soft file size limit only, so that `prlimit` may lift it without privileges;
     // SIGXFSZ ignored, so that a write past it fails (EFBIG) instead of killing the process.
     let script =
-        format!("trap '' XFSZ; ulimit -n {FD_LIMIT} && ulimit -S -f 64 && exec \"$0\" \"$@\"");
+        format!("trap '' XFSZ; ulimit -n {fd_limit} && ulimit -S -f 64 && exec \"$0\" \"$@\"");
     let child = Command::new("sh")
         .args(["-c", &script, env!("CARGO_BIN_EXE_krabka")])
         .args(["tier", log.to_str().unwrap(), "--remote", &remote])
@@ -298,7 +313,7 @@ fn idle_metrics_connections_beyond_the_cap_cannot_stop_tiering_under_a_low_descr
 
     let start = Instant::now();
     let mut flood = Vec::new();
-    for _ in 0..FLOOD {
+    for _ in 0..flood_size {
         if start.elapsed() > Duration::from_secs(30) {
             break;
         }
@@ -310,19 +325,19 @@ fn idle_metrics_connections_beyond_the_cap_cannot_stop_tiering_under_a_low_descr
         }
     }
     assert!(
-        flood.len() > FD_LIMIT,
+        flood.len() > fd_limit,
         "only {} connections made",
         flood.len()
     );
     // Over the cap, connections are closed as soon as they are accepted.
     let start = Instant::now();
     let mut open = still_open(&flood);
-    while open > MAX_CONNECTIONS && start.elapsed() < Duration::from_secs(4) {
+    while open > cap && start.elapsed() < Duration::from_secs(4) {
         std::thread::sleep(Duration::from_millis(100));
         open = still_open(&flood);
     }
     assert!(
-        open <= MAX_CONNECTIONS,
+        open <= cap,
         "{open} of {} idle connections held open",
         flood.len()
     );
@@ -376,6 +391,28 @@ fn idle_metrics_connections_beyond_the_cap_cannot_stop_tiering_under_a_low_descr
     assert_eq!(status_of(port, "/"), "HTTP/1.1 404 Not Found");
     assert_eq!(status_of(port, "/metrics"), "HTTP/1.1 200 OK");
     assert!(child.0.try_wait().unwrap().is_none(), "tier exited");
+    let pid = child.0.id().to_string();
+    let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(sent.success());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "tier --watch did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let printed: Vec<String> = lines.try_iter().collect();
+    assert_eq!(status.code(), Some(0), "{printed:#?}");
+    assert!(
+        !printed
+            .iter()
+            .any(|l| l.contains("out of file descriptors")),
+        "a round ran out of descriptors: {printed:#?}"
+    );
 }
 
 /// Every file under `dir`.

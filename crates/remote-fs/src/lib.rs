@@ -18,7 +18,10 @@
 //! - The root is fsynced before the first copy into a partition directory by each instance,
 //!   whether or not that directory already existed: one left by a crash between its creation
 //!   and the root's fsync, or being created by a racing thread, is not yet durable.
-//! - A fetch reads only the requested range, with a positioned read.
+//! - A fetch reads only the requested range, with a positioned read. An inclusive end past the
+//!   last byte reads to the end (the SPI's rule); a range reaching past the object's end into
+//!   bytes its metadata's `segment_size_in_bytes` records is
+//!   [`RemoteStorageError::Corrupt`] (the object was truncated).
 //! - A delete is idempotent and removes every file of the segment.
 //! - Topic names are checked with Kafka's rules, so no name can escape the root.
 //!
@@ -92,9 +95,15 @@ pub struct FsRemoteStorage {
 impl FsRemoteStorage {
     /// Opens (creating it if needed) a store rooted at `root`.
     ///
+    /// The filesystem root (`/`, however spelled: `//`, `/tmp/..`, a symlink to it) is refused,
+    /// and so is an existing path that is not a directory, before anything is created or
+    /// written: a partition's records (`_identity`, `_epoch`, `_head`) and segment directories
+    /// would otherwise land among the system's own. The root of another mount is accepted: a
+    /// share mounted for the remote tier is the common setup.
+    ///
     /// # Errors
-    /// [`RemoteStorageError::StoreUnavailable`] when `root` cannot be created or is not a
-    /// directory.
+    /// [`RemoteStorageError::StoreUnavailable`] when `root` is the filesystem root, is not a
+    /// directory, or cannot be created.
     pub fn new(root: impl Into<PathBuf>) -> Result<Self, RemoteStorageError> {
         let root = root.into();
         let unusable = |message: String| RemoteStorageError::StoreUnavailable {
@@ -102,6 +111,22 @@ impl FsRemoteStorage {
             endpoint: "file://".to_owned(),
             message,
         };
+        let resolved = resolve(&root).map_err(&unusable)?;
+        if resolved.parent().is_none() {
+            return Err(unusable(format!(
+                "it is the filesystem root ({}): name a directory of its own for the remote tier",
+                resolved.display()
+            )));
+        }
+        match fs::metadata(&root) {
+            Ok(meta) if !meta.is_dir() => {
+                return Err(unusable(format!(
+                    "it exists and is not a directory ({})",
+                    file_kind(&meta)
+                )));
+            }
+            _ => {}
+        }
         fs::create_dir_all(&root).map_err(|e| unusable(format!("cannot create it: {e}")))?;
         let meta = fs::metadata(&root).map_err(|e| unusable(format!("cannot stat it: {e}")))?;
         if !meta.is_dir() {
@@ -279,6 +304,58 @@ impl FsRemoteStorage {
     }
 }
 
+/// The absolute path `root` names once it exists: its longest existing prefix with symlinks,
+/// `.` and `..` resolved, then the rest. A `..` after a component that does not exist yet
+/// cannot be resolved before it is created, and is refused (as an error message).
+fn resolve(root: &Path) -> Result<PathBuf, String> {
+    let absolute = if root.is_absolute() {
+        root.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| format!("cannot resolve it: no current directory: {e}"))?
+            .join(root)
+    };
+    let parts: Vec<_> = absolute.components().collect();
+    // A bounded walk: from the whole path down to the root component, which always exists.
+    for existing in (1..=parts.len()).rev() {
+        let prefix: PathBuf = parts[..existing].iter().collect();
+        let Ok(mut resolved) = fs::canonicalize(&prefix) else {
+            continue;
+        };
+        for part in &parts[existing..] {
+            match part {
+                std::path::Component::Normal(name) => resolved.push(name),
+                std::path::Component::CurDir => {}
+                _ => {
+                    return Err(format!(
+                        "cannot resolve it: `..` follows {}, which does not exist",
+                        resolved.display()
+                    ));
+                }
+            }
+        }
+        return Ok(resolved);
+    }
+    Err("cannot resolve it: no part of it exists".to_owned())
+}
+
+/// What a non-directory is, for an error message.
+fn file_kind(meta: &fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    if kind.is_file() {
+        "a regular file"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a directory"
+    }
+}
+
 fn sync_dir(dir: &Path) -> Result<(), RemoteStorageError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
@@ -336,6 +413,21 @@ impl RemoteStorageManager for FsRemoteStorage {
             .metadata()
             .map_err(|e| RemoteStorageError::io(&key, e))?
             .len();
+        // An end past the object's last byte reads to its end, by the SPI's rule; but an
+        // object shorter than its metadata records was truncated, and a range reaching into
+        // the missing bytes must not come back short as if the segment ended there.
+        let recorded = metadata.segment_size_in_bytes();
+        let asked_end = end_position.map_or(recorded, |e| (u64::from(e) + 1).min(recorded));
+        if size < recorded && asked_end > size {
+            return Err(RemoteStorageError::Corrupt {
+                location: self.path(&key).display().to_string(),
+                reason: format!(
+                    "the object is {size} bytes, its metadata records {recorded} (truncated?): \
+                     cannot read bytes {start_position}..{asked_end} of segment {}",
+                    metadata.remote_log_segment_id()
+                ),
+            });
+        }
         let range = checked_range(size, start_position, end_position)
             .map_err(|e| e.for_segment(metadata.remote_log_segment_id()))?;
         let len = usize::try_from(range.end - range.start).map_err(|_| {
@@ -558,7 +650,7 @@ mod tests {
         let rsm = FsRemoteStorage::new(root.path()).unwrap();
         let (m, data) = segment(local.path(), &tp, 0);
         rsm.copy_log_segment_data(&m, &data).unwrap();
-        let err = rsm.fetch_log_segment(&m, 0, Some(3)).unwrap_err();
+        let err = rsm.fetch_log_segment(&m, 3, Some(3)).unwrap_err();
         assert!(
             matches!(err, RemoteStorageError::InvalidArgument { .. }),
             "{err:?}"

@@ -164,21 +164,103 @@ fn a_failed_copy_leaves_no_file_under_a_final_name() {
 fn a_root_that_is_a_file_is_unavailable() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("f");
-    std::fs::write(&file, b"").unwrap();
+    std::fs::write(&file, b"x").unwrap();
+    let got = FsRemoteStorage::new(&file);
+    assert!(
+        matches!(&got, Err(RemoteStorageError::StoreUnavailable { bucket, message, .. })
+            if bucket == &file.display().to_string()
+                && message.contains("it exists and is not a directory (a regular file)")),
+        "{got:?}"
+    );
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        b"x",
+        "the file is left as it was"
+    );
+    // Under a file: nothing can be created there.
     assert!(matches!(
-        FsRemoteStorage::new(&file),
+        FsRemoteStorage::new(file.join("sub")),
         Err(RemoteStorageError::StoreUnavailable { .. })
     ));
 }
 
+/// `fs:///` would put a partition's `_identity`, `_epoch` and `_head` among the system's own
+/// directories: the filesystem root is refused however it is spelled, before anything is
+/// written.
+#[test]
+fn the_filesystem_root_is_refused_however_spelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let to_root = dir.path().join("to-root");
+    std::os::unix::fs::symlink("/", &to_root).unwrap();
+    let tmp_up = std::env::temp_dir().join("..");
+    let before: Vec<_> = std::fs::read_dir("/")
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    for root in [
+        PathBuf::from("/"),
+        PathBuf::from("//"),
+        PathBuf::from("/./"),
+        PathBuf::from("/.."),
+        tmp_up.clone(),
+        to_root.clone(),
+        to_root.join("."),
+    ] {
+        let got = FsRemoteStorage::new(&root);
+        assert!(
+            matches!(&got, Err(RemoteStorageError::StoreUnavailable { message, .. })
+                if message.contains("it is the filesystem root (/)")),
+            "{}: {got:?}",
+            root.display()
+        );
+    }
+    let after: Vec<_> = std::fs::read_dir("/")
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(before, after, "nothing was created in /");
+    // A directory below the root, through the same symlink, is fine.
+    let below = to_root
+        .join(dir.path().strip_prefix("/").unwrap())
+        .join("remote");
+    let rsm = FsRemoteStorage::new(&below).unwrap();
+    assert!(rsm.root().is_dir());
+}
+
+/// A `..` after a directory that does not exist yet cannot be resolved before it is created
+/// (`/missing/..` is the root): refused, and nothing is created.
+#[test]
+fn a_parent_step_under_a_missing_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("missing").join("..").join("remote");
+    let got = FsRemoteStorage::new(&root);
+    assert!(
+        matches!(&got, Err(RemoteStorageError::StoreUnavailable { message, .. })
+            if message.contains("`..` follows") && message.contains("missing")),
+        "{got:?}"
+    );
+    assert!(!dir.path().join("missing").exists());
+    // `..` over directories that exist resolves as usual.
+    std::fs::create_dir(dir.path().join("there")).unwrap();
+    let rsm = FsRemoteStorage::new(dir.path().join("there").join("..").join("remote")).unwrap();
+    assert!(rsm.root().is_dir());
+    assert!(dir.path().join("remote").is_dir());
+}
+
 #[test]
 fn a_segment_shrunk_on_disk_reports_the_real_size() {
-    // The range is checked against the file, not the metadata: a truncated object is a clear
-    // InvalidArgument, not a short read dressed as success.
+    // The range is checked against the file and the metadata: bytes the file still has read,
+    // and a range reaching into the bytes the truncation cut is Corrupt, not a short read
+    // dressed as success (an inclusive end past the segment's end reads to the end only where
+    // the segment really ends).
     let root = tempfile::tempdir().unwrap();
     let rsm = FsRemoteStorage::new(root.path()).unwrap();
     let local = Local::new(&[7u8; 100]);
-    let m = meta("t", 0, 0);
+    let tp = TopicIdPartition::new(Uuid::new_v4(), "t", 0);
+    let m = RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp), 0, 9)
+        .segment_size_in_bytes(100)
+        .build()
+        .unwrap();
     rsm.copy_log_segment_data(&m, &local.data()).unwrap();
     let log = root.path().join(layout::log_key(&m).unwrap());
     std::fs::OpenOptions::new()
@@ -191,9 +273,24 @@ fn a_segment_shrunk_on_disk_reports_the_real_size() {
         rsm.fetch_log_segment(&m, 40, Some(49)).unwrap(),
         vec![7u8; 10]
     );
+    for (start, end) in [
+        (40, Some(60)),
+        (40, Some(u32::MAX)),
+        (0, None),
+        (60, Some(70)),
+    ] {
+        let got = rsm.fetch_log_segment(&m, start, end);
+        assert!(
+            matches!(&got, Err(RemoteStorageError::Corrupt { location, reason })
+                if location.ends_with(&layout::log_key(&m).unwrap())
+                    && reason.contains("the object is 50 bytes, its metadata records 100")),
+            "{start}..={end:?}: {got:?}"
+        );
+    }
+    // Past the recorded end as well: the truncation still shows.
     assert!(matches!(
-        rsm.fetch_log_segment(&m, 40, Some(60)),
-        Err(RemoteStorageError::InvalidArgument { .. })
+        rsm.fetch_log_segment(&m, 40, Some(200)),
+        Err(RemoteStorageError::Corrupt { .. })
     ));
 }
 

@@ -17,6 +17,9 @@ use crate::model::{CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMe
 ///   is recorded by the caller on the segment's metadata and handed back on every later fetch or
 ///   delete of that segment.
 /// - Byte ranges are inclusive at both ends: `fetch_log_segment(m, 0, Some(0))` is one byte.
+///   An inclusive end past the segment's last byte reads to the end, as an HTTP or S3 range
+///   does (a caller sizing a fetch from an estimate may ask for more than there is); a start
+///   past the end is [`RemoteStorageError::InvalidArgument`].
 /// - A missing segment, or a missing index of a present segment, is
 ///   [`RemoteStorageError::SegmentNotFound`].
 /// - Delete is idempotent: deleting an absent segment succeeds.
@@ -41,12 +44,17 @@ pub trait RemoteStorageManager: Send + Sync {
     ///
     /// `start_position` is the inclusive starting byte offset within the segment.
     /// `end_position`, when `Some`, is the inclusive last byte offset; when `None`, the read
-    /// runs to the end of the segment.
+    /// runs to the end of the segment. An `end_position` at or past the segment's size reads
+    /// to the end too: `fetch_log_segment(m, 0, Some(u32::MAX))` is the whole segment, as the
+    /// HTTP range `bytes=0-4294967295` would be. Implementations share
+    /// [`checked_range`](crate::checked_range), so every backend reads the same bytes.
     ///
     /// # Errors
     /// [`RemoteStorageError::SegmentNotFound`] if the segment is not present,
-    /// [`RemoteStorageError::InvalidArgument`] for a range outside the segment (or with
-    /// `end < start`), or [`RemoteStorageError::Io`] / a retriable kind on a store failure.
+    /// [`RemoteStorageError::InvalidArgument`] for a start past the segment's end (with
+    /// `Some` end: a start at or past its size, since an inclusive range must hold its first
+    /// byte), or `end < start`, or [`RemoteStorageError::Io`] / a retriable kind on a store
+    /// failure.
     fn fetch_log_segment(
         &self,
         metadata: &RemoteLogSegmentMetadata,
@@ -115,13 +123,17 @@ impl<T: RemoteStorageManager + ?Sized> RemoteStorageManager for std::sync::Arc<T
 }
 
 /// Checks an inclusive byte range against a segment of `size` bytes and returns it as a
-/// half-open `start..end` range. Backends share this so they reject the same ranges.
+/// half-open `start..end` range. Backends share this so they serve the same ranges.
 ///
-/// A 0-byte segment has no valid range: every fetch of it with `start_position == 0` and
-/// `end_position == None` returns an empty buffer, anything else is invalid.
+/// The rules are those of an HTTP (and S3) byte range:
+/// - `end_position == None` reads from `start_position` to the end; a start equal to `size`
+///   is an empty read, a start past it invalid.
+/// - `Some(end)` reads `start..=end`, clamped to the segment's last byte: an end past it reads
+///   to the end. The start must be a byte of the segment (`start < size`; so a 0-byte segment
+///   has no inclusive range) and `end >= start`.
 ///
 /// # Errors
-/// [`RemoteStorageError::InvalidArgument`] for `start > end`, or a range past the end.
+/// [`RemoteStorageError::InvalidArgument`] for `start > end`, or a start past the end.
 pub fn checked_range(
     size: u64,
     start_position: u32,
@@ -136,10 +148,11 @@ pub fn checked_range(
         Some(end) if end < start_position => Err(RemoteStorageError::invalid_argument(format!(
             "end position {end} is before start position {start}"
         ))),
-        Some(end) if u64::from(end) >= size => Err(RemoteStorageError::invalid_argument(format!(
-            "inclusive end position {end} is past the last byte of a {size}-byte segment"
+        Some(end) if start >= size => Err(RemoteStorageError::invalid_argument(format!(
+            "start position {start} of the inclusive range {start}..={end} is past the last \
+             byte of a {size}-byte segment"
         ))),
-        Some(end) => Ok(start..u64::from(end) + 1),
+        Some(end) => Ok(start..(u64::from(end) + 1).min(size)),
     }
 }
 
@@ -155,12 +168,6 @@ mod tests {
         assert_eq!(checked_range(10, 10, None).unwrap(), 10..10);
         assert_eq!(checked_range(0, 0, None).unwrap(), 0..0);
         for (size, start, end, says) in [
-            (
-                10,
-                0,
-                Some(10),
-                "end position 10 is past the last byte of a 10-byte",
-            ),
             (10, 5, Some(4), "end position 4 is before start position 5"),
             (
                 10,
@@ -169,10 +176,24 @@ mod tests {
                 "start position 11 is past the end of a 10-byte segment",
             ),
             (
+                10,
+                10,
+                Some(10),
+                "start position 10 of the inclusive range 10..=10 is past the last byte of a \
+                 10-byte segment",
+            ),
+            (
+                10,
+                12,
+                Some(20),
+                "start position 12 of the inclusive range 12..=20 is past the last byte",
+            ),
+            (
                 0,
                 0,
                 Some(0),
-                "end position 0 is past the last byte of a 0-byte",
+                "start position 0 of the inclusive range 0..=0 is past the last byte of a \
+                 0-byte",
             ),
         ] {
             let got = checked_range(size, start, end);
@@ -182,6 +203,18 @@ mod tests {
                 "{size} {start} {end:?}: {got:?}"
             );
         }
+    }
+
+    /// An HTTP or S3 range past the end is served up to the end; so is ours.
+    #[test]
+    fn an_inclusive_end_past_the_last_byte_reads_to_the_end() {
+        assert_eq!(checked_range(10, 0, Some(10)).unwrap(), 0..10);
+        assert_eq!(checked_range(10, 4, Some(99)).unwrap(), 4..10);
+        assert_eq!(checked_range(10, 9, Some(u32::MAX)).unwrap(), 9..10);
+        assert_eq!(
+            checked_range(u64::from(u32::MAX), 0, Some(u32::MAX)).unwrap(),
+            0..u64::from(u32::MAX)
+        );
     }
 
     #[test]

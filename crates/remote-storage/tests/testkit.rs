@@ -239,10 +239,11 @@ fn counts_every_call_and_the_bytes_fetched_and_take_resets() {
     rsm.copy_log_segment_data(&m, &d).unwrap();
     assert_eq!(rsm.fetch_log_segment(&m, 2, Some(5)).unwrap().len(), 4);
     rsm.fetch_log_segment(&m, 0, None).unwrap();
-    let past_end = rsm.fetch_log_segment(&m, 0, Some(99));
+    let past_end = rsm.fetch_log_segment(&m, 10, Some(99));
     assert!(
         matches!(&past_end, Err(RemoteStorageError::InvalidArgument { message })
-            if message.contains("inclusive end position 99 is past the last byte of a 10-byte")),
+            if message.contains("start position 10 of the inclusive range 10..=99 is past the \
+                                 last byte of a 10-byte")),
         "{past_end:?}"
     );
     rsm.fetch_index(&m, IndexType::Offset).unwrap();

@@ -59,8 +59,16 @@ proptest! {
                 prop_assert_eq!(&got[..], &s.log[start as usize..=end as usize]);
             }
         }
-        // Out-of-range requests stay InvalidArgument, as on an untransformed store.
-        let past = reader.fetch_log_segment(&m, 0, Some(len as u32));
+        // An inclusive end past the last byte reads to the end, as on an untransformed store;
+        // a start past the end stays InvalidArgument.
+        if len > 0 {
+            let start = (seed % len as u64) as u32;
+            let over = reader.fetch_log_segment(&m, start, Some(len as u32)).unwrap();
+            prop_assert_eq!(&over[..], &s.log[start as usize..]);
+            let far = reader.fetch_log_segment(&m, start, Some(u32::MAX)).unwrap();
+            prop_assert_eq!(&far[..], &s.log[start as usize..]);
+        }
+        let past = reader.fetch_log_segment(&m, len as u32, Some(len as u32));
         let invalid = matches!(past, Err(RemoteStorageError::InvalidArgument { .. }));
         prop_assert!(invalid, "{:?}", past);
     }

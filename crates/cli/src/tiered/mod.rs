@@ -158,16 +158,17 @@ pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliE
     }
 }
 
-/// The CLI's tiering configuration: the library defaults, except that the CLI never deletes
-/// remote data by age (`retention_ms: None`), and the `--local-retention-bytes` and
-/// `--cache-bytes` flags.
+/// The CLI's tiering configuration: the library defaults, except that the CLI deletes remote
+/// data by age only when told (`--retention-ms`; else `retention_ms: None`), and the
+/// `--local-retention-bytes`, `--cache-bytes` and `--retention-bytes` flags.
 pub fn config(retention: &RetentionArgs) -> TieringConfig {
     let defaults = TieringConfig::default();
     TieringConfig {
         local_retention_bytes: retention
             .local_retention_bytes
             .or(defaults.local_retention_bytes),
-        retention_ms: None,
+        retention_bytes: retention.retention_bytes,
+        retention_ms: retention.retention_ms,
         cache_bytes: retention.cache_bytes.unwrap_or(defaults.cache_bytes),
         ..defaults
     }

@@ -59,16 +59,21 @@ pub fn copy_then_fetch_whole_segment_and_ranges(rsm: &dyn RemoteStorageManager) 
     delete(C, rsm, &m);
 }
 
-/// A range past the end, or with its end before its start, is `InvalidArgument`.
-pub fn range_past_the_end_is_invalid_argument(rsm: &dyn RemoteStorageManager) {
-    const C: &str = "range_past_the_end_is_invalid_argument";
+/// A range starting past the segment's end (for an inclusive range: past its last byte), or
+/// with its end before its start, is `InvalidArgument`.
+pub fn range_starting_past_the_end_is_invalid_argument(rsm: &dyn RemoteStorageManager) {
+    const C: &str = "range_starting_past_the_end_is_invalid_argument";
     let s = segment(C, &fresh_tp(0), None, 0, 4096, 12, false);
     let m = copy(C, rsm, &s);
-    expect_invalid_argument(C, "end == size", rsm.fetch_log_segment(&m, 0, Some(4096)));
     expect_invalid_argument(
         C,
         "start and end past the end",
         rsm.fetch_log_segment(&m, 5000, Some(6000)),
+    );
+    expect_invalid_argument(
+        C,
+        "inclusive range starting at the size",
+        rsm.fetch_log_segment(&m, 4096, Some(4096)),
     );
     expect_invalid_argument(
         C,
@@ -80,12 +85,34 @@ pub fn range_past_the_end_is_invalid_argument(rsm: &dyn RemoteStorageManager) {
         "end before start",
         rsm.fetch_log_segment(&m, 10, Some(9)),
     );
-    expect_invalid_argument(
+    delete(C, rsm, &m);
+}
+
+/// An inclusive end at or past the segment's size reads to the end, as an HTTP or S3 range
+/// does: a caller sizing a fetch from an estimate (an index entry, a batch size) may ask for
+/// more bytes than are left.
+pub fn inclusive_end_past_the_last_byte_reads_to_the_end(rsm: &dyn RemoteStorageManager) {
+    const C: &str = "inclusive_end_past_the_last_byte_reads_to_the_end";
+    let s = segment(C, &fresh_tp(0), None, 0, 70_001, 27, false);
+    let m = copy(C, rsm, &s);
+    let n = s.log.len();
+    for (start, end, what) in [
+        (0, pos(C, n), "0..=size"),
+        (0, pos(C, n + 1), "0..=size+1"),
+        (1000, pos(C, n + 70_000), "1000..=size+70000"),
+        (pos(C, n - 1), pos(C, n + 5), "last byte..=past it"),
+        (65_536, u32::MAX, "65536..=u32::MAX"),
+        (0, u32::MAX, "0..=u32::MAX"),
+    ] {
+        let got = must(C, what, rsm.fetch_log_segment(&m, start, Some(end)));
+        check_eq(C, what, &got, &s.log[start as usize..]);
+    }
+    delete(C, rsm, &m);
+    expect_not_found(
         C,
-        "u32::MAX end",
+        "an over-long range of a deleted segment",
         rsm.fetch_log_segment(&m, 0, Some(u32::MAX)),
     );
-    delete(C, rsm, &m);
 }
 
 /// Every index type comes back byte for byte, the optional ones when given.
@@ -196,10 +223,16 @@ pub fn recopy_under_the_same_id_replaces_cleanly(rsm: &dyn RemoteStorageManager)
         "stale producer snapshot after re-copy",
         rsm.fetch_index(&m2, IndexType::ProducerSnapshot),
     );
-    expect_invalid_argument(
+    let over_long = must(
         C,
-        "range of the old, longer data",
+        "fetch 0..=20000 (the old, longer data's range)",
         rsm.fetch_log_segment(&m2, 0, Some(20_000)),
+    );
+    check_eq(
+        C,
+        "0..=20000 after re-copy: the new data only",
+        &over_long,
+        &second.log,
     );
     delete(C, rsm, &m2);
 }
@@ -233,7 +266,8 @@ pub fn partitions_and_topics_never_collide(rsm: &dyn RemoteStorageManager) {
     delete(C, rsm, &ms[2]);
 }
 
-/// A 0-byte segment copies; its whole fetch is empty; any inclusive range is invalid.
+/// A 0-byte segment copies; its whole fetch is empty; any inclusive range is invalid (it has
+/// no first byte).
 pub fn zero_byte_segment(rsm: &dyn RemoteStorageManager) {
     const C: &str = "zero_byte_segment";
     let s = segment(C, &fresh_tp(0), None, 7, 0, 24, false);
@@ -243,6 +277,11 @@ pub fn zero_byte_segment(rsm: &dyn RemoteStorageManager) {
         C,
         "0..=0 of an empty segment",
         rsm.fetch_log_segment(&m, 0, Some(0)),
+    );
+    expect_invalid_argument(
+        C,
+        "0..=u32::MAX of an empty segment",
+        rsm.fetch_log_segment(&m, 0, Some(u32::MAX)),
     );
     expect_invalid_argument(
         C,

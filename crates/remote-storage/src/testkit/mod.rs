@@ -28,9 +28,10 @@ pub use checks::{
     copy_then_fetch_whole_segment_and_ranges, custom_metadata_is_passed_back,
     delete_then_fetch_is_segment_not_found, delete_twice_is_ok, each_index_type_round_trips,
     eight_threads_copy_and_fetch_at_once, fetch_of_unknown_segment_is_segment_not_found,
-    large_segment_100_mib, missing_optional_index_is_segment_not_found,
-    partitions_and_topics_never_collide, range_past_the_end_is_invalid_argument,
-    recopy_under_the_same_id_replaces_cleanly, zero_byte_segment,
+    inclusive_end_past_the_last_byte_reads_to_the_end, large_segment_100_mib,
+    missing_optional_index_is_segment_not_found, partitions_and_topics_never_collide,
+    range_starting_past_the_end_is_invalid_argument, recopy_under_the_same_id_replaces_cleanly,
+    zero_byte_segment,
 };
 pub use counting::{Call, CallCounts, Counting};
 pub use fault::{FaultInjecting, FaultStats, Faults, Method};
@@ -48,8 +49,12 @@ pub const CHECKS: &[(&str, Check)] = &[
         copy_then_fetch_whole_segment_and_ranges,
     ),
     (
-        "range_past_the_end_is_invalid_argument",
-        range_past_the_end_is_invalid_argument,
+        "range_starting_past_the_end_is_invalid_argument",
+        range_starting_past_the_end_is_invalid_argument,
+    ),
+    (
+        "inclusive_end_past_the_last_byte_reads_to_the_end",
+        inclusive_end_past_the_last_byte_reads_to_the_end,
     ),
     ("each_index_type_round_trips", each_index_type_round_trips),
     (
@@ -106,7 +111,8 @@ macro_rules! conformance_tests {
     ($run:path) => {
         $crate::conformance_tests!(@each $run;
             copy_then_fetch_whole_segment_and_ranges,
-            range_past_the_end_is_invalid_argument,
+            range_starting_past_the_end_is_invalid_argument,
+            inclusive_end_past_the_last_byte_reads_to_the_end,
             each_index_type_round_trips,
             missing_optional_index_is_segment_not_found,
             fetch_of_unknown_segment_is_segment_not_found,
