@@ -24,7 +24,7 @@ use syn::visit::Visit;
 /// than one file), and every edge between them with the names that make it.
 pub struct Circle {
     pub files: Vec<PathBuf>,
-    /// `(importing file, defining file, names)`.
+    /// `(importing file, imported module's file, names)`.
     pub ties: Vec<(PathBuf, PathBuf, Vec<String>)>,
 }
 
@@ -95,7 +95,7 @@ struct Graph {
 
 enum Target {
     Module(usize),
-    /// The files that define the named item.
+    /// The files the named item is imported from.
     Item(BTreeSet<usize>),
 }
 
