@@ -1,11 +1,15 @@
 //! Repository hygiene as ordinary tests, so `cargo test --workspace` (and `cargo xtask ci`)
 //! keeps the architecture from drifting: the direction of the dependencies between the crates,
-//! the size of source files, the configuration reference, and what every published crate ships.
+//! the size of source files, the configuration reference, what every published crate ships, and
+//! that no crate's modules import each other in a circle.
 //!
 //! Each failure says what to fix.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+
+#[path = "tidy/circles.rs"]
+mod circles;
 
 /// Most lines a source file under `crates/*/src`, `bench/src` or `xtask/src` may have.
 const MAX_FILE_LINES: usize = 600;
@@ -422,5 +426,130 @@ fn every_published_crate_ships_readme_licenses_and_docs_rs_metadata() {
         problems.is_empty(),
         "published crates:\n  {}",
         problems.join("\n  ")
+    );
+}
+
+/// The crate roots of a member: `src/lib.rs`, `src/main.rs` and `src/bin/*.rs`, where present.
+fn crate_roots(dir: &Path) -> Vec<PathBuf> {
+    let src = dir.join("src");
+    let mut roots: Vec<PathBuf> = ["lib.rs", "main.rs"]
+        .iter()
+        .map(|f| src.join(f))
+        .filter(|p| p.is_file())
+        .collect();
+    let mut bins = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(src.join("bin")) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                bins.push(path);
+            } else if path.join("main.rs").is_file() {
+                bins.push(path.join("main.rs"));
+            }
+        }
+    }
+    bins.sort();
+    roots.extend(bins);
+    roots
+}
+
+/// One circle as the report prints it: the files, then each import between them and its names.
+fn describe(dir: &Path, circle: &circles::Circle) -> String {
+    let short = |p: &Path| p.strip_prefix(dir).unwrap_or(p).display().to_string();
+    let mut out = format!(
+        "{}: {} files: {}",
+        relative(dir),
+        circle.files.len(),
+        circle
+            .files
+            .iter()
+            .map(|f| short(f))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for (from, to, names) in &circle.ties {
+        out.push_str(&format!(
+            "\n      {} uses {} of {}",
+            short(from),
+            names.join(", "),
+            short(to)
+        ));
+    }
+    out
+}
+
+#[test]
+fn no_crate_has_an_import_circle_between_its_modules() {
+    let read = |p: &Path| std::fs::read_to_string(p).ok();
+    let mut circles = Vec::new();
+    let mut problems = Vec::new();
+    let mut roots_seen = 0;
+    for m in members() {
+        for root in crate_roots(&m.dir) {
+            roots_seen += 1;
+            let (found, trouble) = circles::find(&read, &root);
+            problems.extend(trouble);
+            circles.extend(found.iter().map(|c| describe(&m.dir, c)));
+        }
+    }
+    assert!(
+        roots_seen > 0,
+        "no crate roots found under {}",
+        root().display()
+    );
+    assert!(
+        problems.is_empty(),
+        "the import-circle check could not read every module:\n  {}",
+        problems.join("\n  ")
+    );
+    assert!(
+        circles.is_empty(),
+        "modules that import each other in a circle; cut each one by moving what both sides \
+         need into a module below them (or the user's side up), so that imports go one way:\n  {}",
+        circles.join("\n  ")
+    );
+}
+
+#[test]
+fn the_import_circle_check_finds_a_two_file_circle_and_passes_one_way_imports() {
+    let files: BTreeMap<PathBuf, &str> = [
+        (
+            "lib.rs",
+            "mod a;\nmod b;\nmod c;\nmod d;\nmod f;\npub use a::A;\npub use b::B;\n",
+        ),
+        // a and b: a circle, one side through a path in code, the other through a macro.
+        ("a.rs", "use crate::b::B;\npub struct A(pub B);\nfn f() -> crate::f::F { crate::f::F }\n"),
+        // A facade's re-export that it does not use itself is no import of a.
+        ("f.rs", "pub struct F;\npub use crate::a::A;\n"),
+        ("b.rs", "pub struct B;\nfn f() { let _ = format!(\"{}\", crate::a::A(B).0 as u8); }\n"),
+        // c uses d one way; d's test module and the re-exports of lib.rs make no edge.
+        ("c.rs", "use crate::d::D;\npub fn c() -> D { D }\n"),
+        (
+            "d.rs",
+            "mod e;\npub struct D;\npub fn d() -> e::E { e::E(D) }\n#[cfg(test)]\nmod tests {\n    use crate::c::c;\n}\n",
+        ),
+        // A child that uses its parent's item is an edge; its parent's use of it is not.
+        ("d/e.rs", "pub struct E(pub super::D);\n"),
+    ]
+    .into_iter()
+    .map(|(p, t)| (Path::new("/mem").join(p), t))
+    .collect();
+    let read = |p: &Path| files.get(p).map(|t| (*t).to_owned());
+    let (found, problems) = circles::find(&read, Path::new("/mem/lib.rs"));
+    assert!(problems.is_empty(), "{problems:?}");
+    let described: Vec<String> = found
+        .iter()
+        .map(|c| describe(Path::new("/mem"), c))
+        .collect();
+    assert_eq!(found.len(), 1, "{described:#?}");
+    assert_eq!(
+        found[0].files,
+        vec![Path::new("/mem/a.rs"), Path::new("/mem/b.rs")],
+        "{described:#?}"
+    );
+    assert!(
+        described[0].contains("a.rs uses B of b.rs")
+            && described[0].contains("b.rs uses A of a.rs"),
+        "{described:#?}"
     );
 }

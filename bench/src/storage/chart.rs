@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::targets::Goal;
+use super::goal::Goal;
 
 /// One group of bars.
 pub struct ChartGroup {

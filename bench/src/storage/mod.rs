@@ -11,6 +11,7 @@ mod chart;
 mod commitlog_peer;
 mod driver;
 mod files;
+mod goal;
 mod krabka;
 mod okaywal_peer;
 mod raw;

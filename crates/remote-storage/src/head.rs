@@ -49,6 +49,7 @@ use uuid::Uuid;
 use crate::error::RemoteStorageError;
 use crate::layout;
 use crate::model::TopicIdPartition;
+pub use crate::ownership::ConditionalRead;
 use crate::ownership::OwnershipStore;
 use crate::ownership::framing::{Corrupt, Reader, corrupt_at, len_u32};
 
@@ -267,24 +268,6 @@ fn unframe<'a>(bytes: &'a [u8], corrupt: &Corrupt<'_>) -> Result<&'a [u8], Remot
         )));
     }
     Ok(body)
-}
-
-/// What [`OwnershipStore::read_if_changed`] found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConditionalRead {
-    /// The object is still at the version the caller knows; nothing was read.
-    Unchanged,
-    /// There is no object under the key.
-    Absent,
-    /// The object, read whole, and its version (pass it as `known` next time).
-    Changed {
-        /// Its bytes.
-        bytes: Vec<u8>,
-        /// Its version: an opaque string (S3: the ETag as returned; a filesystem: device,
-        /// inode, size and modification time).
-        version: String,
-    },
 }
 
 /// What [`read_head`] found.

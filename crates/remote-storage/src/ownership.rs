@@ -51,12 +51,14 @@
 use uuid::Uuid;
 
 use crate::error::RemoteStorageError;
-use crate::head::ConditionalRead;
 use crate::layout;
 use crate::model::{RemoteLogSegmentMetadata, TopicIdPartition};
 use crate::recovery::RemoteSegmentLister;
 
+mod conditional;
 pub(crate) mod framing;
+
+pub use conditional::ConditionalRead;
 
 use framing::{Corrupt, Reader, corrupt_at, len_u32};
 

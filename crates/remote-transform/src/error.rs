@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use krabka_remote_storage::{RemoteLogSegmentId, RemoteStorageError};
 
-use crate::keys::KeyId;
+use crate::key_id::KeyId;
 
 /// What went wrong while transforming a segment, or while building a configuration.
 ///

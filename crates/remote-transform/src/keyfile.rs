@@ -119,7 +119,38 @@ fn key_dir_entries(dir: &Path) -> Result<Vec<PathBuf>, TransformError> {
     Ok(paths)
 }
 
+impl MasterKey {
+    /// Reads a key file: 32 raw bytes, or 64 hex digits (see [`parse`](Self::parse)). Only a
+    /// regular file of at most [`MAX_KEY_FILE_LEN`] bytes is read;
+    /// a directory, a device (`/dev/zero`), a FIFO or a larger file is refused at once.
+    ///
+    /// # Errors
+    /// [`TransformError::InvalidKey`] naming the path when it cannot be read or parsed.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, TransformError> {
+        read_key_file(path.as_ref())
+    }
+}
+
 impl KeyRing {
+    /// A ring whose current key is read from `path` (32 raw bytes or 64 hex digits): what
+    /// `--encryption-key-file PATH` builds.
+    ///
+    /// # Errors
+    /// [`TransformError::InvalidKey`] naming the path.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, TransformError> {
+        let path = path.as_ref();
+        Ok(Self::new(MasterKey::from_file(path)?).with_origin(path.to_path_buf()))
+    }
+
+    /// Adds an old key read from a file.
+    ///
+    /// # Errors
+    /// [`TransformError::InvalidKey`] naming the path.
+    pub fn with_old_key_file(self, path: impl AsRef<Path>) -> Result<Self, TransformError> {
+        let path = path.as_ref();
+        Ok(self.with_old_key_from(MasterKey::from_file(path)?, path.to_path_buf()))
+    }
+
     /// A ring of the keys in `files` (in order) and then of every file of `dir` (names not
     /// starting with `.`, in name order): what `--encryption-key-file` (any number of times)
     /// and `--encryption-key-dir` build. The first key is current (it encrypts new segments);

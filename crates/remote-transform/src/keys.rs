@@ -8,73 +8,10 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
 use zeroize::{Zeroize, Zeroizing};
 
 use crate::error::TransformError;
-
-/// Length of a master key in bytes (AES-256).
-pub const MASTER_KEY_LEN: usize = 32;
-
-/// Domain separation of [`KeyId::fingerprint`].
-const FINGERPRINT_DOMAIN: &[u8] = b"krabka-remote-transform/1 master key id";
-
-/// The id of a master key, recorded in every segment encrypted under it: 8 bytes, shown as 16
-/// hex digits.
-///
-/// Keys loaded with [`MasterKey::new`] (and so from files or the environment) take their
-/// [`fingerprint`](Self::fingerprint), so no naming is needed and a wrong key is recognised as
-/// a different id; a custom [`KeyProvider`] may assign its own ids.
-///
-/// ```
-/// use krabka_remote_transform::{KeyId, MasterKey};
-///
-/// let key = MasterKey::new([7; 32]);
-/// assert_eq!(key.id(), KeyId::fingerprint(&[7; 32]));
-/// assert_eq!(key.id().to_string().len(), 16);
-/// assert_eq!(key.id().to_string().parse::<KeyId>().unwrap(), key.id());
-/// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct KeyId([u8; 8]);
-
-impl KeyId {
-    /// An id from its bytes.
-    pub const fn from_bytes(bytes: [u8; 8]) -> Self {
-        Self(bytes)
-    }
-
-    /// The id's bytes.
-    pub const fn to_bytes(self) -> [u8; 8] {
-        self.0
-    }
-
-    /// The first 8 bytes of SHA-256 over a fixed domain string and the key: stable, and reveals
-    /// nothing usable about a random 256-bit key.
-    pub fn fingerprint(key: &[u8; MASTER_KEY_LEN]) -> Self {
-        let mut h = Sha256::new();
-        h.update(FINGERPRINT_DOMAIN);
-        h.update(key);
-        let digest = h.finalize();
-        let mut id = [0u8; 8];
-        id.copy_from_slice(&digest[..8]);
-        Self(id)
-    }
-}
-
-impl fmt::Display for KeyId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for KeyId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "KeyId({self})")
-    }
-}
+pub use crate::key_id::{KeyId, MASTER_KEY_LEN};
 
 impl std::str::FromStr for KeyId {
     type Err = TransformError;
@@ -95,7 +32,7 @@ impl std::str::FromStr for KeyId {
             };
             id[i] = hi << 4 | lo;
         }
-        Ok(Self(id))
+        Ok(Self::from_bytes(id))
     }
 }
 
@@ -174,16 +111,6 @@ impl MasterKey {
             }
         }
         Ok(Self::new(*key))
-    }
-
-    /// Reads a key file: 32 raw bytes, or 64 hex digits (see [`parse`](Self::parse)). Only a
-    /// regular file of at most [`MAX_KEY_FILE_LEN`](crate::MAX_KEY_FILE_LEN) bytes is read;
-    /// a directory, a device (`/dev/zero`), a FIFO or a larger file is refused at once.
-    ///
-    /// # Errors
-    /// [`TransformError::InvalidKey`] naming the path when it cannot be read or parsed.
-    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, TransformError> {
-        crate::keyfile::read_key_file(path.as_ref())
     }
 
     /// Reads a key from an environment variable holding 64 hex digits.
@@ -276,16 +203,6 @@ impl KeyRing {
         }
     }
 
-    /// A ring whose current key is read from `path` (32 raw bytes or 64 hex digits): what
-    /// `--encryption-key-file PATH` builds.
-    ///
-    /// # Errors
-    /// [`TransformError::InvalidKey`] naming the path.
-    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, TransformError> {
-        let path = path.as_ref();
-        Ok(Self::new(MasterKey::from_file(path)?).with_origin(path.to_path_buf()))
-    }
-
     /// A ring whose current key is the 64 hex digits of the environment variable `var`.
     ///
     /// # Errors
@@ -301,15 +218,6 @@ impl KeyRing {
             self.old.push(key);
         }
         self
-    }
-
-    /// Adds an old key read from a file.
-    ///
-    /// # Errors
-    /// [`TransformError::InvalidKey`] naming the path.
-    pub fn with_old_key_file(self, path: impl AsRef<Path>) -> Result<Self, TransformError> {
-        let path = path.as_ref();
-        Ok(self.with_old_key_from(MasterKey::from_file(path)?, path.to_path_buf()))
     }
 
     /// Records that the current key was read from `path`.

@@ -51,6 +51,7 @@ mod crypto;
 mod crypto;
 mod error;
 mod format;
+mod key_id;
 mod keyfile;
 mod keys;
 mod scratch;

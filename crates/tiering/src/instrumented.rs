@@ -10,7 +10,7 @@ use krabka_remote_storage::{
 };
 
 use crate::metrics::{self as m, add, time};
-use crate::service::ByteRateQuota;
+use crate::quota::ByteRateQuota;
 
 /// A [`RemoteStorageManager`] that forwards every call to `inner` and records it:
 ///

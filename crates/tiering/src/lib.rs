@@ -86,6 +86,7 @@ pub mod metrics;
 pub mod ownership;
 pub mod partition;
 pub mod policy;
+mod quota;
 mod read;
 pub mod recovery;
 pub mod replica;
@@ -111,8 +112,9 @@ pub use instrumented::Instrumented;
 pub use lost::{LOST_SEQS_FILE, read as read_lost_seqs};
 pub use ownership::{BINDING_FILE, RemoteOwnership};
 pub use partition::{Access, PartitionDir, RemoteTier};
+pub use quota::ByteRateQuota;
 pub use retention_point::{RETENTION_POINT_FILE, read as read_retention_point};
-pub use service::{ByteRateQuota, ShutdownReport, TieringService};
+pub use service::{ShutdownReport, TieringService};
 pub use stats::{RemoteRequests, TieringReport, TieringStats};
 pub use tiered::{LocalLogView, TieredLog};
 

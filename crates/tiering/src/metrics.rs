@@ -13,15 +13,19 @@
 //! - [`publish_cache`]: the shared cache's counters.
 //!
 //! Every name is listed in docs/tiering.md ("Metrics").
+//!
+//! The functions here take plain figures ([`PartitionSample`], [`ReplicaSample`]), never a
+//! `TieredLog` or a `ReadReplica`: everything imports this module, so it imports none of them
+//! (each converts into its sample where it is defined).
 
 use std::time::Duration;
 
 use ::metrics::{Label, counter, gauge, histogram};
-use krabka_remote_storage::{RemoteLogSegmentState, TopicIdPartition};
+use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition};
 use krabka_storage::LogStats;
 
 use crate::cache::CacheStats;
-use crate::tiered::TieredLog;
+use crate::stats::TieringReport;
 
 /// Bytes of segments copied to the remote tier (counter).
 pub const COPY_BYTES: &str = "krabka_remote_copy_bytes_total";
@@ -193,8 +197,20 @@ pub(crate) fn labels(tp: &TopicIdPartition) -> [Label; 2] {
     ]
 }
 
+/// What [`publish_replica`] publishes of a read replica: its lag (a `&ReplicaStats` converts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaSample {
+    /// Seqs the writer held that the replica cannot serve yet.
+    pub lag_seqs: u64,
+    /// Time since the replica's last refresh that succeeded.
+    pub since_refresh: Duration,
+    /// Age of the head applied, by the writer's clock (`None` without a head).
+    pub head_age: Option<Duration>,
+}
+
 /// Samples a read replica's lag gauges.
-pub fn publish_replica(tp: &TopicIdPartition, stats: &crate::replica::ReplicaStats) {
+pub fn publish_replica(tp: &TopicIdPartition, stats: impl Into<ReplicaSample>) {
+    let stats: ReplicaSample = stats.into();
     gauge!(REPLICA_LAG_SEQS, labels(tp).to_vec()).set(stats.lag_seqs as f64);
     gauge!(REPLICA_STALENESS_SECONDS, labels(tp).to_vec()).set(stats.since_refresh.as_secs_f64());
     if let Some(age) = stats.head_age {
@@ -253,31 +269,75 @@ fn help(name: &str) -> &'static str {
     }
 }
 
-/// Publishes the sampled metrics of one partition: copy lag, delete lag, remote size, metadata
-/// count, and the local log's size, counters (as absolute values) and recovery figures. Lists
-/// the partition's remote metadata once (blocking).
-pub fn publish_partition(log: &TieredLog) {
-    let tp = log.topic_id_partition();
-    let stats = log.stats();
-    let labels = labels(tp);
-    let set = |name: &'static str, v: u64| gauge!(name, labels.to_vec()).set(v as f64);
-    set(COPY_LAG_BYTES, stats.copy_lag_bytes);
-    set(COPY_LAG_SEGMENTS, stats.copy_lag_segments);
-    set(REMOTE_LOG_SIZE_BYTES, stats.remote_bytes);
-    set(LOCAL_LOG_SIZE_BYTES, stats.local_bytes);
-    set(LOCAL_LOG_SEGMENTS, log.log().segments().len() as u64);
-    set(LOCAL_LOG_NEXT_SEQ, log.log().next_seq());
-    publish_local_log(&log.log().stats(), &labels);
-    if let Ok(list) = log.remote_list() {
+/// What [`publish_partition`] publishes of one partition, sampled at one moment (a
+/// `&TieredLog` converts, listing the partition's remote metadata once, blocking).
+#[derive(Clone, Debug)]
+pub struct PartitionSample {
+    /// The partition.
+    pub tp: TopicIdPartition,
+    /// Bytes of closed local segments not yet safely remote.
+    pub copy_lag_bytes: u64,
+    /// Closed local segments not yet safely remote.
+    pub copy_lag_segments: u64,
+    /// Bytes of finished remote segments.
+    pub remote_bytes: u64,
+    /// Bytes of the local log.
+    pub local_bytes: u64,
+    /// Segments of the local log.
+    pub local_segments: u64,
+    /// The local log's next seq.
+    pub next_seq: u64,
+    /// The local log's counters and recovery figures.
+    pub local_log: LogStats,
+    /// The remote metadata (`None` when it could not be listed: those gauges keep their value).
+    pub remote: Option<RemoteSample>,
+}
+
+/// The remote metadata figures of a [`PartitionSample`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteSample {
+    /// Remote segment metadata entries.
+    pub metadata_count: u64,
+    /// Remote segments awaiting deletion.
+    pub delete_lag_segments: u64,
+    /// Bytes of remote segments awaiting deletion.
+    pub delete_lag_bytes: u64,
+}
+
+impl RemoteSample {
+    /// The figures of a partition's remote metadata list.
+    pub fn of(list: &[RemoteLogSegmentMetadata]) -> Self {
         let pending = list
             .iter()
             .filter(|m| m.state() == RemoteLogSegmentState::DeleteSegmentStarted);
         let (n, bytes) = pending.fold((0u64, 0u64), |(n, b), m| {
             (n + 1, b + m.segment_size_in_bytes())
         });
-        set(REMOTE_LOG_METADATA_COUNT, list.len() as u64);
-        set(DELETE_LAG_SEGMENTS, n);
-        set(DELETE_LAG_BYTES, bytes);
+        Self {
+            metadata_count: list.len() as u64,
+            delete_lag_segments: n,
+            delete_lag_bytes: bytes,
+        }
+    }
+}
+
+/// Publishes the sampled metrics of one partition: copy lag, delete lag, remote size, metadata
+/// count, and the local log's size, counters (as absolute values) and recovery figures.
+pub fn publish_partition(sample: impl Into<PartitionSample>) {
+    let sample: PartitionSample = sample.into();
+    let labels = labels(&sample.tp);
+    let set = |name: &'static str, v: u64| gauge!(name, labels.to_vec()).set(v as f64);
+    set(COPY_LAG_BYTES, sample.copy_lag_bytes);
+    set(COPY_LAG_SEGMENTS, sample.copy_lag_segments);
+    set(REMOTE_LOG_SIZE_BYTES, sample.remote_bytes);
+    set(LOCAL_LOG_SIZE_BYTES, sample.local_bytes);
+    set(LOCAL_LOG_SEGMENTS, sample.local_segments);
+    set(LOCAL_LOG_NEXT_SEQ, sample.next_seq);
+    publish_local_log(&sample.local_log, &labels);
+    if let Some(remote) = sample.remote {
+        set(REMOTE_LOG_METADATA_COUNT, remote.metadata_count);
+        set(DELETE_LAG_SEGMENTS, remote.delete_lag_segments);
+        set(DELETE_LAG_BYTES, remote.delete_lag_bytes);
     }
 }
 
@@ -304,9 +364,9 @@ fn publish_local_log(s: &LogStats, labels: &[Label; 2]) {
 }
 
 /// Records one finished round of `tp` (for callers running their own rounds with
-/// [`TieredLog::run_once`]; the service records its rounds itself): rounds, failures, remote
+/// [`TieredLog::run_once`](crate::TieredLog::run_once); the service records its rounds itself): rounds, failures, remote
 /// segments deleted by retention.
-pub fn record_round(tp: &TopicIdPartition, report: &crate::stats::TieringReport) {
+pub fn record_round(tp: &TopicIdPartition, report: &TieringReport) {
     add(ROUNDS, tp, 1);
     add(ROUND_FAILURES, tp, report.failures.len() as u64);
     add(

@@ -31,6 +31,7 @@ mod dump;
 mod dump_file;
 mod frame;
 mod name;
+mod problem;
 pub(crate) mod raw;
 mod scan;
 mod verify;
@@ -54,10 +55,11 @@ pub use self::name::{
     hole_file_name, is_segment_file_name, parse_hole_file_name, parse_segment_file_name,
     segment_file_name,
 };
+pub use self::problem::SegmentProblem;
 pub use self::raw::{BatchRecords, Batches};
 #[doc(hidden)]
 pub(crate) use self::scan::{ValidRun, find_valid_frame_after, scan_file, scan_file_from};
-pub use self::verify::{SegmentProblem, SegmentVerification, verify_segment, verify_segment_files};
+pub use self::verify::{SegmentVerification, verify_segment, verify_segment_files};
 pub use crate::index::{
     IndexSummary, TimeIndexSummary, lookup_position, lookup_time, verify_index, verify_time_index,
 };

@@ -12,7 +12,7 @@ use super::frame::{
     FRAME_HEADER_LEN, MIN_FRAME_LEN, MIN_RECORD_LEN, Parsed, frame_len, is_old_frame, parse_frame,
     read_frame_chunk,
 };
-use super::verify::SegmentProblem;
+use super::problem::SegmentProblem;
 use crate::Error;
 use crate::bufs::ReadBufs;
 

@@ -5,18 +5,10 @@ use std::path::{Path, PathBuf};
 
 use super::frame::FrameError;
 use super::name::parse_segment_file_name;
+use super::problem::SegmentProblem;
 use super::scan::{Scan, ScannedFrame, scan_file, scan_file_from};
 use crate::Error;
 use crate::index::{ENTRY_LEN, INDEX_HEADER_LEN, OffsetIndex, TIME_INDEX_HEADER_LEN, TimeIndex};
-
-/// A problem found in a segment: where it starts and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SegmentProblem {
-    /// Byte position of the first bad frame in the `.log` file.
-    pub position: u64,
-    /// What is wrong with it.
-    pub reason: String,
-}
 
 /// What [`verify_segment`] found in a `.log` file.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -11,8 +11,8 @@ use super::index::prefetched_index;
 use super::{RemoteReader, log_corrupt, object_key};
 use crate::cache::{FetchError, Part};
 use crate::error::Error;
+use crate::read::chunkmap::backend_view;
 use crate::stats::bump;
-use crate::tiered::chunkmap::backend_view;
 
 /// How much of the next chunk a read that starts afresh fetches with its first chunk (at most a
 /// chunk; 6 % more bytes on the default 1 MiB chunk): a point read of a record that crosses the

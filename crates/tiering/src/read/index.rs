@@ -9,8 +9,8 @@ use krabka_storage::index::{OffsetIndexView, TimeIndexView};
 use super::{RemoteReader, object_key, position_and_reason};
 use crate::cache::Part;
 use crate::error::Error;
+use crate::read::chunkmap::backend_view;
 use crate::stats::bump;
-use crate::tiered::chunkmap::backend_view;
 
 /// [`Error::CorruptRemote`] for a segment's offset index.
 fn index_corrupt(meta: &RemoteLogSegmentMetadata, seq: u64, e: &krabka_storage::Error) -> Error {

@@ -24,15 +24,16 @@ use crate::cache::{Part, RemoteReadCache};
 use crate::config::TieringConfig;
 use crate::error::Error;
 use crate::stats::Counters;
-use crate::tiered::chunkmap;
-use crate::tiered::hints;
-use crate::tiered::readahead::ReadAhead;
 
+pub(crate) mod chunkmap;
 mod fetch;
+pub(crate) mod hints;
 mod index;
+pub(crate) mod readahead;
 mod time;
 
 use fetch::Walk;
+use readahead::ReadAhead;
 
 /// The key of a segment's object in the shared layout: its `.log` (`None`) or an index.
 pub(crate) fn object_key(meta: &RemoteLogSegmentMetadata, index: Option<IndexType>) -> String {

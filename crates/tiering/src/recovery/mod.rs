@@ -96,5 +96,5 @@ fn record_lost(
 /// caller outside a `TieredLog` hands the manager, or a decorator's own parser of its custom
 /// metadata (a recovered segment has no chunk map: it comes back as it is).
 pub fn backend_metadata(metadata: &RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata {
-    crate::tiered::chunkmap::backend_view(metadata).into_owned()
+    crate::read::chunkmap::backend_view(metadata).into_owned()
 }

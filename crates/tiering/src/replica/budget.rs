@@ -15,7 +15,7 @@ use krabka_remote_storage::{
     RemoteStorageManager, TopicIdPartition,
 };
 
-use crate::service::ByteRateQuota;
+use crate::quota::ByteRateQuota;
 
 /// A request budget as replicas take from it: the quota, and the turn its takers wait in.
 #[derive(Clone)]

@@ -15,7 +15,7 @@ use super::{ReadReplica, ReplicaConfig};
 use crate::cache::RemoteReadCache;
 use crate::config::{DEFAULT_CACHE_BYTES, TieringConfig};
 use crate::error::Error;
-use crate::service::ByteRateQuota;
+use crate::quota::ByteRateQuota;
 
 /// Default [`ReplicaGroupConfig::refresh_threads`].
 pub const DEFAULT_REFRESH_THREADS: usize = 4;

@@ -30,9 +30,9 @@ use parking_lot::{Mutex, RwLock};
 use crate::cache::RemoteReadCache;
 use crate::config::TieringConfig;
 use crate::error::Error;
-use crate::service::ByteRateQuota;
+use crate::quota::ByteRateQuota;
+use crate::read::readahead::ReadAhead;
 use crate::stats::Counters;
-use crate::tiered::readahead::ReadAhead;
 
 mod budget;
 mod group;
@@ -40,6 +40,7 @@ mod judge;
 mod metadata;
 mod read;
 mod refresh;
+mod sample;
 
 pub use group::{DEFAULT_REFRESH_THREADS, GroupRefresh, ReplicaGroup, ReplicaGroupConfig};
 pub use metadata::ReplicaMetadata;

@@ -17,7 +17,7 @@ use tracing::Instrument;
 use super::blocking;
 use crate::error::Error;
 use crate::metrics::{self as m, time};
-use crate::service::ByteRateQuota;
+use crate::quota::ByteRateQuota;
 use crate::tiered::TieredLog;
 use crate::verify::verify_for_copy;
 

@@ -14,7 +14,6 @@
 //! every other partition's first copy by at most one segment copy per slot.
 
 mod partition;
-mod quota;
 mod read;
 mod scheduler;
 
@@ -30,13 +29,13 @@ use tokio::runtime::Runtime;
 use tokio::sync::{Notify, Semaphore, watch};
 
 use self::partition::Partition;
-pub use self::quota::ByteRateQuota;
 use self::scheduler::Queues;
 use crate::cache::RemoteReadCache;
 use crate::config::{SPARE_BLOCKING_THREADS, ServiceConfig};
 use crate::error::Error;
 use crate::instrumented::Instrumented;
 use crate::metrics::{self as m};
+use crate::quota::ByteRateQuota;
 use crate::tiered::TieredLog;
 
 /// State shared by the service handle, the scheduler and every task.

@@ -190,7 +190,7 @@ impl Partition {
         let log = self.log.clone();
         let mut handle = tokio::task::spawn_blocking(move || {
             let result = round::retention(&log);
-            crate::metrics::publish_partition(&log);
+            crate::metrics::publish_partition(&*log);
             result
         });
         let deadline = shared.config.delete_deadline;

@@ -13,11 +13,11 @@ use krabka_remote_storage::{
 use krabka_storage::SegmentInfo;
 use krabka_storage::index::OffsetIndexView;
 
-use super::chunkmap;
 use super::remote::remote_segment;
 use super::{NOT_BLOCKED, TieredLog, local_segment};
 use crate::error::Error;
 use crate::policy::{self, LocalSegment};
+use crate::read::chunkmap;
 use crate::stats::{TieringReport, bump};
 
 /// Clears the round flag when a round ends, however it ends.

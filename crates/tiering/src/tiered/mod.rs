@@ -22,19 +22,18 @@ use crate::cache::RemoteReadCache;
 use crate::config::TieringConfig;
 use crate::error::Error;
 use crate::policy::{self, LocalSegment};
+use crate::read::readahead;
 use crate::stats::{Counters, TieringStats};
 
-pub(crate) mod chunkmap;
 mod copy;
 mod follower;
 mod head;
-pub(crate) mod hints;
 mod local;
 mod open;
 mod read;
-pub(crate) mod readahead;
 mod remote;
 mod retention;
+mod sample;
 
 pub use local::LocalLogView;
 

@@ -32,7 +32,7 @@ impl TieredLog {
         }
         bump(&self.counters.delete, 1);
         self.rsm
-            .delete_log_segment_data(&super::chunkmap::backend_view(meta))
+            .delete_log_segment_data(&crate::read::chunkmap::backend_view(meta))
             .map_err(|e| Error::remote("delete", id, Some(meta.start_offset()), e))?;
         self.update_state(id, RemoteLogSegmentState::DeleteSegmentFinished, None)?;
         self.cache.lru().remove_segment(id.id());
