@@ -33,7 +33,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let value_size = usize::try_from(args.value_size)
         .map_err(|_| CliError::new("--value-size is too large for this machine"))?;
     let log = Log::open(&dir, opts).map_err(|e| storage("cannot open log", &dir, e))?;
-    crate::error::print_recovery(log.recovery_report());
+    crate::output::print_recovery(log.recovery_report());
     // One shared value: the bench measures the log, not the generator.
     let value = Bytes::from(vec![b'x'; value_size]);
     let batch_len = usize::try_from(args.batch).unwrap_or(100);

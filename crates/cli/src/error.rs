@@ -312,21 +312,6 @@ pub fn io_hint(kind: std::io::ErrorKind, raw: Option<i32>) -> Option<&'static st
     }
 }
 
-/// Prints what opening a log found and did (its [`RecoveryReport`](krabka_storage::RecoveryReport),
-/// one line per item) on stderr; nothing when there is nothing to say. The files a tiered log
-/// keeps next to its segments are tiering's ([`krabka_tiering::partition::is_own_file`]), not
-/// news.
-pub fn print_recovery(report: &krabka_storage::RecoveryReport) {
-    let mut report = report.clone();
-    report.ignored_files.retain(|p| {
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        !krabka_tiering::partition::is_own_file(name)
-    });
-    for line in report.to_string().lines().filter(|l| !l.trim().is_empty()) {
-        crate::output::note(format_args!("{line}"));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

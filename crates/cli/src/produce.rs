@@ -42,7 +42,7 @@ pub fn open_log(dir: &Path, segment_bytes: u64) -> Result<Log> {
         ..Options::default()
     };
     let log = Log::open(dir, opts).map_err(|e| storage("cannot open log", dir, e))?;
-    crate::error::print_recovery(log.recovery_report());
+    crate::output::print_recovery(log.recovery_report());
     Ok(log)
 }
 

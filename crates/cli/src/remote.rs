@@ -2,11 +2,10 @@
 //! `--remote`, connecting to it (always through the transforming layer), and one line for a
 //! bucket that cannot be used.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use krabka_remote_transform::KeyId;
-use krabka_tiering::{PartitionDir, RemoteTier};
+use krabka_tiering::RemoteTier;
 
 use crate::args::RemoteArgs;
 use crate::error::{CliError, Result};
@@ -114,7 +113,7 @@ pub fn transform_config(args: &RemoteArgs) -> Result<krabka_remote_transform::Tr
 }
 
 /// What a key file or key directory must be.
-const KEY_FILE_HINT: &str = "a key file is a regular file holding the 32-byte master key as \
+pub const KEY_FILE_HINT: &str = "a key file is a regular file holding the 32-byte master key as \
      raw bytes or as 64 hex characters (--encryption-key-file PATH, any number of times); \
      --encryption-key-dir DIR reads every such file in DIR";
 
@@ -140,28 +139,6 @@ pub fn tier(spec: &RemoteSpec, args: &RemoteArgs) -> Result<RemoteTier> {
         RemoteSpec::S3 { bucket, prefix } => {
             open_s3(bucket, prefix, args.endpoint.as_deref(), spec, transform)
         }
-    }
-}
-
-/// [`tier`] for the log directory `dir`: a missing filesystem remote is created, unless the
-/// log is bound to a remote (the library refuses it then, creating nothing).
-///
-/// # Errors
-/// As [`tier`].
-pub fn tier_for_dir(spec: &RemoteSpec, args: &RemoteArgs, dir: &Path) -> Result<RemoteTier> {
-    match spec {
-        RemoteSpec::Fs(root) => {
-            let transform = transform_config(args)?;
-            PartitionDir::fs_remote(dir, root, transform).map_err(|e| match e {
-                e @ krabka_tiering::Error::WrongRemote { .. } => {
-                    crate::tiered::tiering_error("cannot open tiered log", dir, e)
-                }
-                e => {
-                    CliError::new(e.to_string()).hint("check that the path is a writable directory")
-                }
-            })
-        }
-        RemoteSpec::S3 { .. } => tier(spec, args),
     }
 }
 
@@ -196,88 +173,6 @@ pub fn transform_hint(e: &(dyn std::error::Error + 'static)) -> Option<String> {
         T::InvalidKey { .. } => KEY_FILE_HINT.to_owned(),
         _ => return None,
     })
-}
-
-/// On `tier` with encryption: a warning line on stderr when the key that encrypts new segments
-/// is one no segment of the remote was encrypted with yet, naming the key ids the remote holds
-/// (and those among them that were not given, whose segments this command cannot read).
-/// Nothing when the remote holds no encrypted segment, or when no key is given.
-///
-/// # Errors
-/// When the keys cannot be read, or the metadata cannot be listed.
-pub fn warn_about_new_key(tiered: &crate::tiered::Tiered, args: &RemoteArgs) -> Result<()> {
-    let config = transform_config(args)?;
-    let Some(keys) = config.keys().cloned() else {
-        return Ok(());
-    };
-    let current = keys
-        .current_key()
-        .map_err(|e| CliError::new(e.to_string()).hint(KEY_FILE_HINT))?
-        .id();
-    let segments = tiered
-        .part
-        .metadata()
-        .list_remote_log_segments(tiered.part.topic())
-        .map_err(|e| CliError::new(format!("cannot list remote segments: {e}")))?;
-    // Segments copied before records carried their key id need their header read: at most
-    // this many.
-    const MAX_HEADER_READS: usize = 100;
-    let mut reads = 0;
-    let mut unchecked = 0;
-    let mut held = std::collections::BTreeMap::<KeyId, u64>::new();
-    for m in &segments {
-        let m = &krabka_tiering::recovery::backend_metadata(m);
-        if !krabka_remote_transform::Transforming::is_encrypted(m).unwrap_or(false) {
-            continue;
-        }
-        let id = match krabka_remote_transform::Transforming::recorded_key_id(m) {
-            Ok(Some(id)) => Some(id),
-            _ if reads < MAX_HEADER_READS => {
-                reads += 1;
-                let t = tiered.tier.transforming();
-                t.key_id(m).ok().flatten()
-            }
-            _ => {
-                unchecked += 1;
-                None
-            }
-        };
-        if let Some(id) = id {
-            *held.entry(id).or_default() += 1;
-        }
-    }
-    if held.is_empty() || held.contains_key(&current) {
-        return Ok(());
-    }
-    let not_given: Vec<String> = held
-        .keys()
-        .filter(|id| !matches!(keys.key(**id), Ok(Some(_))))
-        .map(ToString::to_string)
-        .collect();
-    crate::output::errln!(
-        "warning: new segments are encrypted with key id {current}, which no segment of {} was \
-         encrypted with yet; it holds segments encrypted with key id {}{}{}: keep every key \
-         (--encryption-key-file, any number of times, or --encryption-key-dir) to read them",
-        tiered.remote.describe(),
-        held.iter()
-            .map(|(id, n)| format!("{id} ({n} segment{})", if *n == 1 { "" } else { "s" }))
-            .collect::<Vec<_>>()
-            .join(", key id "),
-        if not_given.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " (key id {} not given here: this command cannot read those)",
-                not_given.join(", ")
-            )
-        },
-        if unchecked > 0 {
-            format!(" (and {unchecked} older segments whose key id was not read)")
-        } else {
-            String::new()
-        }
-    );
-    Ok(())
 }
 
 /// Connects to `s3://bucket/prefix` with the settings of the standard AWS environment (region,

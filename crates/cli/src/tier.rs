@@ -217,7 +217,7 @@ pub fn run(args: &TierArgs) -> Result<()> {
         Access::Owner,
         wrap,
     )?;
-    remote::warn_about_new_key(&tiered, &args.remote)?;
+    warn_about_new_key(&tiered, &args.remote)?;
     if args.watch {
         interrupt::install();
     }
@@ -306,4 +306,86 @@ pub fn run(args: &TierArgs) -> Result<()> {
         .into_log()
         .close()
         .map_err(|e| tiering_error("cannot close", &args.dir, e))
+}
+
+/// On `tier` with encryption: a warning line on stderr when the key that encrypts new segments
+/// is one no segment of the remote was encrypted with yet, naming the key ids the remote holds
+/// (and those among them that were not given, whose segments this command cannot read).
+/// Nothing when the remote holds no encrypted segment, or when no key is given.
+///
+/// # Errors
+/// When the keys cannot be read, or the metadata cannot be listed.
+fn warn_about_new_key(tiered: &tiered::Tiered, args: &crate::args::RemoteArgs) -> Result<()> {
+    let config = remote::transform_config(args)?;
+    let Some(keys) = config.keys().cloned() else {
+        return Ok(());
+    };
+    let current = keys
+        .current_key()
+        .map_err(|e| CliError::new(e.to_string()).hint(remote::KEY_FILE_HINT))?
+        .id();
+    let segments = tiered
+        .part
+        .metadata()
+        .list_remote_log_segments(tiered.part.topic())
+        .map_err(|e| CliError::new(format!("cannot list remote segments: {e}")))?;
+    // Segments copied before records carried their key id need their header read: at most
+    // this many.
+    const MAX_HEADER_READS: usize = 100;
+    let mut reads = 0;
+    let mut unchecked = 0;
+    let mut held = std::collections::BTreeMap::<krabka_remote_transform::KeyId, u64>::new();
+    for m in &segments {
+        let m = &krabka_tiering::recovery::backend_metadata(m);
+        if !krabka_remote_transform::Transforming::is_encrypted(m).unwrap_or(false) {
+            continue;
+        }
+        let id = match krabka_remote_transform::Transforming::recorded_key_id(m) {
+            Ok(Some(id)) => Some(id),
+            _ if reads < MAX_HEADER_READS => {
+                reads += 1;
+                let t = tiered.tier.transforming();
+                t.key_id(m).ok().flatten()
+            }
+            _ => {
+                unchecked += 1;
+                None
+            }
+        };
+        if let Some(id) = id {
+            *held.entry(id).or_default() += 1;
+        }
+    }
+    if held.is_empty() || held.contains_key(&current) {
+        return Ok(());
+    }
+    let not_given: Vec<String> = held
+        .keys()
+        .filter(|id| !matches!(keys.key(**id), Ok(Some(_))))
+        .map(ToString::to_string)
+        .collect();
+    errln!(
+        "warning: new segments are encrypted with key id {current}, which no segment of {} was \
+         encrypted with yet; it holds segments encrypted with key id {}{}{}: keep every key \
+         (--encryption-key-file, any number of times, or --encryption-key-dir) to read them",
+        tiered.remote.describe(),
+        held.iter()
+            .map(|(id, n)| format!("{id} ({n} segment{})", if *n == 1 { "" } else { "s" }))
+            .collect::<Vec<_>>()
+            .join(", key id "),
+        if not_given.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (key id {} not given here: this command cannot read those)",
+                not_given.join(", ")
+            )
+        },
+        if unchecked > 0 {
+            format!(" (and {unchecked} older segments whose key id was not read)")
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
 }

@@ -189,7 +189,7 @@ pub fn open(
     access: Access,
     wrap: Option<remote::Wrap>,
 ) -> Result<Tiered> {
-    let mut tier = remote::tier_for_dir(&spec, remote_args, log_dir)?;
+    let mut tier = tier_for_dir(&spec, remote_args, log_dir)?;
     if let Some(wrap) = wrap {
         tier = tier.wrapped(wrap);
     }
@@ -207,7 +207,7 @@ pub fn open(
             )),
         e => tiering_error("cannot open tiered log", log_dir, e),
     })?;
-    crate::error::print_recovery(part.recovery_report());
+    crate::output::print_recovery(part.recovery_report());
     if let Some(cut) = part.torn_event_cut() {
         crate::output::note(format_args!("{}", describe_torn_event_cut(cut)));
     }
@@ -216,6 +216,32 @@ pub fn open(
         remote: spec,
         tier,
     })
+}
+
+/// [`remote::tier`] for the log directory `dir`: a missing filesystem remote is created, unless the
+/// log is bound to a remote (the library refuses it then, creating nothing).
+///
+/// # Errors
+/// As [`remote::tier`].
+fn tier_for_dir(
+    spec: &RemoteSpec,
+    args: &RemoteArgs,
+    dir: &Path,
+) -> Result<krabka_tiering::RemoteTier> {
+    match spec {
+        RemoteSpec::Fs(root) => {
+            let transform = remote::transform_config(args)?;
+            PartitionDir::fs_remote(dir, root, transform).map_err(|e| match e {
+                e @ krabka_tiering::Error::WrongRemote { .. } => {
+                    tiering_error("cannot open tiered log", dir, e)
+                }
+                e => {
+                    CliError::new(e.to_string()).hint("check that the path is a writable directory")
+                }
+            })
+        }
+        RemoteSpec::S3 { .. } => remote::tier(spec, args),
+    }
 }
 
 /// The line printed for a torn last event the metadata store cut on open.
