@@ -65,14 +65,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
-use krabka_remote_storage::recovery::{ListedObject, RemoteSegmentLister};
 use krabka_remote_storage::{
     CustomMetadata, IndexSource, IndexType, LogSegmentData, RemoteLogSegmentMetadata,
     RemoteStorageError, RemoteStorageManager, checked_range,
 };
 use krabka_remote_storage::{layout, manifest};
 
+mod listing;
 mod ownership;
+mod root;
 
 /// Infix of temporary files: `<final name>.tmp-<pid>-<n>`. A final name never contains it.
 const TMP_INFIX: &str = ".tmp-";
@@ -111,7 +112,7 @@ impl FsRemoteStorage {
             endpoint: "file://".to_owned(),
             message,
         };
-        let resolved = resolve(&root).map_err(&unusable)?;
+        let resolved = root::resolve(&root).map_err(&unusable)?;
         if resolved.parent().is_none() {
             return Err(unusable(format!(
                 "it is the filesystem root ({}): name a directory of its own for the remote tier",
@@ -122,7 +123,7 @@ impl FsRemoteStorage {
             Ok(meta) if !meta.is_dir() => {
                 return Err(unusable(format!(
                     "it exists and is not a directory ({})",
-                    file_kind(&meta)
+                    root::file_kind(&meta)
                 )));
             }
             _ => {}
@@ -304,59 +305,7 @@ impl FsRemoteStorage {
     }
 }
 
-/// The absolute path `root` names once it exists: its longest existing prefix with symlinks,
-/// `.` and `..` resolved, then the rest. A `..` after a component that does not exist yet
-/// cannot be resolved before it is created, and is refused (as an error message).
-fn resolve(root: &Path) -> Result<PathBuf, String> {
-    let absolute = if root.is_absolute() {
-        root.to_path_buf()
-    } else {
-        std::env::current_dir()
-            .map_err(|e| format!("cannot resolve it: no current directory: {e}"))?
-            .join(root)
-    };
-    let parts: Vec<_> = absolute.components().collect();
-    // A bounded walk: from the whole path down to the root component, which always exists.
-    for existing in (1..=parts.len()).rev() {
-        let prefix: PathBuf = parts[..existing].iter().collect();
-        let Ok(mut resolved) = fs::canonicalize(&prefix) else {
-            continue;
-        };
-        for part in &parts[existing..] {
-            match part {
-                std::path::Component::Normal(name) => resolved.push(name),
-                std::path::Component::CurDir => {}
-                _ => {
-                    return Err(format!(
-                        "cannot resolve it: `..` follows {}, which does not exist",
-                        resolved.display()
-                    ));
-                }
-            }
-        }
-        return Ok(resolved);
-    }
-    Err("cannot resolve it: no part of it exists".to_owned())
-}
-
-/// What a non-directory is, for an error message.
-fn file_kind(meta: &fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let kind = meta.file_type();
-    if kind.is_file() {
-        "a regular file"
-    } else if kind.is_char_device() || kind.is_block_device() {
-        "a device"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "not a directory"
-    }
-}
-
-fn sync_dir(dir: &Path) -> Result<(), RemoteStorageError> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), RemoteStorageError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| RemoteStorageError::io(dir.display(), e))
@@ -496,87 +445,6 @@ impl RemoteStorageManager for FsRemoteStorage {
         // Last: the manifest.
         Self::remove(&manifest_path)?;
         sync_dir(&dir)?;
-        Ok(())
-    }
-}
-
-/// Recovery's view of the store: a partition directory's entries are read with one
-/// `read_dir`, streamed entry by entry.
-impl RemoteSegmentLister for FsRemoteStorage {
-    fn list_partition(
-        &self,
-        partition_dir: &str,
-        visit: &mut dyn FnMut(ListedObject) -> Result<(), RemoteStorageError>,
-    ) -> Result<(), RemoteStorageError> {
-        let dir = self.path(partition_dir);
-        let entries = match fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(RemoteStorageError::io(dir.display(), e)),
-        };
-        for entry in entries {
-            let entry = entry.map_err(|e| RemoteStorageError::io(dir.display(), e))?;
-            let meta = match entry.metadata() {
-                Ok(meta) => meta,
-                // Renamed or removed since the directory was read (a writer's temporary file
-                // moved into place, a delete): gone, as from an S3 listing made a moment later.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(RemoteStorageError::io(entry.path().display(), e)),
-            };
-            if !meta.is_file() {
-                continue;
-            }
-            let name = entry.file_name().to_string_lossy().into_owned();
-            visit(ListedObject {
-                key: format!("{partition_dir}/{name}"),
-                size: meta.len(),
-            })?;
-        }
-        Ok(())
-    }
-
-    fn list_partition_dirs(
-        &self,
-        visit: &mut dyn FnMut(String) -> Result<(), RemoteStorageError>,
-    ) -> Result<(), RemoteStorageError> {
-        let entries =
-            fs::read_dir(&self.root).map_err(|e| RemoteStorageError::io(self.root.display(), e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| RemoteStorageError::io(self.root.display(), e))?;
-            let is_dir = entry
-                .file_type()
-                .map_err(|e| RemoteStorageError::io(entry.path().display(), e))?
-                .is_dir();
-            if is_dir {
-                visit(entry.file_name().to_string_lossy().into_owned())?;
-            }
-        }
-        Ok(())
-    }
-
-    fn read_object(&self, key: &str) -> Result<Vec<u8>, RemoteStorageError> {
-        let path = self.path(key);
-        fs::read(&path).map_err(|e| RemoteStorageError::io(path.display(), e))
-    }
-
-    fn read_object_bounded(
-        &self,
-        key: &str,
-        max_len: usize,
-    ) -> Result<Vec<u8>, RemoteStorageError> {
-        let path = self.path(key);
-        ownership::read_bounded(&path, max_len)?.ok_or_else(|| {
-            RemoteStorageError::io(path.display(), std::io::ErrorKind::NotFound.into())
-        })
-    }
-
-    fn delete_object(&self, key: &str) -> Result<(), RemoteStorageError> {
-        let path = self.path(key);
-        if Self::remove(&path)?
-            && let Some(dir) = path.parent()
-        {
-            sync_dir(dir)?;
-        }
         Ok(())
     }
 }

@@ -9,18 +9,15 @@
 //! [`Source`] of `krabka read`: the summary, `--max`, `--timeout`, signals and lost seqs are
 //! `read`'s own.
 
-use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteStorageError, layout};
-use krabka_remote_transform::{KeyId, Transforming};
 use krabka_storage::Record;
 use krabka_tiering::TieringConfig;
-use krabka_tiering::partition::{PartitionQuery, find_partition, open_transformed_segment};
+use krabka_tiering::partition::{PartitionQuery, find_partition};
 use krabka_tiering::replica::{
-    HeadStatus, MAX_REFRESH_INTERVAL, ReadReplica, ReplicaConfig, ReplicaStats, SegmentMap,
+    HeadStatus, MAX_REFRESH_INTERVAL, ReadReplica, ReplicaConfig, ReplicaStats,
 };
 
 use super::Source;
@@ -29,28 +26,16 @@ use crate::error::{CliError, Result};
 use crate::output::errln;
 use crate::{human, remote};
 
+mod refusals;
+
+use refusals::{Refusals, Refused, merged, segment_map};
+
 /// Holes skipped in one call at most (each skip is one read): bounds the loop over a view
 /// made of many holes.
 const MAX_HOLES_PER_CALL: usize = 1024;
 
 /// Segments that cannot be opened named one by one at most (the rest are counted).
 const MAX_NAMED: usize = 5;
-
-/// A segment the transforming layer could not open: its seqs and why.
-#[derive(Debug, Clone)]
-struct Refused {
-    start: u64,
-    end: u64,
-    reason: String,
-}
-
-/// What the segment map saw: segments it refused, by the key of their `.log` object, and the
-/// ids of the keys that were missing.
-#[derive(Debug, Default)]
-struct Refusals {
-    segments: BTreeMap<String, Refused>,
-    missing_keys: Vec<KeyId>,
-}
 
 /// `krabka read --replica`: records from the remote tier alone.
 pub struct ReplicaSource {
@@ -450,56 +435,6 @@ impl Source for ReplicaSource {
 
     fn lost(&self) -> &[RangeInclusive<u64>] {
         &self.lost
-    }
-}
-
-/// The segment map the replica passes every segment through: recovery's
-/// [`open_transformed_segment`] (the transforming layer's metadata, the key
-/// checked), with each segment it refuses for good remembered in `refusals`.
-fn segment_map(transforming: Arc<Transforming>, refusals: Arc<Mutex<Refusals>>) -> SegmentMap {
-    let missing = Arc::new(Mutex::new(Vec::new()));
-    Arc::new(move |m: &RemoteLogSegmentMetadata| {
-        let outcome = open_transformed_segment(&transforming, m, &missing);
-        if let Err(e) = &outcome
-            && !e.is_retriable()
-            && let Ok(mut refusals) = refusals.lock()
-        {
-            let key = layout::log_key(m).unwrap_or_else(|_| m.remote_log_segment_id().to_string());
-            refusals.segments.insert(
-                key,
-                Refused {
-                    start: m.start_offset(),
-                    end: m.end_offset(),
-                    reason: reason(e),
-                },
-            );
-            if let Ok(mut missing) = missing.lock() {
-                refusals.missing_keys.append(&mut missing);
-            }
-        }
-        outcome
-    })
-}
-
-/// `ranges` (by start) with those that touch or overlap joined.
-fn merged(ranges: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
-    let mut sorted: Vec<(u64, u64)> = ranges.collect();
-    sorted.sort_unstable();
-    let mut out: Vec<(u64, u64)> = Vec::with_capacity(sorted.len());
-    for (a, b) in sorted {
-        match out.last_mut() {
-            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
-            _ => out.push((a, b)),
-        }
-    }
-    out
-}
-
-/// What a refused segment's error says, without the generic frame of a backend failure.
-fn reason(e: &RemoteStorageError) -> String {
-    match e {
-        RemoteStorageError::Backend { message, .. } => message.clone(),
-        other => remote::brief(&other.to_string()).to_owned(),
     }
 }
 
