@@ -31,14 +31,15 @@ mod dump;
 mod dump_file;
 mod frame;
 mod name;
+mod old;
 pub(crate) mod raw;
 mod scan;
 mod verify;
 
-pub(crate) use self::decode::decode_chunk;
 pub use self::decode::{
     DecodedRecords, decode_records, decode_records_at, decode_records_skipping,
 };
+pub(crate) use self::decode::{beyond_end, decode_chunk, decode_within};
 pub use self::dump::{DumpFrames, DumpedFrame, dump_frames, read_segment_file};
 pub use self::dump_file::{DUMP_DECODE_LIMIT, DumpFile};
 pub use self::frame::{
@@ -46,7 +47,8 @@ pub use self::frame::{
     MIN_RECORD_LEN, encode_frame, frame_len, peek_frame, read_chunk,
 };
 pub(crate) use self::frame::{
-    FrameError, Parsed, encode_frames, encode_frames_split, parse_frame, read_frame_chunk,
+    FrameError, Parsed, encode_frames, encode_frames_split, is_old_frame, parse_frame,
+    read_frame_chunk,
 };
 pub(crate) use self::name::segment_paths;
 pub use self::name::{
@@ -54,6 +56,8 @@ pub use self::name::{
     hole_file_name, is_segment_file_name, parse_hole_file_name, parse_segment_file_name,
     segment_file_name,
 };
+pub use self::old::OLD_FORMAT_NAME;
+pub(crate) use self::old::{decode_old_chunk, old_frame_len};
 pub use self::raw::{BatchRecords, Batches};
 #[doc(hidden)]
 pub(crate) use self::scan::{ValidRun, find_valid_frame_after, scan_file, scan_file_from};

@@ -140,7 +140,6 @@ fn an_old_format_segment_among_new_ones_is_refused() {
 /// the whole file as a torn tail at byte 0 (into the quarantine), and the log starts over at
 /// seq 1, reusing the seqs of the 19 intact old records; a repair does the same.
 #[test]
-#[ignore = "storage bug: an old-format segment whose first frame is damaged is cut whole as a torn tail (its seqs then reused) instead of refused as Error::OldFormat"]
 fn an_old_format_segment_with_a_damaged_first_frame_is_refused_not_cut() {
     check("one old segment, first frame damaged", |dir| {
         let path = segment_file(dir, 1..=20, false);
