@@ -10,9 +10,12 @@ use crate::LOCK_FILE_NAME;
 #[non_exhaustive]
 pub enum Error {
     /// A segment file is not in this build's format: it holds the record frames krabka wrote
-    /// before its segments became Kafka record batches. Nothing was read from it or changed.
+    /// before its segments became Kafka record batches (recognised by several independent
+    /// signals of that layout, so one damaged field does not hide it). No open, verification
+    /// or repair reads, cuts or moves it; a [`LogReader`](crate::view::LogReader) reads its
+    /// records read-only, so that they can be appended to a new log.
     #[error(
-        "{} is in {}, not {}: this build does not open, verify, repair or dump it, and reads it only read-only (`LogView`'s reader; `krabka read`) to convert it into a new log; nothing was changed",
+        "{} is in {}, not {}: this build neither opens, verifies, repairs nor dumps it, and nothing was changed; its records can be read out read-only (a `LogView` reader, as `krabka read DIR` does) and appended to a new log (docs/format.md, \"Bringing an old log over\")",
         path.display(), crate::segment::OLD_FORMAT_NAME, crate::segment::FORMAT_NAME
     )]
     OldFormat {

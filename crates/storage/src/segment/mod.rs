@@ -56,7 +56,7 @@ pub use self::name::{
     hole_file_name, is_segment_file_name, parse_hole_file_name, parse_segment_file_name,
     segment_file_name,
 };
-pub use self::old::OLD_FORMAT_NAME;
+pub use self::old::{OLD_FORMAT_NAME, is_old_format_file};
 pub(crate) use self::old::{decode_old_chunk, old_frame_len};
 pub use self::raw::{BatchRecords, Batches};
 #[doc(hidden)]
