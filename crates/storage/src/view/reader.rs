@@ -403,10 +403,12 @@ impl LogReader {
             last_allowed,
             false,
         );
-        if decoded.is_err()
-            && cursor.position == 0
-            && segment::is_old_frame(&buf, Some(cursor.base))
-        {
+        // Nothing decodes at the segment's start (damage, or a frame that seems to run past
+        // the end): an old-format file is read by its own decoder.
+        let stuck = decoded
+            .as_ref()
+            .map_or(true, |d| d.consumed == 0 && d.records.is_empty());
+        if stuck && cursor.position == 0 && segment::is_old_frame(&buf, Some(cursor.base)) {
             self.old = Some(cursor.base);
             return Ok(Chunk::Again);
         }
@@ -558,6 +560,21 @@ impl LogReader {
             &mut records,
         );
         let (consumed, expect, failure) = match decoded {
+            // A frame that runs past the end of the file: no writer appends to an old file, so
+            // it is a torn write or a damaged length, never a write in progress.
+            Ok(d) if d.consumed == 0 && records.is_empty() => {
+                let error = Error::OldFormatDamaged {
+                    path: path.to_path_buf(),
+                    position: cursor.position,
+                    seq: cursor.expect,
+                    reason: format!(
+                        "its length field says {} bytes, {left} are left in the file (a torn \
+                         write or a damaged length)",
+                        segment::old_frame_len(&buf).unwrap_or(0)
+                    ),
+                };
+                (0, cursor.expect, Some(error))
+            }
             Ok(d) => (d.consumed, d.next_seq, None),
             Err(e) => {
                 // The records before the damaged frame are proved: handed out first.
