@@ -453,7 +453,7 @@ impl LogReader {
                     self.cursor = Some(Cursor::start_of(cursor.base));
                     return Ok(Chunk::Again);
                 }
-                return self.good_then_bad(&buf, cursor, max, last_allowed, at, reason, path);
+                return self.good_then_bad(&buf, cursor, max, at, reason, path);
             }
         }
         Ok(Chunk::AtEnd)
@@ -466,11 +466,11 @@ impl LogReader {
         buf: &Bytes,
         cursor: Cursor,
         max: usize,
-        last_allowed: u64,
         at: u64,
         reason: String,
         path: &Path,
     ) -> Result<Chunk, Error> {
+        let last_allowed = self.last_allowed(cursor.base)?;
         let position = cursor.position + at;
         let n = usize::try_from(at).ok().filter(|n| *n > 0);
         let good = n.and_then(|n| {
