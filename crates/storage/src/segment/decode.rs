@@ -234,14 +234,17 @@ pub(crate) fn decode_chunk(
     Ok((pos, next_seq))
 }
 
+/// What the reason of [`beyond_end`] says, for a reader that adds which file follows.
+pub(crate) const BEYOND_END: &str = "lies beyond the end of the closed segment";
+
 /// The error for a batch of seqs `seq..=last` at `pos` that runs past `last_allowed`, the last
 /// seq its closed segment may hold.
 pub(crate) fn beyond_end(pos: usize, seq: u64, last: u64, last_allowed: u64) -> FrameError {
     FrameError::bad(
         pos,
         format!(
-            "a batch of seqs {seq}..={last} lies beyond the end of the closed segment, whose \
-             last seq is {last_allowed} (the next segment starts at seq {})",
+            "a batch of seqs {seq}..={last} {BEYOND_END}, whose last seq is {last_allowed} (the \
+             next segment starts at seq {})",
             last_allowed.saturating_add(1)
         ),
     )

@@ -36,10 +36,10 @@ pub(crate) mod raw;
 mod scan;
 mod verify;
 
+pub(crate) use self::decode::{BEYOND_END, beyond_end, decode_chunk, decode_within};
 pub use self::decode::{
     DecodedRecords, decode_records, decode_records_at, decode_records_skipping,
 };
-pub(crate) use self::decode::{beyond_end, decode_chunk, decode_within};
 pub use self::dump::{DumpFrames, DumpedFrame, dump_frames, read_segment_file};
 pub use self::dump_file::{DUMP_DECODE_LIMIT, DumpFile};
 pub use self::frame::{

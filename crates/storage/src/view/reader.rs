@@ -438,12 +438,21 @@ impl LogReader {
                 }
             }
             Err(e) => {
-                let (at, reason) = match e {
+                let (at, mut reason) = match e {
                     Error::Corrupt {
                         position, reason, ..
                     } => (position, reason),
                     other => (0, other.to_string()),
                 };
+                if reason.contains(segment::BEYOND_END) {
+                    // Either bytes were added to this closed segment or the next file is stray:
+                    // both files are named.
+                    let next = self.log_path(last_allowed.saturating_add(1));
+                    reason.push_str(&format!(
+                        ": bytes added to this closed segment, or {} is a stray segment file",
+                        next.display()
+                    ));
+                }
                 if at == 0 && cursor.from_index {
                     self.fallbacks.push(IndexFallback::BadFrame {
                         log: path.to_path_buf(),
