@@ -86,6 +86,10 @@ pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<
     let frames = segment::DumpFile::open(path)
         .map_err(|e| cannot_dump(path, &e))?
         .checking_seqs(base);
+    if segment::is_old_format_file(path, base).unwrap_or(false) {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        return Err(crate::reader::old_format(dir, path, "dump"));
+    }
     let file = File::open(path).map_err(|e| CliError::at("cannot read", path, e))?;
     if let Some(e) = transformed_object(path, &file)? {
         return Err(e);

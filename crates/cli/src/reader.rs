@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use krabka_storage::segment::{FORMAT_NAME, OLD_FORMAT_NAME};
 use krabka_storage::view::IndexFallback;
 use krabka_storage::{ACCEPTED_HOLES_FILE_NAME, Error as E, RECOVERY_POINT_FILE_NAME};
 
@@ -125,9 +126,52 @@ pub fn view_error(dir: &Path, e: E) -> CliError {
         .hint(format!(
             "the file was truncated or torn, or a newer segment was deleted; `krabka repair {d}` records the hole"
         )),
+        E::OldFormat { path } => old_format(dir, &path, "read"),
+        E::OldFormatDamaged {
+            path,
+            position,
+            seq,
+            reason,
+        } => CliError::new(format!(
+            "{} is in {OLD_FORMAT_NAME}, not {FORMAT_NAME}, and its frame at byte {position} \
+             (where seq {seq} should start) is damaged: {reason}; every record before it was \
+             printed, nothing was changed",
+            path.display()
+        ))
+        .hint(
+            "this build neither repairs nor cuts old-format files: restore the file from a copy, \
+             or repair it with the krabka release that wrote it, then bring the log over (see \
+             `krabka read --help` and docs/format.md)",
+        ),
         e @ (E::Io { .. } | E::Corrupt { .. }) => file_error(dir, e),
         other => CliError::new(other.to_string()),
     }
+}
+
+/// The one-line error of `command` (`verify`, `repair`, `dump`, `read`) for the segment `path`
+/// of the log at `dir`, which is in krabka's old per-record format: both formats named, and how
+/// to bring the log over (`krabka read` decodes the old format read-only).
+pub fn old_format(dir: &Path, path: &Path, command: &str) -> CliError {
+    let what = match command {
+        "read" => "`krabka read` reads an old-format log only from its start to its end, in order",
+        _ => "this build does not open, verify, repair or dump old-format files",
+    };
+    CliError::new(format!(
+        "{} is in {OLD_FORMAT_NAME}, not {FORMAT_NAME}: {what}; nothing was changed",
+        path.display()
+    ))
+    .hint(convert_hint(dir))
+}
+
+/// How to bring the old-format log at `dir` over into a new log.
+pub fn convert_hint(dir: &Path) -> String {
+    format!(
+        "bring the log over into a new directory: `krabka read {} --value-chars 1000000000 | \
+         cut -f3- | krabka produce NEW_DIR --escaped --key-separator \"$(printf '\\t')\"` appends \
+         every record's key and value in order (seqs from 1; timestamps are stamped anew and \
+         headers are not carried: docs/format.md says how a program keeps them)",
+        dir.display()
+    )
 }
 
 /// [`view_error`] for a file or directory that cannot be read or decoded.

@@ -23,7 +23,7 @@ use crate::error::{CliError, Result, storage};
 use crate::human;
 use crate::inspect::timestamp;
 use crate::output::outln;
-use crate::reader::view_error;
+use crate::reader::{old_format, view_error};
 use crate::verify::verify;
 
 /// Parses `--accept-hole`: `N` or `N..=M` with `1 <= N <= M`.
@@ -66,7 +66,10 @@ pub fn run(args: &RepairArgs) -> Result<()> {
         recovery: RecoveryMode::Repair,
         ..Options::default()
     };
-    let log = Log::open(dir, options).map_err(|e| storage("cannot repair", dir, e))?;
+    let log = Log::open(dir, options).map_err(|e| match e {
+        krabka_storage::Error::OldFormat { path } => old_format(dir, &path, "repair"),
+        e => storage("cannot repair", dir, e),
+    })?;
     let report = log.recovery_report().clone();
     let holes = hole_list(&log);
     let (first, last, next) = (log.first_seq(), log.last_seq(), log.next_seq());
@@ -193,6 +196,9 @@ fn accept_hint(dir: &Path, holes: &[RangeInclusive<u64>]) -> Result<()> {
 fn accept(dir: &Path, ranges: &[RangeInclusive<u64>]) -> Result<()> {
     let log = Log::open(dir, Options::default()).map_err(|e| {
         use krabka_storage::Error as E;
+        if let E::OldFormat { path } = e {
+            return old_format(dir, &path, "repair");
+        }
         let needs_repair = matches!(
             e,
             E::Damaged { .. } | E::SeqGap { .. } | E::SeqOverlap { .. } | E::Corrupt { .. }

@@ -208,7 +208,12 @@ impl Walk<'_> {
         } else {
             segment::verify_segment_files(&log_path, Some(&index_path), Some(&time_path))
         }
-        .map_err(|e| CliError::new(e.to_string()).hint("check the file's permissions"))?;
+        .map_err(|e| match e {
+            krabka_storage::Error::OldFormat { path } => {
+                crate::reader::old_format(self.dir, &path, "verify")
+            }
+            e => CliError::new(e.to_string()).hint("check the file's permissions"),
+        })?;
         bar.inc(v.file_bytes);
         self.report.segments += 1;
         self.report.records += v.records;

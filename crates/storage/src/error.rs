@@ -10,14 +10,35 @@ use crate::LOCK_FILE_NAME;
 #[non_exhaustive]
 pub enum Error {
     /// A segment file is not in this build's format: it holds the record frames krabka wrote
-    /// before its segments became Kafka record batches. Nothing was read from it or changed.
+    /// before its segments became Kafka record batches (recognised by several independent
+    /// signals of that layout, so one damaged field does not hide it). No open, verification
+    /// or repair reads, cuts or moves it; a [`LogReader`](crate::view::LogReader) reads its
+    /// records read-only, so that they can be appended to a new log.
     #[error(
-        "{} is in krabka's old per-record frame format, not {}: this build cannot read it (nothing was changed)",
-        path.display(), crate::segment::FORMAT_NAME
+        "{} is in {}, not {}: this build neither opens, verifies, repairs nor dumps it, and nothing was changed; its records can be read out read-only (a `LogView` reader, as `krabka read DIR` does) and appended to a new log (docs/format.md, \"Bringing an old log over\")",
+        path.display(), crate::segment::OLD_FORMAT_NAME, crate::segment::FORMAT_NAME
     )]
     OldFormat {
         /// The segment's `.log` file.
         path: PathBuf,
+    },
+    /// A segment file in krabka's old per-record frame format (see [`Error::OldFormat`]) holds
+    /// a damaged frame at `position`, where the frame of `seq` should start: a read-only reader
+    /// of the old format ([`LogReader`](crate::view::LogReader)) handed out every record before
+    /// it and stops there. This build neither repairs nor cuts old files.
+    #[error(
+        "{} is in {}, not {}, and its frame at byte {position} (where seq {seq} should start) is damaged: {reason}; nothing was changed",
+        path.display(), crate::segment::OLD_FORMAT_NAME, crate::segment::FORMAT_NAME
+    )]
+    OldFormatDamaged {
+        /// The segment's `.log` file.
+        path: PathBuf,
+        /// Byte position of the damaged frame.
+        position: u64,
+        /// The seq the frame there should carry.
+        seq: u64,
+        /// What is wrong with it.
+        reason: String,
     },
     /// A valid batch holds a record a [`Message`](krabka_protocol::Message) cannot represent
     /// exactly (a null value, a header with a null value, a control or transactional batch):

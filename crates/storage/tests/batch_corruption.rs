@@ -8,6 +8,8 @@
 //! keeps every intact batch.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+#[path = "batch_corruption/beyond_end.rs"]
+mod beyond_end;
 #[path = "batch_corruption/codecs.rs"]
 mod codecs;
 #[path = "batch_corruption/common.rs"]

@@ -223,6 +223,17 @@ impl Inner {
                     format!("batch starts at seq {}, expected {expect}", frame.seq),
                 ));
             }
+            if frame.last > plan.last_seq {
+                // Past the segment's end: damage, never batches to hand out. Those before it
+                // are returned first.
+                if count > 0 {
+                    break;
+                }
+                return Err(corrupt(
+                    pos + off as u64,
+                    crate::segment::beyond_end(0, frame.seq, frame.last, plan.last_seq).reason,
+                ));
+            }
             if count > 0 && off + frame.len > max_bytes {
                 break;
             }

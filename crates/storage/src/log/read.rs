@@ -325,9 +325,16 @@ impl Inner {
                 |at, len| self.bufs.read_available(&fd, path, at, len),
             )?;
             let before = out.len();
-            let (consumed, next_seq) =
-                decode_chunk(&chunk, from_seq, need, Some(expect), true, out)
-                    .map_err(|e| e.into_error(path, pos))?;
+            let (consumed, next_seq) = decode_chunk(
+                &chunk,
+                from_seq,
+                need,
+                Some(expect),
+                plan.last_seq,
+                true,
+                out,
+            )
+            .map_err(|e| e.into_error(path, pos))?;
             let got = out.len() - before;
             if let Some(last) = out.last().filter(|_| got > 0) {
                 read_to = last.seq + 1;

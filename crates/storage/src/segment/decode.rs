@@ -6,9 +6,10 @@ use bytes::Bytes;
 use krabka_protocol::batch::{BatchError, RecordIter};
 
 use super::frame::{
-    FORMAT_NAME, Fault, FrameError, MAX_UNCOMPRESSED_BATCH, Parsed, RawFrame, is_old_frame,
-    parse_frame, peek_frame,
+    FORMAT_NAME, Fault, FrameError, MAX_UNCOMPRESSED_BATCH, Parsed, RawFrame, parse_frame,
+    peek_frame,
 };
+use super::old::{OLD_FORMAT_NAME, is_old_frame};
 use crate::{Error, Record};
 
 /// Records decoded from the front of a buffer by [`decode_records`].
@@ -116,9 +117,30 @@ fn decode_with(
     max: usize,
     fast_skip: bool,
 ) -> Result<DecodedRecords, Error> {
+    decode_within(buf, expect, from_seq, max, u64::MAX, fast_skip)
+}
+
+/// [`decode_records_at`] (or, `expect` `None`, [`decode_records`]) that gives no record of a
+/// batch reaching past `last_allowed` (see [`decode_chunk`]).
+pub(crate) fn decode_within(
+    buf: &Bytes,
+    expect: Option<u64>,
+    from_seq: u64,
+    max: usize,
+    last_allowed: u64,
+    fast_skip: bool,
+) -> Result<DecodedRecords, Error> {
     let mut records = Vec::new();
-    let (consumed, next_seq) = decode_chunk(buf, from_seq, max, expect, fast_skip, &mut records)
-        .map_err(|e| e.into_error(Path::new(""), 0))?;
+    let (consumed, next_seq) = decode_chunk(
+        buf,
+        from_seq,
+        max,
+        expect,
+        last_allowed,
+        fast_skip,
+        &mut records,
+    )
+    .map_err(|e| e.into_error(Path::new(""), 0))?;
     Ok(DecodedRecords {
         records,
         consumed,
@@ -135,11 +157,16 @@ fn decode_with(
 /// every record returned is still checked, and a wrong length lands on bytes that fail the
 /// seq or CRC check of a later batch. The first batch is always checked, so that a reader
 /// positioned by an index entry learns at once when the entry does not point at a batch.
+///
+/// No batch reaching past `last_allowed` (the last seq of a closed segment: the next segment
+/// starts after it) gives a record: it is damage at its position. Checked once per batch, from
+/// its header.
 pub(crate) fn decode_chunk(
     buf: &Bytes,
     from_seq: u64,
     max: usize,
     mut expect: Option<u64>,
+    last_allowed: u64,
     fast_skip: bool,
     out: &mut Vec<Record>,
 ) -> Result<(usize, Option<u64>), FrameError> {
@@ -162,6 +189,9 @@ pub(crate) fn decode_chunk(
                     format!("batch starts at seq {seq}, expected {e}"),
                 ));
             }
+            if last > last_allowed {
+                return Err(beyond_end(pos, seq, last, last_allowed));
+            }
             pos += len;
             expect = Some(last + 1);
             next_seq = expect;
@@ -172,7 +202,7 @@ pub(crate) fn decode_chunk(
             Parsed::Bad(_) if is_old_frame(rest, expect) => {
                 return Err(FrameError::bad(
                     pos,
-                    format!("a record frame of krabka's old per-record format, not {FORMAT_NAME}"),
+                    format!("a record frame of {OLD_FORMAT_NAME}, not {FORMAT_NAME}"),
                 ));
             }
             Parsed::Bad(reason) => return Err(FrameError::bad(pos, reason)),
@@ -185,6 +215,9 @@ pub(crate) fn decode_chunk(
                 pos,
                 format!("batch starts at seq {}, expected {e}", frame.seq),
             ));
+        }
+        if frame.last > last_allowed {
+            return Err(beyond_end(pos, frame.seq, frame.last, last_allowed));
         }
         let after = frame
             .last
@@ -199,6 +232,22 @@ pub(crate) fn decode_chunk(
         next_seq = Some(after);
     }
     Ok((pos, next_seq))
+}
+
+/// What the reason of [`beyond_end`] says, for a reader that adds which file follows.
+pub(crate) const BEYOND_END: &str = "lies beyond the end of the closed segment";
+
+/// The error for a batch of seqs `seq..=last` at `pos` that runs past `last_allowed`, the last
+/// seq its closed segment may hold.
+pub(crate) fn beyond_end(pos: usize, seq: u64, last: u64, last_allowed: u64) -> FrameError {
+    FrameError::bad(
+        pos,
+        format!(
+            "a batch of seqs {seq}..={last} {BEYOND_END}, whose last seq is {last_allowed} (the \
+             next segment starts at seq {})",
+            last_allowed.saturating_add(1)
+        ),
+    )
 }
 
 /// The records of a checked batch, each checked as it is read.
@@ -322,6 +371,28 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_past_the_last_allowed_seq_gives_no_record_whether_read_or_stepped_over() {
+        let buf = Bytes::from(frames(1..=6));
+        let fifth = {
+            let mut pos = 0;
+            for _ in 0..4 {
+                pos += frame_len(&buf[pos..]).unwrap();
+            }
+            pos
+        };
+        for (from, fast) in [(1, false), (1, true), (6, true)] {
+            let mut out = Vec::new();
+            let e = decode_chunk(&buf, from, 10, Some(1), 4, fast, &mut out).unwrap_err();
+            assert_eq!(e.position, fifth, "from {from}, fast {fast}");
+            assert!(e.reason.contains("beyond the end"), "{}", e.reason);
+            assert!(out.iter().all(|r| r.seq <= 4), "from {from}, fast {fast}");
+        }
+        let mut out = Vec::new();
+        assert!(decode_chunk(&buf, 1, 10, Some(1), 6, false, &mut out).is_ok());
+        assert_eq!(out.len(), 6);
+    }
+
+    #[test]
     fn fast_skip_steps_over_batches_it_does_not_return_but_checks_every_one_it_returns() {
         let good = frames(1..=6);
         let second = frame_len(&good).unwrap();
@@ -333,6 +404,7 @@ mod tests {
                 4,
                 10,
                 Some(1),
+                u64::MAX,
                 fast,
                 &mut out,
             )

@@ -6,7 +6,6 @@
 //! krabka seq of its first record.
 
 use std::fs::File;
-use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -14,6 +13,9 @@ use bytes::Bytes;
 use krabka_protocol::Message;
 use krabka_protocol::batch::{self, BatchError, BatchView, Compression};
 
+use super::old::OLD_FORMAT_NAME;
+/// Where the readers of this module's batches look for the old format.
+pub(crate) use super::old::is_old_frame;
 use crate::Error;
 
 /// Bytes of a batch header, before its first record (Kafka's 61).
@@ -279,7 +281,7 @@ pub(crate) enum Parsed {
 pub(crate) fn parse_frame(buf: &Bytes) -> Parsed {
     match parse_batch(buf) {
         Parsed::Bad(_) if is_old_frame(buf, None) => Parsed::Bad(format!(
-            "a record frame of krabka's old per-record format, not {FORMAT_NAME}"
+            "a record frame of {OLD_FORMAT_NAME}, not {FORMAT_NAME}"
         )),
         other => other,
     }
@@ -380,32 +382,6 @@ pub(crate) fn peek_frame_header(header: &[u8]) -> Option<(u64, u64)> {
     }
     let seq = u64::try_from(base).ok()?;
     Some((seq, seq.checked_add(u64::try_from(delta).ok()?)?))
-}
-
-/// Whether `buf` starts with a record frame of the format krabka wrote before record batches
-/// (little-endian length, CRC-32 of the body, seq, a version-1 message): such a file is refused
-/// as [`Error::OldFormat`], never read as damaged batches. A frame whose CRC checks is one; so
-/// is, when the seq the bytes must start with is known (`expect`, a segment's base seq), a frame
-/// header carrying that seq before a version-1 message, however damaged the rest.
-pub(crate) fn is_old_frame(buf: &[u8], expect: Option<u64>) -> bool {
-    const OLD_HEADER: usize = 16;
-    let word = |r: Range<usize>| buf.get(r).and_then(|s| <[u8; 4]>::try_from(s).ok());
-    let (Some(len), Some(crc)) = (word(0..4), word(4..8)) else {
-        return false;
-    };
-    let len = u32::from_le_bytes(len) as usize;
-    if len < 8 + 18 || buf.get(OLD_HEADER) != Some(&krabka_protocol::VERSION) {
-        return false;
-    }
-    let seq = buf
-        .get(8..16)
-        .and_then(|s| <[u8; 8]>::try_from(s).ok())
-        .map(u64::from_le_bytes);
-    if expect.is_some() && seq == expect {
-        return true;
-    }
-    buf.get(8..8 + len)
-        .is_some_and(|body| crc32fast::hash(body) == u32::from_le_bytes(crc))
 }
 
 #[cfg(test)]

@@ -31,12 +31,13 @@ mod dump;
 mod dump_file;
 mod frame;
 mod name;
+mod old;
 mod problem;
 pub(crate) mod raw;
 mod scan;
 mod verify;
 
-pub(crate) use self::decode::decode_chunk;
+pub(crate) use self::decode::{BEYOND_END, beyond_end, decode_chunk, decode_within};
 pub use self::decode::{
     DecodedRecords, decode_records, decode_records_at, decode_records_skipping,
 };
@@ -47,7 +48,8 @@ pub use self::frame::{
     MIN_RECORD_LEN, encode_frame, frame_len, peek_frame, read_chunk,
 };
 pub(crate) use self::frame::{
-    FrameError, Parsed, encode_frames, encode_frames_split, parse_frame, read_frame_chunk,
+    FrameError, Parsed, encode_frames, encode_frames_split, is_old_frame, parse_frame,
+    read_frame_chunk,
 };
 pub(crate) use self::name::segment_paths;
 pub use self::name::{
@@ -55,6 +57,8 @@ pub use self::name::{
     hole_file_name, is_segment_file_name, parse_hole_file_name, parse_segment_file_name,
     segment_file_name,
 };
+pub use self::old::{OLD_FORMAT_NAME, is_old_format_file};
+pub(crate) use self::old::{decode_old_chunk, old_frame_len};
 pub use self::problem::SegmentProblem;
 pub use self::raw::{BatchRecords, Batches};
 #[doc(hidden)]

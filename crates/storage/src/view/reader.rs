@@ -60,6 +60,11 @@ pub struct LogReader {
     view: LogView,
     next_seq: u64,
     cursor: Option<Cursor>,
+    /// A segment's base and the base of the segment after it, once one exists: the seq before
+    /// it is the last the segment may hold (segments are only ever added after the newest).
+    seam: Option<(u64, u64)>,
+    /// The base of a segment found in krabka's old per-record format (read by its own decoder).
+    old: Option<u64>,
     /// The failure met right after the records last returned.
     pending: Option<Error>,
     tail: Option<IncompleteTail>,
@@ -110,6 +115,8 @@ impl LogReader {
             view,
             next_seq: from_seq,
             cursor: None,
+            seam: None,
+            old: None,
             pending: None,
             tail: None,
             fallbacks: Vec::new(),
@@ -149,7 +156,10 @@ impl LogReader {
     /// [`Error::Shrank`] naming the file (and byte); [`Error::BelowStart`] and
     /// [`Error::OutOfRange`] for a seq the directory does not hold.
     pub fn poll(&mut self, max: usize) -> Result<Vec<Record>, Error> {
-        Ok(self.step(max)?.map(|g| g.records).unwrap_or_default())
+        Ok(self
+            .step(max, false)?
+            .map(|g| g.records)
+            .unwrap_or_default())
     }
 
     /// [`poll`](Self::poll) that returns the raw batches of up to `max` records (from one
@@ -161,7 +171,7 @@ impl LogReader {
     /// # Errors
     /// As [`poll`](Self::poll).
     pub fn poll_frames(&mut self, max: usize) -> Result<Option<Frames>, Error> {
-        let Some(got) = self.step(max)? else {
+        let Some(got) = self.step(max, true)? else {
             return Ok(None);
         };
         let (Some(first), Some(last)) = (got.records.first(), got.records.last()) else {
@@ -287,8 +297,27 @@ impl LogReader {
         }
     }
 
-    /// The next records (with their frames), `None` when caught up.
-    fn step(&mut self, max: usize) -> Result<Option<Got>, Error> {
+    /// The last seq the segment `base` may hold: the one before the next segment's base, once
+    /// a later segment exists (then it is remembered); else none (`u64::MAX`). One listing of
+    /// the directory per step while the segment is the newest, none once it is closed.
+    fn last_allowed(&mut self, base: u64) -> Result<u64, Error> {
+        if let Some((b, next)) = self.seam
+            && b == base
+        {
+            return Ok(next.saturating_sub(1));
+        }
+        match self.view.segment_bases()?.into_iter().find(|b| *b > base) {
+            Some(next) => {
+                self.seam = Some((base, next));
+                Ok(next.saturating_sub(1))
+            }
+            None => Ok(u64::MAX),
+        }
+    }
+
+    /// The next records (with their frames, when `frames`: then a segment in the old format
+    /// is an error, as it holds no record batches), `None` when caught up.
+    fn step(&mut self, max: usize, frames: bool) -> Result<Option<Got>, Error> {
         if let Some(e) = self.pending.take() {
             return Err(e);
         }
@@ -327,7 +356,7 @@ impl LogReader {
                 });
             }
             if len > cursor.position {
-                match self.decode_from(cursor, &file, &path, len, max)? {
+                match self.decode_from(cursor, &file, &path, len, max, frames)? {
                     Chunk::Got(got) => return Ok(Some(got)),
                     Chunk::Again => continue,
                     Chunk::AtEnd => {}
@@ -344,7 +373,9 @@ impl LogReader {
         }
     }
 
-    /// Decodes up to `max` records of the segment at `path` (`len` bytes) from `cursor`.
+    /// Decodes up to `max` records of the segment at `path` (`len` bytes) from `cursor`. No
+    /// record of a batch reaching past the segment's last allowed seq (a closed segment ends
+    /// where the next one starts) is handed out: such a batch is damage at its byte.
     fn decode_from(
         &mut self,
         cursor: Cursor,
@@ -352,9 +383,36 @@ impl LogReader {
         path: &Path,
         len: u64,
         max: usize,
+        frames: bool,
     ) -> Result<Chunk, Error> {
+        let last_allowed = self.last_allowed(cursor.base)?;
+        if self.old == Some(cursor.base) {
+            if frames {
+                return Err(Error::OldFormat {
+                    path: path.to_path_buf(),
+                });
+            }
+            return self.decode_old(cursor, file, path, len, max, last_allowed);
+        }
         let buf = segment::read_chunk(file, path, cursor.position, len, CHUNK)?;
-        match segment::decode_records_at(&buf, cursor.expect, self.next_seq, max) {
+        let decoded = segment::decode_within(
+            &buf,
+            Some(cursor.expect),
+            self.next_seq,
+            max,
+            last_allowed,
+            false,
+        );
+        // Nothing decodes at the segment's start (damage, or a frame that seems to run past
+        // the end): an old-format file is read by its own decoder.
+        let stuck = decoded
+            .as_ref()
+            .map_or(true, |d| d.consumed == 0 && d.records.is_empty());
+        if stuck && cursor.position == 0 && segment::is_old_frame(&buf, Some(cursor.base)) {
+            self.old = Some(cursor.base);
+            return Ok(Chunk::Again);
+        }
+        match decoded {
             Ok(decoded) => {
                 if let Some(last) = decoded.records.last() {
                     self.next_seq = last.seq.saturating_add(1);
@@ -380,12 +438,21 @@ impl LogReader {
                 }
             }
             Err(e) => {
-                let (at, reason) = match e {
+                let (at, mut reason) = match e {
                     Error::Corrupt {
                         position, reason, ..
                     } => (position, reason),
                     other => (0, other.to_string()),
                 };
+                if reason.contains(segment::BEYOND_END) {
+                    // Either bytes were added to this closed segment or the next file is stray:
+                    // both files are named.
+                    let next = self.log_path(last_allowed.saturating_add(1));
+                    reason.push_str(&format!(
+                        ": bytes added to this closed segment, or {} is a stray segment file",
+                        next.display()
+                    ));
+                }
                 if at == 0 && cursor.from_index {
                     self.fallbacks.push(IndexFallback::BadFrame {
                         log: path.to_path_buf(),
@@ -412,13 +479,21 @@ impl LogReader {
         reason: String,
         path: &Path,
     ) -> Result<Chunk, Error> {
+        let last_allowed = self.last_allowed(cursor.base)?;
         let position = cursor.position + at;
         let n = usize::try_from(at).ok().filter(|n| *n > 0);
         let good = n.and_then(|n| {
             let before = buf.slice(..n.min(buf.len()));
-            segment::decode_records_at(&before, cursor.expect, self.next_seq, max)
-                .ok()
-                .map(|d| (before, d))
+            segment::decode_within(
+                &before,
+                Some(cursor.expect),
+                self.next_seq,
+                max,
+                last_allowed,
+                false,
+            )
+            .ok()
+            .map(|d| (before, d))
         });
         let mut got = None;
         let mut expect = cursor.expect;
@@ -453,6 +528,98 @@ impl LogReader {
                 self.pending = Some(error);
                 Ok(Chunk::Got(got))
             }
+        }
+    }
+
+    /// [`decode_from`](Self::decode_from) for a segment in krabka's old per-record format: its
+    /// frames are decoded read-only, each proved (CRC, seq, a message that fills it, not past
+    /// `last_allowed`) before its record is handed out. A damaged frame ends the read there
+    /// ([`Error::OldFormatDamaged`], after the records before it).
+    fn decode_old(
+        &mut self,
+        cursor: Cursor,
+        file: &File,
+        path: &Path,
+        len: u64,
+        max: usize,
+        last_allowed: u64,
+    ) -> Result<Chunk, Error> {
+        let read = |at: u64, n: u64| {
+            let mut buf = vec![0u8; usize::try_from(n).unwrap_or(usize::MAX)];
+            file.read_exact_at(&mut buf, at)
+                .map_err(|e| Error::io(path, e))?;
+            Ok::<_, Error>(Bytes::from(buf))
+        };
+        let left = len - cursor.position;
+        let mut buf = read(cursor.position, left.min(CHUNK as u64))?;
+        // A frame longer than the chunk is read whole (when the file holds it).
+        if let Some(whole) = segment::old_frame_len(&buf)
+            && whole > buf.len() as u64
+            && whole <= left
+        {
+            buf = read(cursor.position, whole)?;
+        }
+        let mut records = Vec::new();
+        let decoded = segment::decode_old_chunk(
+            &buf,
+            cursor.expect,
+            self.next_seq,
+            max,
+            last_allowed,
+            &mut records,
+        );
+        let (consumed, expect, failure) = match decoded {
+            // A frame that runs past the end of the file: no writer appends to an old file, so
+            // it is a torn write or a damaged length, never a write in progress.
+            Ok(d) if d.consumed == 0 && records.is_empty() => {
+                let error = Error::OldFormatDamaged {
+                    path: path.to_path_buf(),
+                    position: cursor.position,
+                    seq: cursor.expect,
+                    reason: format!(
+                        "its length field says {} bytes, {left} are left in the file (a torn \
+                         write or a damaged length)",
+                        segment::old_frame_len(&buf).unwrap_or(0)
+                    ),
+                };
+                (0, cursor.expect, Some(error))
+            }
+            Ok(d) => (d.consumed, d.next_seq, None),
+            Err(e) => {
+                // The records before the damaged frame are proved: handed out first.
+                let position = cursor.position + e.position as u64;
+                let expect = records.last().map_or(cursor.expect, |r| r.seq + 1);
+                let error = Error::OldFormatDamaged {
+                    path: path.to_path_buf(),
+                    position,
+                    seq: expect,
+                    reason: e.reason,
+                };
+                (e.position, expect, Some(error))
+            }
+        };
+        self.cursor = Some(Cursor {
+            base: cursor.base,
+            position: cursor.position + consumed as u64,
+            expect,
+            from_index: false,
+        });
+        if let Some(last) = records.last() {
+            self.next_seq = last.seq.saturating_add(1);
+        }
+        match (records.is_empty(), failure) {
+            (true, Some(e)) => Err(e),
+            (false, failure) => {
+                self.pending = failure;
+                Ok(Chunk::Got(Got {
+                    records,
+                    frames: Bytes::new(),
+                    path: path.to_path_buf(),
+                    position: cursor.position,
+                }))
+            }
+            (true, None) if consumed > 0 => Ok(Chunk::Again),
+            (true, None) => Ok(Chunk::AtEnd),
         }
     }
 
