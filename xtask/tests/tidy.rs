@@ -233,6 +233,47 @@ fn crates_depend_only_on_lower_layers() {
     );
 }
 
+/// The floors `docs/ARCHITECTURE.md` draws (` floor N   crate crate ...` lines of its code map):
+/// floor number to crate names.
+fn documented_floors(architecture: &str) -> BTreeMap<usize, BTreeSet<String>> {
+    let mut floors = BTreeMap::new();
+    for line in architecture.lines() {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("floor") {
+            continue;
+        }
+        let Some(n) = words.next().and_then(|n| n.parse::<usize>().ok()) else {
+            continue;
+        };
+        let names = words
+            .take_while(|w| !w.starts_with('('))
+            .map(str::to_owned)
+            .collect::<BTreeSet<_>>();
+        floors.insert(n, names);
+    }
+    floors
+}
+
+#[test]
+fn the_architecture_floor_table_is_the_layers_tidy_checks() {
+    let mut layers: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    for (name, layer) in LAYERS {
+        layers.entry(*layer).or_default().insert((*name).to_owned());
+    }
+    let documented = documented_floors(&read(&root().join("docs/ARCHITECTURE.md")));
+    assert_eq!(
+        documented, layers,
+        "docs/ARCHITECTURE.md's floor table (` floor N   crate ...` lines) must list exactly the \
+         crates of LAYERS in xtask/tests/tidy.rs, each on its layer"
+    );
+    // The parser itself: a table that differs is told apart.
+    let sample = " floor 1   a  b\n floor 0   c   (the leaf)\nfloor x y\n";
+    let parsed = documented_floors(sample);
+    assert_eq!(parsed.len(), 2);
+    assert_eq!(parsed.get(&0).map(BTreeSet::len), Some(1));
+    assert_ne!(parsed, layers);
+}
+
 #[test]
 fn no_source_file_is_over_600_lines() {
     let root = root();

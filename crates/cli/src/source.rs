@@ -112,7 +112,11 @@ impl Source for TieredSource {
         // bounded: each pass skips one hole or returns.
         for _ in 0..=self.lost.len().saturating_add(1024) {
             match self.tiered.part.log().read(self.next, max) {
-                Err(krabka_tiering::Error::RemoteHole { from, to, .. }) if to >= self.next => {
+                Err(krabka_tiering::Error::Read(krabka_tiering::ReadError::RemoteHole {
+                    from,
+                    to,
+                    ..
+                })) if to >= self.next => {
                     crate::output::note(format_args!(
                         "seqs {from}..={to} are lost: no tier holds them (a hole a recovery \
                          or a repair left); reading on from seq {}",

@@ -83,7 +83,9 @@ fn is_fenced(e: &krabka_tiering::Error) -> bool {
     while let Some(err) = current {
         if matches!(
             err.downcast_ref::<krabka_tiering::Error>(),
-            Some(krabka_tiering::Error::Fenced { .. })
+            Some(krabka_tiering::Error::Ownership(
+                krabka_tiering::OwnershipError::Fenced { .. }
+            ))
         ) {
             return true;
         }

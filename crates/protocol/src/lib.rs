@@ -68,10 +68,10 @@ impl Header {
 }
 
 /// Milliseconds since the Unix epoch now, by the system's wall clock (negative before 1970;
-/// saturating at the ends of `i64`): the stamp of [`Message::new`]. Private: the workspace's
-/// one public clock is `krabka_remote_storage::now_ms` (the same reading); this crate depends
-/// on no other krabka crate, so it keeps these few lines of its own.
-fn now_ms() -> i64 {
+/// saturating at the ends of `i64`): the stamp of [`Message::new`], and the wall clock of every
+/// crate built on this one (storage's accepted holes among them). The SPI, which depends on no
+/// krabka crate, reads the same clock as `krabka_remote_storage::now_ms`.
+pub fn now_ms() -> i64 {
     use std::time::{SystemTime, UNIX_EPOCH};
     match SystemTime::now().duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),

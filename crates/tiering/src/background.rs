@@ -29,11 +29,13 @@ impl TieringHandle {
     /// one copy deadline — for abandoned copies to return and be cleaned up.
     ///
     /// # Errors
-    /// [`Error::Task`] when the task panicked.
+    /// [`ServiceError::Task`](crate::ServiceError::Task) when the task panicked.
     pub async fn shutdown(self) -> Result<(), Error> {
         // The receiver lives in the task; a send error means it already ended.
         let _ = self.stop.send(true);
-        self.task.await.map_err(|e| Error::Task(e.to_string()))
+        self.task
+            .await
+            .map_err(|e| Error::Service(crate::error::ServiceError::Task(e.to_string())))
     }
 }
 

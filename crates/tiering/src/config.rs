@@ -100,7 +100,7 @@ pub struct TieringConfig {
     /// (a reader or the read-ahead) started: every remote fetch is single-flight, so a reader
     /// missing an entry being fetched waits for that fetch and takes its result, instead of
     /// sending a second request for the same bytes. Past this the read fails with
-    /// [`Error::FetchWaitExceeded`](crate::Error::FetchWaitExceeded) (a fetch that failed is
+    /// [`Error::FetchWaitExceeded`](crate::ReadError::FetchWaitExceeded) (a fetch that failed is
     /// retried by the waiter at once, which then reports its own error). Default: 30 seconds.
     /// Minimum: 1 ms. Maximum: one day.
     pub fetch_deadline: Duration,
@@ -223,7 +223,7 @@ pub struct ServiceConfig {
     /// Remote reads running at once. Default: 2. Minimum: 1.
     pub read_threads: usize,
     /// Reads waiting for a reader thread; one more is refused with
-    /// [`Error::ReaderQueueFull`]. Default: 64. Minimum: 0.
+    /// [`ReadError::ReaderQueueFull`](crate::ReadError::ReaderQueueFull). Default: 64. Minimum: 0.
     pub read_queue: usize,
     /// Async worker threads of the service's runtime. Default: 1. Minimum: 1.
     pub worker_threads: usize,

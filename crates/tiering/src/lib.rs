@@ -106,7 +106,7 @@ pub use config::{
     DEFAULT_ROUND_INTERVAL, DEFAULT_WORKER_THREADS, MAX_FETCH_DEADLINE, MAX_SEGMENT_BYTES,
     MIN_CHUNK_BYTES, SPARE_BLOCKING_THREADS, ServiceConfig, TieringConfig, validate_log_options,
 };
-pub use error::Error;
+pub use error::{Error, OwnershipError, ReadError, ServiceError};
 pub use fd_limit::open_files_limit;
 pub use instrumented::Instrumented;
 pub use lost::{LOST_SEQS_FILE, read as read_lost_seqs};

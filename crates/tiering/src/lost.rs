@@ -7,7 +7,7 @@
 //! The seqs between are in neither tier. This file records them so that opening the tiered
 //! log accepts that gap (it would otherwise refuse it as
 //! [`Mismatch::Gap`](crate::policy::Mismatch::Gap)) and a read of them fails naming them
-//! ([`Error::RemoteHole`](crate::Error::RemoteHole)).
+//! ([`Error::RemoteHole`](crate::ReadError::RemoteHole)).
 //!
 //! Format (one line): `lost <first>..=<last> crc32 <8 lowercase hex digits>\n`, the CRC-32
 //! (IEEE) of the bytes before ` crc32`, the seqs in canonical decimal. Written atomically (a

@@ -66,18 +66,18 @@ fn hundred_thousand_records_read_back_across_tiers_and_retention_moves_first_seq
     assert!(
         matches!(
             before_first,
-            Err(Error::OutOfRange {
+            Err(Error::Read(krabka_tiering::ReadError::OutOfRange {
                 seq: 0,
                 first: 1,
                 last: 100_000
-            })
+            }))
         ),
         "{before_first:?}"
     );
     assert!(log.read(100_001, 10).unwrap().is_empty());
     assert!(matches!(
         log.read(100_002, 10),
-        Err(Error::OutOfRange { .. })
+        Err(Error::Read(krabka_tiering::ReadError::OutOfRange { .. }))
     ));
     log.close().unwrap();
 
@@ -102,10 +102,15 @@ fn hundred_thousand_records_read_back_across_tiers_and_retention_moves_first_seq
     let first = log.first_seq().unwrap();
     assert!(first > 50_000, "first seq {first}");
     match log.read(first - 1, 1) {
-        Err(Error::OutOfRange { seq, first: f, .. }) => assert_eq!((seq, f), (first - 1, first)),
+        Err(Error::Read(krabka_tiering::ReadError::OutOfRange { seq, first: f, .. })) => {
+            assert_eq!((seq, f), (first - 1, first))
+        }
         other => panic!("expected OutOfRange, got {other:?}"),
     }
-    assert!(matches!(log.read(1, 1), Err(Error::OutOfRange { .. })));
+    assert!(matches!(
+        log.read(1, 1),
+        Err(Error::Read(krabka_tiering::ReadError::OutOfRange { .. }))
+    ));
     assert_eq!(read_all_and_check(&log, first), 100_001 - first);
     assert!(log.stats().remote_bytes + log.stats().local_bytes <= (1 << 20) + 3 * SEGMENT);
     let (stray, unfinished) = orphans(&fs, rlmm.as_ref());

@@ -44,9 +44,9 @@ fn records_before_a_bad_remote_frame_are_delivered_first() {
         assert_eq!((r.seq, &r.message.value), (seq, &message(seq).value));
     }
     match log.read(bad_seq, 10) {
-        Err(Error::CorruptRemote {
+        Err(Error::Read(krabka_tiering::ReadError::CorruptRemote {
             object, position, ..
-        }) => {
+        })) => {
             assert_eq!(object, layout::log_key(target).unwrap());
             assert_eq!(position, Some(bad_pos));
         }
@@ -97,7 +97,11 @@ fn remote_corruption_matrix_gives_exact_records_or_typed_errors() {
                     assert_eq!(stopped, log.last_seq() + 1);
                     let r = log.seq_for_timestamp(ts);
                     assert!(
-                        matches!(r, Err(Error::CorruptRemote { .. } | Error::Remote { .. })),
+                        matches!(
+                            r,
+                            Err(Error::Read(krabka_tiering::ReadError::CorruptRemote { .. })
+                                | Error::Remote { .. })
+                        ),
                         "{case}: {r:?}"
                     );
                 }
@@ -108,9 +112,11 @@ fn remote_corruption_matrix_gives_exact_records_or_typed_errors() {
                         "{case}: stopped at {stopped}"
                     );
                     match &err {
-                        Error::CorruptRemote {
-                            segment, object: o, ..
-                        } => {
+                        Error::Read(krabka_tiering::ReadError::CorruptRemote {
+                            segment,
+                            object: o,
+                            ..
+                        }) => {
                             assert_eq!(&**segment, target.remote_log_segment_id(), "{case}");
                             let key = match object {
                                 None => layout::log_key(&target).unwrap(),
@@ -140,17 +146,23 @@ fn read_zero_is_out_of_range_like_log_read() {
         log.log().read(0, 0),
         Err(krabka_storage::Error::OutOfRange { .. })
     ));
-    assert!(matches!(log.read(0, 0), Err(Error::OutOfRange { .. })));
+    assert!(matches!(
+        log.read(0, 0),
+        Err(Error::Read(krabka_tiering::ReadError::OutOfRange { .. }))
+    ));
     log.run_once().unwrap();
     assert!(log.local_first_seq() > 100);
     // Seq 1 is remote: a read of none of it is fine, as a read of one is.
     assert_eq!(log.read(1, 0).unwrap(), []);
     assert_eq!(log.read(1, 1).unwrap().len(), 1);
-    assert!(matches!(log.read(0, 0), Err(Error::OutOfRange { .. })));
+    assert!(matches!(
+        log.read(0, 0),
+        Err(Error::Read(krabka_tiering::ReadError::OutOfRange { .. }))
+    ));
     assert_eq!(log.read(log.last_seq() + 1, 0).unwrap(), []);
     assert!(matches!(
         log.read(log.last_seq() + 2, 0),
-        Err(Error::OutOfRange { .. })
+        Err(Error::Read(krabka_tiering::ReadError::OutOfRange { .. }))
     ));
 
     // The first remote segment disappears from the metadata (another process's retention,
@@ -168,8 +180,14 @@ fn read_zero_is_out_of_range_like_log_read() {
             ))
             .unwrap();
     }
-    assert!(matches!(log.read(1, 1), Err(Error::OutOfRange { .. })));
-    assert!(matches!(log.read(1, 0), Err(Error::OutOfRange { .. })));
+    assert!(matches!(
+        log.read(1, 1),
+        Err(Error::Read(krabka_tiering::ReadError::OutOfRange { .. }))
+    ));
+    assert!(matches!(
+        log.read(1, 0),
+        Err(Error::Read(krabka_tiering::ReadError::OutOfRange { .. }))
+    ));
     let next = first.end_offset() + 1;
     assert_eq!(log.read(next, 0).unwrap(), []);
 }

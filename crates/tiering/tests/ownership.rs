@@ -165,7 +165,9 @@ fn scenario(b: &Backend) {
     let other = tempfile::tempdir().unwrap();
     let wrong = fs_backend(other.path());
     match open(&wrong, &a) {
-        Err(Error::WrongRemote { bound, given, .. }) => {
+        Err(Error::Ownership(krabka_tiering::OwnershipError::WrongRemote {
+            bound, given, ..
+        })) => {
             assert_eq!(bound, b.location);
             assert_eq!(given, wrong.location);
         }
@@ -182,13 +184,21 @@ fn scenario(b: &Backend) {
         &ownership(b),
     )
     .unwrap_err();
-    assert!(matches!(err, Error::WrongPartition { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            Error::Ownership(krabka_tiering::OwnershipError::WrongPartition { .. })
+        ),
+        "{err:?}"
+    );
 
     // O2: a copy of the directory (cp -a) is refused before it copies anything.
     let copy = root.path().join("copy");
     copy_dir(&a, &copy);
     match open(b, &copy) {
-        Err(Error::CopiedDirectory { epoch: 1, .. }) => {}
+        Err(Error::Ownership(krabka_tiering::OwnershipError::CopiedDirectory {
+            epoch: 1, ..
+        })) => {}
         other => panic!("{other:?}"),
     }
 
@@ -196,13 +206,13 @@ fn scenario(b: &Backend) {
     // holds an epoch, an unbound directory never claims one.
     std::fs::remove_file(copy.join("log").join(krabka_tiering::BINDING_FILE)).unwrap();
     match open(b, &copy) {
-        Err(Error::NotBound { .. }) => {}
+        Err(Error::Ownership(krabka_tiering::OwnershipError::NotBound { .. })) => {}
         other => panic!("{other:?}"),
     }
 
     // O1: an empty directory over the populated remote never reads as an empty log.
     match open(b, &root.path().join("empty")) {
-        Err(Error::RemoteHoldsPartition { .. }) => {}
+        Err(Error::Ownership(krabka_tiering::OwnershipError::RemoteHoldsPartition { .. })) => {}
         other => panic!("{other:?}"),
     }
 
@@ -219,19 +229,29 @@ fn scenario(b: &Backend) {
     // A's next round is fenced before it copies or deletes anything, locally or remotely.
     let local_before = zombie.log().segments().len();
     match zombie.run_once() {
-        Err(Error::Fenced {
+        Err(Error::Ownership(krabka_tiering::OwnershipError::Fenced {
             epoch: 1,
             by_epoch: 2,
             start_seq,
             ..
-        }) => assert_eq!(start_seq, copied.end() + 1),
+        })) => assert_eq!(start_seq, copied.end() + 1),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(zombie.run_once(), Err(Error::Fenced { .. })));
+    assert!(matches!(
+        zombie.run_once(),
+        Err(Error::Ownership(
+            krabka_tiering::OwnershipError::Fenced { .. }
+        ))
+    ));
     assert_eq!(zombie.log().segments().len(), local_before);
     zombie.close().unwrap();
     // The zombie coming back is refused at open.
-    assert!(matches!(open(b, &a), Err(Error::Fenced { .. })));
+    assert!(matches!(
+        open(b, &a),
+        Err(Error::Ownership(
+            krabka_tiering::OwnershipError::Fenced { .. }
+        ))
+    ));
 
     // B continues: its records follow the recovered ones.
     append(&blog, 60, "b");
@@ -283,7 +303,9 @@ fn scenario(b: &Backend) {
     flipped[20] ^= 1;
     (b.put)(&epoch2, flipped);
     match blog.run_once() {
-        Err(Error::Ownership { key, .. }) => assert_eq!(key, epoch2),
+        Err(Error::Ownership(krabka_tiering::OwnershipError::Record { key, .. })) => {
+            assert_eq!(key, epoch2)
+        }
         other => panic!("{other:?}"),
     }
     (b.put)(&epoch2, saved);
@@ -294,7 +316,12 @@ fn scenario(b: &Backend) {
     let mut flipped = saved.clone();
     flipped[10] ^= 1;
     (b.put)(&identity, flipped);
-    assert!(matches!(open(b, &bdir), Err(Error::Ownership { .. })));
+    assert!(matches!(
+        open(b, &bdir),
+        Err(Error::Ownership(
+            krabka_tiering::OwnershipError::Record { .. }
+        ))
+    ));
     krabka_remote_storage::recovery::RemoteSegmentLister::delete_object(&*b.store, &identity)
         .unwrap();
     open(b, &bdir).unwrap().close().unwrap(); // lost: written again
@@ -303,7 +330,12 @@ fn scenario(b: &Backend) {
     let binding = bdir.join("log").join(krabka_tiering::BINDING_FILE);
     let text = std::fs::read(&binding).unwrap();
     std::fs::write(&binding, &text[..text.len() - 3]).unwrap();
-    assert!(matches!(open(b, &bdir), Err(Error::Binding { .. })));
+    assert!(matches!(
+        open(b, &bdir),
+        Err(Error::Ownership(
+            krabka_tiering::OwnershipError::Binding { .. }
+        ))
+    ));
 }
 
 /// Copies a segment into the bucket as writer epoch 1 starting at `start`, as a zombie that
@@ -379,7 +411,10 @@ fn two_new_logs_racing_for_one_partition_leave_exactly_one_writer() {
             Ok(log) => logs.push(log),
             // Saw the other's records, or lost the race for the epoch: refused, never an
             // outbid of the winner.
-            Err(Error::RemoteHoldsPartition { .. } | Error::Fenced { .. }) => {}
+            Err(
+                Error::Ownership(krabka_tiering::OwnershipError::RemoteHoldsPartition { .. })
+                | Error::Ownership(krabka_tiering::OwnershipError::Fenced { .. }),
+            ) => {}
             Err(e) => panic!("{e:?}"),
         }
     }
@@ -390,7 +425,9 @@ fn two_new_logs_racing_for_one_partition_leave_exactly_one_writer() {
         append(log, 60, "racer");
         match log.run_once() {
             Ok(_) => writers += 1,
-            Err(Error::Fenced { .. }) => assert_eq!(log.stats().segments_copied, 0),
+            Err(Error::Ownership(krabka_tiering::OwnershipError::Fenced { .. })) => {
+                assert_eq!(log.stats().segments_copied, 0)
+            }
             Err(e) => panic!("{e:?}"),
         }
     }
@@ -431,10 +468,17 @@ fn a_service_driven_log_is_fenced_by_a_takeover_and_copies_nothing_more() {
     assert_eq!(taker.writer_epoch(), Some(2));
     // The next round (or any check) finds the takeover; from then on A acknowledges nothing
     // more, and copies and deletes nothing.
-    assert!(matches!(a.check_owner(), Err(Error::Fenced { .. })));
+    assert!(matches!(
+        a.check_owner(),
+        Err(Error::Ownership(
+            krabka_tiering::OwnershipError::Fenced { .. }
+        ))
+    ));
     assert!(matches!(
         a.append(&Message::new("late")),
-        Err(Error::Fenced { .. })
+        Err(Error::Ownership(
+            krabka_tiering::OwnershipError::Fenced { .. }
+        ))
     ));
     let copied = a.stats().segments_copied;
     let local = a.log().segments().len();
@@ -475,12 +519,12 @@ fn on_a_store_that_ignores_create_only_writes_the_probe_tells_and_a_second_write
     append(&a, 60, "late");
     let copied = a.stats().segments_copied;
     match a.run_once() {
-        Err(Error::Fenced {
+        Err(Error::Ownership(krabka_tiering::OwnershipError::Fenced {
             epoch: 1,
             by_epoch: 1,
             claimant,
             ..
-        }) => {
+        })) => {
             assert_eq!(claimant, "the other claimant");
         }
         other => panic!("{other:?}"),
@@ -497,7 +541,9 @@ fn on_a_store_that_ignores_create_only_writes_the_probe_tells_and_a_second_write
     )
     .unwrap();
     match x.run_once() {
-        Err(Error::Ownership { key, .. }) => assert!(key.ends_with("_epoch-00000000000000000001")),
+        Err(Error::Ownership(krabka_tiering::OwnershipError::Record { key, .. })) => {
+            assert!(key.ends_with("_epoch-00000000000000000001"))
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(x.stats().segments_copied, 0);
@@ -547,7 +593,9 @@ fn a_copy_finished_after_the_recovery_blocks_the_takeover_even_after_a_crash_mid
     );
     b.rsm.copy_log_segment_data(&m, &data).unwrap();
     match open(&b, &drill) {
-        Err(Error::RemoteMovedOn { remote_seq, .. }) => assert_eq!(remote_seq, end + 1),
+        Err(Error::Ownership(krabka_tiering::OwnershipError::RemoteMovedOn {
+            remote_seq, ..
+        })) => assert_eq!(remote_seq, end + 1),
         other => panic!("{other:?}"),
     }
     // A crash between the claiming binding and the epoch record: the next open checks again.
@@ -563,7 +611,12 @@ fn a_copy_finished_after_the_recovery_blocks_the_takeover_even_after_a_crash_mid
     claiming.incarnation = Uuid::new_v4();
     claiming.state = krabka_tiering::ownership::BindingState::Claiming;
     krabka_tiering::ownership::binding::write(&binding_dir, &claiming).unwrap();
-    assert!(matches!(open(&b, &drill), Err(Error::RemoteMovedOn { .. })));
+    assert!(matches!(
+        open(&b, &drill),
+        Err(Error::Ownership(
+            krabka_tiering::OwnershipError::RemoteMovedOn { .. }
+        ))
+    ));
     let epoch_2 = b.store.read_object(&layout::epoch_key(&dir_key(&b), 2));
     assert!(
         matches!(&epoch_2, Err(RemoteStorageError::Io { source, .. })
@@ -587,7 +640,7 @@ fn a_partition_an_older_build_wrote_in_frames_is_refused_naming_its_format() {
     };
     (b.put)(&key, old.encode());
     match open(&b, &tmp.path().join("b")) {
-        Err(Error::Ownership { source, .. }) => assert!(
+        Err(Error::Ownership(krabka_tiering::OwnershipError::Record { source, .. })) => assert!(
             matches!(*source, RemoteStorageError::UnsupportedFormat { ref format, .. } if format.contains("old per-record frames")),
             "{source:?}"
         ),

@@ -83,7 +83,13 @@ fn an_empty_directory_over_a_populated_remote_is_refused_and_left_empty() {
     std::fs::create_dir_all(&lost).expect("mkdir");
     let e = PartitionDir::open(&lost, &remote(&root), options(Access::Owner))
         .expect_err("an empty log over remote data is refused");
-    assert!(matches!(e, Error::RemoteHoldsPartition { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::Ownership(krabka_tiering::OwnershipError::RemoteHoldsPartition { .. })
+        ),
+        "{e}"
+    );
     let left: Vec<_> = snapshot(&lost)
         .into_iter()
         .filter(|(p, _)| p.file_name().is_some_and(|n| n != ".lock"))
@@ -105,12 +111,24 @@ fn a_log_bound_to_one_remote_is_refused_over_another() {
     let other = tmp.path().join("other");
     let e = PartitionDir::open(&dir, &remote(&other), options(Access::Owner))
         .expect_err("another remote");
-    assert!(matches!(e, Error::WrongRemote { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::Ownership(krabka_tiering::OwnershipError::WrongRemote { .. })
+        ),
+        "{e}"
+    );
     // A missing directory for a bound log is refused before it is created.
     let missing = tmp.path().join("typo");
     let e = PartitionDir::fs_remote(&dir, &missing, TransformConfig::default())
         .expect_err("a missing remote of a bound log");
-    assert!(matches!(e, Error::WrongRemote { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::Ownership(krabka_tiering::OwnershipError::WrongRemote { .. })
+        ),
+        "{e}"
+    );
     assert!(!missing.exists());
 }
 
@@ -123,7 +141,13 @@ fn a_copied_directory_is_refused() {
     let copy = tmp.path().join("copy").join("orders");
     copy_dir(&dir, &copy);
     let e = PartitionDir::open(&copy, &remote(&root), options(Access::Owner)).expect_err("a copy");
-    assert!(matches!(e, Error::CopiedDirectory { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::Ownership(krabka_tiering::OwnershipError::CopiedDirectory { .. })
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -141,12 +165,24 @@ fn recovery_finds_a_partition_by_topic_id_or_name_whatever_the_directory_is_call
         ..RecoverOptions::default()
     };
     let e = PartitionDir::recover(&tmp.path().join("a"), &tier, &wrong).expect_err("wrong id");
-    assert!(matches!(e, Error::PartitionNotFound { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::Ownership(krabka_tiering::OwnershipError::PartitionNotFound { .. })
+        ),
+        "{e}"
+    );
     // A directory's name that is no topic: not found by name...
     let e = PartitionDir::recover(&tmp.path().join("b"), &tier, &RecoverOptions::default())
         .expect_err("by the directory's name");
     assert!(
-        matches!(e, Error::PartitionNotFound { by_name: true, .. }),
+        matches!(
+            e,
+            Error::Ownership(krabka_tiering::OwnershipError::PartitionNotFound {
+                by_name: true,
+                ..
+            })
+        ),
         "{e}"
     );
     // ...but by its topic id alone, or by its name.
@@ -177,7 +213,13 @@ fn recovery_finds_a_partition_by_topic_id_or_name_whatever_the_directory_is_call
         assert!(recovered.missing_keys.is_empty());
         // The recovered directory now records the partition: asking for another is refused.
         let e = PartitionDir::recover(&dir, &tier, &wrong).expect_err("another partition");
-        assert!(matches!(e, Error::TopicMismatch { .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::Ownership(krabka_tiering::OwnershipError::TopicMismatch { .. })
+            ),
+            "{e}"
+        );
         let part = PartitionDir::open(&dir, &tier, options_read()).expect("read-only open");
         let first = part.log().first_seq().expect("first");
         let records = part.log().read(first, 1000).expect("read");
@@ -200,7 +242,13 @@ fn recovery_into_a_live_log_is_refused_and_changes_nothing() {
     let before = snapshot(&dir);
     let e = PartitionDir::recover(&dir, &remote(&root), &RecoverOptions::default())
         .expect_err("a live log");
-    assert!(matches!(e, Error::InUse { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::Ownership(krabka_tiering::OwnershipError::InUse { .. })
+        ),
+        "{e}"
+    );
     assert_eq!(snapshot(&dir), before);
     live.into_log().close().expect("close");
 }
@@ -218,7 +266,13 @@ fn a_read_only_open_writes_nothing() {
         let records = part.log().read(1, 1000).expect("read");
         assert_eq!(records.len(), 60);
         let e = part.log().run_once().expect_err("a reader copies nothing");
-        assert!(matches!(e, Error::ReadOnly { .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::Ownership(krabka_tiering::OwnershipError::ReadOnly { .. })
+            ),
+            "{e}"
+        );
     }
     let after: Vec<_> = snapshot(&dir)
         .into_iter()

@@ -168,7 +168,11 @@ fn read_all(backend: &Backend, work: &Path) -> (u64, Vec<(u64, String)>) {
         let batch = match log.read(from, 500) {
             Ok(batch) => batch,
             // A hole recovery reported: lost seqs, named; the records after it read on.
-            Err(krabka_tiering::Error::RemoteHole { from: lost, to, .. }) => {
+            Err(krabka_tiering::Error::Read(krabka_tiering::ReadError::RemoteHole {
+                from: lost,
+                to,
+                ..
+            })) => {
                 assert_eq!(lost, from, "the hole starts where the read did");
                 from = to + 1;
                 continue;
@@ -513,7 +517,7 @@ fn a_refused_binding_deletes_nothing(backend: &Backend, work: &Path) {
     assert!(
         matches!(&refused, RemoteStorageError::Backend { operation, source: Some(source), .. }
             if operation == "binding the recovered log"
-                && matches!(source.downcast_ref::<Error>(), Some(Error::WrongRemote { .. }))),
+                && matches!(source.downcast_ref::<Error>(), Some(Error::Ownership(krabka_tiering::OwnershipError::WrongRemote { .. })))),
         "{refused:?}"
     );
     assert!(backend.lister.read_object(&manifest).is_ok());

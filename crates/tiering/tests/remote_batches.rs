@@ -183,13 +183,13 @@ fn a_flipped_byte_in_a_remote_batch_ends_reads_exactly_before_it() {
         let id = target.remote_log_segment_id();
         let key = layout::log_key(&target).unwrap();
         let names_the_batch = |e: &Error, seq: u64| match e {
-            Error::CorruptRemote {
+            Error::Read(krabka_tiering::ReadError::CorruptRemote {
                 segment,
                 object,
                 position,
                 seq: s,
                 ..
-            } => {
+            }) => {
                 assert_eq!(&**segment, id, "chunk {chunk}: {e}");
                 assert_eq!(object, &key, "chunk {chunk}: {e}");
                 assert_eq!(*position, Some(pos), "chunk {chunk}: {e}");
@@ -297,13 +297,13 @@ fn a_remote_record_that_is_not_a_message_ends_reads_exactly_before_it() {
     // At it: the record is named, and it is not called damage.
     for max in [1, 5] {
         match log.read(251, max) {
-            Err(Error::RemoteNotAMessage {
+            Err(Error::Read(krabka_tiering::ReadError::RemoteNotAMessage {
                 segment,
                 position,
                 record_seq,
                 seq,
                 ..
-            }) => {
+            })) => {
                 assert_eq!(&*segment, target.remote_log_segment_id());
                 assert_eq!((position, record_seq, seq), (batch_at, 251, 251));
             }

@@ -100,7 +100,7 @@ fn a_read_racing_remote_retention_is_out_of_range_not_a_remote_error() {
     // Retention deletes the first segment between the reader's lookup and its fetch.
     *armed.lock().unwrap() = Some(segs[0].clone());
     match log.read(1, 10) {
-        Err(Error::OutOfRange { seq, first, .. }) => {
+        Err(Error::Read(krabka_tiering::ReadError::OutOfRange { seq, first, .. })) => {
             assert_eq!((seq, first), (1, segs[1].start_offset()));
         }
         other => panic!("expected OutOfRange, got {other:?}"),
@@ -181,7 +181,7 @@ fn a_remote_segment_whose_seqs_are_shifted_is_corrupt() {
     let seg = finished(rlmm.as_ref()).remove(0);
     rewrite_seqs(&dir.path().join("remote"), &seg, |s| s + 1);
     match log.read(seg.start_offset(), 3) {
-        Err(Error::CorruptRemote { segment, seq, .. }) => {
+        Err(Error::Read(krabka_tiering::ReadError::CorruptRemote { segment, seq, .. })) => {
             assert_eq!(&*segment, seg.remote_log_segment_id());
             assert_eq!(seq, seg.start_offset());
         }
@@ -207,7 +207,9 @@ fn a_seq_gap_across_a_chunk_boundary_is_corrupt() {
     let seqs: Vec<u64> = before.iter().map(|r| r.seq).collect();
     assert_eq!(seqs, (seg.start_offset()..gap_at).collect::<Vec<_>>());
     match log.read(gap_at, 10) {
-        Err(Error::CorruptRemote { reason, .. }) => assert!(reason.contains("seq"), "{reason}"),
+        Err(Error::Read(krabka_tiering::ReadError::CorruptRemote { reason, .. })) => {
+            assert!(reason.contains("seq"), "{reason}")
+        }
         other => panic!("expected CorruptRemote, got {other:?}"),
     }
 }
@@ -301,7 +303,10 @@ fn reads_do_not_list_every_remote_segment() {
     // Only a failed read lists them, to report the first seq.
     assert!(matches!(
         log.read(0, 1),
-        Err(Error::OutOfRange { first: 1, .. })
+        Err(Error::Read(krabka_tiering::ReadError::OutOfRange {
+            first: 1,
+            ..
+        }))
     ));
 }
 
@@ -459,7 +464,7 @@ fn the_retention_point_survives_a_restart() {
     assert_eq!(log.first_seq().unwrap(), first, "first_seq moved backwards");
     assert!(matches!(
         log.read(first - 1, 1),
-        Err(Error::OutOfRange { .. })
+        Err(Error::Read(krabka_tiering::ReadError::OutOfRange { .. }))
     ));
     let report = log.run_once().unwrap();
     assert!(report.failures.is_empty(), "{:?}", report.failures);

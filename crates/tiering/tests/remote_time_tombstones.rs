@@ -249,12 +249,12 @@ fn lookups_step_over_and_land_on_records_a_message_cannot_hold() {
         // Decoded reads still refuse the records a Message cannot hold.
         for seq in [41, 43, 45, 46] {
             match log.read(seq, 1) {
-                Err(Error::RemoteNotAMessage {
+                Err(Error::Read(krabka_tiering::ReadError::RemoteNotAMessage {
                     segment,
                     record_seq,
                     seq: s,
                     ..
-                }) => {
+                })) => {
                     assert_eq!(&*segment, middle.remote_log_segment_id());
                     assert_eq!((record_seq, s), (seq, seq));
                 }
@@ -303,12 +303,12 @@ fn a_damaged_batch_the_lookup_must_walk_is_corrupt_remote_naming_it() {
 
     let key = layout::log_key(&middle).unwrap();
     let names_the_batch = |e: Error, what: &str| match e {
-        Error::CorruptRemote {
+        Error::Read(krabka_tiering::ReadError::CorruptRemote {
             segment,
             object,
             position,
             ..
-        } => {
+        }) => {
             assert_eq!(&*segment, middle.remote_log_segment_id(), "{what}");
             assert_eq!(object, key, "{what}");
             assert_eq!(position, Some(pos), "{what}");

@@ -119,7 +119,9 @@ fn partitions_are_added_and_removed_mid_round() {
     }
     assert!(matches!(
         svc.add(logs[0].clone()),
-        Err(Error::PartitionExists(_))
+        Err(Error::Service(
+            krabka_tiering::ServiceError::PartitionExists(_)
+        ))
     ));
     assert!(wait_until(Duration::from_secs(10), || {
         logs.iter().any(|l| l.stats().segments_copied > 0)
@@ -146,7 +148,9 @@ fn partitions_are_added_and_removed_mid_round() {
     }
     assert!(matches!(
         svc.remove(&tp(0)),
-        Err(Error::UnknownPartition(_))
+        Err(Error::Service(
+            krabka_tiering::ServiceError::UnknownPartition(_)
+        ))
     ));
     assert_eq!(svc.partitions().len(), 3);
     std::thread::sleep(Duration::from_millis(200));
@@ -308,17 +312,23 @@ fn reads_beyond_the_reader_queue_are_refused_and_slow_reads_time_out() {
         == 2));
     assert!(matches!(
         svc.read(&tp(0), 90, 5),
-        Err(Error::ReaderQueueFull { limit: 2 })
+        Err(Error::Read(krabka_tiering::ReadError::ReaderQueueFull {
+            limit: 2
+        }))
     ));
     for r in readers {
         assert!(matches!(
             r.join().unwrap(),
-            Err(Error::FetchDeadlineExceeded { .. })
+            Err(Error::Read(
+                krabka_tiering::ReadError::FetchDeadlineExceeded { .. }
+            ))
         ));
     }
     assert!(matches!(
         svc.read(&tp(9), 1, 1),
-        Err(Error::UnknownPartition(_))
+        Err(Error::Service(
+            krabka_tiering::ServiceError::UnknownPartition(_)
+        ))
     ));
     stalled.set_faults(Faults::none());
     assert!(wait_until(Duration::from_secs(5), || svc

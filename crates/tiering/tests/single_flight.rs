@@ -302,12 +302,12 @@ fn a_wait_past_the_fetch_deadline_is_a_typed_error_and_sends_no_second_request()
             std::thread::sleep(Duration::from_millis(1));
         }
         match log.read(segment.start_offset(), n) {
-            Err(Error::FetchWaitExceeded {
+            Err(Error::Read(krabka_tiering::ReadError::FetchWaitExceeded {
                 seq,
                 waited,
                 object,
                 ..
-            }) => {
+            })) => {
                 assert_eq!(
                     (seq, waited),
                     (segment.start_offset(), Duration::from_millis(50))

@@ -96,14 +96,15 @@ impl ReplicaSource {
             topic_id: target.topic_id,
         };
         let tp = find_partition(&*lister, &remote, &query).map_err(|e| match e {
-            e @ krabka_tiering::Error::PartitionNotFound { .. } => CliError::new(e.to_string())
-                .hint(
-                    "check --topic, --partition and --remote: a log is tiered under a topic \
+            e @ krabka_tiering::Error::Ownership(
+                krabka_tiering::OwnershipError::PartitionNotFound { .. },
+            ) => CliError::new(e.to_string()).hint(
+                "check --topic, --partition and --remote: a log is tiered under a topic \
                      named after its directory, and appears on the remote once `krabka tier` ran",
-                ),
-            e @ krabka_tiering::Error::PartitionAmbiguous { .. } => {
-                CliError::new(e.to_string()).hint("pass the one to read with --topic-id UUID")
-            }
+            ),
+            e @ krabka_tiering::Error::Ownership(
+                krabka_tiering::OwnershipError::PartitionAmbiguous { .. },
+            ) => CliError::new(e.to_string()).hint("pass the one to read with --topic-id UUID"),
             e => CliError::new(remote::brief(&e.to_string()).to_owned())
                 .hint("check that the remote is reachable"),
         })?;
@@ -390,9 +391,12 @@ impl Source for ReplicaSource {
         // stderr and in the final error, as `read DIR --remote` does; bounded.
         for _ in 0..MAX_HOLES_PER_CALL {
             match self.replica.read(self.next, max) {
-                Err(krabka_tiering::Error::RemoteHole {
-                    from, to, reason, ..
-                }) if to >= self.next => {
+                Err(krabka_tiering::Error::Read(krabka_tiering::ReadError::RemoteHole {
+                    from,
+                    to,
+                    reason,
+                    ..
+                })) if to >= self.next => {
                     match &reason {
                         Some(why) => {
                             crate::output::note(format_args!(
@@ -410,7 +414,10 @@ impl Source for ReplicaSource {
                     self.lost.push(from..=to);
                     self.next = to.saturating_add(1);
                 }
-                Err(krabka_tiering::Error::OutOfRange { seq, .. }) => {
+                Err(krabka_tiering::Error::Read(krabka_tiering::ReadError::OutOfRange {
+                    seq,
+                    ..
+                })) => {
                     return Err(self.out_of_range(seq, &self.replica.stats()));
                 }
                 Err(e) => {
@@ -442,11 +449,11 @@ impl Source for ReplicaSource {
 fn replica_error(action: &str, e: krabka_tiering::Error) -> CliError {
     let what = remote::brief(&e.to_string()).to_owned();
     let hint = match &e {
-        krabka_tiering::Error::CorruptRemote { .. } => {
+        krabka_tiering::Error::Read(krabka_tiering::ReadError::CorruptRemote { .. }) => {
             "the remote copy is damaged: restore it from a copy (reads of the other seqs work)"
                 .to_owned()
         }
-        krabka_tiering::Error::RemoteNotAMessage { .. } => {
+        krabka_tiering::Error::Read(krabka_tiering::ReadError::RemoteNotAMessage { .. }) => {
             "not damage: the record has no Message form (a tombstone, a null header value, a \
              control or transactional batch stored as a raw batch)"
                 .to_owned()

@@ -40,48 +40,48 @@ pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliE
              aside (it deletes nothing)"
         )),
         e @ E::LocalLogMismatch { .. } => CliError::at(action, dir, e),
-        e @ E::Fenced { .. } => CliError::new(e.to_string()).hint(
+        e @ E::Ownership(krabka_tiering::OwnershipError::Fenced { .. }) => CliError::new(e.to_string()).hint(
             "another log took this partition over (a failover or a recovery elsewhere): that log \
              is the partition's writer now; this directory's records past its takeover seq are \
              not in the remote tier. Keep it aside for inspection; never tier it again",
         ),
-        e @ E::WrongRemote { .. } => CliError::new(e.to_string()).hint(
+        e @ E::Ownership(krabka_tiering::OwnershipError::WrongRemote { .. }) => CliError::new(e.to_string()).hint(
             "pass the remote the log is bound to (see DIR/remote-binding); a log lives in one \
              remote tier, and tiering it to a second would split it between them",
         ),
-        e @ E::WrongPartition { .. } => CliError::new(e.to_string())
+        e @ E::Ownership(krabka_tiering::OwnershipError::WrongPartition { .. }) => CliError::new(e.to_string())
             .hint("the directory records another topic or topic id: check DIR/topic"),
-        e @ E::CopiedDirectory { .. } => CliError::new(e.to_string()).hint(format!(
+        e @ E::Ownership(krabka_tiering::OwnershipError::CopiedDirectory { .. }) => CliError::new(e.to_string()).hint(format!(
             "if the original directory is gone for good, rebuild this log from the remote \
              tier into a new directory: `krabka recover NEWDIR --remote REMOTE` (records this \
              copy holds past the remote end are not in it; `krabka read {d}` shows them)"
         )),
-        e @ E::RemoteHoldsPartition { .. } => CliError::new(e.to_string()).hint(format!(
+        e @ E::Ownership(krabka_tiering::OwnershipError::RemoteHoldsPartition { .. }) => CliError::new(e.to_string()).hint(format!(
             "to read or continue that log, rebuild it first: `krabka recover {d} --remote REMOTE`"
         )),
-        e @ E::NotBound { .. } => CliError::new(e.to_string()).hint(
+        e @ E::Ownership(krabka_tiering::OwnershipError::NotBound { .. }) => CliError::new(e.to_string()).hint(
             "this directory is not the log that writes that partition: move it aside and \
              `krabka recover` the partition, or tier this log under another topic",
         ),
-        e @ E::RemoteMovedOn { .. } => CliError::new(e.to_string()).hint(format!(
+        e @ E::Ownership(krabka_tiering::OwnershipError::RemoteMovedOn { .. }) => CliError::new(e.to_string()).hint(format!(
             "stop the other writer, move {d} aside and run `krabka recover` again"
         )),
-        e @ E::Binding { .. } => CliError::new(e.to_string()).hint(
+        e @ E::Ownership(krabka_tiering::OwnershipError::Binding { .. }) => CliError::new(e.to_string()).hint(
             "restore DIR/remote-binding from a copy of the log directory; it says which remote \
              and writer epoch the log belongs to",
         ),
-        e @ E::Ownership { .. } if unsupported_format(&e) => {
+        e @ E::Ownership(krabka_tiering::OwnershipError::Record { .. }) if unsupported_format(&e) => {
             CliError::new(remote::brief(&e.to_string())).hint(
                 "the partition's copies are in a segment format this build does not read (an \
                  older krabka's per-record frames): nothing was read or written; use the build \
                  that wrote it, or tier into a new topic",
             )
         }
-        E::StartUnexplained {
+        E::Ownership(krabka_tiering::OwnershipError::StartUnexplained {
             dir: ref d2,
             renamed,
             ..
-        } => {
+        }) => {
             let m = d2.join(krabka_tiering::partition::METADATA_DIR);
             let hint = if renamed {
                 format!(
@@ -113,11 +113,11 @@ pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliE
                 "check the directory; it records which segments are remote",
             )
         }
-        e @ E::TopicFile { .. } => CliError::new(e.to_string()).hint(
+        e @ E::Ownership(krabka_tiering::OwnershipError::TopicFile { .. }) => CliError::new(e.to_string()).hint(
             "restore DIR/topic from a copy of the log directory; without it the remote \
              segments of the log cannot be found",
         ),
-        E::InUse { dir: ref d2, ref lock } => crate::error::in_use_by(
+        E::Ownership(krabka_tiering::OwnershipError::InUse { dir: ref d2, ref lock }) => crate::error::in_use_by(
             d2,
             lock,
             ": recover rebuilds a lost log and never runs beside a live one",
@@ -126,27 +126,27 @@ pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliE
             "nothing was changed; the log is live, not lost: there is nothing to recover here \
              (to rehearse a recovery, recover into another directory)",
         ),
-        e @ E::TopicMismatch { .. } => CliError::new(e.to_string())
+        e @ E::Ownership(krabka_tiering::OwnershipError::TopicMismatch { .. }) => CliError::new(e.to_string())
             .hint("recover another partition into a new directory, or drop --topic/--partition/--topic-id"),
-        e @ E::PartitionNotFound { by_name: true, .. } => CliError::new(e.to_string()).hint(
+        e @ E::Ownership(krabka_tiering::OwnershipError::PartitionNotFound { by_name: true, .. }) => CliError::new(e.to_string()).hint(
             "the topic is named after the log directory: use the directory name the log had, \
              or pass --topic NAME (and --partition N) or --topic-id UUID",
         ),
-        e @ E::PartitionNotFound { .. } => CliError::new(e.to_string())
+        e @ E::Ownership(krabka_tiering::OwnershipError::PartitionNotFound { .. }) => CliError::new(e.to_string())
             .hint("check --topic, --partition and --topic-id against the remote"),
-        e @ E::PartitionAmbiguous { .. } => {
+        e @ E::Ownership(krabka_tiering::OwnershipError::PartitionAmbiguous { .. }) => {
             CliError::new(e.to_string()).hint("pass the one to recover with --topic-id")
         }
-        e @ E::RemoteUnusable { .. } => CliError::new(remote::brief(&e.to_string()))
+        e @ E::Ownership(krabka_tiering::OwnershipError::RemoteUnusable { .. }) => CliError::new(remote::brief(&e.to_string()))
             .hint("pass the remote the log was tiered to: fs://PATH or s3://BUCKET/PREFIX"),
-        e @ E::RemoteNotAMessage { .. } => CliError::at(action, dir, remote::brief(&e.to_string()))
+        e @ E::Read(krabka_tiering::ReadError::RemoteNotAMessage { .. }) => CliError::at(action, dir, remote::brief(&e.to_string()))
             .hint("not damage: the record (a tombstone, a null header value, a control or transactional batch) was stored as a raw batch and has no Message form; read it as a raw batch"),
-        e @ E::Ownership { .. } => CliError::new(remote::brief(&e.to_string())).hint(
+        e @ E::Ownership(krabka_tiering::OwnershipError::Record { .. }) => CliError::new(remote::brief(&e.to_string())).hint(
             "an ownership record of the remote tier is unreadable or damaged: a log that cannot \
              prove it is the partition's writer copies and deletes nothing. Check the object it \
              names",
         ),
-        e @ E::CorruptRemote { .. } => CliError::at(action, dir, remote::brief(&e.to_string()))
+        e @ E::Read(krabka_tiering::ReadError::CorruptRemote { .. }) => CliError::at(action, dir, remote::brief(&e.to_string()))
             .hint("the remote copy is damaged; restore it, or re-copy it from a local segment if one is left"),
         e => {
             // A transformed object's damage or a missing key is no matter of reachability.
@@ -199,12 +199,13 @@ pub fn open(
         ..OpenOptions::new(access)
     };
     let part = PartitionDir::open(log_dir, &tier, options).map_err(|e| match e {
-        e @ krabka_tiering::Error::RemoteHoldsPartition { .. } => CliError::new(e.to_string())
-            .hint(format!(
-                "to read or continue that log, rebuild it first: `krabka recover {} --remote {}`",
-                log_dir.display(),
-                spec.describe()
-            )),
+        e @ krabka_tiering::Error::Ownership(
+            krabka_tiering::OwnershipError::RemoteHoldsPartition { .. },
+        ) => CliError::new(e.to_string()).hint(format!(
+            "to read or continue that log, rebuild it first: `krabka recover {} --remote {}`",
+            log_dir.display(),
+            spec.describe()
+        )),
         e => tiering_error("cannot open tiered log", log_dir, e),
     })?;
     crate::output::print_recovery(part.recovery_report());
@@ -232,9 +233,9 @@ fn tier_for_dir(
         RemoteSpec::Fs(root) => {
             let transform = remote::transform_config(args)?;
             PartitionDir::fs_remote(dir, root, transform).map_err(|e| match e {
-                e @ krabka_tiering::Error::WrongRemote { .. } => {
-                    tiering_error("cannot open tiered log", dir, e)
-                }
+                e @ krabka_tiering::Error::Ownership(
+                    krabka_tiering::OwnershipError::WrongRemote { .. },
+                ) => tiering_error("cannot open tiered log", dir, e),
                 e => {
                     CliError::new(e.to_string()).hint("check that the path is a writable directory")
                 }
@@ -295,6 +296,6 @@ pub fn describe_placement(placement: &Placement) -> Vec<String> {
 
 /// Whether `e` is an ownership record naming a segment format this build does not read.
 fn unsupported_format(e: &krabka_tiering::Error) -> bool {
-    matches!(e, krabka_tiering::Error::Ownership { source, .. }
+    matches!(e, krabka_tiering::Error::Ownership(krabka_tiering::OwnershipError::Record { source, .. })
         if matches!(**source, krabka_remote_storage::RemoteStorageError::UnsupportedFormat { .. }))
 }

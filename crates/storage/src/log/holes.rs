@@ -2,7 +2,6 @@
 //! whatever waits for them (tiering) may go on past it.
 
 use std::ops::RangeInclusive;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::Log;
 use crate::layout::accepted::write_accepted_holes;
@@ -64,9 +63,7 @@ impl Log {
                 },
             });
         }
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let now = krabka_protocol::now_ms();
         let mut accepted = self.inner.accepted.lock();
         let mut all = accepted.clone();
         let mut out = Vec::new();

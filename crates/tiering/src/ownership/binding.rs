@@ -100,9 +100,11 @@ impl BindingState {
 /// The identity of directory `dir`: `device:inode` (a copy gets another inode; a rename on
 /// one filesystem keeps it).
 pub(crate) fn directory_identity(dir: &Path) -> Result<String, Error> {
-    let meta = std::fs::metadata(dir).map_err(|e| Error::Binding {
-        path: dir.to_path_buf(),
-        reason: format!("cannot read the directory's metadata: {e}"),
+    let meta = std::fs::metadata(dir).map_err(|e| {
+        Error::Ownership(crate::error::OwnershipError::Binding {
+            path: dir.to_path_buf(),
+            reason: format!("cannot read the directory's metadata: {e}"),
+        })
     })?;
     Ok(format!("{}:{}", meta.dev(), meta.ino()))
 }
@@ -205,43 +207,45 @@ pub fn binding_path(dir: &Path) -> PathBuf {
 /// Reads `dir`'s binding; `None` when the log was never bound.
 ///
 /// # Errors
-/// [`Error::Binding`] when the file cannot be read or does not decode.
+/// [`OwnershipError::Binding`](crate::OwnershipError::Binding) when the file cannot be read or does not decode.
 pub fn read(dir: &Path) -> Result<Option<Binding>, Error> {
     let path = binding_path(dir);
     let text = match kvfile::read(&path, MAX_BINDING_BYTES) {
         Ok(None) => return Ok(None),
         Ok(Some(text)) => text,
         Err(e) => {
-            return Err(Error::Binding {
+            return Err(Error::Ownership(crate::error::OwnershipError::Binding {
                 path,
                 reason: e.to_string(),
-            });
+            }));
         }
     };
     Binding::parse(&text)
         .map(Some)
-        .map_err(|reason| Error::Binding { path, reason })
+        .map_err(|reason| Error::Ownership(crate::error::OwnershipError::Binding { path, reason }))
 }
 
 /// Durably writes `binding` as `dir`'s binding file (temporary file, fsync, rename, directory
 /// fsync).
 ///
 /// # Errors
-/// [`Error::Binding`] when it cannot be written, or the location holds a line break.
+/// [`OwnershipError::Binding`](crate::OwnershipError::Binding) when it cannot be written, or the location holds a line break.
 pub fn write(dir: &Path, binding: &Binding) -> Result<(), Error> {
     let path = binding_path(dir);
     if binding.location.contains(['\n', '\r']) || binding.location.is_empty() {
-        return Err(Error::Binding {
+        return Err(Error::Ownership(crate::error::OwnershipError::Binding {
             path,
             reason: format!(
                 "the remote location {:?} is empty or holds a line break",
                 binding.location
             ),
-        });
+        }));
     }
-    kvfile::write(&path, &binding.text()).map_err(|e| Error::Binding {
-        path: path.clone(),
-        reason: format!("cannot write it: {e}"),
+    kvfile::write(&path, &binding.text()).map_err(|e| {
+        Error::Ownership(crate::error::OwnershipError::Binding {
+            path: path.clone(),
+            reason: format!("cannot write it: {e}"),
+        })
     })
 }
 
@@ -275,7 +279,12 @@ mod tests {
             b[i] ^= 0x01;
             std::fs::write(binding_path(dir.path()), &b).unwrap();
             assert!(
-                matches!(read(dir.path()), Err(Error::Binding { .. })),
+                matches!(
+                    read(dir.path()),
+                    Err(Error::Ownership(
+                        crate::error::OwnershipError::Binding { .. }
+                    ))
+                ),
                 "byte {i}"
             );
         }
@@ -288,6 +297,11 @@ mod tests {
             location: "fs://a\nepoch 9".to_owned(),
             ..sample()
         };
-        assert!(matches!(write(dir.path(), &b), Err(Error::Binding { .. })));
+        assert!(matches!(
+            write(dir.path(), &b),
+            Err(Error::Ownership(
+                crate::error::OwnershipError::Binding { .. }
+            ))
+        ));
     }
 }

@@ -56,11 +56,11 @@ impl RemoteHolds {
 }
 
 fn ownership_error(tp: &TopicIdPartition, key: String, source: RemoteStorageError) -> Error {
-    Error::Ownership {
+    Error::Ownership(crate::error::OwnershipError::Record {
         key,
         partition: Box::new(tp.clone()),
         source: Box::new(source),
-    }
+    })
 }
 
 /// Lists what the remote holds of `tp`: its identity (checked against `tp`), its epochs and
@@ -147,30 +147,36 @@ pub(crate) fn bind(
     let here = binding::directory_identity(dir)?;
     if let Some(bound) = binding::read(dir)? {
         if bound.location != ownership.location {
-            return Err(Error::WrongRemote {
-                dir: dir.to_path_buf(),
-                bound: bound.location,
-                given: ownership.location.clone(),
-            });
+            return Err(Error::Ownership(
+                crate::error::OwnershipError::WrongRemote {
+                    dir: dir.to_path_buf(),
+                    bound: bound.location,
+                    given: ownership.location.clone(),
+                },
+            ));
         }
         if &bound.partition != tp {
-            return Err(Error::WrongPartition {
-                dir: dir.to_path_buf(),
-                bound: Box::new(bound.partition),
-                given: Box::new(tp.clone()),
-            });
+            return Err(Error::Ownership(
+                crate::error::OwnershipError::WrongPartition {
+                    dir: dir.to_path_buf(),
+                    bound: Box::new(bound.partition),
+                    given: Box::new(tp.clone()),
+                },
+            ));
         }
         if ownership.read_only {
             return Ok(Owner::reader(ownership, dir, tp, partition_dir));
         }
         if bound.directory != here {
-            return Err(Error::CopiedDirectory {
-                dir: dir.to_path_buf(),
-                partition: Box::new(tp.clone()),
-                epoch: bound.epoch,
-                bound: bound.directory,
-                found: here,
-            });
+            return Err(Error::Ownership(
+                crate::error::OwnershipError::CopiedDirectory {
+                    dir: dir.to_path_buf(),
+                    partition: Box::new(tp.clone()),
+                    epoch: bound.epoch,
+                    bound: bound.directory,
+                    found: here,
+                },
+            ));
         }
         if bound.state == BindingState::Pending {
             // Recovery bound it: claim now, unless the remote moved past the end this
@@ -202,12 +208,14 @@ pub(crate) fn bind(
     let holds = remote_holds(ownership.store.as_ref(), tp)?;
     if ownership.read_only {
         if holds.anything() && local_empty {
-            return Err(Error::RemoteHoldsPartition {
-                dir: dir.to_path_buf(),
-                location: ownership.location.clone(),
-                partition: Box::new(tp.clone()),
-                what: holds.describe(),
-            });
+            return Err(Error::Ownership(
+                crate::error::OwnershipError::RemoteHoldsPartition {
+                    dir: dir.to_path_buf(),
+                    location: ownership.location.clone(),
+                    partition: Box::new(tp.clone()),
+                    what: holds.describe(),
+                },
+            ));
         }
         return Ok(Owner::reader(ownership, dir, tp, partition_dir));
     }
@@ -227,19 +235,19 @@ pub(crate) fn bind(
         if !tiered_here || holds.max_epoch > 0 {
             let (location, what) = (ownership.location.clone(), holds.describe());
             return Err(if local_empty {
-                Error::RemoteHoldsPartition {
+                Error::Ownership(crate::error::OwnershipError::RemoteHoldsPartition {
                     dir: dir.to_path_buf(),
                     location,
                     partition: Box::new(tp.clone()),
                     what,
-                }
+                })
             } else {
-                Error::NotBound {
+                Error::Ownership(crate::error::OwnershipError::NotBound {
                     dir: dir.to_path_buf(),
                     location,
                     partition: Box::new(tp.clone()),
                     what,
-                }
+                })
             });
         }
     }
@@ -271,14 +279,14 @@ pub(crate) fn bind(
 /// as a **pending** claim from `start_seq` (the seq after the recovered end): recovery fences
 /// nobody (a drill beside a live writer changes nothing for it); the log's first owned open
 /// claims the next epoch, unless the remote moved past `start_seq` meanwhile
-/// ([`Error::RemoteMovedOn`]: the old writer is alive). `since_ms` is when recovery began to
+/// ([`OwnershipError::RemoteMovedOn`](crate::OwnershipError::RemoteMovedOn): the old writer is alive). `since_ms` is when recovery began to
 /// read the remote; the copies past `start_seq` already complete then are listed through
 /// `lister` and recorded ([`Binding::seen`]). A binding already there for the same remote and
 /// partition is kept (recovery runs again to the same result).
 ///
 /// # Errors
-/// [`Error::WrongRemote`] / [`Error::WrongPartition`] when `dir` is bound to another remote or
-/// partition; [`Error::Ownership`] when the remote cannot be listed; [`Error::Binding`] when
+/// [`OwnershipError::WrongRemote`](crate::OwnershipError::WrongRemote) / [`OwnershipError::WrongPartition`](crate::OwnershipError::WrongPartition) when `dir` is bound to another remote or
+/// partition; [`OwnershipError::Record`](crate::OwnershipError::Record) when the remote cannot be listed; [`OwnershipError::Binding`](crate::OwnershipError::Binding) when
 /// the binding cannot be read or written.
 pub fn bind_pending(
     dir: &Path,
@@ -290,18 +298,22 @@ pub fn bind_pending(
 ) -> Result<Binding, Error> {
     if let Some(bound) = binding::read(dir)? {
         if bound.location != location {
-            return Err(Error::WrongRemote {
-                dir: dir.to_path_buf(),
-                bound: bound.location,
-                given: location.to_owned(),
-            });
+            return Err(Error::Ownership(
+                crate::error::OwnershipError::WrongRemote {
+                    dir: dir.to_path_buf(),
+                    bound: bound.location,
+                    given: location.to_owned(),
+                },
+            ));
         }
         if &bound.partition != tp {
-            return Err(Error::WrongPartition {
-                dir: dir.to_path_buf(),
-                bound: Box::new(bound.partition),
-                given: Box::new(tp.clone()),
-            });
+            return Err(Error::Ownership(
+                crate::error::OwnershipError::WrongPartition {
+                    dir: dir.to_path_buf(),
+                    bound: Box::new(bound.partition),
+                    given: Box::new(tp.clone()),
+                },
+            ));
         }
         return Ok(bound);
     }
@@ -385,12 +397,14 @@ fn refuse_if_moved_on(
         let began_since = m.event_timestamp_ms() >= bound.since_ms
             && ManifestState::of(&m) != ManifestState::Deleting;
         if finished_since || began_since {
-            return Err(Error::RemoteMovedOn {
-                dir: dir.to_path_buf(),
-                partition: Box::new(tp.clone()),
-                recovered_to: bound.start_seq.saturating_sub(1),
-                remote_seq: m.start_offset(),
-            });
+            return Err(Error::Ownership(
+                crate::error::OwnershipError::RemoteMovedOn {
+                    dir: dir.to_path_buf(),
+                    partition: Box::new(tp.clone()),
+                    recovered_to: bound.start_seq.saturating_sub(1),
+                    remote_seq: m.start_offset(),
+                },
+            ));
         }
     }
     Ok(())

@@ -6,19 +6,19 @@
 //!
 //! How a log gets its epoch ([`TieredLog::open_owned`](crate::TieredLog::open_owned)):
 //! - **bound already** (`DIR/remote-binding` exists): the binding must name the remote and
-//!   partition the log is opened with ([`Error::WrongRemote`], [`Error::WrongPartition`]) and
-//!   this very directory ([`Error::CopiedDirectory`]), and its epoch must still be the
-//!   partition's newest and its own ([`Error::Fenced`]). An epoch record that is gone is
+//!   partition the log is opened with ([`OwnershipError::WrongRemote`](crate::OwnershipError::WrongRemote), [`OwnershipError::WrongPartition`](crate::OwnershipError::WrongPartition)) and
+//!   this very directory ([`OwnershipError::CopiedDirectory`](crate::OwnershipError::CopiedDirectory)), and its epoch must still be the
+//!   partition's newest and its own ([`OwnershipError::Fenced`](crate::OwnershipError::Fenced)). An epoch record that is gone is
 //!   written again, create-only, when the store enforces create-only writes.
 //! - **not bound**: a log holding no record over a remote that holds the partition is refused
-//!   ([`Error::RemoteHoldsPartition`]: recover it); a log whose local metadata records remote
+//!   ([`OwnershipError::RemoteHoldsPartition`](crate::OwnershipError::RemoteHoldsPartition): recover it); a log whose local metadata records remote
 //!   segments of the partition (tiered before bindings existed), or any log over a remote that
 //!   holds nothing of the partition, claims the next epoch; any other log is refused
-//!   ([`Error::NotBound`]).
+//!   ([`OwnershipError::NotBound`](crate::OwnershipError::NotBound)).
 //! - **recovery** binds the directory it rebuilt as *pending* ([`bind_pending`]): it fences
 //!   nobody; the log's first owned open claims the next epoch from the recovered end on (the
 //!   old writer is then fenced at its next check), unless the remote moved past that end
-//!   meanwhile ([`Error::RemoteMovedOn`]: the old writer is alive).
+//!   meanwhile ([`OwnershipError::RemoteMovedOn`](crate::OwnershipError::RemoteMovedOn): the old writer is alive).
 //!
 //! A claim writes the binding first (with the epoch it is about to claim) and the epoch record
 //! second: a crash between them leaves a binding whose record is missing, which the next open
@@ -53,7 +53,7 @@ pub struct RemoteOwnership {
     /// Who claims, for humans reading an epoch record (host, process, directory).
     pub claimant: String,
     /// Open to read only: the binding is checked (remote and partition) but no epoch is
-    /// claimed or checked, and every round, copy and delete fails with [`Error::ReadOnly`].
+    /// claimed or checked, and every round, copy and delete fails with [`OwnershipError::ReadOnly`](crate::OwnershipError::ReadOnly).
     pub read_only: bool,
 }
 
@@ -164,14 +164,14 @@ impl Owner {
 
     /// The error for a fence by `by`.
     fn fenced_error(&self, by: &EpochRecord) -> Error {
-        Error::Fenced {
+        Error::Ownership(crate::error::OwnershipError::Fenced {
             dir: self.dir.clone(),
             partition: Box::new(self.partition.clone()),
             epoch: self.epoch,
             by_epoch: by.epoch,
             claimant: by.claimant.clone(),
             start_seq: by.start_seq,
-        }
+        })
     }
 
     /// Fails when an earlier check found this log fenced (no I/O).
@@ -186,9 +186,9 @@ impl Owner {
     /// I/O).
     pub(crate) fn ensure_not_fenced(&self) -> Result<(), Error> {
         if self.read_only {
-            return Err(Error::ReadOnly {
+            return Err(Error::Ownership(crate::error::OwnershipError::ReadOnly {
                 dir: self.dir.clone(),
-            });
+            }));
         }
         match &*self.fenced.lock() {
             Some(by) => Err(self.fenced_error(by)),
@@ -280,10 +280,10 @@ impl Owner {
     }
 
     fn record_error(&self, key: String, source: RemoteStorageError) -> Error {
-        Error::Ownership {
+        Error::Ownership(crate::error::OwnershipError::Record {
             key,
             partition: Box::new(self.partition.clone()),
             source: Box::new(source),
-        }
+        })
     }
 }

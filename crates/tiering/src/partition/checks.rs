@@ -29,27 +29,29 @@ pub(super) fn refuse_empty_log_over_remote_data(
     let derived = topic::topic_for(dir);
     let store = remote.store();
     let found = find_partitions(&*store, derived.topic(), derived.partition()).map_err(|e| {
-        Error::RemoteUnusable {
+        Error::Ownership(crate::error::OwnershipError::RemoteUnusable {
             remote: remote.location().to_owned(),
             reason: format!("cannot list its partitions: {e}"),
-        }
+        })
     })?;
     if found.is_empty() {
         return Ok(());
     }
-    Err(Error::RemoteHoldsPartition {
-        dir: dir.to_path_buf(),
-        location: remote.location().to_owned(),
-        partition: Box::new(derived),
-        what: format!(
-            "topic id {}",
-            found
-                .iter()
-                .map(|t| t.topic_id().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    })
+    Err(Error::Ownership(
+        crate::error::OwnershipError::RemoteHoldsPartition {
+            dir: dir.to_path_buf(),
+            location: remote.location().to_owned(),
+            partition: Box::new(derived),
+            what: format!(
+                "topic id {}",
+                found
+                    .iter()
+                    .map(|t| t.topic_id().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
+    ))
 }
 
 /// Refuses a local log that starts above seq 1 when the metadata (`topic`'s segments, or no
@@ -99,12 +101,14 @@ pub(super) fn check_start_explained(
             t.display()
         ),
     };
-    Err(Error::StartUnexplained {
-        dir: dir.to_path_buf(),
-        start,
-        what,
-        renamed: topic.is_some() && !topic_recorded,
-    })
+    Err(Error::Ownership(
+        crate::error::OwnershipError::StartUnexplained {
+            dir: dir.to_path_buf(),
+            start,
+            what,
+            renamed: topic.is_some() && !topic_recorded,
+        },
+    ))
 }
 
 /// The first seq from `from` on that none of `holes` covers.
@@ -129,11 +133,13 @@ pub(super) fn refuse_missing_fs_remote_of_bound_log(dir: &Path, root: &Path) -> 
         return Ok(());
     }
     match crate::ownership::binding::read(dir)? {
-        Some(bound) => Err(Error::WrongRemote {
-            dir: dir.to_path_buf(),
-            bound: bound.location,
-            given: format!("fs://{} (which does not exist)", root.display()),
-        }),
+        Some(bound) => Err(Error::Ownership(
+            crate::error::OwnershipError::WrongRemote {
+                dir: dir.to_path_buf(),
+                bound: bound.location,
+                given: format!("fs://{} (which does not exist)", root.display()),
+            },
+        )),
         None => Ok(()),
     }
 }

@@ -68,7 +68,7 @@ pub enum Access {
     Owner,
     /// Reads only: the binding is checked, no epoch is touched, and nothing of tiering's is
     /// written (no topic file, no metadata directory, no start moved); every round fails with
-    /// [`Error::ReadOnly`]. The local log is opened with [`RecoveryMode::Strict`](krabka_storage::RecoveryMode::Strict):
+    /// [`OwnershipError::ReadOnly`](crate::OwnershipError::ReadOnly). The local log is opened with [`RecoveryMode::Strict`](krabka_storage::RecoveryMode::Strict):
     /// a torn tail is reported, not cut.
     ReadOnly,
 }
@@ -120,13 +120,13 @@ impl PartitionDir {
     /// has the log open this fails ([`Error::Storage`] with `krabka_storage::Error::Locked`)
     /// before the remote or the metadata are touched. Then, before anything of tiering's is
     /// created: an empty local log that was never tiered, over a remote holding a partition of
-    /// the topic its directory's name gives, is refused ([`Error::RemoteHoldsPartition`]:
+    /// the topic its directory's name gives, is refused ([`OwnershipError::RemoteHoldsPartition`](crate::OwnershipError::RemoteHoldsPartition):
     /// recover it); a local log that starts above seq 1 with no remote segment, retention point
-    /// or hole to explain it is refused ([`Error::StartUnexplained`]); then the binding and
+    /// or hole to explain it is refused ([`OwnershipError::StartUnexplained`](crate::OwnershipError::StartUnexplained)); then the binding and
     /// the writer epoch as [`TieredLog::open_owned`] checks them.
     ///
     /// # Errors
-    /// As above; [`Error::TopicFile`] for a damaged topic file; [`Error::Metadata`] when the
+    /// As above; [`OwnershipError::TopicFile`](crate::OwnershipError::TopicFile) for a damaged topic file; [`Error::Metadata`] when the
     /// durable metadata cannot be opened; as [`TieredLog::new_owned`].
     pub fn open(dir: &Path, remote: &RemoteTier, options: OpenOptions) -> Result<Self, Error> {
         let OpenOptions {
@@ -204,7 +204,7 @@ impl PartitionDir {
 
     /// The filesystem remote tier in `root` for the partition directory `dir`: created when
     /// missing, except for a log bound to a remote (then a missing directory cannot be the one
-    /// it is bound to: [`Error::WrongRemote`], and nothing is created).
+    /// it is bound to: [`OwnershipError::WrongRemote`](crate::OwnershipError::WrongRemote), and nothing is created).
     ///
     /// # Errors
     /// As above; as [`RemoteTier::fs`].

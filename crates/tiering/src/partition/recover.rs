@@ -76,9 +76,9 @@ impl PartitionDir {
     /// in [`Recovered::missing_keys`].
     ///
     /// # Errors
-    /// [`Error::InUse`] when a live process holds the directory (nothing changed);
-    /// [`Error::TopicMismatch`] when the directory records another partition than asked;
-    /// [`Error::PartitionNotFound`] / [`Error::PartitionAmbiguous`] when the remote holds no
+    /// [`OwnershipError::InUse`](crate::OwnershipError::InUse) when a live process holds the directory (nothing changed);
+    /// [`OwnershipError::TopicMismatch`](crate::OwnershipError::TopicMismatch) when the directory records another partition than asked;
+    /// [`OwnershipError::PartitionNotFound`](crate::OwnershipError::PartitionNotFound) / [`OwnershipError::PartitionAmbiguous`](crate::OwnershipError::PartitionAmbiguous) when the remote holds no
     /// such partition or several; [`Error::InvalidArgument`] for a concurrency of 0;
     /// [`Error::Metadata`] when the recovery fails (nothing deleted); as
     /// [`PartitionDir::open`] for the read of the result.
@@ -95,9 +95,11 @@ impl PartitionDir {
         refuse_if_in_use(dir)?;
         let store = remote.store();
         let tp = choose_partition(dir, &*store, remote.location(), &options.partition)?;
-        std::fs::create_dir_all(dir).map_err(|e| Error::TopicFile {
-            path: dir.to_path_buf(),
-            reason: format!("cannot create the directory: {e}"),
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::Ownership(crate::error::OwnershipError::TopicFile {
+                path: dir.to_path_buf(),
+                reason: format!("cannot create the directory: {e}"),
+            })
         })?;
         let metadata = DurableRemoteLogMetadataManager::open(dir.join(METADATA_DIR))
             .map_err(|e| Error::metadata("open", None, e))?;
@@ -180,10 +182,10 @@ fn refuse_if_in_use(dir: &Path) -> Result<(), Error> {
         if let Err(std::fs::TryLockError::WouldBlock) =
             krabka_storage::create_and_lock(&lock).map(drop)
         {
-            return Err(Error::InUse {
+            return Err(Error::Ownership(crate::error::OwnershipError::InUse {
                 dir: dir.to_path_buf(),
                 lock,
-            });
+            }));
         }
     }
     Ok(())
@@ -204,11 +206,13 @@ fn choose_partition(
         // Never rebind a directory that records another partition: its log would no longer
         // open under the identity it was written with.
         if differs {
-            return Err(Error::TopicMismatch {
-                dir: dir.to_path_buf(),
-                recorded: Box::new(recorded.clone()),
-                asked: describe(query),
-            });
+            return Err(Error::Ownership(
+                crate::error::OwnershipError::TopicMismatch {
+                    dir: dir.to_path_buf(),
+                    recorded: Box::new(recorded.clone()),
+                    asked: describe(query),
+                },
+            ));
         }
         return Ok(recorded.clone());
     }
@@ -223,17 +227,17 @@ fn choose_partition(
         topic_id: query.topic_id,
     };
     find_partition(lister, remote, &query).map_err(|e| match e {
-        Error::PartitionNotFound {
+        Error::Ownership(crate::error::OwnershipError::PartitionNotFound {
             remote,
             asked,
             others,
             ..
-        } => Error::PartitionNotFound {
+        }) => Error::Ownership(crate::error::OwnershipError::PartitionNotFound {
             remote,
             asked,
             others,
             by_name: query.topic.is_some() && query.topic_id.is_none(),
-        },
+        }),
         e => e,
     })
 }
@@ -244,8 +248,8 @@ fn choose_partition(
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] when `query` names neither a topic nor a topic id;
-/// [`Error::PartitionNotFound`] / [`Error::PartitionAmbiguous`] when no partition or several
-/// match; [`Error::RemoteUnusable`] when the remote cannot be listed.
+/// [`OwnershipError::PartitionNotFound`](crate::OwnershipError::PartitionNotFound) / [`OwnershipError::PartitionAmbiguous`](crate::OwnershipError::PartitionAmbiguous) when no partition or several
+/// match; [`OwnershipError::RemoteUnusable`](crate::OwnershipError::RemoteUnusable) when the remote cannot be listed.
 pub fn find_partition(
     lister: &dyn RemoteSegmentLister,
     remote: &str,
@@ -275,9 +279,11 @@ pub fn find_partition(
             }
             Ok(())
         })
-        .map_err(|e| Error::RemoteUnusable {
-            remote: remote.to_owned(),
-            reason: format!("cannot list its partitions: {e}"),
+        .map_err(|e| {
+            Error::Ownership(crate::error::OwnershipError::RemoteUnusable {
+                remote: remote.to_owned(),
+                reason: format!("cannot list its partitions: {e}"),
+            })
         })?;
     found.sort_by(|a, b| {
         (a.topic(), a.partition(), a.topic_id()).cmp(&(b.topic(), b.partition(), b.topic_id()))
@@ -293,17 +299,21 @@ pub fn find_partition(
     };
     match found.as_slice() {
         [one] => Ok(one.clone()),
-        [] => Err(Error::PartitionNotFound {
-            remote: remote.to_owned(),
-            asked,
-            others: others.into_iter().collect(),
-            by_name: false,
-        }),
-        many => Err(Error::PartitionAmbiguous {
-            remote: remote.to_owned(),
-            asked,
-            found: many.iter().map(|t| t.topic_id().to_string()).collect(),
-        }),
+        [] => Err(Error::Ownership(
+            crate::error::OwnershipError::PartitionNotFound {
+                remote: remote.to_owned(),
+                asked,
+                others: others.into_iter().collect(),
+                by_name: false,
+            },
+        )),
+        many => Err(Error::Ownership(
+            crate::error::OwnershipError::PartitionAmbiguous {
+                remote: remote.to_owned(),
+                asked,
+                found: many.iter().map(|t| t.topic_id().to_string()).collect(),
+            },
+        )),
     }
 }
 
@@ -338,11 +348,13 @@ fn check_readable(dir: &Path, remote: &RemoteTier, report: &Recovery) -> Result<
         let first = *range.start();
         let read = opened.log().read(first, 1)?;
         if read.first().map(|r| r.seq) != Some(first) {
-            return Err(Error::RecoveredUnreadable {
-                dir: dir.to_path_buf(),
-                seq: first,
-                returned: read.len(),
-            });
+            return Err(Error::Ownership(
+                crate::error::OwnershipError::RecoveredUnreadable {
+                    dir: dir.to_path_buf(),
+                    seq: first,
+                    returned: read.len(),
+                },
+            ));
         }
     }
     opened.into_log().close()

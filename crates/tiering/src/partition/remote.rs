@@ -57,13 +57,15 @@ impl RemoteTier {
     /// path from another working directory names the same remote.
     ///
     /// # Errors
-    /// [`Error::RemoteUnusable`] when `root` is missing (and not to be created), cannot be
+    /// [`OwnershipError::RemoteUnusable`](crate::OwnershipError::RemoteUnusable) when `root` is missing (and not to be created), cannot be
     /// resolved, or is refused by the backend (a file, the filesystem root).
     #[cfg(feature = "fs")]
     pub fn fs(root: &Path, create: bool, transform: TransformConfig) -> Result<Self, Error> {
-        let unusable = |reason: String| Error::RemoteUnusable {
-            remote: format!("fs://{}", root.display()),
-            reason,
+        let unusable = |reason: String| {
+            Error::Ownership(crate::error::OwnershipError::RemoteUnusable {
+                remote: format!("fs://{}", root.display()),
+                reason,
+            })
         };
         if !create && !root.is_dir() {
             return Err(unusable("the directory does not exist".to_owned()));

@@ -50,34 +50,36 @@ fn parse_topic_file(text: &str) -> Result<TopicIdPartition, String> {
 /// never tiered, or was tiered before the file existed).
 ///
 /// # Errors
-/// [`Error::TopicFile`] naming the file when it cannot be read or is damaged.
+/// [`OwnershipError::TopicFile`](crate::OwnershipError::TopicFile) naming the file when it cannot be read or is damaged.
 pub fn read_topic_file(log_dir: &Path) -> Result<Option<TopicIdPartition>, Error> {
     let path = log_dir.join(TOPIC_FILE);
     let text = match kvfile::read(&path, MAX_TOPIC_FILE_BYTES) {
         Ok(None) => return Ok(None),
         Ok(Some(text)) => text,
         Err(e) => {
-            return Err(Error::TopicFile {
+            return Err(Error::Ownership(crate::error::OwnershipError::TopicFile {
                 path,
                 reason: e.to_string(),
-            });
+            }));
         }
     };
-    parse_topic_file(&text)
-        .map(Some)
-        .map_err(|reason| Error::TopicFile { path, reason })
+    parse_topic_file(&text).map(Some).map_err(|reason| {
+        Error::Ownership(crate::error::OwnershipError::TopicFile { path, reason })
+    })
 }
 
 /// Durably records `topic` in `log_dir`'s [`TOPIC_FILE`] (a temporary file, fsynced, renamed
 /// over it, and the directory fsynced).
 ///
 /// # Errors
-/// [`Error::TopicFile`] when the file cannot be written.
+/// [`OwnershipError::TopicFile`](crate::OwnershipError::TopicFile) when the file cannot be written.
 pub fn write_topic_file(log_dir: &Path, topic: &TopicIdPartition) -> Result<(), Error> {
     let path = log_dir.join(TOPIC_FILE);
-    kvfile::write(&path, &topic_file_text(topic)).map_err(|e| Error::TopicFile {
-        path,
-        reason: format!("cannot write it: {e}"),
+    kvfile::write(&path, &topic_file_text(topic)).map_err(|e| {
+        Error::Ownership(crate::error::OwnershipError::TopicFile {
+            path,
+            reason: format!("cannot write it: {e}"),
+        })
     })
 }
 
@@ -178,7 +180,13 @@ mod tests {
             }
             std::fs::write(&path, &bad).expect("write bad");
             let e = read_topic_file(dir.path()).expect_err("a changed byte is refused");
-            assert!(matches!(e, Error::TopicFile { .. }), "{e}");
+            assert!(
+                matches!(
+                    e,
+                    Error::Ownership(crate::error::OwnershipError::TopicFile { .. })
+                ),
+                "{e}"
+            );
         }
     }
 

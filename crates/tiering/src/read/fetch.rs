@@ -58,7 +58,7 @@ impl<'r, 'a> Walk<'r, 'a> {
     /// from `seq`; `point` for a point read, with where its batch ends at the latest when known.
     ///
     /// # Errors
-    /// [`Error::CorruptRemote`] when `start` is not inside the segment.
+    /// [`ReadError::CorruptRemote`](crate::ReadError::CorruptRemote) when `start` is not inside the segment.
     pub(super) fn new(
         reader: &'r RemoteReader<'a>,
         meta: &'r RemoteLogSegmentMetadata,
@@ -218,7 +218,7 @@ impl RemoteReader<'_> {
     /// of every remote fetch a read makes. Single-flight with the other readers and the
     /// read-ahead: a fetch of the same entry in progress is waited for, at most
     /// [`TieringConfig::fetch_deadline`](crate::TieringConfig::fetch_deadline)
-    /// ([`Error::FetchWaitExceeded`] past it), and its result taken; when it failed, `fetch`
+    /// ([`ReadError::FetchWaitExceeded`](crate::ReadError::FetchWaitExceeded) past it), and its result taken; when it failed, `fetch`
     /// runs here and reports its own error. `fetch` returns only checked bytes.
     pub(super) fn single_flight(
         &self,
@@ -234,12 +234,14 @@ impl RemoteReader<'_> {
             .get_or_fetch((id.id(), part), wait, fetch)
             .map_err(|e| match e {
                 FetchError::Fetch(e) => e,
-                FetchError::WaitTimedOut(waited) => Error::FetchWaitExceeded {
-                    segment: Box::new(id.clone()),
-                    object: object_key(meta, part.index_type()),
-                    seq,
-                    waited,
-                },
+                FetchError::WaitTimedOut(waited) => {
+                    Error::Read(crate::error::ReadError::FetchWaitExceeded {
+                        segment: Box::new(id.clone()),
+                        object: object_key(meta, part.index_type()),
+                        seq,
+                        waited,
+                    })
+                }
             })
     }
 
@@ -275,7 +277,7 @@ impl RemoteReader<'_> {
     /// Fetches chunk `n` of a segment, and also up to `run_on` bytes past it (the cached
     /// chunk is then that much longer). The bytes returned must be exactly
     /// the range asked for: an object shorter than the metadata's size is
-    /// [`Error::CorruptRemote`].
+    /// [`ReadError::CorruptRemote`](crate::ReadError::CorruptRemote).
     fn fetch_chunk(
         &self,
         meta: &RemoteLogSegmentMetadata,

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::read::chunkmap::backend_view;
 use crate::stats::bump;
 
-/// [`Error::CorruptRemote`] for a segment's offset index.
+/// [`ReadError::CorruptRemote`](crate::ReadError::CorruptRemote) for a segment's offset index.
 fn index_corrupt(meta: &RemoteLogSegmentMetadata, seq: u64, e: &krabka_storage::Error) -> Error {
     let (at, why) = position_and_reason(e);
     index_error(meta, seq, at, why)
@@ -101,12 +101,14 @@ impl RemoteReader<'_> {
         ts: i64,
     ) -> Result<Option<u64>, Error> {
         let seq = meta.start_offset();
-        let corrupt = |position: Option<u64>, reason: String| Error::CorruptRemote {
-            segment: Box::new(meta.remote_log_segment_id().clone()),
-            object: object_key(meta, Some(IndexType::Timestamp)),
-            position,
-            seq,
-            reason: format!("time index: {reason}"),
+        let corrupt = |position: Option<u64>, reason: String| {
+            Error::Read(crate::error::ReadError::CorruptRemote {
+                segment: Box::new(meta.remote_log_segment_id().clone()),
+                object: object_key(meta, Some(IndexType::Timestamp)),
+                position,
+                seq,
+                reason: format!("time index: {reason}"),
+            })
         };
         let floor = self.remote_time_index(meta)?.floor(ts);
         match floor {
@@ -127,12 +129,14 @@ impl RemoteReader<'_> {
     fn remote_time_index(&self, meta: &RemoteLogSegmentMetadata) -> Result<TimeIndexView, Error> {
         let id = meta.remote_log_segment_id();
         let seq = meta.start_offset();
-        let corrupt = |position: Option<u64>, reason: String| Error::CorruptRemote {
-            segment: Box::new(id.clone()),
-            object: object_key(meta, Some(IndexType::Timestamp)),
-            position,
-            seq,
-            reason: format!("time index: {reason}"),
+        let corrupt = |position: Option<u64>, reason: String| {
+            Error::Read(crate::error::ReadError::CorruptRemote {
+                segment: Box::new(id.clone()),
+                object: object_key(meta, Some(IndexType::Timestamp)),
+                position,
+                seq,
+                reason: format!("time index: {reason}"),
+            })
         };
         let invalid = |e: krabka_storage::Error| {
             let (at, why) = position_and_reason(&e);

@@ -47,7 +47,7 @@ pub(crate) fn object_key(meta: &RemoteLogSegmentMetadata, index: Option<IndexTyp
     })
 }
 
-/// [`Error::CorruptRemote`] for one of the segment's objects (its `.log` for `None`), met while
+/// [`ReadError::CorruptRemote`](crate::ReadError::CorruptRemote) for one of the segment's objects (its `.log` for `None`), met while
 /// reading (or searching) from `seq`.
 fn object_corrupt(
     meta: &RemoteLogSegmentMetadata,
@@ -56,13 +56,13 @@ fn object_corrupt(
     position: Option<u64>,
     reason: String,
 ) -> Error {
-    Error::CorruptRemote {
+    Error::Read(crate::error::ReadError::CorruptRemote {
         segment: Box::new(meta.remote_log_segment_id().clone()),
         object: object_key(meta, index),
         position,
         seq,
         reason,
-    }
+    })
 }
 
 /// [`object_corrupt`] for the segment's `.log` object.
@@ -114,7 +114,7 @@ struct RemoteRead<'a> {
 }
 
 impl RemoteRead<'_> {
-    /// [`Error::CorruptRemote`] for the segment's `.log` object.
+    /// [`ReadError::CorruptRemote`](crate::ReadError::CorruptRemote) for the segment's `.log` object.
     fn corrupt(&self, position: Option<u64>, reason: String) -> Error {
         log_corrupt(self.meta, self.seq, position, reason)
     }
@@ -153,8 +153,8 @@ impl RemoteRead<'_> {
     /// batch of seq `expect`, decoded by `decode`) fails to decode with `e`: the valid records
     /// before it are delivered first (a short read): those of the batches before the bad one,
     /// and for a valid batch holding a record that is not a message, its records before that
-    /// one. With none, the error: [`Error::RemoteNotAMessage`] for such a record,
-    /// [`Error::CorruptRemote`] otherwise.
+    /// one. With none, the error: [`ReadError::RemoteNotAMessage`](crate::ReadError::RemoteNotAMessage) for such a record,
+    /// [`ReadError::CorruptRemote`](crate::ReadError::CorruptRemote) otherwise.
     fn short_read(
         mut self,
         buf: &Bytes,
@@ -172,14 +172,14 @@ impl RemoteRead<'_> {
                 reason,
                 ..
             } => {
-                let error = Error::RemoteNotAMessage {
+                let error = Error::Read(crate::error::ReadError::RemoteNotAMessage {
                     segment: Box::new(self.meta.remote_log_segment_id().clone()),
                     object: object_key(self.meta, None),
                     position: buf_start + position,
                     record_seq: *seq,
                     seq: self.seq,
                     reason: reason.clone(),
-                };
+                });
                 let before = usize::try_from(seq.saturating_sub(first)).unwrap_or(usize::MAX);
                 (error, Some(buf.clone()), before.min(want))
             }
@@ -232,8 +232,8 @@ impl RemoteReader<'_> {
     /// entry's seq, and each batch (across chunk boundaries too) with the seq after the
     /// previous one's last; a record inside a batch is found by decoding the batch (its CRC
     /// checked first); the first record returned is `seq` itself, and none lies past the
-    /// segment's last seq. Anything else is [`Error::CorruptRemote`] naming the object and
-    /// byte ([`Error::RemoteNotAMessage`] for a valid record a `Message` cannot hold). Records
+    /// segment's last seq. Anything else is [`ReadError::CorruptRemote`](crate::ReadError::CorruptRemote) naming the object and
+    /// byte ([`ReadError::RemoteNotAMessage`](crate::ReadError::RemoteNotAMessage) for a valid record a `Message` cannot hold). Records
     /// decoded before a bad batch (or such a record) are returned first (a short read); a read
     /// starting in the bad batch (at such a record) gets the error.
     ///
@@ -255,7 +255,7 @@ impl RemoteReader<'_> {
             }
             Start::Hint { hint, entry, until } => {
                 match self.read_from(meta, seq, max, hint, Some(until)) {
-                    Err(e @ Error::CorruptRemote { .. }) => {
+                    Err(e @ Error::Read(crate::error::ReadError::CorruptRemote { .. })) => {
                         tracing::debug!(error = %e, "hinted start failed; reading from the map entry");
                         self.read_from(meta, seq, max, entry, Some(until))
                     }

@@ -26,7 +26,7 @@ impl RemoteReader<'_> {
     /// walk ends at the segment's last seq (or `below`) at the latest.
     ///
     /// # Errors
-    /// [`Error::CorruptRemote`] naming the segment's `.log` and the bad batch's byte when a
+    /// [`ReadError::CorruptRemote`](crate::ReadError::CorruptRemote) naming the segment's `.log` and the bad batch's byte when a
     /// batch walked fails a check (or the data ends before the segment's last seq), or naming
     /// an index; the fetch errors of [`read_remote`](Self::read_remote).
     pub(crate) fn search_time(
@@ -101,7 +101,7 @@ struct TimeSearch<'a> {
 }
 
 impl TimeSearch<'_> {
-    /// [`Error::CorruptRemote`] for the batch at segment byte `at`.
+    /// [`ReadError::CorruptRemote`](crate::ReadError::CorruptRemote) for the batch at segment byte `at`.
     fn corrupt(&self, at: u64, why: &dyn std::fmt::Display) -> Error {
         log_corrupt(
             self.meta,

@@ -113,7 +113,7 @@ impl ReplicaGroup {
     /// the group's cache and budget.
     ///
     /// # Errors
-    /// [`Error::PartitionExists`] when the group serves `tp` already; as
+    /// [`ServiceError::PartitionExists`](crate::ServiceError::PartitionExists) when the group serves `tp` already; as
     /// [`ReadReplica::open`].
     pub fn open(
         &self,
@@ -124,7 +124,9 @@ impl ReplicaGroup {
         replica: ReplicaConfig,
     ) -> Result<Arc<ReadReplica>, Error> {
         if self.replicas.read().contains_key(&tp) {
-            return Err(Error::PartitionExists(tp));
+            return Err(Error::Service(crate::error::ServiceError::PartitionExists(
+                tp,
+            )));
         }
         let mut builder = ReadReplica::builder(rsm, store, tp.clone(), config, replica)?
             .cache(self.cache.clone());
@@ -135,7 +137,9 @@ impl ReplicaGroup {
         let replica = Arc::new(builder.open()?);
         let mut replicas = self.replicas.write();
         if replicas.contains_key(&tp) {
-            return Err(Error::PartitionExists(tp));
+            return Err(Error::Service(crate::error::ServiceError::PartitionExists(
+                tp,
+            )));
         }
         replicas.insert(tp, replica.clone());
         Ok(replica)

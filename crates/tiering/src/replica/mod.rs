@@ -142,7 +142,7 @@ pub enum HeadStatus {
 
 /// Seqs the bucket's own records (the partition head, an epoch record, the listing) show
 /// finished that a replica cannot serve: an object of their segment is missing or damaged.
-/// A read of them fails with [`Error::RemoteHole`] naming the objects and why.
+/// A read of them fails with [`ReadError::RemoteHole`](crate::ReadError::RemoteHole) naming the objects and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MissingSeqs {

@@ -51,11 +51,11 @@ impl ReadReplica {
     /// in it failing naming the object and byte. The view is refreshed first when due.
     ///
     /// # Errors
-    /// [`Error::OutOfRange`] when `from_seq` is outside `first_seq()..=last_seq() + 1`, also
+    /// [`ReadError::OutOfRange`](crate::ReadError::OutOfRange) when `from_seq` is outside `first_seq()..=last_seq() + 1`, also
     /// when retention deleted the segment between the view and the read (the view is refreshed
-    /// then); [`Error::RemoteHole`] for seqs no served segment holds between two that do;
-    /// [`Error::Remote`] / [`Error::CorruptRemote`] / [`Error::RemoteNotAMessage`] /
-    /// [`Error::FetchWaitExceeded`] from the remote tier.
+    /// then); [`ReadError::RemoteHole`](crate::ReadError::RemoteHole) for seqs no served segment holds between two that do;
+    /// [`Error::Remote`] / [`ReadError::CorruptRemote`](crate::ReadError::CorruptRemote) / [`ReadError::RemoteNotAMessage`](crate::ReadError::RemoteNotAMessage) /
+    /// [`ReadError::FetchWaitExceeded`](crate::ReadError::FetchWaitExceeded) from the remote tier.
     pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
         self.refresh_if_due();
         let mut out: Vec<Record> = Vec::new();
@@ -66,11 +66,11 @@ impl ReadReplica {
             let view = self.view.read().clone();
             let (first, next) = (view.first_seq(), view.next_seq());
             if out.is_empty() && (seq < first || seq > next) {
-                return Err(Error::OutOfRange {
+                return Err(Error::Read(crate::error::ReadError::OutOfRange {
                     seq,
                     first,
                     last: next.saturating_sub(1),
-                });
+                }));
             }
             if out.len() >= max || seq >= next {
                 return Ok(out);
@@ -103,11 +103,11 @@ impl ReadReplica {
                 Err(e) if e.is_remote_not_found() => {
                     let view = self.view.read();
                     if seq < view.first_seq() {
-                        return Err(Error::OutOfRange {
+                        return Err(Error::Read(crate::error::ReadError::OutOfRange {
                             seq,
                             first: view.first_seq(),
                             last: view.next_seq().saturating_sub(1),
-                        });
+                        }));
                     }
                     return Err(e);
                 }
@@ -183,18 +183,18 @@ fn segment_at(view: &View, seq: u64) -> Option<&RemoteLogSegmentMetadata> {
         .filter(|m| m.end_offset() >= seq)
 }
 
-/// The [`Error::RemoteHole`] of `seq`, which no served segment holds but one after it (or
+/// The [`ReadError::RemoteHole`](crate::ReadError::RemoteHole) of `seq`, which no served segment holds but one after it (or
 /// seqs shown finished and missing) does: the missing seqs' objects and reason when the view
 /// knows them.
 fn hole_at(replica: &ReadReplica, view: &View, seq: u64) -> Error {
     if let Some(m) = view.missing.iter().find(|m| m.from <= seq && seq <= m.to) {
-        return Error::RemoteHole {
+        return Error::Read(crate::error::ReadError::RemoteHole {
             partition: Box::new(replica.tp.clone()),
             from: m.from,
             to: m.to,
             objects: m.objects.clone(),
             reason: Some(m.reason.clone()),
-        };
+        });
     }
     let i = view.segments.partition_point(|m| m.start_offset() <= seq);
     let from = i
@@ -222,11 +222,11 @@ fn hole_at(replica: &ReadReplica, view: &View, seq: u64) -> Error {
         .filter(|t| *t <= seq)
         .max()
         .map_or(from, |t| t.max(from));
-    Error::RemoteHole {
+    Error::Read(crate::error::ReadError::RemoteHole {
         partition: Box::new(replica.tp.clone()),
         from,
         to,
         objects: Vec::new(),
         reason: None,
-    }
+    })
 }

@@ -59,7 +59,7 @@ impl ReadReplica {
     /// nothing changed.
     ///
     /// # Errors
-    /// [`Error::ReplicaRefresh`] when the bucket cannot be read; the previous view is kept.
+    /// [`ReadError::ReplicaRefresh`](crate::ReadError::ReplicaRefresh) when the bucket cannot be read; the previous view is kept.
     pub fn refresh(&self) -> Result<RefreshOutcome, Error> {
         let mut known = self.known.lock();
         self.refresh_locked(&mut known)
@@ -447,11 +447,11 @@ impl ReadReplica {
     }
 
     fn refresh_error(&self, key: &str, source: RemoteStorageError) -> Error {
-        Error::ReplicaRefresh {
+        Error::Read(crate::error::ReadError::ReplicaRefresh {
             partition: Box::new(self.tp.clone()),
             key: key.to_owned(),
             source: Box::new(source),
-        }
+        })
     }
 }
 

@@ -45,7 +45,7 @@ impl Outcome {
 
     /// A copy whose thread or task ended without an outcome (it panicked, or was cancelled).
     pub(crate) fn lost(what: String) -> Self {
-        Outcome::failed(None, Error::Task(what))
+        Outcome::failed(None, Error::Service(crate::error::ServiceError::Task(what)))
     }
 }
 
@@ -236,7 +236,10 @@ impl TieredLog {
             Ok(Ok((result, _))) => Self::uploaded(&launch, meta, result),
             Ok(Err(join)) => {
                 launch.halt_here();
-                Outcome::failed(Some(meta), Error::Task(join.to_string()))
+                Outcome::failed(
+                    Some(meta),
+                    Error::Service(crate::error::ServiceError::Task(join.to_string())),
+                )
             }
             Err(_elapsed) => {
                 self.abandoned

@@ -33,7 +33,7 @@ impl TieredLog {
     /// retried next round.
     ///
     /// # Errors
-    /// [`Error::RoundInProgress`] when another round runs; [`Error::Fenced`] when a later
+    /// [`ServiceError::RoundInProgress`](crate::ServiceError::RoundInProgress) when another round runs; [`OwnershipError::Fenced`](crate::OwnershipError::Fenced) when a later
     /// writer took the partition over; [`Error::Metadata`] when the metadata manager cannot
     /// list segments; [`Error::Storage`] when local retention fails.
     pub fn run_once(&self) -> Result<TieringReport, Error> {
@@ -78,7 +78,7 @@ impl TieredLog {
     /// cleaned up when its call returns); finished in seq order likewise.
     ///
     /// # Errors
-    /// As [`run_once`](Self::run_once); [`Error::Task`] when a blocking step panicked.
+    /// As [`run_once`](Self::run_once); [`ServiceError::Task`](crate::ServiceError::Task) when a blocking step panicked.
     pub async fn run_round(self: &Arc<Self>) -> Result<TieringReport, Error> {
         let _guard = self.begin_round()?;
         let this = self.clone();

@@ -56,7 +56,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 ) -> Result<T, Error> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| Error::Task(e.to_string()))?
+        .map_err(|e| Error::Service(crate::error::ServiceError::Task(e.to_string())))?
 }
 
 /// One round in progress: the segments left to copy, the copies pending in seq order, and
@@ -75,7 +75,7 @@ impl Round {
     /// (after checking the writer epoch) and plans the copies. Blocking.
     ///
     /// # Errors
-    /// [`Error::Fenced`] and [`Error::Ownership`] from the epoch check; [`Error::Metadata`]
+    /// [`OwnershipError::Fenced`](crate::OwnershipError::Fenced) and [`OwnershipError::Record`](crate::OwnershipError::Record) from the epoch check; [`Error::Metadata`]
     /// when the metadata manager cannot list segments.
     pub(crate) fn start(log: &TieredLog) -> Result<Self, Error> {
         log.prune_abandoned();
@@ -258,7 +258,7 @@ impl Round {
 /// Blocking.
 ///
 /// # Errors
-/// As [`TieredLog::apply_retention`](crate::TieredLog): [`Error::Fenced`], [`Error::Metadata`],
+/// As [`TieredLog::apply_retention`](crate::TieredLog): [`OwnershipError::Fenced`](crate::OwnershipError::Fenced), [`Error::Metadata`],
 /// [`Error::Storage`].
 pub(crate) fn retention(log: &TieredLog) -> Result<TieringReport, Error> {
     let mut report = TieringReport::default();

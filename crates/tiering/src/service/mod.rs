@@ -76,7 +76,7 @@ pub struct ShutdownReport {
 /// partitions") for the thread budget, scheduling, deadlines and quotas.
 ///
 /// A partition added here must not also be driven by [`TieredLog::run_once`] or
-/// [`TieredLog::spawn`]: such a call fails with [`Error::RoundInProgress`] while a turn runs,
+/// [`TieredLog::spawn`]: such a call fails with [`ServiceError::RoundInProgress`](crate::ServiceError::RoundInProgress) while a turn runs,
 /// and between turns it would race the service's plan.
 pub struct TieringService {
     shared: Arc<Shared>,
@@ -96,7 +96,7 @@ impl TieringService {
     /// Starts a service: its runtime (threads named `krabka-tiering`) and its scheduler.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a config below a minimum; [`Error::Task`] when the runtime
+    /// [`Error::InvalidConfig`] for a config below a minimum; [`ServiceError::Task`](crate::ServiceError::Task) when the runtime
     /// cannot start (for example, no thread could be spawned).
     pub fn new(config: ServiceConfig) -> Result<Self, Error> {
         config.validate()?;
@@ -108,7 +108,11 @@ impl TieringService {
             .thread_name("krabka-tiering")
             .enable_time()
             .build()
-            .map_err(|e| Error::Task(format!("starting the tiering runtime: {e}")))?;
+            .map_err(|e| {
+                Error::Service(crate::error::ServiceError::Task(format!(
+                    "starting the tiering runtime: {e}"
+                )))
+            })?;
         let shared = Arc::new(Shared {
             partitions: Mutex::new(HashMap::new()),
             queues: Mutex::new(Queues::default()),
@@ -161,17 +165,19 @@ impl TieringService {
     /// Adds a partition: its first round is scheduled right away.
     ///
     /// # Errors
-    /// [`Error::PartitionExists`] when a log of the same partition is in the service;
-    /// [`Error::ServiceStopped`] after [`shutdown`](Self::shutdown) began.
+    /// [`ServiceError::PartitionExists`](crate::ServiceError::PartitionExists) when a log of the same partition is in the service;
+    /// [`ServiceError::ServiceStopped`](crate::ServiceError::ServiceStopped) after [`shutdown`](Self::shutdown) began.
     pub fn add(&self, log: Arc<TieredLog>) -> Result<(), Error> {
         if *self.shared.stop.borrow() {
-            return Err(Error::ServiceStopped);
+            return Err(Error::Service(crate::error::ServiceError::ServiceStopped));
         }
         let tp = log.topic_id_partition().clone();
         let part = {
             let mut parts = self.shared.partitions.lock();
             if parts.contains_key(&tp) {
-                return Err(Error::PartitionExists(tp));
+                return Err(Error::Service(crate::error::ServiceError::PartitionExists(
+                    tp,
+                )));
             }
             let part = Arc::new(Partition::new(log));
             parts.insert(tp, part.clone());
@@ -198,14 +204,14 @@ impl TieringService {
     /// deadline), and returns its log.
     ///
     /// # Errors
-    /// [`Error::UnknownPartition`] when it is not in the service; [`Error::ServiceStopped`]
+    /// [`ServiceError::UnknownPartition`](crate::ServiceError::UnknownPartition) when it is not in the service; [`ServiceError::ServiceStopped`](crate::ServiceError::ServiceStopped)
     /// when the runtime is gone.
     pub fn remove(&self, tp: &TopicIdPartition) -> Result<Arc<TieredLog>, Error> {
         let part = {
             let mut parts = self.shared.partitions.lock();
-            let part = parts
-                .remove(tp)
-                .ok_or_else(|| Error::UnknownPartition(tp.clone()))?;
+            let part = parts.remove(tp).ok_or_else(|| {
+                Error::Service(crate::error::ServiceError::UnknownPartition(tp.clone()))
+            })?;
             ::metrics::gauge!(m::PARTITIONS).set(parts.len() as f64);
             part
         };
@@ -219,9 +225,9 @@ impl TieringService {
     /// the reader pool, blocking the calling thread (which need not belong to a runtime).
     ///
     /// # Errors
-    /// [`Error::UnknownPartition`]; [`Error::ReaderQueueFull`] when `read_threads +
-    /// read_queue` reads are already running or waiting; [`Error::FetchDeadlineExceeded`]
-    /// after [`ServiceConfig::fetch_deadline`]; [`Error::ServiceStopped`]; as
+    /// [`ServiceError::UnknownPartition`](crate::ServiceError::UnknownPartition); [`ReadError::ReaderQueueFull`](crate::ReadError::ReaderQueueFull) when `read_threads +
+    /// read_queue` reads are already running or waiting; [`ReadError::FetchDeadlineExceeded`](crate::ReadError::FetchDeadlineExceeded)
+    /// after [`ServiceConfig::fetch_deadline`]; [`ServiceError::ServiceStopped`](crate::ServiceError::ServiceStopped); as
     /// [`TieredLog::read`].
     pub fn read(
         &self,
@@ -234,12 +240,16 @@ impl TieringService {
         let deadline = self.shared.config.fetch_deadline;
         match rx.recv_timeout(deadline) {
             Ok(result) => result,
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Error::FetchDeadlineExceeded {
-                partition: tp.clone(),
-                seq: from_seq,
-                deadline,
-            }),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::ServiceStopped),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Error::Read(
+                crate::error::ReadError::FetchDeadlineExceeded {
+                    partition: tp.clone(),
+                    seq: from_seq,
+                    deadline,
+                },
+            )),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(Error::Service(crate::error::ServiceError::ServiceStopped))
+            }
         }
     }
 
@@ -258,12 +268,14 @@ impl TieringService {
         let deadline = self.shared.config.fetch_deadline;
         match tokio::time::timeout(deadline, rx).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(Error::ServiceStopped),
-            Err(_) => Err(Error::FetchDeadlineExceeded {
-                partition: tp.clone(),
-                seq: from_seq,
-                deadline,
-            }),
+            Ok(Err(_)) => Err(Error::Service(crate::error::ServiceError::ServiceStopped)),
+            Err(_) => Err(Error::Read(
+                crate::error::ReadError::FetchDeadlineExceeded {
+                    partition: tp.clone(),
+                    seq: from_seq,
+                    deadline,
+                },
+            )),
         }
     }
 
@@ -274,14 +286,19 @@ impl TieringService {
         max: usize,
         reply: read::Reply,
     ) -> Result<(), Error> {
-        let runtime = self.runtime.as_ref().ok_or(Error::ServiceStopped)?;
+        let runtime = self
+            .runtime
+            .as_ref()
+            .ok_or(Error::Service(crate::error::ServiceError::ServiceStopped))?;
         let part = self
             .shared
             .partitions
             .lock()
             .get(tp)
             .cloned()
-            .ok_or_else(|| Error::UnknownPartition(tp.clone()))?;
+            .ok_or_else(|| {
+                Error::Service(crate::error::ServiceError::UnknownPartition(tp.clone()))
+            })?;
         read::submit(&self.shared, runtime.handle(), part, from_seq, max, reply)
     }
 
@@ -323,12 +340,16 @@ impl TieringService {
         &self,
         fut: impl std::future::Future<Output = T> + Send + 'static,
     ) -> Result<T, Error> {
-        let runtime = self.runtime.as_ref().ok_or(Error::ServiceStopped)?;
+        let runtime = self
+            .runtime
+            .as_ref()
+            .ok_or(Error::Service(crate::error::ServiceError::ServiceStopped))?;
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         runtime.spawn(async move {
             let _ = tx.send(fut.await);
         });
-        rx.recv().map_err(|_| Error::ServiceStopped)
+        rx.recv()
+            .map_err(|_| Error::Service(crate::error::ServiceError::ServiceStopped))
     }
 }
 

@@ -171,7 +171,9 @@ impl Partition {
             let round = self.state.lock().round.take();
             let log = self.log.clone();
             let settled = blocking(move || {
-                let mut round = round.ok_or(Error::Task("a turn lost its round".into()))?;
+                let mut round = round.ok_or(Error::Service(crate::error::ServiceError::Task(
+                    "a turn lost its round".into(),
+                )))?;
                 round.complete(base_seq, outcome);
                 round.settle(&log);
                 Ok(round)
@@ -199,18 +201,30 @@ impl Partition {
         let st = &mut *st;
         let report = st
             .round
-            .get_or_insert_with(|| Round::failed(Error::Task("a turn lost its round".into())))
+            .get_or_insert_with(|| {
+                Round::failed(Error::Service(crate::error::ServiceError::Task(
+                    "a turn lost its round".into(),
+                )))
+            })
             .report_mut();
         match outcome {
             Ok(Ok(Ok(r))) => report.merge(r),
             Ok(Ok(Err(e))) => report.failures.push(e),
-            Ok(Err(join)) => report.failures.push(Error::Task(join.to_string())),
+            Ok(Err(join)) => {
+                report
+                    .failures
+                    .push(Error::Service(crate::error::ServiceError::Task(
+                        join.to_string(),
+                    )))
+            }
             Err(_) => {
                 st.lingering = Some(handle);
-                report.failures.push(Error::DeleteDeadlineExceeded {
-                    partition: self.log.topic_id_partition().clone(),
-                    deadline,
-                });
+                report.failures.push(Error::Service(
+                    crate::error::ServiceError::DeleteDeadlineExceeded {
+                        partition: self.log.topic_id_partition().clone(),
+                        deadline,
+                    },
+                ));
             }
         }
     }

@@ -37,7 +37,7 @@ impl Reply {
     }
 }
 
-/// Admits a read (or refuses it with [`Error::ReaderQueueFull`]) and starts it on `handle`.
+/// Admits a read (or refuses it with [`ReadError::ReaderQueueFull`](crate::ReadError::ReaderQueueFull)) and starts it on `handle`.
 pub(crate) fn submit(
     shared: &Arc<Shared>,
     handle: &Handle,
@@ -51,7 +51,9 @@ pub(crate) fn submit(
     if before >= limit {
         shared.reads_pending.fetch_sub(1, Ordering::AcqRel);
         ::metrics::counter!(m::READER_REJECTED).increment(1);
-        return Err(Error::ReaderQueueFull { limit });
+        return Err(Error::Read(crate::error::ReadError::ReaderQueueFull {
+            limit,
+        }));
     }
     ::metrics::gauge!(m::READER_QUEUE_SIZE).set((before + 1) as f64);
     let shared = shared.clone();
@@ -85,17 +87,21 @@ async fn run(
         .clone()
         .acquire_owned()
         .await
-        .map_err(|_| Error::ServiceStopped)?;
+        .map_err(|_| Error::Service(crate::error::ServiceError::ServiceStopped))?;
     let deadline = shared.config.fetch_deadline;
     if submitted.elapsed() >= deadline {
-        return Err(Error::FetchDeadlineExceeded {
-            partition: tp,
-            seq: from_seq,
-            deadline,
-        });
+        return Err(Error::Read(
+            crate::error::ReadError::FetchDeadlineExceeded {
+                partition: tp,
+                seq: from_seq,
+                deadline,
+            },
+        ));
     }
     let Some(_op) = part.op() else {
-        return Err(Error::UnknownPartition(tp));
+        return Err(Error::Service(
+            crate::error::ServiceError::UnknownPartition(tp),
+        ));
     };
     let log = part.log.clone();
     let span = tracing::info_span!(

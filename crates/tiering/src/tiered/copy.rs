@@ -33,11 +33,11 @@ impl TieredLog {
     /// Marks a round (or a service turn) as running on this log until the guard drops.
     ///
     /// # Errors
-    /// [`Error::RoundInProgress`] when one runs already.
+    /// [`ServiceError::RoundInProgress`](crate::ServiceError::RoundInProgress) when one runs already.
     pub(crate) fn begin_round(&self) -> Result<RoundGuard<'_>, Error> {
         self.round_running
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .map_err(|_| Error::RoundInProgress)?;
+            .map_err(|_| Error::Service(crate::error::ServiceError::RoundInProgress))?;
         Ok(RoundGuard(&self.round_running))
     }
 

@@ -47,8 +47,8 @@ impl TieredLog {
     /// writes it; a fenced one never does.
     ///
     /// # Errors
-    /// [`Error::Fenced`] once a check found another writer; [`Error::Metadata`] when the
-    /// segments cannot be listed; [`Error::Ownership`] when the head cannot be written.
+    /// [`OwnershipError::Fenced`](crate::OwnershipError::Fenced) once a check found another writer; [`Error::Metadata`] when the
+    /// segments cannot be listed; [`OwnershipError::Record`](crate::OwnershipError::Record) when the head cannot be written.
     pub(crate) fn publish_head(&self, force: bool) -> Result<(), Error> {
         let Some(owner) = &self.owner else {
             return Ok(());
@@ -76,10 +76,12 @@ impl TieredLog {
         // writer's head.
         owner.check()?;
         let key = layout::head_key(writer.partition_dir);
-        let failed = |e| Error::Ownership {
-            key: key.clone(),
-            partition: Box::new(self.tp.clone()),
-            source: Box::new(e),
+        let failed = |e| {
+            Error::Ownership(crate::error::OwnershipError::Record {
+                key: key.clone(),
+                partition: Box::new(self.tp.clone()),
+                source: Box::new(e),
+            })
         };
         if published.serial == 0 {
             // A restarted writer keeps its epoch and incarnation: it goes on after the serial
@@ -137,11 +139,11 @@ impl TieredLog {
             Ok(_) => Ok(false),
             // Over the size limit: not this log's head either.
             Err(RemoteStorageError::Corrupt { .. }) => Ok(false),
-            Err(e) => Err(Error::Ownership {
+            Err(e) => Err(Error::Ownership(crate::error::OwnershipError::Record {
                 key,
                 partition: Box::new(self.tp.clone()),
                 source: Box::new(e),
-            }),
+            })),
         }
     }
 }

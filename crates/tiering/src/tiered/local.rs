@@ -104,7 +104,7 @@ impl TieredLog {
     /// what was appended so far.
     ///
     /// # Errors
-    /// [`Error::Storage`] as `krabka_storage::Log::roll`; [`Error::Fenced`] once a check found
+    /// [`Error::Storage`] as `krabka_storage::Log::roll`; [`OwnershipError::Fenced`](crate::OwnershipError::Fenced) once a check found
     /// another writer holding the partition (as [`append`](Self::append)).
     pub fn roll(&self) -> Result<(), Error> {
         self.ensure_writable()?;

@@ -114,7 +114,7 @@ impl TieredLog {
     /// reads; none once it was found fenced). Every round and every copy does this itself.
     ///
     /// # Errors
-    /// [`Error::Fenced`] when a later writer took the partition over; [`Error::Ownership`]
+    /// [`OwnershipError::Fenced`](crate::OwnershipError::Fenced) when a later writer took the partition over; [`OwnershipError::Record`](crate::OwnershipError::Record)
     /// when the epoch records cannot be read or do not decode.
     pub fn check_owner(&self) -> Result<(), Error> {
         match &self.owner {
@@ -123,7 +123,7 @@ impl TieredLog {
         }
     }
 
-    /// Fails with [`Error::Fenced`] when an earlier check found this log fenced (no I/O).
+    /// Fails with [`OwnershipError::Fenced`](crate::OwnershipError::Fenced) when an earlier check found this log fenced (no I/O).
     fn ensure_writable(&self) -> Result<(), Error> {
         match &self.owner {
             Some(owner) => owner.ensure_not_fenced_only(),
@@ -131,8 +131,8 @@ impl TieredLog {
         }
     }
 
-    /// Fails with [`Error::Fenced`] when an earlier check found this log fenced, or
-    /// [`Error::ReadOnly`] when it was opened to read only (no I/O).
+    /// Fails with [`OwnershipError::Fenced`](crate::OwnershipError::Fenced) when an earlier check found this log fenced, or
+    /// [`OwnershipError::ReadOnly`](crate::OwnershipError::ReadOnly) when it was opened to read only (no I/O).
     pub(crate) fn ensure_not_fenced(&self) -> Result<(), Error> {
         match &self.owner {
             Some(owner) => owner.ensure_not_fenced(),
@@ -182,7 +182,7 @@ impl TieredLog {
     /// Appends one message; returns its seq.
     ///
     /// # Errors
-    /// [`Error::Storage`] as `Log::append`; [`Error::Fenced`] once a check found another writer
+    /// [`Error::Storage`] as `Log::append`; [`OwnershipError::Fenced`](crate::OwnershipError::Fenced) once a check found another writer
     /// holding the partition (nothing appended: records it could never tier are not
     /// acknowledged).
     pub fn append(&self, msg: &Message) -> Result<u64, Error> {
@@ -195,7 +195,7 @@ impl TieredLog {
     /// Appends messages as one batch; returns their seqs.
     ///
     /// # Errors
-    /// [`Error::Storage`] as `Log::append_batch`; [`Error::Fenced`] as
+    /// [`Error::Storage`] as `Log::append_batch`; [`OwnershipError::Fenced`](crate::OwnershipError::Fenced) as
     /// [`append`](Self::append).
     pub fn append_batch(&self, msgs: &[Message]) -> Result<RangeInclusive<u64>, Error> {
         self.ensure_writable()?;
@@ -211,7 +211,7 @@ impl TieredLog {
     ///
     /// # Errors
     /// [`Error::Storage`] as `Log::append_raw_batch` (`InvalidBatch` naming the field);
-    /// [`Error::Fenced`] as [`append`](Self::append).
+    /// [`OwnershipError::Fenced`](crate::OwnershipError::Fenced) as [`append`](Self::append).
     pub fn append_raw_batch(&self, batch: &[u8]) -> Result<RangeInclusive<u64>, Error> {
         self.ensure_writable()?;
         self.log

@@ -57,7 +57,7 @@ impl TieredLog {
     }
 
     /// [`new`](Self::new); `read_only` refuses to move the start of an empty local log
-    /// ([`Error::ReadOnly`]) instead of writing it.
+    /// ([`OwnershipError::ReadOnly`](crate::OwnershipError::ReadOnly)) instead of writing it.
     fn new_joined(
         log: Log,
         rsm: Arc<dyn RemoteStorageManager>,
@@ -129,9 +129,11 @@ impl TieredLog {
         let retention_point = self.log_start.load(Ordering::Acquire);
         match policy::continuity(&local, &holes, self.log.next_seq(), &view, retention_point) {
             Continuity::Consistent => Ok(()),
-            Continuity::StartAt(_) if read_only => Err(Error::ReadOnly {
-                dir: self.log.dir().to_path_buf(),
-            }),
+            Continuity::StartAt(_) if read_only => {
+                Err(Error::Ownership(crate::error::OwnershipError::ReadOnly {
+                    dir: self.log.dir().to_path_buf(),
+                }))
+            }
             Continuity::StartAt(seq) => {
                 tracing::info!(partition = %self.tp, dir = %self.log.dir().display(), seq,
                     "the local log holds no record: it continues after the remote tier");
@@ -173,17 +175,17 @@ impl TieredLog {
     /// "Ownership"): the log is bound to `ownership.location` and `topic_id_partition`
     /// (`DIR/remote-binding`), holds a writer epoch recorded create-only in the remote tier,
     /// and checks it before every round, copy and delete; a later writer fences it
-    /// ([`Error::Fenced`]). Every copy carries the epoch.
+    /// ([`OwnershipError::Fenced`](crate::OwnershipError::Fenced)). Every copy carries the epoch.
     ///
     /// # Errors
     /// As [`open`](Self::open); and, with nothing changed in the remote tier:
-    /// [`Error::WrongRemote`] / [`Error::WrongPartition`] when the log is bound to another
-    /// remote or partition; [`Error::CopiedDirectory`] when `dir` is a copy of the bound
-    /// directory; [`Error::Fenced`] when a later writer holds the partition;
-    /// [`Error::RemoteHoldsPartition`] when the local log holds nothing, was never bound and
-    /// the remote holds the partition (recover it instead); [`Error::NotBound`] when a log
+    /// [`OwnershipError::WrongRemote`](crate::OwnershipError::WrongRemote) / [`OwnershipError::WrongPartition`](crate::OwnershipError::WrongPartition) when the log is bound to another
+    /// remote or partition; [`OwnershipError::CopiedDirectory`](crate::OwnershipError::CopiedDirectory) when `dir` is a copy of the bound
+    /// directory; [`OwnershipError::Fenced`](crate::OwnershipError::Fenced) when a later writer holds the partition;
+    /// [`OwnershipError::RemoteHoldsPartition`](crate::OwnershipError::RemoteHoldsPartition) when the local log holds nothing, was never bound and
+    /// the remote holds the partition (recover it instead); [`OwnershipError::NotBound`](crate::OwnershipError::NotBound) when a log
     /// that was never bound meets a remote holding the partition written by another log;
-    /// [`Error::Ownership`] / [`Error::Binding`] when the records cannot be read or written.
+    /// [`OwnershipError::Record`](crate::OwnershipError::Record) / [`OwnershipError::Binding`](crate::OwnershipError::Binding) when the records cannot be read or written.
     pub fn open_owned(
         dir: impl AsRef<Path>,
         options: Options,

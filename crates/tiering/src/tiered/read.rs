@@ -22,11 +22,11 @@ impl TieredLog {
     /// when there is one.
     ///
     /// # Errors
-    /// [`Error::OutOfRange`] when `from_seq < first_seq()` or `from_seq > last_seq() + 1`;
+    /// [`ReadError::OutOfRange`](crate::ReadError::OutOfRange) when `from_seq < first_seq()` or `from_seq > last_seq() + 1`;
     /// [`Error::Remote`] / [`Error::Metadata`] when the remote tier fails;
-    /// [`Error::CorruptRemote`] / [`Error::Storage`] for bad bytes, and
-    /// [`Error::RemoteNotAMessage`] / [`Error::Storage`] for a record a `Message` cannot hold
-    /// (records before either are returned first); [`Error::RemoteHole`] for a seq in a hole a
+    /// [`ReadError::CorruptRemote`](crate::ReadError::CorruptRemote) / [`Error::Storage`] for bad bytes, and
+    /// [`ReadError::RemoteNotAMessage`](crate::ReadError::RemoteNotAMessage) / [`Error::Storage`] for a record a `Message` cannot hold
+    /// (records before either are returned first); [`ReadError::RemoteHole`](crate::ReadError::RemoteHole) for a seq in a hole a
     /// recovery reported (records before it in the same call are returned first).
     pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
         let last = self.log.last_seq();
@@ -133,7 +133,7 @@ impl TieredLog {
             // Still within the log, yet the remote object is missing: not retention.
             return Err(match gone {
                 Some(e) if seq >= first => e,
-                _ => Error::OutOfRange { seq, first, last },
+                _ => Error::Read(crate::error::ReadError::OutOfRange { seq, first, last }),
             });
         }
         Ok(None)
@@ -163,12 +163,14 @@ impl TieredLog {
             .filter(|start| *start > seq)
             .chain((local_first > seq).then_some(local_first))
             .min();
-        Ok(next.map(|next| Error::RemoteHole {
-            partition: Box::new(self.tp.clone()),
-            from,
-            to: next.saturating_sub(1),
-            objects: Vec::new(),
-            reason: None,
+        Ok(next.map(|next| {
+            Error::Read(crate::error::ReadError::RemoteHole {
+                partition: Box::new(self.tp.clone()),
+                from,
+                to: next.saturating_sub(1),
+                objects: Vec::new(),
+                reason: None,
+            })
         }))
     }
 
@@ -201,7 +203,7 @@ impl TieredLog {
     ///
     /// # Errors
     /// [`Error::Metadata`] when the remote segments cannot be listed; [`Error::Remote`] /
-    /// [`Error::CorruptRemote`] from the remote segment searched; [`Error::Storage`] from the
+    /// [`ReadError::CorruptRemote`](crate::ReadError::CorruptRemote) from the remote segment searched; [`Error::Storage`] from the
     /// local log.
     pub fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
         let local_first = self.log.first_seq();
@@ -235,10 +237,10 @@ impl TieredLog {
             .map_err(|e| Error::storage(format!("looking up timestamp {ts}"), e))
     }
 
-    /// The [`Error::OutOfRange`] for a read of `seq` (lists the remote segments).
+    /// The [`ReadError::OutOfRange`](crate::ReadError::OutOfRange) for a read of `seq` (lists the remote segments).
     fn out_of_range(&self, seq: u64, last: u64) -> Error {
         match self.first_seq() {
-            Ok(first) => Error::OutOfRange { seq, first, last },
+            Ok(first) => Error::Read(crate::error::ReadError::OutOfRange { seq, first, last }),
             Err(e) => e,
         }
     }

@@ -159,7 +159,9 @@ fn read_step(replica: &ReadReplica, cursor: u64, w: &mut impl Write) -> Step {
             Step::Next(next)
         }
         // Retention deleted what the child was about to read: on from the new first seq.
-        Err(Error::OutOfRange { seq, first, .. }) if seq < first => {
+        Err(Error::Read(krabka_tiering::ReadError::OutOfRange { seq, first, .. }))
+            if seq < first =>
+        {
             writeln!(w, "oor {seq} {first}").unwrap();
             Step::Next(first)
         }

@@ -376,7 +376,11 @@ pub fn bucket_unreachable(mut b: Backend) {
     assert_eq!((done.refreshed, done.failed), (0, 0), "asked again at once");
     assert_eq!(member.stats().refresh_failures, 1);
     match r.refresh() {
-        Err(krabka_tiering::Error::ReplicaRefresh { key, source, .. }) => {
+        Err(krabka_tiering::Error::Read(krabka_tiering::ReadError::ReplicaRefresh {
+            key,
+            source,
+            ..
+        })) => {
             assert_eq!(key, layout::head_key(&dir_key()));
             assert!(source.is_retriable(), "{source:?}");
         }

@@ -217,7 +217,11 @@ fn read_until(r: &ReadReplica, stop: &AtomicBool, page: usize) -> (u64, u64) {
                     highest = highest.max(rec.seq);
                 }
             }
-            Err(Error::OutOfRange { seq, first, .. }) if seq < first => cursor = first,
+            Err(Error::Read(krabka_tiering::ReadError::OutOfRange { seq, first, .. }))
+                if seq < first =>
+            {
+                cursor = first
+            }
             Err(e) => panic!("reading {cursor}: {e:?}"),
         }
     }

@@ -58,7 +58,7 @@ fn read_all(r: &ReadReplica) -> (Vec<u64>, Vec<Error>) {
                     seq += 1;
                 }
             }
-            Err(e @ Error::RemoteHole { to, .. }) => {
+            Err(e @ Error::Read(krabka_tiering::ReadError::RemoteHole { to, .. })) => {
                 seq = to + 1;
                 holes.push(e);
             }
@@ -70,7 +70,7 @@ fn read_all(r: &ReadReplica) -> (Vec<u64>, Vec<Error>) {
 
 /// For the newest and a middle finished segment, each damage in turn (the object restored
 /// after): a fresh replica's view still ends at the newest finished seq, a read of the
-/// damaged segment's seqs is a [`Error::RemoteHole`] naming exactly those seqs and the
+/// damaged segment's seqs is a [`ReadError::RemoteHole`](krabka_tiering::ReadError::RemoteHole) naming exactly those seqs and the
 /// object, and every other record is served (none of the damaged one).
 pub fn a_lost_object_of_a_finished_segment_is_named_never_lag(b: &Backend) {
     let root = tempfile::tempdir().unwrap();
@@ -115,13 +115,13 @@ pub fn a_lost_object_of_a_finished_segment_is_named_never_lag(b: &Backend) {
             assert_eq!(seqs, expected, "{what}");
             match holes.as_slice() {
                 [
-                    Error::RemoteHole {
+                    Error::Read(krabka_tiering::ReadError::RemoteHole {
                         from: f,
                         to: t,
                         objects,
                         reason: Some(reason),
                         ..
-                    },
+                    }),
                 ] => {
                     assert_eq!((*f, *t), (from, to), "{what}");
                     assert_eq!(objects, &vec![key.clone()], "{what}");
@@ -135,7 +135,7 @@ pub fn a_lost_object_of_a_finished_segment_is_named_never_lag(b: &Backend) {
             }
             // A read starting in the lost seqs is the same named hole.
             assert!(
-                matches!(r.read(to, 5), Err(Error::RemoteHole { from: f, .. }) if f == from),
+                matches!(r.read(to, 5), Err(Error::Read(krabka_tiering::ReadError::RemoteHole { from: f, .. })) if f == from),
                 "{what}"
             );
             b.store.put_object(&key, &bytes).unwrap();

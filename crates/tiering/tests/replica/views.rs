@@ -226,7 +226,12 @@ pub fn writer_fenced_and_replaced_while_replicas_read(b: &Backend) {
     }
     // A stays fenced: its rounds copy nothing and write no head.
     let copied = a.stats().segments_copied;
-    assert!(matches!(a.run_once(), Err(Error::Fenced { .. })));
+    assert!(matches!(
+        a.run_once(),
+        Err(Error::Ownership(
+            krabka_tiering::OwnershipError::Fenced { .. }
+        ))
+    ));
     assert_eq!(a.stats().segments_copied, copied);
     assert_eq!(head_epoch(), 2);
     let late = open_replica(b, b.store.clone(), HOUR);
@@ -285,9 +290,9 @@ pub fn segment_deleted_between_refresh_and_read(b: &Backend) {
     let before = r.stats();
     for seq in [1, old_last - 3] {
         match r.read(seq, 10) {
-            Err(Error::OutOfRange {
+            Err(Error::Read(krabka_tiering::ReadError::OutOfRange {
                 seq: s, first: f, ..
-            }) => assert_eq!((s, f), (seq, first)),
+            })) => assert_eq!((s, f), (seq, first)),
             other => panic!("reading deleted seq {seq}: {other:?}"),
         }
     }

@@ -154,7 +154,7 @@ fn check_hostile_view(
     assert_eq!(r.stats().refresh_failures, 0);
 }
 
-/// `r` serves `1..=end` but `hole` (a [`Error::RemoteHole`] of exactly those seqs), every
+/// `r` serves `1..=end` but `hole` (a [`ReadError::RemoteHole`](krabka_tiering::ReadError::RemoteHole) of exactly those seqs), every
 /// record with its value, and reports the head damaged.
 fn assert_hostile_view(r: &ReadReplica, hole: &RangeInclusive<u64>, end: u64) {
     let stats = r.stats();
@@ -173,7 +173,7 @@ fn assert_hostile_view(r: &ReadReplica, hole: &RangeInclusive<u64>, end: u64) {
     read_range(r, 1..=hole.start() - 1);
     for seq in [*hole.start(), *hole.end()] {
         match r.read(seq, 10) {
-            Err(Error::RemoteHole { from, to, .. }) => {
+            Err(Error::Read(krabka_tiering::ReadError::RemoteHole { from, to, .. })) => {
                 assert_eq!(from..=to, hole.clone(), "the hole at seq {seq}");
             }
             other => panic!("reading seq {seq} in the hole: {other:?}"),

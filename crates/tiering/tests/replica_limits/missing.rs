@@ -97,7 +97,7 @@ pub fn missing_object_under_a_missing_head(b: &Backend) {
     // The next refresh lists and drops the segment: its seqs are a hole from then on.
     assert_eq!(r.refresh().unwrap(), RefreshOutcome::FullListing);
     match r.read(seq, 10) {
-        Err(Error::RemoteHole { from, to, .. }) => {
+        Err(Error::Read(krabka_tiering::ReadError::RemoteHole { from, to, .. })) => {
             assert_eq!(from..=to, victim.start_offset()..=victim.end_offset());
         }
         other => panic!("{other:?}"),
