@@ -38,9 +38,9 @@ mod budget;
 mod group;
 mod judge;
 mod metadata;
-mod read;
 mod refresh;
 mod sample;
+mod serve;
 
 pub use group::{DEFAULT_REFRESH_THREADS, GroupRefresh, ReplicaGroup, ReplicaGroupConfig};
 pub use metadata::ReplicaMetadata;

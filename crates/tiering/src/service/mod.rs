@@ -13,8 +13,8 @@
 //! the queue. A partition with a thousand segments to copy therefore delays
 //! every other partition's first copy by at most one segment copy per slot.
 
+mod admission;
 mod partition;
-mod read;
 mod scheduler;
 
 use std::collections::HashMap;
@@ -236,7 +236,7 @@ impl TieringService {
         max: usize,
     ) -> Result<Vec<Record>, Error> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.submit_read(tp, from_seq, max, read::Reply::Sync(tx))?;
+        self.submit_read(tp, from_seq, max, admission::Reply::Sync(tx))?;
         let deadline = self.shared.config.fetch_deadline;
         match rx.recv_timeout(deadline) {
             Ok(result) => result,
@@ -264,7 +264,7 @@ impl TieringService {
         max: usize,
     ) -> Result<Vec<Record>, Error> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.submit_read(tp, from_seq, max, read::Reply::Async(tx))?;
+        self.submit_read(tp, from_seq, max, admission::Reply::Async(tx))?;
         let deadline = self.shared.config.fetch_deadline;
         match tokio::time::timeout(deadline, rx).await {
             Ok(Ok(result)) => result,
@@ -284,7 +284,7 @@ impl TieringService {
         tp: &TopicIdPartition,
         from_seq: u64,
         max: usize,
-        reply: read::Reply,
+        reply: admission::Reply,
     ) -> Result<(), Error> {
         let runtime = self
             .runtime
@@ -299,7 +299,7 @@ impl TieringService {
             .ok_or_else(|| {
                 Error::Service(crate::error::ServiceError::UnknownPartition(tp.clone()))
             })?;
-        read::submit(&self.shared, runtime.handle(), part, from_seq, max, reply)
+        admission::submit(&self.shared, runtime.handle(), part, from_seq, max, reply)
     }
 
     /// Reads running or waiting in the reader pool now.

@@ -25,12 +25,12 @@ use crate::policy::{self, LocalSegment};
 use crate::read::readahead;
 use crate::stats::{Counters, TieringStats};
 
+mod across;
 mod copy;
 mod follower;
 mod head;
 mod local;
 mod open;
-mod read;
 mod remote;
 mod retention;
 mod sample;
