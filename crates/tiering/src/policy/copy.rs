@@ -137,7 +137,7 @@ mod tests {
     }
 
     #[test]
-    fn copy_ignores_segments_below_log_start() {
+    fn copy_ignores_segments_below_the_retention_point() {
         let l = local(&[(0, 9), (10, 19), (20, 21)], true);
         let r: [RemoteSegment<u32>; 0] = [];
         assert_eq!(segments_to_copy(&l, &r, 10, Some(21)), vec![1]);

@@ -145,7 +145,7 @@ mod tests {
     use RemoteLogSegmentState::*;
 
     #[test]
-    fn first_readable_seq_spans_tiers_and_respects_log_start() {
+    fn first_readable_seq_spans_tiers_and_respects_the_retention_point() {
         let r = [
             remote(1, 0, 9, CopySegmentFinished),
             remote(2, 10, 19, CopySegmentFinished),

@@ -32,7 +32,9 @@ impl TieredLog {
         let last = self.log.last_seq();
         // Only failures list the remote segments (for the error's first seq): a read never
         // clones every segment's metadata.
-        if from_seq > last.saturating_add(1) || from_seq < self.log_start.load(Ordering::Acquire) {
+        if from_seq > last.saturating_add(1)
+            || from_seq < self.retention_point.load(Ordering::Acquire)
+        {
             return Err(self.out_of_range(from_seq, last));
         }
         if max == 0 {
@@ -207,7 +209,7 @@ impl TieredLog {
     /// local log.
     pub fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
         let local_first = self.log.first_seq();
-        let retention_point = self.log_start.load(Ordering::Acquire);
+        let retention_point = self.retention_point.load(Ordering::Acquire);
         let mut remote: Vec<RemoteLogSegmentMetadata> = self
             .remote_list()?
             .into_iter()

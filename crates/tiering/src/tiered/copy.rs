@@ -83,7 +83,7 @@ impl TieredLog {
         let picked = policy::segments_to_copy(
             &local,
             &view,
-            self.log_start.load(Ordering::Acquire),
+            self.retention_point.load(Ordering::Acquire),
             commit,
         );
         let quarantined = self.log.quarantined();

@@ -57,7 +57,7 @@ impl TieredLog {
             return Ok(());
         };
         let mut published = self.head.lock();
-        let retention_point = self.log_start.load(Ordering::Acquire);
+        let retention_point = self.retention_point.load(Ordering::Acquire);
         let segments = head_segments(&self.remote_list()?, retention_point);
         let now = (segments, retention_point);
         if !force && published.last.as_ref() == Some(&now) {

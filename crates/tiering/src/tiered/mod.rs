@@ -57,10 +57,10 @@ pub struct TieredLog {
     commit_seq: AtomicU64,
     /// The retention point: records below it are gone (or going) from both tiers. Mirrors
     /// its file (see [`retention_point`](crate::retention_point)); raised only after the file
-    /// is. (The field keeps the name of Kafka's log start offset, which the point is.)
-    log_start: AtomicU64,
+    /// is. (Kafka calls it the log start offset; the file's body keeps that word, `log_start`.)
+    retention_point: AtomicU64,
     /// Serializes writes of the retention point's file.
-    log_start_write: Mutex<()>,
+    retention_point_write: Mutex<()>,
     /// Leader epoch history: `(epoch, start seq)`, epochs and start seqs increasing.
     epochs: Mutex<Vec<(i32, u64)>>,
     pub(crate) cache: RemoteReadCache,
@@ -248,7 +248,7 @@ impl TieredLog {
         Ok(policy::first_readable_seq(
             &view,
             Some(local_first),
-            self.log_start.load(Ordering::Acquire),
+            self.retention_point.load(Ordering::Acquire),
         )
         .unwrap_or(local_first))
     }

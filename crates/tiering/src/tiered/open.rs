@@ -81,8 +81,8 @@ impl TieredLog {
             tp: topic_id_partition,
             config,
             commit_seq: AtomicU64::new(NO_COMMIT_BOUND),
-            log_start: AtomicU64::new(retention_point),
-            log_start_write: Mutex::new(()),
+            retention_point: AtomicU64::new(retention_point),
+            retention_point_write: Mutex::new(()),
             counters: Counters::default(),
             readahead: Default::default(),
             round_running: AtomicBool::new(false),
@@ -126,7 +126,7 @@ impl TieredLog {
         );
         holes.sort_by_key(|h| *h.start());
         let view = self.remote_view()?;
-        let retention_point = self.log_start.load(Ordering::Acquire);
+        let retention_point = self.retention_point.load(Ordering::Acquire);
         match policy::continuity(&local, &holes, self.log.next_seq(), &view, retention_point) {
             Continuity::Consistent => Ok(()),
             Continuity::StartAt(_) if read_only => {

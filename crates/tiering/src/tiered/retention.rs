@@ -73,7 +73,7 @@ impl TieredLog {
             local_only,
             limits,
             now,
-            self.log_start.load(Ordering::Acquire),
+            self.retention_point.load(Ordering::Acquire),
         );
         // Whole-log retention never moves the start past damaged data it could not copy: the
         // segments to delete are an oldest prefix, so cutting at the first one reaching the
@@ -123,7 +123,7 @@ impl TieredLog {
             bytes: self.config.local_retention_bytes,
             ms: self.config.local_retention_ms,
         };
-        let retention_point = self.log_start.load(Ordering::Acquire);
+        let retention_point = self.retention_point.load(Ordering::Acquire);
         if let Some(keep_from) = policy::local_keep_from(local, &view, retention_point, limits, now)
             .map(|k| k.min(blocked_at))
         {
@@ -142,12 +142,12 @@ impl TieredLog {
     /// Raises the whole-log retention point to `start`: its file first, then the
     /// in-memory value.
     pub(super) fn raise_retention_point(&self, start: u64) -> Result<(), Error> {
-        let _write = self.log_start_write.lock();
-        if start <= self.log_start.load(Ordering::Acquire) {
+        let _write = self.retention_point_write.lock();
+        if start <= self.retention_point.load(Ordering::Acquire) {
             return Ok(());
         }
         retention_point::write(self.log.dir(), start)?;
-        self.log_start.store(start, Ordering::Release);
+        self.retention_point.store(start, Ordering::Release);
         Ok(())
     }
 
