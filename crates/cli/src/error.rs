@@ -78,7 +78,7 @@ pub type Result<T, E = CliError> = std::result::Result<T, E>;
 /// that process when the system says which it is.
 pub fn in_use(dir: &Path) -> CliError {
     let lock = dir.join(krabka_storage::LOCK_FILE_NAME);
-    let stop = match crate::lockholder::holder(&lock) {
+    let stop = match krabka_storage::lockholder::holder(&lock) {
         Some(h) => format!("stop that process (pid {}) and retry", h.pid),
         None => "stop that process (e.g. `krabka produce` or `krabka tier --watch`) and retry"
             .to_owned(),
@@ -92,7 +92,7 @@ pub fn in_use(dir: &Path) -> CliError {
 /// file {lock}{context}` (the pid and command when `/proc/locks` names the holder: the command
 /// shows what it is, e.g. a program embedding the log).
 pub fn in_use_by(dir: &Path, lock: &Path, context: &str) -> CliError {
-    let who = match crate::lockholder::holder(lock) {
+    let who = match krabka_storage::lockholder::holder(lock) {
         Some(h) => format!("another krabka process, pid {}{}", h.pid, h.command()),
         None => "another krabka process".to_owned(),
     };
@@ -111,7 +111,9 @@ fn held_metadata_lock(dir: &Path) -> Option<std::path::PathBuf> {
         .filter(|p| p.extension().is_some_and(|x| x == "lock"))
         .collect();
     locks.sort();
-    locks.into_iter().find(|p| crate::lockholder::is_held(p))
+    locks
+        .into_iter()
+        .find(|p| krabka_storage::lockholder::is_held(p))
 }
 
 /// An error opening the durable metadata in `meta_dir` (of the log at `dir`): a directory that

@@ -49,7 +49,6 @@ mod generate;
 mod human;
 mod inspect;
 mod interrupt;
-mod lockholder;
 mod metrics_http;
 mod output;
 mod produce;

@@ -41,6 +41,7 @@ pub mod fsutil;
 pub mod index;
 pub mod kvfile;
 mod layout;
+pub mod lockholder;
 mod log;
 mod recovery;
 pub mod segment;

@@ -1,7 +1,7 @@
 //! Which process holds a log's lock file: so that "in use" names the running `krabka` (its pid
 //! and command line) instead of leaving the user to guess.
 //!
-//! The lock is a `flock` on the file (`krabka_storage::create_and_lock`). Linux lists every
+//! The lock is a `flock` on the file ([`create_and_lock`](crate::create_and_lock)). Linux lists every
 //! such lock in `/proc/locks` with the pid that took it and the file's device and inode; the
 //! command line is `/proc/PID/cmdline`. Elsewhere, or when the holder cannot be found, nothing
 //! is named.
