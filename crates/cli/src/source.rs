@@ -108,51 +108,33 @@ impl Source for TieredSource {
                 next_append,
             ));
         }
-        // A hole a recovery reported is skipped, named on stderr and in the final error;
-        // bounded: each pass skips one hole or returns.
-        for _ in 0..=self.lost.len().saturating_add(1024) {
-            match self.tiered.part.log().read(self.next, max) {
-                Err(krabka_tiering::Error::Read(krabka_tiering::ReadError::RemoteHole {
-                    from,
-                    to,
-                    ..
-                })) if to >= self.next => {
-                    crate::output::note(format_args!(
-                        "seqs {from}..={to} are lost: no tier holds them (a hole a recovery \
-                         or a repair left); reading on from seq {}",
-                        to.saturating_add(1)
-                    ));
-                    self.lost.push(from..=to);
-                    self.next = to.saturating_add(1);
-                }
-                // A local hole a repair left that no remote segment holds: lost the same way.
-                Err(krabka_tiering::Error::Storage { source, .. })
-                    if matches!(&*source, krabka_storage::Error::Quarantined { last_seq, .. }
-                        if *last_seq >= self.next) =>
-                {
-                    if let krabka_storage::Error::Quarantined {
-                        first_seq,
-                        last_seq,
-                        path,
-                    } = *source
-                    {
-                        crate::output::note(format_args!(
-                            "seqs {first_seq}..={last_seq} are lost: a repair moved them aside \
-                             ({}) and no tier holds them; reading on from seq {}",
-                            path.display(),
-                            last_seq.saturating_add(1)
-                        ));
-                        self.lost.push(first_seq..=last_seq);
-                        self.next = last_seq.saturating_add(1);
-                    }
-                }
-                Err(e) => return Err(tiering_error("cannot read", &dir, e)),
-                Ok(records) => {
-                    if let Some(last) = records.last() {
-                        self.next = last.seq.saturating_add(1);
-                    }
-                    return Ok(records);
-                }
+        // Holes no tier holds are stepped over by the library, each named on stderr and in
+        // the final error; bounded: each pass returns records or steps over holes.
+        for _ in 0..1024 {
+            let read = self
+                .tiered
+                .part
+                .log()
+                .read_over_holes(self.next, max)
+                .map_err(|e| tiering_error("cannot read", &dir, e))?;
+            for lost in &read.lost {
+                let (a, b) = (lost.seqs.start(), lost.seqs.end());
+                let why = match &lost.quarantined {
+                    Some(path) => format!(
+                        "a repair moved them aside ({}) and no tier holds them",
+                        path.display()
+                    ),
+                    None => "no tier holds them (a hole a recovery or a repair left)".to_owned(),
+                };
+                crate::output::note(format_args!(
+                    "seqs {a}..={b} are lost: {why}; reading on from seq {}",
+                    b.saturating_add(1)
+                ));
+                self.lost.push(lost.seqs.clone());
+            }
+            self.next = read.next;
+            if !read.records.is_empty() || read.lost.is_empty() {
+                return Ok(read.records);
             }
         }
         Err(CliError::new(format!(

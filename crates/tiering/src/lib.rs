@@ -116,7 +116,7 @@ pub use quota::ByteRateQuota;
 pub use retention_point::{RETENTION_POINT_FILE, read as read_retention_point};
 pub use service::{ShutdownReport, TieringService};
 pub use stats::{RemoteRequests, TieringReport, TieringStats};
-pub use tiered::{LocalLogView, TieredLog};
+pub use tiered::{HoleRead, LocalLogView, LostSeqs, TieredLog};
 
 /// The filesystem backend (feature `fs`, on by default).
 #[cfg(feature = "fs")]

@@ -35,6 +35,7 @@ mod remote;
 mod retention;
 mod sample;
 
+pub use across::{HoleRead, LostSeqs};
 pub use local::LocalLogView;
 
 /// `commit_seq` value meaning "no bound set: everything appended is committed".
