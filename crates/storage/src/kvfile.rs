@@ -10,7 +10,7 @@
 //!   the CRC-32 of the body, for a file holding one value.
 //!
 //! Both are read bounded ([`read`]: a file longer than its format allows is refused, never
-//! read whole) and written atomically ([`write`]: temporary file, fsync, rename, directory
+//! read whole) and written atomically ([`write()`]: temporary file, fsync, rename, directory
 //! fsync). Every refusal says what is wrong in words, for the caller to name the file.
 //!
 //! ```
@@ -234,7 +234,7 @@ pub fn read(path: &Path, max_len: u64) -> Result<Option<String>, ReadError> {
         .map_err(|_| ReadError::NotText)
 }
 
-/// The temporary file [`write`] goes through: the name with `.tmp` appended.
+/// The temporary file [`write()`] goes through: the name with `.tmp` appended.
 pub fn tmp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");

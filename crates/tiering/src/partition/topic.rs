@@ -93,7 +93,7 @@ pub fn new_topic(log_dir: &Path) -> TopicIdPartition {
 }
 
 /// The partition derived from a log directory's name: that name (made a valid topic name),
-/// partition 0 and an id derived from it ([`legacy_topic_id`]). Logs tiered before
+/// partition 0 and an id derived from it (FNV-1a over the name, frozen). Logs tiered before
 /// [`TOPIC_FILE`] existed were tiered under this topic (and still are, until the file records
 /// it); a new log only takes its name (see [`new_topic`]).
 pub fn topic_for(log_dir: &Path) -> TopicIdPartition {
