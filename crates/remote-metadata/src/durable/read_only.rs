@@ -12,11 +12,13 @@ use krabka_remote_storage::metadata::RemoteLogMetadataManager;
 use krabka_remote_storage::{
     RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, RemoteStorageError,
 };
-use krabka_storage::segment::{FRAME_HEADER_LEN, frame_len, is_old_format_file};
+use krabka_storage::segment::{
+    FRAME_HEADER_LEN, frame_len, is_old_format_file, parse_segment_file_name,
+};
 use krabka_storage::view::LogView;
 
 use super::error::storage_error;
-use super::generation::{Listing, gen_dir, list_dir, read_current};
+use super::generation::{Listing, entry_names, gen_dir, list_dir, read_current};
 use super::manager::DurableRemoteLogMetadataManager;
 use super::open::{MANAGER_LOCK, check_no_newer_generation, find_current, pending_switch};
 use super::replay::{REPLAY_BATCH, Replay, check_unfinished_generation};
@@ -49,6 +51,21 @@ pub struct TornEventFound {
 /// [`RemoteLogMetadataManager`] exactly as a manager opened on the directory then would, and
 /// refuses every write ([`MetadataError::ReadOnly`]). What it holds is a snapshot: it never
 /// looks at the directory again.
+///
+/// ```
+/// use krabka_remote_metadata::*;
+/// use krabka_remote_storage::*;
+///
+/// let dir = tempfile::tempdir()?;
+/// let tp = TopicIdPartition::new(Uuid::new_v4(), "orders", 0);
+/// let m = RemoteLogSegmentMetadata::builder(RemoteLogSegmentId::generate(tp.clone()), 0, 9).build()?;
+/// DurableRemoteLogMetadataManager::open(dir.path())?.add_remote_log_segment_metadata(&m)?;
+/// let view = DurableRemoteLogMetadataManager::open_read_only(dir.path())?;
+/// assert_eq!(view.list_remote_log_segments(&tp)?, vec![m.clone()]);
+/// let refused = view.add_remote_log_segment_metadata(&m).unwrap_err();
+/// assert!(matches!(MetadataError::find(&refused), Some(MetadataError::ReadOnly { .. })));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct ReadOnlyRemoteLogMetadataManager {
     dir: PathBuf,
@@ -232,6 +249,19 @@ fn replay_view(
 ) -> Result<(u64, Option<TornEventFound>), RemoteStorageError> {
     let dir = view.dir();
     let read_err = |e| storage_error(dir, "read", e);
+    // Open refuses a directory named like a segment file (`.log` or an index) first.
+    for name in entry_names(dir)? {
+        let path = dir.join(&name);
+        if parse_segment_file_name(&name).is_some() && path.is_dir() {
+            return Err(MetadataError::Log {
+                path,
+                position: Some(0),
+                seq: None,
+                reason: "a directory is named like a segment file".to_owned(),
+            }
+            .into());
+        }
+    }
     let bases = view.segment_bases().map_err(read_err)?;
     for &base in &bases {
         let path = view.log_path(base);
@@ -244,7 +274,11 @@ fn replay_view(
             ));
         }
     }
-    let files = bases.iter().map(|&b| (b, view.log_path(b))).collect();
+    let mut files: Vec<_> = bases.iter().map(|&b| (b, view.log_path(b))).collect();
+    if files.is_empty() {
+        // Damage is named by the file the first event belongs in (open creates it empty).
+        files.push((1, view.log_path(1)));
+    }
     let mut replay = Replay::new(dir, files, n, recorded);
     let first = bases.first().copied().unwrap_or(1).max(1);
     let newest = bases.last().copied().unwrap_or(1);
