@@ -1,15 +1,18 @@
-//! The one error type of this crate: what is wrong with the durable metadata's files.
+//! The one error type of this crate: what is wrong with the durable metadata's files, and the
+//! refusal of a write to a read-only view of them.
 
 use std::error::Error as StdError;
 use std::path::{Path, PathBuf};
 
 use krabka_remote_storage::RemoteStorageError;
 
-/// Damage the durable metadata manager found in its own files, naming the file.
+/// Damage the durable metadata manager found in its own files, naming the file; or a write
+/// refused by a [read-only view](crate::ReadOnlyRemoteLogMetadataManager) of them.
 ///
 /// The [`RemoteLogMetadataManager`](crate::RemoteLogMetadataManager) trait answers with
 /// [`RemoteStorageError`], so these arrive as [`RemoteStorageError::Backend`] (operation
-/// `"metadata check"`, location the file) with this error as its source;
+/// `"metadata check"`, or `"metadata write"` for [`ReadOnly`](Self::ReadOnly); location the
+/// file) with this error as its source;
 /// [`MetadataError::find`] digs it out again:
 ///
 /// ```
@@ -68,6 +71,21 @@ pub enum MetadataError {
         /// What is wrong.
         reason: String,
     },
+    /// A write (an add, or an update, deletes included) to a
+    /// [`ReadOnlyRemoteLogMetadataManager`](crate::ReadOnlyRemoteLogMetadataManager): it reads
+    /// the directory and never writes it. Nothing was changed.
+    #[error(
+        "remote metadata {} was opened read-only: {operation} of segment {segment} refused; open it as its owner to write",
+        path.display()
+    )]
+    ReadOnly {
+        /// The metadata directory.
+        path: PathBuf,
+        /// The refused write: `"add"` or `"update"`.
+        operation: &'static str,
+        /// The segment the write was about.
+        segment: String,
+    },
 }
 
 /// ` at byte P (seq S)`, ` at byte P`, ` at seq S` or nothing.
@@ -84,9 +102,10 @@ impl MetadataError {
     /// The file or directory this error is about.
     pub fn path(&self) -> &Path {
         match self {
-            Self::Pointer { path, .. } | Self::Generation { path, .. } | Self::Log { path, .. } => {
-                path
-            }
+            Self::Pointer { path, .. }
+            | Self::Generation { path, .. }
+            | Self::Log { path, .. }
+            | Self::ReadOnly { path, .. } => path,
         }
     }
 
@@ -106,12 +125,17 @@ impl MetadataError {
 }
 
 impl From<MetadataError> for RemoteStorageError {
-    /// A [`RemoteStorageError::Backend`] (operation `"metadata check"`, location the damaged
-    /// file) with the [`MetadataError`] as its source, so callers can still match on it through
-    /// [`MetadataError::find`]. Never retriable: reading again finds the same bytes.
+    /// A [`RemoteStorageError::Backend`] (operation `"metadata check"`, or `"metadata write"`
+    /// for [`MetadataError::ReadOnly`]; location the file) with the [`MetadataError`] as its
+    /// source, so callers can still match on it through [`MetadataError::find`]. Never
+    /// retriable: reading again finds the same bytes, and a read-only view stays read-only.
     fn from(e: MetadataError) -> Self {
+        let operation = match e {
+            MetadataError::ReadOnly { .. } => "metadata write",
+            _ => "metadata check",
+        };
         RemoteStorageError::Backend {
-            operation: "metadata check".to_owned(),
+            operation: operation.to_owned(),
             location: e.path().display().to_string(),
             message: e.to_string(),
             source: Some(Box::new(e)),

@@ -5,6 +5,9 @@
 //!   [`event`](krabka_remote_storage::metadata::event) encoding) appended to a crash-safe
 //!   `krabka_storage::Log`, replayed on open, compacted into snapshot generations behind a
 //!   `CURRENT` pointer; damage in its files is a [`MetadataError`] naming the file.
+//!   [`open_read_only`](DurableRemoteLogMetadataManager::open_read_only) reads a directory as
+//!   its open would find it without changing a byte, into a
+//!   [`ReadOnlyRemoteLogMetadataManager`] that refuses writes.
 //! - [`InMemoryRemoteLogMetadataManager`] — for tests and setups that rebuild the metadata some
 //!   other way.
 //! - [`MetadataState`] / [`SharedMetadataState`] — the I/O-free bookkeeping both managers
@@ -46,7 +49,10 @@ pub mod recovery;
 mod shared;
 mod state;
 
-pub use durable::{DurableOptions, DurableRemoteLogMetadataManager, TornEventCut};
+pub use durable::{
+    DurableOptions, DurableRemoteLogMetadataManager, ReadOnlyRemoteLogMetadataManager,
+    TornEventCut, TornEventFound,
+};
 pub use error::MetadataError;
 pub use krabka_remote_storage::metadata::RemoteLogMetadataManager;
 pub use memory::{DROPPED_IDS_SLACK, InMemoryRemoteLogMetadataManager};

@@ -1,14 +1,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The durable metadata store never guesses: damage to its generation log or its `CURRENT`
 //! pointer fails the open with a typed error naming the file (changing nothing), except a
-//! genuinely torn last event, which is cut and reported. Never silently fewer segments.
+//! genuinely torn last event, which is cut and reported. Never silently fewer segments. The
+//! read-only open meets every damage of the matrix as the open does, changing nothing.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use RemoteLogSegmentState::*;
 use krabka_remote_metadata::{
-    DurableOptions, DurableRemoteLogMetadataManager, MetadataError, RemoteLogMetadataManager,
+    DurableOptions, DurableRemoteLogMetadataManager, MetadataError,
+    ReadOnlyRemoteLogMetadataManager, RemoteLogMetadataManager,
 };
 use krabka_remote_storage::*;
 use krabka_storage::segment::{dump_frames, read_segment_file, segment_file_name};
@@ -518,7 +520,15 @@ fn metadata_corruption_matrix_never_loses_segments_silently() {
             cases += 1;
             let gens = gen_names(&dir);
             let what = format!("{target:?} × {d:?}");
+            let bytes = tree(&dir);
+            let read_only = DurableRemoteLogMetadataManager::open_read_only(&dir);
+            if tree(&dir) != bytes {
+                failures.push(format!("{what}: the read-only open changed the directory"));
+            }
             let outcome = open(&dir);
+            if let Some(problem) = read_only_disagrees(&read_only, &outcome) {
+                failures.push(format!("{what}: read-only open: {problem}"));
+            }
             match &outcome {
                 Ok(m) => println!(
                     "{what}: opened, {} segments, cut {:?}",
@@ -576,6 +586,62 @@ fn metadata_corruption_matrix_never_loses_segments_silently() {
     println!("metadata corruption matrix: {cases} cases");
     assert!(cases >= 20, "only {cases} cases");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Every file and directory under `dir`, recursively: a file's bytes, `None` for a directory.
+fn tree(dir: &Path) -> std::collections::BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                out.insert(path.clone(), None);
+                pending.push(path);
+            } else {
+                out.insert(path.clone(), Some(fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// How the read-only open's outcome differs from the owner's open after it (which fails with
+/// the same typed error about the same file, or lists the same segments and cut the torn event
+/// the read-only open found), if it does.
+fn read_only_disagrees(
+    read_only: &Result<ReadOnlyRemoteLogMetadataManager, RemoteStorageError>,
+    owner: &Result<DurableRemoteLogMetadataManager, RemoteStorageError>,
+) -> Option<String> {
+    let typed = |e: &RemoteStorageError| {
+        MetadataError::find(e).map(|m| {
+            let variant = format!("{m:?}");
+            let variant = variant.split([' ', '{']).next().unwrap_or("").to_owned();
+            (variant, m.path().to_path_buf())
+        })
+    };
+    match (read_only, owner) {
+        (Ok(ro), Ok(m)) => {
+            let (a, b) = (
+                ro.list_remote_log_segments(&tp()).unwrap(),
+                m.list_remote_log_segments(&tp()).unwrap(),
+            );
+            let found = ro.torn_event().map(|t| (t.path.clone(), t.position));
+            let cut = m.torn_event_cut().map(|c| (c.path.clone(), c.position));
+            if a != b {
+                Some(format!("lists {} segments, the open {}", a.len(), b.len()))
+            } else if found != cut {
+                Some(format!("found torn event {found:?}, the open cut {cut:?}"))
+            } else {
+                None
+            }
+        }
+        (Err(a), Err(b)) => {
+            (typed(a) != typed(b)).then(|| format!("failed with {a}, the open with {b}"))
+        }
+        (Ok(_), Err(b)) => Some(format!("succeeded, the open failed with {b}")),
+        (Err(a), Ok(_)) => Some(format!("failed with {a}, the open succeeded")),
+    }
 }
 
 /// Opens a manager on `dir`, adds three finished segments, and returns them with the current

@@ -284,6 +284,89 @@ fn a_read_only_open_writes_nothing() {
         .collect();
     assert_eq!(after, before);
     assert_eq!(snapshot(&root), remote_before);
+
+    // A torn last metadata event (an append cut short): the read-only open leaves it where it
+    // is, serves every remote segment recorded before it, and the owner's open still cuts it.
+    let metadata_log = current_metadata_log(&dir);
+    let len = std::fs::metadata(&metadata_log)
+        .expect("metadata log")
+        .len();
+    let placement = {
+        let part = PartitionDir::open(&dir, &remote(&root), options_read()).expect("open");
+        part.placement().expect("placement")
+    };
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&metadata_log)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"torn"))
+        .expect("append garbage");
+    let before = without_locks(snapshot(&dir));
+    let dirs_before = dirs_under(&dir);
+    {
+        let part = PartitionDir::open(&dir, &remote(&root), options_read())
+            .expect("a read-only open tolerates a torn last metadata event");
+        assert!(
+            part.torn_event_cut().is_none(),
+            "a read-only open cuts nothing"
+        );
+        assert_eq!(part.placement().expect("placement"), placement);
+        assert_eq!(part.log().read(1, 1000).expect("read").len(), 60);
+    }
+    assert_eq!(without_locks(snapshot(&dir)), before);
+    assert_eq!(dirs_under(&dir), dirs_before);
+    assert_eq!(snapshot(&root), remote_before);
+    let owner = PartitionDir::open(&dir, &remote(&root), options(Access::Owner)).expect("open");
+    let cut = owner.torn_event_cut().expect("the owner's open cuts it");
+    assert_eq!(
+        (cut.path.as_path(), cut.position, cut.bytes),
+        (metadata_log.as_path(), len, 4)
+    );
+    assert_eq!(owner.placement().expect("placement"), placement);
+    owner.into_log().close().expect("close");
+}
+
+/// The `.log` file the current generation of `dir`'s durable metadata appends to.
+fn current_metadata_log(dir: &Path) -> PathBuf {
+    let metadata = dir.join("remote-metadata");
+    let current = std::fs::read_to_string(metadata.join("CURRENT")).expect("CURRENT");
+    let generation: u64 = current
+        .trim_end()
+        .trim_end_matches(" v2")
+        .parse()
+        .expect("a generation number");
+    let generation_dir = metadata.join(format!("gen-{generation:020}"));
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(&generation_dir)
+        .expect("generation dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    logs.pop().expect("a segment file")
+}
+
+/// `snapshot` without the lock files (which any open of a log creates).
+fn without_locks(files: Vec<(PathBuf, Vec<u8>)>) -> Vec<(PathBuf, Vec<u8>)> {
+    files
+        .into_iter()
+        .filter(|(p, _)| p.file_name().is_some_and(|n| n != ".lock"))
+        .collect()
+}
+
+/// Every directory under `dir` (`snapshot` lists files only).
+fn dirs_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                out.push(p.clone());
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 #[test]

@@ -79,9 +79,9 @@ pub(super) fn storage_error(
     }
 }
 
-/// The torn-tail, seq-order and quarantine errors of a log as
-/// [`MetadataError::Log`] (a file that is not a directory as [`MetadataError::Generation`]); any
-/// other error back.
+/// The torn-tail, seq-order and quarantine errors of a log, and the damage a read-only reader
+/// reports, as [`MetadataError::Log`] (a file that is not a directory as
+/// [`MetadataError::Generation`]); any other error back.
 fn seq_damage(e: krabka_storage::Error) -> Result<RemoteStorageError, krabka_storage::Error> {
     use krabka_storage::Error as E;
     Ok(match e {
@@ -143,6 +143,76 @@ fn seq_damage(e: krabka_storage::Error) -> Result<RemoteStorageError, krabka_sto
             None,
             Some(first_seq),
             format!("events {first_seq}..={last_seq} were moved aside by a repair"),
+        ),
+        other => return view_damage(other),
+    })
+}
+
+/// The damage a read-only reader of a log (`krabka_storage::view::LogReader`) reports, as
+/// [`MetadataError::Log`] naming the file, byte and seq; any other error back.
+fn view_damage(e: krabka_storage::Error) -> Result<RemoteStorageError, krabka_storage::Error> {
+    use krabka_storage::Error as E;
+    Ok(match e {
+        E::BadFrame {
+            path,
+            position,
+            seq,
+            reason,
+        }
+        | E::OldFormatDamaged {
+            path,
+            position,
+            seq,
+            reason,
+        } => damaged(path, Some(position), Some(seq), reason),
+        E::CutShort {
+            path,
+            position,
+            bytes,
+            seq,
+        } => damaged(
+            path,
+            Some(position),
+            Some(seq),
+            format!("a closed segment file ends inside a frame ({bytes} bytes of it)"),
+        ),
+        E::EmptySegment {
+            path,
+            next,
+            expected,
+            found,
+        } => damaged(
+            path,
+            Some(0),
+            Some(expected),
+            format!(
+                "the closed segment file holds no record, but seqs {expected}..={} should be in it ({} starts at seq {found})",
+                found.saturating_sub(1),
+                next.display()
+            ),
+        ),
+        E::EndsBelowRecoveryPoint {
+            path,
+            position,
+            first_seq,
+            recovery_point,
+        } => damaged(
+            path,
+            Some(position),
+            Some(first_seq),
+            format!(
+                "the log held every event up to seq {recovery_point} when it was closed: events {first_seq}..={recovery_point} are missing"
+            ),
+        ),
+        E::Shrank {
+            path,
+            len,
+            position,
+        } => damaged(
+            path,
+            Some(position),
+            None,
+            format!("the file shrank to {len} bytes while it was read"),
         ),
         E::NotADirectory { path } => MetadataError::Generation {
             path,

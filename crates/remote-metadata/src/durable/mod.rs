@@ -11,6 +11,8 @@
 //!
 //! - `manager` — the manager and its options;
 //! - `open` — opening a directory: lock, current generation, replay, clean-up;
+//! - `read_only` — reading a directory as `open` would find it, changing nothing, into a
+//!   manager that refuses writes;
 //! - `generation` — the `gen-<n>` directories, the `CURRENT` pointer and generation records;
 //! - `replay` — reading a generation's log back strictly;
 //! - `compact` — writing the live segments to the next generation (and recovery's install);
@@ -21,8 +23,10 @@ mod error;
 mod generation;
 mod manager;
 mod open;
+mod read_only;
 mod replay;
 #[cfg(test)]
 mod tests;
 
 pub use manager::{DurableOptions, DurableRemoteLogMetadataManager, TornEventCut};
+pub use read_only::{ReadOnlyRemoteLogMetadataManager, TornEventFound};

@@ -22,7 +22,7 @@ use super::replay::{
 };
 
 /// The manager's own lock file, held while it is open: one manager per directory.
-const MANAGER_LOCK: &str = "rlmm.lock";
+pub(super) const MANAGER_LOCK: &str = "rlmm.lock";
 
 impl DurableRemoteLogMetadataManager {
     /// Opens (creating it if needed) the metadata in `dir` with [`DurableOptions::default`].
@@ -50,27 +50,15 @@ impl DurableRemoteLogMetadataManager {
         fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         let lock = lock_manager(&dir)?;
         let mut listing = list_dir(&dir)?;
-        if roll_forward(&dir, &listing)? {
+        if pending_switch(&dir, &listing)?.is_some() {
+            switch_current(&dir)?;
             listing = list_dir(&dir)?;
         }
         // `fresh`: generation 1 of a new directory (or of a first open that crashed before
         // `CURRENT` existed), made current below.
-        let (pointer, fresh) = find_current(&dir, &listing)?;
+        let (pointer, fresh) = find_current(&dir, &listing, read_current(&dir)?)?;
         let generation = pointer.generation;
-        // Only generation n + 1 can be an unfinished compaction; a newer one is not ours.
-        let unfinished = generation + 1;
-        if let Some((_, path)) = listing
-            .generations
-            .range(unfinished.saturating_add(1)..)
-            .next()
-        {
-            return Err(MetadataError::Generation {
-                path: path.clone(),
-                reason: format!(
-                    "CURRENT names generation {generation}, and a compaction only ever writes the next one"
-                ),
-            }.into());
-        }
+        let unfinished = check_no_newer_generation(&listing, generation)?;
         let log_dir = gen_dir(&dir, generation);
         let (log, torn_event_cut) = open_log(&log_dir)?;
         if fresh {
@@ -108,32 +96,59 @@ impl DurableRemoteLogMetadataManager {
     }
 }
 
-/// Finishes a compaction (or a recovery's install) killed between writing the new pointer and
-/// renaming it over `CURRENT`: the pointer is written only once its generation is complete and
-/// synced, so when `CURRENT.tmp` names the generation after `CURRENT`'s and that generation
-/// holds exactly what a compaction writes, the switch was decided and is finished here (no
-/// guess). Anything else is left to the checks after (an unparseable `CURRENT.tmp` is removed).
-fn roll_forward(dir: &Path, listing: &Listing) -> Result<bool, RemoteStorageError> {
+/// The pointer of a compaction (or a recovery's install) killed between writing the new
+/// pointer and renaming it over `CURRENT`, when open finishes that switch: the pointer is
+/// written only once its generation is complete and synced, so when `CURRENT.tmp` names the
+/// generation after `CURRENT`'s and that generation holds exactly what a compaction writes,
+/// the switch was decided (no guess). `None` leaves anything else to the checks after (an
+/// unparseable `CURRENT.tmp` is removed by an open). Reads only: the owner's open renames,
+/// the read-only one reads the generation it names instead.
+pub(super) fn pending_switch(
+    dir: &Path,
+    listing: &Listing,
+) -> Result<Option<Pointer>, RemoteStorageError> {
     if !listing.current_tmp {
-        return Ok(false);
+        return Ok(None);
     }
     let Ok(Some(next)) = read_pointer(dir.join(CURRENT_TMP)) else {
-        return Ok(false);
+        return Ok(None);
     };
     let Some(current) = read_current(dir)? else {
-        return Ok(false);
+        return Ok(None);
     };
     let Some(path) = listing.generations.get(&next.generation) else {
-        return Ok(false);
+        return Ok(None);
     };
     if current.generation.checked_add(1) != Some(next.generation)
         || !next.recorded
         || !is_complete_generation(path, next.generation)
     {
-        return Ok(false);
+        return Ok(None);
     }
-    switch_current(dir)?;
-    Ok(true)
+    Ok(Some(next))
+}
+
+/// Refuses a generation newer than `generation + 1` (only generation n + 1 can be an unfinished
+/// compaction; a newer one is not the manager's); returns `generation + 1`.
+pub(super) fn check_no_newer_generation(
+    listing: &Listing,
+    generation: u64,
+) -> Result<u64, RemoteStorageError> {
+    let unfinished = generation + 1;
+    if let Some((_, path)) = listing
+        .generations
+        .range(unfinished.saturating_add(1)..)
+        .next()
+    {
+        return Err(MetadataError::Generation {
+            path: path.clone(),
+            reason: format!(
+                "CURRENT names generation {generation}, and a compaction only ever writes the next one"
+            ),
+        }
+        .into());
+    }
+    Ok(unfinished)
 }
 
 /// Takes the directory's [`MANAGER_LOCK`].
@@ -151,10 +166,15 @@ fn lock_manager(dir: &Path) -> Result<File, RemoteStorageError> {
     }
 }
 
-/// The current generation: the one `CURRENT` names, generation 0 for the pre-generation
-/// layout, or a fresh generation 1 (`true`) for a new directory; never a guess.
-fn find_current(dir: &Path, listing: &Listing) -> Result<(Pointer, bool), RemoteStorageError> {
-    match read_current(dir)? {
+/// The current generation: the one `current` (what `CURRENT` holds) names, generation 0 for
+/// the pre-generation layout, or a fresh generation 1 (`true`) for a new directory; never a
+/// guess.
+pub(super) fn find_current(
+    dir: &Path,
+    listing: &Listing,
+    current: Option<Pointer>,
+) -> Result<(Pointer, bool), RemoteStorageError> {
+    match current {
         Some(p) => {
             if !listing.generations.contains_key(&p.generation) {
                 return Err(pointer_error(

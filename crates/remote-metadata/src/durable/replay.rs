@@ -234,27 +234,15 @@ pub(super) fn replay(
     recorded: bool,
     state: &mut MetadataState,
 ) -> Result<u64, RemoteStorageError> {
-    let mut replay = Replay {
-        log,
-        generation: n,
-        recorded,
-        in_snapshot: true,
-    };
+    let files = log
+        .segments()
+        .iter()
+        .map(|s| (s.base_seq, s.log_path.clone()))
+        .collect();
+    let mut replay = Replay::new(log.dir(), files, n, recorded);
     let last = log.last_seq();
     let first = log.first_seq().max(1);
-    if recorded && (first != 1 || last < first) {
-        let holds = if last < first {
-            "no record".to_owned()
-        } else {
-            format!("seqs {first}..={last}")
-        };
-        return Err(replay.damaged(
-            None,
-            format!(
-                "generation {n} was written starting with its generation record at seq 1, but the log holds {holds}: its start was lost (the file was emptied, truncated, deleted or replaced)"
-            ),
-        ));
-    }
+    replay.check_start(first, last)?;
     let mut from = first;
     let mut events = 0u64;
     while from <= last {
@@ -278,25 +266,60 @@ pub(super) fn replay(
 }
 
 /// One replay of a generation's log.
-struct Replay<'a> {
-    log: &'a Log,
+pub(super) struct Replay {
+    /// The log's directory.
+    dir: PathBuf,
+    /// The log's segment files by base seq, ascending: where damage at a seq is.
+    files: Vec<(u64, PathBuf)>,
     generation: u64,
     recorded: bool,
     /// No add or update met yet: snapshot events may still come.
     in_snapshot: bool,
 }
 
-impl Replay<'_> {
+impl Replay {
+    /// A replay of generation `n`'s log in `dir` (its segment `files`); with `recorded`, the log
+    /// must start with generation `n`'s record.
+    pub(super) fn new(dir: &Path, files: Vec<(u64, PathBuf)>, n: u64, recorded: bool) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            files,
+            generation: n,
+            recorded,
+            in_snapshot: true,
+        }
+    }
+
+    /// Refuses a recorded generation whose log does not hold seq 1 (it holds `first..=last`,
+    /// none when `last < first`): its start was lost.
+    pub(super) fn check_start(&self, first: u64, last: u64) -> Result<(), RemoteStorageError> {
+        if !self.recorded || (first == 1 && last >= first) {
+            return Ok(());
+        }
+        let n = self.generation;
+        let holds = if last < first {
+            "no record".to_owned()
+        } else {
+            format!("seqs {first}..={last}")
+        };
+        Err(self.damaged(
+            None,
+            format!(
+                "generation {n} was written starting with its generation record at seq 1, but the log holds {holds}: its start was lost (the file was emptied, truncated, deleted or replaced)"
+            ),
+        ))
+    }
+
     /// A [`MetadataError::Log`] naming the file holding `seq`.
-    fn damaged(&self, seq: Option<u64>, reason: String) -> RemoteStorageError {
-        let segments = self.log.segments();
+    pub(super) fn damaged(&self, seq: Option<u64>, reason: String) -> RemoteStorageError {
         let at = seq.unwrap_or(1);
-        let path = segments
+        let path = self
+            .files
             .iter()
             .rev()
-            .find(|s| s.base_seq <= at)
-            .or(segments.first())
-            .map_or_else(|| self.log.dir().to_path_buf(), |s| s.log_path.clone());
+            .find(|(base, _)| *base <= at)
+            .or(self.files.first())
+            .map_or_else(|| self.dir.clone(), |(_, path)| path.clone());
         MetadataError::Log {
             path,
             position: None,
@@ -307,8 +330,8 @@ impl Replay<'_> {
     }
 
     /// Applies one record to `state`: `Ok(true)` for an event, `Ok(false)` for the generation
-    /// record.
-    fn apply(
+    /// record (or the install record).
+    pub(super) fn apply(
         &mut self,
         record: &Record,
         state: &mut MetadataState,

@@ -33,7 +33,7 @@ use krabka_remote_storage::{RemoteLogSegmentState, TopicIdPartition};
 use krabka_storage::{Log, Options, RecoveryReport as LogRecoveryReport};
 
 use crate::error::Error;
-use crate::metadata::{DurableRemoteLogMetadataManager, InMemoryRemoteLogMetadataManager};
+use crate::metadata::DurableRemoteLogMetadataManager;
 use crate::{RemoteOwnership, TieredLog, TieringConfig};
 
 pub use recover::{
@@ -69,7 +69,10 @@ pub enum Access {
     /// Reads only: the binding is checked, no epoch is touched, and nothing of tiering's is
     /// written (no topic file, no metadata directory, no start moved); every round fails with
     /// [`OwnershipError::ReadOnly`](crate::OwnershipError::ReadOnly). The local log is opened with [`RecoveryMode::Strict`](krabka_storage::RecoveryMode::Strict):
-    /// a torn tail is reported, not cut.
+    /// a torn tail is reported, not cut. The durable metadata is read with
+    /// [`DurableRemoteLogMetadataManager::open_read_only`], which changes nothing in
+    /// `remote-metadata/` either: a torn last event is left out and left in place (the owner's
+    /// next open cuts it), and no metadata write is accepted.
     ReadOnly,
 }
 
@@ -151,9 +154,13 @@ impl PartitionDir {
             checks::check_start_explained(dir, &local, None, recorded.is_some())?;
         }
         let (metadata, torn_event_cut): (Arc<dyn RemoteLogMetadataManager>, _) =
-            if access == Access::ReadOnly && !tiered_before {
-                // Nothing is remote as far as this directory knows, and a reader creates nothing.
-                (Arc::new(InMemoryRemoteLogMetadataManager::new()), None)
+            if access == Access::ReadOnly {
+                // Read as an open would find it, changing nothing: no directory created (none
+                // reads as nothing remote), no switch finished, no torn last event cut (it is
+                // left out, and left for the owner's open to cut and report).
+                let read = DurableRemoteLogMetadataManager::open_read_only(&metadata_dir)
+                    .map_err(|e| Error::metadata("open", None, e))?;
+                (Arc::new(read), None)
             } else {
                 let durable = DurableRemoteLogMetadataManager::open(&metadata_dir)
                     .map_err(|e| Error::metadata("open", None, e))?;
