@@ -943,7 +943,7 @@ fn a_renamed_directory_tiered_before_the_topic_file_existed_is_refused() {
 }
 
 #[test]
-fn tier_and_read_remote_print_the_torn_event_the_remote_metadata_cut() {
+fn read_remote_names_the_torn_event_and_tier_cuts_it_once() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let remote = format!("fs://{}", dir.path().join("remote").display());
@@ -962,19 +962,35 @@ fn tier_and_read_remote_print_the_torn_event_the_remote_metadata_cut() {
         .unwrap();
     f.write_all(&torn_batch(1 << 20)).unwrap();
     drop(f);
+    let torn_len = std::fs::metadata(&meta_log).unwrap().len();
+    // A read changes nothing: it names the torn event and leaves it.
     let out = krabka(&["read", s(&log), "--remote", &remote, "--from", "4999"]);
     assert!(out.status.success(), "{}", both(&out));
     let stderr = text(&out.stderr);
     let line = stderr
         .lines()
         .find(|l| l.contains("torn last event"))
-        .unwrap_or_else(|| panic!("no line about the cut:\n{}", both(&out)));
-    assert!(line.starts_with("recovery: remote metadata:"), "{line}");
+        .unwrap_or_else(|| panic!("no line about the torn event:\n{}", both(&out)));
+    assert!(
+        line.starts_with("recovery: remote metadata: found"),
+        "{line}"
+    );
     assert!(line.contains(s(&meta_log)), "{line}");
     assert!(line.contains(&format!("at byte {len}")), "{line}");
     assert!(line.contains("20 bytes"), "{line}");
     assert_eq!(printed_seqs(&out), vec![4999, 5000]);
-    // The cut is reported once: the next open finds an intact store.
+    assert_eq!(std::fs::metadata(&meta_log).unwrap().len(), torn_len);
+    // The writer's open cuts it and says so, once.
+    let out = krabka(&["tier", s(&log), "--remote", &remote]);
+    assert!(out.status.success(), "{}", both(&out));
+    let stderr = text(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("torn last event"))
+        .unwrap_or_else(|| panic!("no line about the cut:\n{}", both(&out)));
+    assert!(line.starts_with("recovery: remote metadata: cut"), "{line}");
+    assert!(line.contains(&format!("at byte {len}")), "{line}");
+    assert_eq!(std::fs::metadata(&meta_log).unwrap().len(), len);
     let out = krabka(&["tier", s(&log), "--remote", &remote]);
     assert!(out.status.success(), "{}", both(&out));
     assert!(!text(&out.stderr).contains("torn"), "{}", both(&out));

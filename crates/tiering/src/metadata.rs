@@ -10,5 +10,6 @@
 
 pub use krabka_remote_metadata::{
     DurableOptions, DurableRemoteLogMetadataManager, InMemoryRemoteLogMetadataManager,
-    MetadataError, RemoteLogMetadataManager, TornEventCut,
+    MetadataError, ReadOnlyRemoteLogMetadataManager, RemoteLogMetadataManager, TornEventCut,
+    TornEventFound,
 };

@@ -212,6 +212,17 @@ pub fn open(
     if let Some(cut) = part.torn_event_cut() {
         crate::output::note(format_args!("{}", describe_torn_event_cut(cut)));
     }
+    if let Some(found) = part.torn_event_found() {
+        crate::output::note(format_args!(
+            "recovery: remote metadata: found a torn last event of {} bytes in {} at byte {} \
+             ({}); left in place (a read changes nothing): the log's writer cuts it at its next \
+             open",
+            found.bytes,
+            found.path.display(),
+            found.position,
+            found.reason
+        ));
+    }
     Ok(Tiered {
         part,
         remote: spec,

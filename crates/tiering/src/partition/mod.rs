@@ -105,6 +105,7 @@ pub struct PartitionDir {
     topic: TopicIdPartition,
     recovery: LogRecoveryReport,
     torn_event_cut: Option<crate::metadata::TornEventCut>,
+    torn_event_found: Option<crate::metadata::TornEventFound>,
 }
 
 impl std::fmt::Debug for PartitionDir {
@@ -153,6 +154,7 @@ impl PartitionDir {
             // must not meet a new empty one.
             checks::check_start_explained(dir, &local, None, recorded.is_some())?;
         }
+        let mut torn_event_found = None;
         let (metadata, torn_event_cut): (Arc<dyn RemoteLogMetadataManager>, _) =
             if access == Access::ReadOnly {
                 // Read as an open would find it, changing nothing: no directory created (none
@@ -160,6 +162,7 @@ impl PartitionDir {
                 // left out, and left for the owner's open to cut and report).
                 let read = DurableRemoteLogMetadataManager::open_read_only(&metadata_dir)
                     .map_err(|e| Error::metadata("open", None, e))?;
+                torn_event_found = read.torn_event().cloned();
                 (Arc::new(read), None)
             } else {
                 let durable = DurableRemoteLogMetadataManager::open(&metadata_dir)
@@ -206,6 +209,7 @@ impl PartitionDir {
             topic,
             recovery,
             torn_event_cut,
+            torn_event_found,
         })
     }
 
@@ -255,6 +259,12 @@ impl PartitionDir {
     /// never acknowledged).
     pub fn torn_event_cut(&self) -> Option<&crate::metadata::TornEventCut> {
         self.torn_event_cut.as_ref()
+    }
+
+    /// A torn last event a read-only open found in the metadata store and left in place (the
+    /// owner's next open cuts it): it holds no acknowledged event.
+    pub fn torn_event_found(&self) -> Option<&crate::metadata::TornEventFound> {
+        self.torn_event_found.as_ref()
     }
 
     /// The directory.
