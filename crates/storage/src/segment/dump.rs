@@ -7,7 +7,8 @@ use std::path::Path;
 use bytes::Bytes;
 use krabka_protocol::batch::BatchView;
 
-use super::frame::{MIN_FRAME_LEN, Parsed, frame_len, parse_frame};
+use super::format::parse_frame;
+use super::frame::{MIN_FRAME_LEN, Parsed, frame_len};
 use crate::Error;
 
 /// One batch as seen by [`dump_frames`] or [`DumpFile`](super::DumpFile).

@@ -13,9 +13,6 @@ use bytes::Bytes;
 use krabka_protocol::Message;
 use krabka_protocol::batch::{self, BatchError, BatchView, Compression};
 
-use super::old::OLD_FORMAT_NAME;
-/// Where the readers of this module's batches look for the old format.
-pub(crate) use super::old::is_old_frame;
 use crate::Error;
 
 /// Bytes of a batch header, before its first record (Kafka's 61).
@@ -277,17 +274,9 @@ pub(crate) enum Parsed {
 /// Checks the batch at the start of `buf`: its length, magic and CRC-32C, that it holds at
 /// least one record, that `recordCount` is `lastOffsetDelta + 1`, that its offsets are seqs
 /// and that its `partitionLeaderEpoch` (which the CRC leaves out) is -1 or more.
-/// The records themselves are checked as they are read.
-pub(crate) fn parse_frame(buf: &Bytes) -> Parsed {
-    match parse_batch(buf) {
-        Parsed::Bad(_) if is_old_frame(buf, None) => Parsed::Bad(format!(
-            "a record frame of {OLD_FORMAT_NAME}, not {FORMAT_NAME}"
-        )),
-        other => other,
-    }
-}
-
-fn parse_batch(buf: &Bytes) -> Parsed {
+/// The records themselves are checked as they are read. Bytes of the old format are merely
+/// bad here; [`parse_frame`](super::format::parse_frame) names them.
+pub(crate) fn parse_batch(buf: &Bytes) -> Parsed {
     let Some(len) = frame_len(buf) else {
         return Parsed::Incomplete;
     };
@@ -421,7 +410,7 @@ mod tests {
         let msgs: Vec<Message> = (0..5).map(|i| Message::new(format!("v{i}"))).collect();
         encode_frames(10, &msgs, Compression::None, usize::MAX, &mut buf).unwrap();
         let bytes = Bytes::from(buf.clone());
-        let Parsed::Frame(f) = parse_frame(&bytes) else {
+        let Parsed::Frame(f) = parse_batch(&bytes) else {
             panic!("not a batch")
         };
         assert_eq!(peek_frame(&buf), Some((f.seq, f.last, f.len)));
@@ -433,7 +422,7 @@ mod tests {
         // Torn.
         assert_eq!(peek_frame(&buf[..buf.len() - 1]), None);
         assert!(matches!(
-            parse_frame(&bytes.slice(..bytes.len() - 1)),
+            parse_batch(&bytes.slice(..bytes.len() - 1)),
             Parsed::Incomplete
         ));
     }

@@ -29,6 +29,7 @@
 mod decode;
 mod dump;
 mod dump_file;
+mod format;
 mod frame;
 mod name;
 mod old;
@@ -43,13 +44,14 @@ pub use self::decode::{
 };
 pub use self::dump::{DumpFrames, DumpedFrame, dump_frames, read_segment_file};
 pub use self::dump_file::{DUMP_DECODE_LIMIT, DumpFile};
+pub use self::format::is_old_format_file;
+pub(crate) use self::format::parse_frame;
 pub use self::frame::{
     FORMAT_NAME, FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES, MAX_UNCOMPRESSED_BATCH, MIN_FRAME_LEN,
     MIN_RECORD_LEN, encode_frame, frame_len, peek_frame, read_chunk,
 };
 pub(crate) use self::frame::{
-    FrameError, Parsed, encode_frames, encode_frames_split, is_old_frame, parse_frame,
-    read_frame_chunk,
+    FrameError, Parsed, encode_frames, encode_frames_split, read_frame_chunk,
 };
 pub(crate) use self::name::segment_paths;
 pub use self::name::{
@@ -57,8 +59,8 @@ pub use self::name::{
     hole_file_name, is_segment_file_name, parse_hole_file_name, parse_segment_file_name,
     segment_file_name,
 };
-pub use self::old::{OLD_FORMAT_NAME, is_old_format_file};
-pub(crate) use self::old::{decode_old_chunk, old_frame_len};
+pub use self::old::OLD_FORMAT_NAME;
+pub(crate) use self::old::{decode_old_chunk, is_old_frame, old_frame_len};
 pub use self::problem::SegmentProblem;
 pub use self::raw::{BatchRecords, Batches};
 #[doc(hidden)]

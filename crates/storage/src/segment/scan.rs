@@ -8,10 +8,11 @@ use std::path::Path;
 use bytes::Bytes;
 
 use super::decode::batch_records;
+use super::format::parse_frame;
 use super::frame::{
-    FRAME_HEADER_LEN, MIN_FRAME_LEN, MIN_RECORD_LEN, Parsed, frame_len, is_old_frame, parse_frame,
-    read_frame_chunk,
+    FRAME_HEADER_LEN, MIN_FRAME_LEN, MIN_RECORD_LEN, Parsed, frame_len, read_frame_chunk,
 };
+use super::old::is_old_frame;
 use super::problem::SegmentProblem;
 use crate::Error;
 use crate::bufs::ReadBufs;
