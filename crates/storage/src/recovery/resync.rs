@@ -21,8 +21,8 @@ use crate::fsutil::{self, IoResultExt};
 use crate::layout::index_files::plain_fsync;
 use crate::layout::{Seg, seg_file, write_indexes};
 use crate::segment::{
-    FRAME_HEADER_LEN, MIN_RECORD_LEN, ValidRun, find_valid_frame_after, hole_file_name, scan_file,
-    scan_file_from, segment_paths,
+    FRAME_HEADER_LEN, MIN_RECORD_LEN, ValidRun, find_valid_frame_after, hole_file_name,
+    last_seq_allowed, scan_file, scan_file_from, segment_paths,
 };
 
 /// One step of the repair of a damaged segment file, in byte order.
@@ -91,29 +91,32 @@ pub struct KeptRun {
 
 /// The repair steps for a file of `file_len` bytes whose first bad frame is at `damage_at`,
 /// where the frame of `expected` was due. `next_base` is the base seq of the next segment file
-/// (`None` for the newest), `point` the recovery point: the seqs a damaged end holds are those
-/// up to the next file, or, in the newest one, up to the recovery point.
+/// (`None` for the newest) and `last` the last seq this file may hold ([`last_seq_allowed`]),
+/// `point` the recovery point: the seqs a damaged end holds are those up to the next file, or,
+/// in the newest one, up to the recovery point.
 pub(super) fn plan_steps(
     file: &File,
     path: &Path,
-    file_len: u64,
-    damage_at: u64,
+    (file_len, damage_at): (u64, u64),
     expected: u64,
-    next_base: Option<u64>,
+    (next_base, last): (Option<u64>, u64),
     point: u64,
 ) -> Result<Vec<RepairStep>, Error> {
     let mut steps = Vec::new();
+    // The seqs the next segment holds are never this file's: a run is searched for, and ends,
+    // below them; bytes holding them (appended to this closed segment) are cut, the next
+    // segment kept.
     // Damage at the file's first byte: its first seq is the file's own base, which no kept
     // piece may carry (a piece is a segment file named by its first seq).
     let file_base = (damage_at == 0).then_some(expected);
     let (mut pos, mut expected) = (damage_at, expected);
     // Each turn moves `pos` forward by at least one byte.
     while pos < file_len {
-        let run = match run_at(file, path, pos, file_len, expected)? {
+        let run = match run_at(file, path, pos, file_len, expected, last)? {
             Some(run) => Some(run),
-            None => match run_after_damaged_frame(file, path, pos, file_len, expected)? {
+            None => match run_after_damaged_frame(file, path, pos, file_len, expected, last)? {
                 Some(run) => Some(run),
-                None => find_valid_frame_after(file, path, pos, file_len, expected)?,
+                None => find_valid_frame_after(file, path, pos, file_len, expected, last)?,
             },
         }
         .filter(|r| next_base.is_none_or(|n| r.last_seq < n))
@@ -157,6 +160,7 @@ fn run_after_damaged_frame(
     pos: u64,
     file_len: u64,
     expected: u64,
+    last_allowed: u64,
 ) -> Result<Option<ValidRun>, Error> {
     use std::os::unix::fs::FileExt;
     let mut header = [0u8; FRAME_HEADER_LEN];
@@ -188,7 +192,15 @@ fn run_after_damaged_frame(
     } else {
         expected.saturating_add(1)..=expected.saturating_add((n / MIN_RECORD_LEN).max(1) as u64)
     };
-    let here = scan_file_from(file, path, next, file_len, None, u64::MAX, &mut |_| {})?;
+    let here = scan_file_from(
+        file,
+        path,
+        next,
+        file_len,
+        (None, last_allowed),
+        u64::MAX,
+        &mut |_| {},
+    )?;
     Ok(match (here.first_seq, here.last_seq) {
         (Some(first_seq), Some(last_seq)) if here.records > 0 && want.contains(&first_seq) => {
             Some(ValidRun {
@@ -211,9 +223,11 @@ fn run_at(
     pos: u64,
     file_len: u64,
     expected: u64,
+    last_allowed: u64,
 ) -> Result<Option<ValidRun>, Error> {
     let mut batches = 0u64;
-    let here = scan_file_from(file, path, pos, file_len, None, u64::MAX, &mut |_| {
+    let seqs = (None, last_allowed);
+    let here = scan_file_from(file, path, pos, file_len, seqs, u64::MAX, &mut |_| {
         batches += 1;
     })?;
     let most_frames = (file_len - pos) / MIN_RECORD_LEN as u64 + 1;
@@ -255,7 +269,9 @@ pub fn plan_segment_repair(
 ) -> Result<Option<SegmentRepair>, Error> {
     let file = File::open(path).at(path)?;
     let len = file.metadata().at(path)?.len();
-    let scan = scan_file(&file, path, len, Some(base), u64::MAX)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let last_allowed = last_seq_allowed(dir, next_base)?;
+    let scan = scan_file(&file, path, len, Some(base), last_allowed, u64::MAX)?;
     let Some(problem) = scan.problem else {
         return Ok(None);
     };
@@ -263,10 +279,9 @@ pub fn plan_segment_repair(
     let steps = plan_steps(
         &file,
         path,
-        len,
-        problem.position,
+        (len, problem.position),
         expected,
-        next_base,
+        (next_base, last_allowed),
         recovery_point,
     )?;
     let torn_tail = next_base.is_none()
@@ -290,6 +305,8 @@ pub(super) struct DamageAt<'a> {
     pub(super) expected: u64,
     pub(super) file_len: u64,
     pub(super) next_base: Option<u64>,
+    /// The last seq the segment may hold ([`last_seq_allowed`]).
+    pub(super) last_allowed: u64,
     pub(super) reason: &'a str,
 }
 
@@ -308,10 +325,9 @@ impl Recoverer<'_> {
         let steps = plan_steps(
             &file,
             &path,
-            d.file_len,
-            d.position,
+            (d.file_len, d.position),
             d.expected,
-            d.next_base,
+            (d.next_base, d.last_allowed),
             self.point,
         )?;
         // 1. The damaged bytes into the quarantine directory, synced: nothing changed yet.
@@ -420,6 +436,7 @@ impl Recoverer<'_> {
             &log_path,
             len,
             Some(base),
+            u64::MAX,
             self.opts.index_interval_bytes,
         )?;
         let last_seq = match scan.last_seq {

@@ -64,8 +64,12 @@ pub(crate) use self::old::{decode_old_chunk, is_old_frame, old_frame_len};
 pub use self::problem::SegmentProblem;
 pub use self::raw::{BatchRecords, Batches};
 #[doc(hidden)]
-pub(crate) use self::scan::{ValidRun, find_valid_frame_after, scan_file, scan_file_from};
-pub use self::verify::{SegmentVerification, verify_segment, verify_segment_files};
+pub(crate) use self::scan::{
+    ValidRun, find_valid_frame_after, last_seq_allowed, scan_file, scan_file_from,
+};
+pub use self::verify::{
+    SegmentVerification, verify_segment, verify_segment_files, verify_segment_in_log,
+};
 pub use crate::index::{
     IndexSummary, TimeIndexSummary, lookup_position, lookup_time, verify_index, verify_time_index,
 };

@@ -7,10 +7,11 @@ use std::path::Path;
 
 use bytes::Bytes;
 
-use super::decode::batch_records;
+use super::decode::{batch_records, beyond_end};
 use super::format::parse_frame;
 use super::frame::{
-    FRAME_HEADER_LEN, MIN_FRAME_LEN, MIN_RECORD_LEN, Parsed, frame_len, read_frame_chunk,
+    FRAME_HEADER_LEN, MAX_UNCOMPRESSED_BATCH, MIN_FRAME_LEN, MIN_RECORD_LEN, Parsed, frame_len,
+    read_frame_chunk,
 };
 use super::old::is_old_frame;
 use super::problem::SegmentProblem;
@@ -36,7 +37,10 @@ pub(crate) struct Scan {
 const SCAN_CHUNK: usize = 1 << 20;
 
 /// Scans `file` (of `file_len` bytes) from the start. `expect_first`, when given, is the seq the
-/// first batch must start at (a segment's base seq).
+/// first batch must start at (a segment's base seq). `last_allowed` is the last seq the file may
+/// hold: for a closed segment the seq before the next segment's base (`u64::MAX` when no
+/// segment follows). A batch reaching past it is damage of this file at its byte (bytes
+/// appended to a closed segment), never a record of the log: the next segment holds those seqs.
 ///
 /// A file in krabka's old per-record frame format is [`Error::OldFormat`]: never a damaged
 /// file whose tail a recovery would cut.
@@ -45,6 +49,7 @@ pub(crate) fn scan_file(
     path: &Path,
     file_len: u64,
     expect_first: Option<u64>,
+    last_allowed: u64,
     index_interval: u64,
 ) -> Result<Scan, Error> {
     scan_file_from(
@@ -52,7 +57,7 @@ pub(crate) fn scan_file(
         path,
         0,
         file_len,
-        expect_first,
+        (expect_first, last_allowed),
         index_interval,
         &mut |_| {},
     )
@@ -68,13 +73,13 @@ pub(crate) struct ScannedFrame {
 }
 
 /// [`scan_file`] starting at byte `start` (which must be a batch boundary), calling
-/// `on_frame` for every valid batch.
+/// `on_frame` for every valid batch; `seqs` is `(expect_first, last_allowed)`.
 pub(crate) fn scan_file_from(
     file: &File,
     path: &Path,
     start: u64,
     file_len: u64,
-    expect_first: Option<u64>,
+    seqs: (Option<u64>, u64),
     index_interval: u64,
     on_frame: &mut dyn FnMut(ScannedFrame),
 ) -> Result<Scan, Error> {
@@ -89,7 +94,7 @@ pub(crate) fn scan_file_from(
         old_format: false,
         codec_missing: None,
     };
-    let mut expect = expect_first;
+    let (mut expect, last_allowed) = seqs;
     let mut pos = start;
     // Frames are dropped after checking, so one buffer is reused for every chunk.
     let bufs = ReadBufs::default();
@@ -100,7 +105,13 @@ pub(crate) fn scan_file_from(
             bufs.read_at(file, path, at, len)
         })?;
         let before = scan.valid_len;
-        if !scan_buffer(&chunk, pos, &mut expect, &mut scan, on_frame) {
+        if !scan_buffer(
+            &chunk,
+            pos,
+            (&mut expect, last_allowed),
+            &mut scan,
+            on_frame,
+        ) {
             if scan.old_format {
                 return Err(Error::OldFormat {
                     path: path.to_path_buf(),
@@ -134,7 +145,7 @@ pub(crate) fn scan_file_from(
 fn scan_buffer(
     chunk: &Bytes,
     pos: u64,
-    expect: &mut Option<u64>,
+    (expect, last_allowed): (&mut Option<u64>, u64),
     scan: &mut Scan,
     on_frame: &mut dyn FnMut(ScannedFrame),
 ) -> bool {
@@ -169,6 +180,9 @@ fn scan_buffer(
         {
             return problem(format!("batch starts at seq {}, expected {e}", frame.seq));
         }
+        if frame.last > last_allowed {
+            return problem(beyond_end(0, frame.seq, frame.last, last_allowed).reason);
+        }
         let checked = batch_records(&frame, 0).and_then(|mut records| {
             records
                 .check_rest()
@@ -200,6 +214,43 @@ fn scan_buffer(
     }
 }
 
+/// The last seq the segment before the one of `next_base` (in `dir`) may hold: the seq before
+/// `next_base` when that segment's file starts with an intact batch of `next_base` (it holds
+/// those seqs, so any batch of them in the segment before is that segment's damage: bytes
+/// appended to it); otherwise, and for the newest segment (`None`), any seq (`u64::MAX`): an
+/// empty, stray or damaged next file proves nothing about where the segment before ends, and
+/// the seam between them names it.
+///
+/// # Errors
+/// [`Error::Io`] when the next segment file exists but cannot be read.
+pub(crate) fn last_seq_allowed(dir: &Path, next_base: Option<u64>) -> Result<u64, Error> {
+    let Some(next) = next_base else {
+        return Ok(u64::MAX);
+    };
+    let path = dir.join(super::segment_file_name(next, super::LOG_EXTENSION));
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(u64::MAX),
+        Err(e) => return Err(Error::io(&path, e)),
+    };
+    let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+    // A batch no longer than the largest one a log writes (a damaged length field reads as no
+    // batch, not as a read of the whole file).
+    let most = (MAX_UNCOMPRESSED_BATCH + FRAME_HEADER_LEN) as u64;
+    let first = read_frame_chunk(0, len.min(most), FRAME_HEADER_LEN, |at, n| {
+        let mut buf = vec![0u8; n];
+        file.read_exact_at(&mut buf, at)
+            .map_err(|e| Error::io(&path, e))?;
+        Ok(Bytes::from(buf))
+    })?;
+    let holds = matches!(parse_frame(&first), Parsed::Frame(f) if f.seq == next);
+    Ok(if holds {
+        next.saturating_sub(1)
+    } else {
+        u64::MAX
+    })
+}
+
 /// A run of contiguous valid batches that [`find_valid_frame_after`] found after damage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ValidRun {
@@ -215,8 +266,9 @@ pub(crate) struct ValidRun {
 
 /// Looks for the first valid batch after the damage at `from`: a batch whose length, magic and
 /// CRC check, whose records read, and whose base seq is at least `expected_next` (and no larger
-/// than the batches that fit in the rest of the file allow). Returns the run of contiguous
-/// valid batches it starts, or `None` when nothing valid follows the damage (a torn tail).
+/// than the batches that fit in the rest of the file allow, nor than `last_allowed`, the last seq
+/// the file may hold). Returns the run of contiguous valid batches it starts, which ends before
+/// any batch past `last_allowed`, or `None` when nothing valid follows the damage (a torn tail).
 /// Memory stays bounded: the file is searched in 1 MiB windows and only candidates whose
 /// header passes are read whole.
 pub(crate) fn find_valid_frame_after(
@@ -225,11 +277,12 @@ pub(crate) fn find_valid_frame_after(
     from: u64,
     file_len: u64,
     expected_next: u64,
+    last_allowed: u64,
 ) -> Result<Option<ValidRun>, Error> {
     const WINDOW: u64 = 1 << 20;
     let min_frame = MIN_FRAME_LEN as u64;
     let most_frames = file_len.saturating_sub(from) / MIN_RECORD_LEN as u64 + 1;
-    let highest = expected_next.saturating_add(most_frames);
+    let highest = expected_next.saturating_add(most_frames).min(last_allowed);
     let mut pos = from.saturating_add(1);
     while pos.saturating_add(FRAME_HEADER_LEN as u64) <= file_len {
         let len = (file_len - pos).min(WINDOW + FRAME_HEADER_LEN as u64);
@@ -267,8 +320,15 @@ pub(crate) fn find_valid_frame_after(
             if let Parsed::Frame(f) = parse_frame(&Bytes::from(frame))
                 && f.seq == seq
             {
-                let run =
-                    scan_file_from(file, path, at, file_len, Some(seq), u64::MAX, &mut |_| {})?;
+                let run = scan_file_from(
+                    file,
+                    path,
+                    at,
+                    file_len,
+                    (Some(seq), last_allowed),
+                    u64::MAX,
+                    &mut |_| {},
+                )?;
                 // A batch whose CRC matches but whose records do not read starts no run.
                 if let Some(last_seq) = run.last_seq.filter(|_| run.records > 0) {
                     return Ok(Some(ValidRun {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use super::frame::FrameError;
 use super::name::parse_segment_file_name;
 use super::problem::SegmentProblem;
-use super::scan::{Scan, ScannedFrame, scan_file, scan_file_from};
+use super::scan::{Scan, ScannedFrame, last_seq_allowed, scan_file, scan_file_from};
 use crate::Error;
 use crate::index::{ENTRY_LEN, INDEX_HEADER_LEN, OffsetIndex, TIME_INDEX_HEADER_LEN, TimeIndex};
 
@@ -51,7 +51,7 @@ impl SegmentVerification {
 /// reported in [`SegmentVerification::problem`].
 pub fn verify_segment(log_path: &Path) -> Result<SegmentVerification, Error> {
     let (file, file_len, base_seq) = open_log(log_path)?;
-    let scan = scan_file(&file, log_path, file_len, base_seq, u64::MAX)?;
+    let scan = scan_file(&file, log_path, file_len, base_seq, u64::MAX, u64::MAX)?;
     Ok(verification_of(scan, log_path, file_len, base_seq))
 }
 
@@ -73,7 +73,28 @@ pub fn verify_segment_files(
     index_path: Option<&Path>,
     time_index_path: Option<&Path>,
 ) -> Result<SegmentVerification, Error> {
+    verify_segment_in_log(log_path, index_path, time_index_path, None)
+}
+
+/// [`verify_segment_files`] of one segment of a log, whose next segment file (in the same
+/// directory) starts at `next_base` (`None` for the newest segment): a closed segment ends
+/// where the next one starts, so when that file starts with an intact batch of `next_base`, a
+/// batch holding a seq from `next_base` on is this file's problem at its byte (bytes appended
+/// to the closed segment), not a seq overlap of the next segment; a repair moves those bytes
+/// aside and keeps the next segment. An empty or damaged next file bounds nothing (the seam
+/// names it).
+///
+/// # Errors
+/// As [`verify_segment_files`].
+pub fn verify_segment_in_log(
+    log_path: &Path,
+    index_path: Option<&Path>,
+    time_index_path: Option<&Path>,
+    next_base: Option<u64>,
+) -> Result<SegmentVerification, Error> {
     let (file, file_len, base_seq) = open_log(log_path)?;
+    let dir = log_path.parent().unwrap_or(Path::new("."));
+    let last_allowed = last_seq_allowed(dir, next_base)?;
     let indexes = Indexes::load(index_path, time_index_path)?;
     // Entries are checked as the scan passes their frames.
     let want: Vec<(u64, u64)> = indexes
@@ -101,7 +122,7 @@ pub fn verify_segment_files(
         log_path,
         0,
         file_len,
-        base_seq,
+        (base_seq, last_allowed),
         u64::MAX,
         &mut on_frame,
     )?;

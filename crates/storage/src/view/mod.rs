@@ -170,6 +170,7 @@ impl LogView {
             position,
             file_len,
             first_at_stake,
+            u64::MAX,
         )?;
         Ok(after.is_none())
     }
