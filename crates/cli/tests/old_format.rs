@@ -239,7 +239,8 @@ fn a_forged_batch_appended_to_a_closed_segment_is_never_printed_and_read_names_i
     // A CRC-valid batch whose baseOffset (outside the CRC) is the next segment's base.
     let mut forged = Vec::new();
     for i in 0..3 {
-        segment::encode_frame(41 + i, &Message::new(format!("FORGED {i}")), &mut forged).unwrap();
+        segment::encode_batch_of_one(41 + i, &Message::new(format!("FORGED {i}")), &mut forged)
+            .unwrap();
     }
     fs::OpenOptions::new()
         .append(true)
@@ -295,7 +296,8 @@ fn a_forged_batch_is_damage_of_the_closed_segment_to_verify_and_repair_and_the_n
     // A CRC-valid batch whose baseOffset (outside the CRC) is the next segment's base.
     let mut forged = Vec::new();
     for i in 0..3 {
-        segment::encode_frame(41 + i, &Message::new(format!("FORGED {i}")), &mut forged).unwrap();
+        segment::encode_batch_of_one(41 + i, &Message::new(format!("FORGED {i}")), &mut forged)
+            .unwrap();
     }
     fs::OpenOptions::new()
         .append(true)

@@ -11,7 +11,7 @@ use krabka_remote_metadata::{
     DurableOptions, DurableRemoteLogMetadataManager, MetadataError, RemoteLogMetadataManager,
 };
 use krabka_remote_storage::*;
-use krabka_storage::segment::{dump_frames, read_segment_file, segment_file_name};
+use krabka_storage::segment::{dump_batches, read_segment_file, segment_file_name};
 use krabka_storage::testkit;
 
 fn tp() -> TopicIdPartition {
@@ -134,8 +134,10 @@ fn truncate(path: &Path, len: u64) {
 
 /// Start of the log's last frame and its length.
 fn last_frame(log: &Path) -> (u64, u64) {
-    let frame = dump_frames(read_segment_file(log).unwrap()).last().unwrap();
-    (frame.position, frame.frame_len)
+    let frame = dump_batches(read_segment_file(log).unwrap())
+        .last()
+        .unwrap();
+    (frame.position, frame.batch_len)
 }
 
 fn assert_names(err: &RemoteStorageError, path: &Path) {

@@ -13,7 +13,7 @@ use crate::index::{IndexBuilder, OffsetIndex, TimeIndex};
 use crate::layout::clean::Marker;
 use crate::layout::{Seg, SegFile, load_indexes, seg_file};
 use crate::segment::{
-    SegmentProblem, find_valid_frame_after, frame_len, last_seq_allowed, scan_file,
+    SegmentProblem, batch_len, find_valid_batch_after, last_seq_allowed, scan_file,
 };
 use crate::{Error, RecoveryMode, TruncatedTail};
 
@@ -28,7 +28,7 @@ struct Damage {
     last_at_stake: u64,
     /// Damage in the active segment that nothing valid follows, above the recovery point.
     torn: bool,
-    /// Whether the file ends inside the bad frame.
+    /// Whether the file ends inside the bad batch.
     incomplete: bool,
     /// Base seq of the next segment file (`None` for the newest).
     next_base: Option<u64>,
@@ -229,7 +229,7 @@ impl Recoverer<'_> {
         (next_base, last_allowed): (Option<u64>, u64),
     ) -> Result<Damage, Error> {
         let first_at_stake = scanned_last + 1;
-        let after = find_valid_frame_after(
+        let after = find_valid_batch_after(
             file,
             log_path,
             problem.position,
@@ -237,7 +237,7 @@ impl Recoverer<'_> {
             first_at_stake,
             last_allowed,
         )?;
-        let incomplete = frame_len(&read_some(file, log_path, problem.position, file_len)?)
+        let incomplete = batch_len(&read_some(file, log_path, problem.position, file_len)?)
             .is_none_or(|n| problem.position + n as u64 > file_len);
         let last_at_stake = match (next_base, after) {
             (Some(next), a) => next.saturating_sub(1).max(a.map_or(0, |r| r.last_seq)),
@@ -354,7 +354,7 @@ impl Recoverer<'_> {
     }
 }
 
-/// Whether the file holds no complete valid frame at its start (empty or garbage).
+/// Whether the file holds no complete valid batch at its start (empty or garbage).
 pub(super) fn holds_no_frame(path: &Path) -> Result<bool, Error> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
@@ -362,7 +362,7 @@ pub(super) fn holds_no_frame(path: &Path) -> Result<bool, Error> {
     Ok(scan.records == 0)
 }
 
-/// Up to 16 bytes at `pos` (for a frame header).
+/// Up to 16 bytes at `pos` (for a batch header).
 fn read_some(file: &File, path: &Path, pos: u64, file_len: u64) -> Result<Vec<u8>, Error> {
     let n = file_len.saturating_sub(pos).min(12) as usize;
     let mut buf = vec![0u8; n];

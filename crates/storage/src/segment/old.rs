@@ -16,7 +16,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use krabka_protocol::Message;
 
-use super::frame::FrameError;
+use super::batch::BadBytes;
 use crate::Record;
 
 /// The name of the old format, for messages.
@@ -143,11 +143,11 @@ pub(crate) fn decode_old_chunk(
     max: usize,
     last_allowed: u64,
     out: &mut Vec<Record>,
-) -> Result<OldDecoded, FrameError> {
+) -> Result<OldDecoded, BadBytes> {
     let mut pos = 0usize;
     let mut expect = expect;
     let mut left = max;
-    let bad = FrameError::bad;
+    let bad = BadBytes::bad;
     while left > 0 {
         let rest = buf.get(pos..).unwrap_or(&[]);
         let (Some(len), Some(crc)) = (le_u32(rest, 0..4), le_u32(rest, 4..8)) else {
@@ -262,7 +262,7 @@ mod tests {
 
     #[test]
     fn record_batches_are_not_taken_for_old_frames() {
-        let batches = crate::segment::test_frames(1..=5);
+        let batches = crate::segment::test_batches(1..=5);
         assert!(!is_old_frame(&batches, Some(1)));
         assert!(!is_old_frame(&batches, None));
         for byte in 0..61 {

@@ -33,7 +33,7 @@ fn forged_log(dir: &Path) -> (PathBuf, u64, u64) {
     let len = fs::metadata(&first).unwrap().len();
     let mut forged = Vec::new();
     for i in 0..3 {
-        segment::encode_frame(41 + i, &Message::new(FORGED), &mut forged).unwrap();
+        segment::encode_batch_of_one(41 + i, &Message::new(FORGED), &mut forged).unwrap();
     }
     let mut bytes = fs::read(&first).unwrap();
     bytes.extend_from_slice(&forged);
@@ -79,7 +79,7 @@ fn a_batch_appended_to_a_closed_segment_under_the_next_ones_seqs_is_never_read()
         (1..next).collect::<Vec<_>>()
     );
     match &error {
-        Error::BadFrame {
+        Error::BadBatch {
             path,
             position,
             seq,
@@ -95,7 +95,7 @@ fn a_batch_appended_to_a_closed_segment_under_the_next_ones_seqs_is_never_read()
     }
     // From a seq inside the forged batch: the same error, nothing handed out.
     match LogView::new(dir).reader(next).poll(100) {
-        Err(Error::BadFrame {
+        Err(Error::BadBatch {
             path,
             position,
             seq,

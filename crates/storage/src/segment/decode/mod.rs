@@ -4,8 +4,8 @@ use std::path::Path;
 
 use bytes::Bytes;
 
-use super::format::{old_frame_reason, parse_frame};
-use super::frame::{FrameError, Parsed, peek_frame};
+use super::batch::{BadBytes, Parsed, peek_batch};
+use super::format::{old_frame_reason, parse_batch};
 use super::old::is_old_frame;
 use crate::{Error, Record};
 
@@ -56,10 +56,10 @@ pub fn decode_records(buf: &Bytes, from_seq: u64, max: usize) -> Result<DecodedR
 ///
 /// ```
 /// use krabka_protocol::{Bytes, Message};
-/// use krabka_storage::segment::{decode_records_at, encode_frame};
+/// use krabka_storage::segment::{decode_records_at, encode_batch_of_one};
 ///
 /// let mut buf = Vec::new();
-/// encode_frame(7, &Message::new("a"), &mut buf)?;
+/// encode_batch_of_one(7, &Message::new("a"), &mut buf)?;
 /// let buf = Bytes::from(buf);
 /// assert_eq!(decode_records_at(&buf, 7, 7, 10)?.records.len(), 1);
 /// // The bytes do not start at seq 6.
@@ -69,7 +69,7 @@ pub fn decode_records(buf: &Bytes, from_seq: u64, max: usize) -> Result<DecodedR
 /// ```
 ///
 /// # Errors
-/// As [`decode_records`], and [`Error::Corrupt`] at position 0 when the first frame's seq is
+/// As [`decode_records`], and [`Error::Corrupt`] at position 0 when the first batch's seq is
 /// not `expected_first_seq`.
 pub fn decode_records_at(
     buf: &Bytes,
@@ -89,11 +89,11 @@ pub fn decode_records_at(
 ///
 /// ```
 /// use krabka_protocol::{Bytes, Message};
-/// use krabka_storage::segment::{decode_records_skipping, encode_frame};
+/// use krabka_storage::segment::{decode_records_skipping, encode_batch_of_one};
 ///
 /// let mut buf = Vec::new();
 /// for seq in 1..=100 {
-///     encode_frame(seq, &Message::new(format!("r{seq}")), &mut buf)?;
+///     encode_batch_of_one(seq, &Message::new(format!("r{seq}")), &mut buf)?;
 /// }
 /// let buf = Bytes::from(buf);
 /// let got = decode_records_skipping(&buf, 1, 90, 1)?;
@@ -171,7 +171,7 @@ pub(crate) fn decode_chunk(
     last_allowed: u64,
     fast_skip: bool,
     out: &mut Vec<Record>,
-) -> Result<(usize, Option<u64>), FrameError> {
+) -> Result<(usize, Option<u64>), BadBytes> {
     let mut pos = 0usize;
     let mut next_seq = None;
     let mut left = max;
@@ -180,13 +180,13 @@ pub(crate) fn decode_chunk(
         if fast_skip
             && pos > 0
             && expect.is_some_and(|e| e < from_seq)
-            && let Some((seq, last, len)) = peek_frame(rest)
+            && let Some((seq, last, len)) = peek_batch(rest)
             && last < from_seq
         {
             if let Some(e) = expect
                 && seq != e
             {
-                return Err(FrameError::bad(
+                return Err(BadBytes::bad(
                     pos,
                     format!("batch starts at seq {seq}, expected {e}"),
                 ));
@@ -199,34 +199,34 @@ pub(crate) fn decode_chunk(
             next_seq = expect;
             continue;
         }
-        let frame = match parse_frame(&buf.slice(pos..)) {
+        let batch = match parse_batch(&buf.slice(pos..)) {
             Parsed::Incomplete => break,
             Parsed::Bad(_) if is_old_frame(rest, expect) => {
-                return Err(FrameError::bad(pos, old_frame_reason()));
+                return Err(BadBytes::bad(pos, old_frame_reason()));
             }
-            Parsed::Bad(reason) => return Err(FrameError::bad(pos, reason)),
-            Parsed::Frame(f) => f,
+            Parsed::Bad(reason) => return Err(BadBytes::bad(pos, reason)),
+            Parsed::Batch(f) => f,
         };
         if let Some(e) = expect
-            && frame.seq != e
+            && batch.seq != e
         {
-            return Err(FrameError::bad(
+            return Err(BadBytes::bad(
                 pos,
-                format!("batch starts at seq {}, expected {e}", frame.seq),
+                format!("batch starts at seq {}, expected {e}", batch.seq),
             ));
         }
-        if frame.last > last_allowed {
-            return Err(beyond_end(pos, frame.seq, frame.last, last_allowed));
+        if batch.last > last_allowed {
+            return Err(beyond_end(pos, batch.seq, batch.last, last_allowed));
         }
-        let after = frame
+        let after = batch
             .last
             .checked_add(1)
-            .ok_or_else(|| FrameError::bad(pos, "seq overflows u64"))?;
-        if frame.last >= from_seq && !decode_batch(&frame, pos, from_seq, &mut left, out)? {
+            .ok_or_else(|| BadBytes::bad(pos, "seq overflows u64"))?;
+        if batch.last >= from_seq && !decode_batch(&batch, pos, from_seq, &mut left, out)? {
             // `max` stopped inside this batch: it is read again from its start.
-            return Ok((pos, Some(frame.seq)));
+            return Ok((pos, Some(batch.seq)));
         }
-        pos += frame.len;
+        pos += batch.len;
         expect = Some(after);
         next_seq = Some(after);
     }
@@ -238,8 +238,8 @@ pub(crate) const BEYOND_END: &str = "lies beyond the end of the closed segment";
 
 /// The error for a batch of seqs `seq..=last` at `pos` that runs past `last_allowed`, the last
 /// seq its closed segment may hold.
-pub(crate) fn beyond_end(pos: usize, seq: u64, last: u64, last_allowed: u64) -> FrameError {
-    FrameError::bad(
+pub(crate) fn beyond_end(pos: usize, seq: u64, last: u64, last_allowed: u64) -> BadBytes {
+    BadBytes::bad(
         pos,
         format!(
             "a batch of seqs {seq}..={last} {BEYOND_END}, whose last seq is {last_allowed} (the \

@@ -4,14 +4,14 @@
 use krabka_protocol::batch::{BatchError, RecordIter};
 
 use crate::Record;
-use crate::segment::frame::{Fault, FrameError, MAX_UNCOMPRESSED_BATCH, RawFrame};
+use crate::segment::batch::{BadBytes, CheckedBatch, Fault, MAX_UNCOMPRESSED_BATCH};
 
 /// The records of a checked batch, each checked as it is read.
-pub(crate) fn batch_records(frame: &RawFrame, pos: usize) -> Result<RecordIter, FrameError> {
-    frame
+pub(crate) fn batch_records(batch: &CheckedBatch, pos: usize) -> Result<RecordIter, BadBytes> {
+    batch
         .view
         .records(MAX_UNCOMPRESSED_BATCH)
-        .map_err(|e| FrameError::of_batch(pos, &e))
+        .map_err(|e| BadBytes::of_batch(pos, &e))
 }
 
 /// Appends the records `>= from_seq` of the batch at `pos` to `out` as messages, at most
@@ -23,17 +23,17 @@ pub(crate) fn batch_records(frame: &RawFrame, pos: usize) -> Result<RecordIter, 
 /// taken back off `out`). A record a `Message` cannot hold in an otherwise valid batch gives
 /// the records before it, then [`Fault::NotAMessage`].
 pub(super) fn decode_batch(
-    frame: &RawFrame,
+    batch: &CheckedBatch,
     pos: usize,
     from_seq: u64,
     left: &mut usize,
     out: &mut Vec<Record>,
-) -> Result<bool, FrameError> {
-    let header = frame.view.header();
-    let refuse = |reason: &str| FrameError {
+) -> Result<bool, BadBytes> {
+    let header = batch.view.header();
+    let refuse = |reason: &str| BadBytes {
         position: pos,
         reason: reason.to_owned(),
-        fault: Fault::NotAMessage(frame.seq.max(from_seq)),
+        fault: Fault::NotAMessage(batch.seq.max(from_seq)),
     };
     if header.is_control() {
         return Err(refuse("a control batch (transaction markers)"));
@@ -44,14 +44,14 @@ pub(super) fn decode_batch(
         ));
     }
     let before = out.len();
-    let mut records = batch_records(frame, pos)?;
-    let result = read_batch(&mut records, frame.seq, pos, from_seq, left, out);
+    let mut records = batch_records(batch, pos)?;
+    let result = read_batch(&mut records, batch.seq, pos, from_seq, left, out);
     match &result {
         Err(e) if matches!(e.fault, Fault::NotAMessage(_)) => {
             // Valid records before it stand only if the whole batch is valid.
             if let Err(damage) = records.check_rest() {
                 out.truncate(before);
-                return Err(FrameError::of_batch(pos, &damage));
+                return Err(BadBytes::of_batch(pos, &damage));
             }
         }
         Err(_) => out.truncate(before),
@@ -69,8 +69,8 @@ fn read_batch(
     from_seq: u64,
     left: &mut usize,
     out: &mut Vec<Record>,
-) -> Result<bool, FrameError> {
-    let fail = |e: BatchError| FrameError::of_batch(pos, &e);
+) -> Result<bool, BadBytes> {
+    let fail = |e: BatchError| BadBytes::of_batch(pos, &e);
     for _ in 0..from_seq.saturating_sub(base) {
         match records.skip_record() {
             Some(Ok(_)) => {}

@@ -4,12 +4,12 @@ use super::*;
 use krabka_protocol::Message;
 use proptest::prelude::*;
 
-use crate::segment::frame::encode_frames;
-use crate::segment::frame_len;
-use crate::segment::test_frames as frames;
+use crate::segment::batch::encode_batch_from;
+use crate::segment::batch_len;
+use crate::segment::test_batches as batches;
 use krabka_protocol::batch::Compression;
 
-const HEADER: usize = crate::segment::FRAME_HEADER_LEN;
+const HEADER: usize = crate::segment::BATCH_HEADER_LEN;
 
 fn arb_message() -> impl Strategy<Value = Message> {
     (
@@ -33,11 +33,11 @@ fn arb_message() -> impl Strategy<Value = Message> {
 
 #[test]
 fn a_batch_past_the_last_allowed_seq_gives_no_record_whether_read_or_stepped_over() {
-    let buf = Bytes::from(frames(1..=6));
+    let buf = Bytes::from(batches(1..=6));
     let fifth = {
         let mut pos = 0;
         for _ in 0..4 {
-            pos += frame_len(&buf[pos..]).unwrap();
+            pos += batch_len(&buf[pos..]).unwrap();
         }
         pos
     };
@@ -55,9 +55,9 @@ fn a_batch_past_the_last_allowed_seq_gives_no_record_whether_read_or_stepped_ove
 
 #[test]
 fn fast_skip_steps_over_batches_it_does_not_return_but_checks_every_one_it_returns() {
-    let good = frames(1..=6);
-    let second = frame_len(&good).unwrap();
-    let third = second + frame_len(&good[second..]).unwrap();
+    let good = batches(1..=6);
+    let second = batch_len(&good).unwrap();
+    let third = second + batch_len(&good[second..]).unwrap();
     let decode = |bytes: &[u8], fast: bool| {
         let mut out = Vec::new();
         decode_chunk(
@@ -78,7 +78,7 @@ fn fast_skip_steps_over_batches_it_does_not_return_but_checks_every_one_it_retur
     assert_eq!(decode(&payload, true).unwrap(), (vec![4, 5, 6], Some(7)));
     let checked = decode(&payload, false);
     assert!(
-        matches!(&checked, Err(FrameError { position, reason, .. })
+        matches!(&checked, Err(BadBytes { position, reason, .. })
             if *position == second && reason.starts_with("CRC mismatch")),
         "{checked:?}"
     );
@@ -99,7 +99,7 @@ fn fast_skip_steps_over_batches_it_does_not_return_but_checks_every_one_it_retur
     first[HEADER + 2] ^= 1;
     let got = decode(&first, true);
     assert!(
-        matches!(&got, Err(FrameError { position: 0, reason, .. }) if reason.starts_with("CRC mismatch")),
+        matches!(&got, Err(BadBytes { position: 0, reason, .. }) if reason.starts_with("CRC mismatch")),
         "{got:?}"
     );
     // A batch holding the wrong seq is refused even when skipped.
@@ -108,7 +108,7 @@ fn fast_skip_steps_over_batches_it_does_not_return_but_checks_every_one_it_retur
     let got = decode(&seq, true);
     assert_eq!(
         got,
-        Err(FrameError::bad(third, "batch starts at seq 2, expected 3"))
+        Err(BadBytes::bad(third, "batch starts at seq 2, expected 3"))
     );
 }
 
@@ -125,7 +125,7 @@ proptest! {
         let mut buf = Vec::new();
         let mut at = 0;
         while at < msgs.len() {
-            at += encode_frames(100 + at as u64, &msgs[at..], Compression::None, cap, &mut buf).unwrap();
+            at += encode_batch_from(100 + at as u64, &msgs[at..], Compression::None, cap, &mut buf).unwrap();
         }
         let buf = Bytes::from(buf);
         let from_seq = 100 + from.min(msgs.len()) as u64;
@@ -148,9 +148,9 @@ proptest! {
 #[test]
 fn max_stopping_inside_a_batch_consumes_none_of_it() {
     let msgs: Vec<Message> = (0..5).map(|i| Message::new(format!("v{i}"))).collect();
-    let mut buf = frames(1..=2);
+    let mut buf = batches(1..=2);
     let second = buf.len();
-    encode_frames(3, &msgs, Compression::None, usize::MAX, &mut buf).unwrap();
+    encode_batch_from(3, &msgs, Compression::None, usize::MAX, &mut buf).unwrap();
     let buf = Bytes::from(buf);
     let d = decode_records(&buf, 1, 4).unwrap();
     assert_eq!(
@@ -165,7 +165,7 @@ fn max_stopping_inside_a_batch_consumes_none_of_it() {
 
 #[test]
 fn decode_records_skips_below_from_seq_and_stops_at_max() {
-    let buf = Bytes::from(frames(1..=5));
+    let buf = Bytes::from(batches(1..=5));
     let d = decode_records(&buf, 3, 2).unwrap();
     assert_eq!(
         d.records.iter().map(|r| r.seq).collect::<Vec<_>>(),
@@ -176,20 +176,20 @@ fn decode_records_skips_below_from_seq_and_stops_at_max() {
 
 #[test]
 fn torn_tail_is_not_an_error_and_consumed_marks_complete_batches() {
-    let full = frames(1..=3);
+    let full = batches(1..=3);
     let cut = full.len() - 3;
     let d = decode_records(&Bytes::from(full[..cut].to_vec()), 1, 10).unwrap();
     assert_eq!(d.records.len(), 2);
     assert_eq!(
-        frame_len(&full[d.consumed..]),
+        batch_len(&full[d.consumed..]),
         Some(full.len() - d.consumed)
     );
 }
 
 #[test]
 fn flipped_byte_in_complete_batch_is_corrupt_with_position() {
-    let mut buf = frames(1..=3);
-    let second = frame_len(&buf).unwrap();
+    let mut buf = batches(1..=3);
+    let second = batch_len(&buf).unwrap();
     buf[second + 63] ^= 0xff;
     match decode_records(&Bytes::from(buf), 1, 10) {
         Err(Error::Corrupt { position, .. }) => assert_eq!(position, second as u64),
@@ -199,8 +199,8 @@ fn flipped_byte_in_complete_batch_is_corrupt_with_position() {
 
 #[test]
 fn non_contiguous_seqs_are_corrupt() {
-    let mut buf = frames(1..=1);
-    buf.extend(frames(3..=3));
+    let mut buf = batches(1..=1);
+    buf.extend(batches(3..=3));
     assert!(matches!(
         decode_records(&Bytes::from(buf), 1, 10),
         Err(Error::Corrupt { .. })
@@ -209,9 +209,9 @@ fn non_contiguous_seqs_are_corrupt() {
 
 #[test]
 fn seq_gap_between_complete_batches_is_corrupt_at_the_second_batch() {
-    let mut buf = frames(5..=6);
+    let mut buf = batches(5..=6);
     let second_at = buf.len();
-    buf.extend(frames(8..=8));
+    buf.extend(batches(8..=8));
     match decode_records(&Bytes::from(buf.clone()), 1, 10) {
         Err(Error::Corrupt {
             position, reason, ..
@@ -222,8 +222,8 @@ fn seq_gap_between_complete_batches_is_corrupt_at_the_second_batch() {
         other => panic!("{other:?}"),
     }
     // A backwards step (a duplicated batch) is rejected the same way.
-    let mut dup = frames(5..=6);
-    dup.extend(frames(6..=6));
+    let mut dup = batches(5..=6);
+    dup.extend(batches(6..=6));
     assert!(matches!(
         decode_records(&Bytes::from(dup), 1, 10),
         Err(Error::Corrupt { position, .. }) if position == second_at as u64
@@ -232,7 +232,7 @@ fn seq_gap_between_complete_batches_is_corrupt_at_the_second_batch() {
 
 #[test]
 fn decode_records_at_checks_the_first_seq() {
-    let buf = Bytes::from(frames(5..=7));
+    let buf = Bytes::from(batches(5..=7));
     let d = decode_records_at(&buf, 5, 6, 10).unwrap();
     assert_eq!(
         d.records.iter().map(|r| r.seq).collect::<Vec<_>>(),

@@ -21,11 +21,11 @@ impl LogReader {
         path: &Path,
         len: u64,
         max: usize,
-        frames: bool,
+        batches: bool,
     ) -> Result<Chunk, Error> {
         let last_allowed = self.last_allowed(cursor.base)?;
         if self.old == Some(cursor.base) {
-            if frames {
+            if batches {
                 return Err(Error::OldFormat {
                     path: path.to_path_buf(),
                 });
@@ -41,7 +41,7 @@ impl LogReader {
             last_allowed,
             false,
         );
-        // Nothing decodes at the segment's start (damage, or a frame that seems to run past
+        // Nothing decodes at the segment's start (damage, or a batch that seems to run past
         // the end): an old-format file is read by its own decoder.
         let stuck = decoded
             .as_ref()
@@ -92,7 +92,7 @@ impl LogReader {
                     ));
                 }
                 if at == 0 && cursor.from_index {
-                    self.fallbacks.push(IndexFallback::BadFrame {
+                    self.fallbacks.push(IndexFallback::BadBatch {
                         log: path.to_path_buf(),
                         position: cursor.position,
                         seq: cursor.expect,
@@ -106,7 +106,7 @@ impl LogReader {
         Ok(Chunk::AtEnd)
     }
 
-    /// The records of `buf` before the bad frame at `at` (they are valid: returned now), and
+    /// The records of `buf` before the bad batch at `at` (they are valid: returned now), and
     /// the failure naming the file and byte (returned by the next call).
     pub(super) fn good_then_bad(
         &mut self,
@@ -154,7 +154,7 @@ impl LogReader {
             expect,
             from_index: false,
         });
-        let error = Error::BadFrame {
+        let error = Error::BadBatch {
             path: path.to_path_buf(),
             position,
             seq: expect,

@@ -6,7 +6,7 @@ use std::os::unix::fs::FileExt;
 
 use super::{Cursor, IndexFallback, LogReader};
 use crate::Error;
-use crate::segment::{self, FRAME_HEADER_LEN, INDEX_EXTENSION};
+use crate::segment::{self, BATCH_HEADER_LEN, INDEX_EXTENSION};
 
 impl LogReader {
     /// Finds the segment holding `next_seq` and the position to start scanning from.
@@ -63,7 +63,7 @@ impl LogReader {
     }
 
     /// Where to start reading `base`'s segment for `next_seq`: the position its sparse index
-    /// gives, when the frame there carries a seq in `base..=next_seq`; else its start. A missing
+    /// gives, when the batch there carries a seq in `base..=next_seq`; else its start. A missing
     /// or bad index only costs time.
     pub(super) fn index_cursor(&mut self, base: u64) -> Cursor {
         if self.next_seq <= base {
@@ -79,7 +79,7 @@ impl LogReader {
         else {
             return Cursor::start_of(base);
         };
-        let mut header = [0u8; FRAME_HEADER_LEN];
+        let mut header = [0u8; BATCH_HEADER_LEN];
         let seq = File::open(self.log_path(base))
             .and_then(|f| f.read_exact_at(&mut header, position))
             .ok()
@@ -94,7 +94,7 @@ impl LogReader {
                 from_index: true,
             },
             _ => {
-                self.fallbacks.push(IndexFallback::NoFrame {
+                self.fallbacks.push(IndexFallback::NoBatch {
                     index,
                     seq: self.next_seq,
                     position,

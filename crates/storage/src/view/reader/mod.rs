@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 use super::LogView;
-use super::found::{Frames, IncompleteTail, IndexFallback};
+use super::found::{IncompleteTail, IndexFallback, PolledBatches};
 use crate::segment;
 use crate::{Error, Record};
 
@@ -20,14 +20,14 @@ mod old;
 /// Bytes read from a segment file per step.
 const CHUNK: usize = 4 << 20;
 
-/// Where the reader is: a segment, a byte position in its `.log` and the seq of the frame there.
+/// Where the reader is: a segment, a byte position in its `.log` and the seq of the batch there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Cursor {
     base: u64,
     position: u64,
-    /// The seq the frame at `position` must carry.
+    /// The seq the batch at `position` must carry.
     expect: u64,
-    /// Whether `position` came from the segment's `.index` and no frame there was read yet (a
+    /// Whether `position` came from the segment's `.index` and no batch there was read yet (a
     /// wrong index entry then falls back to a scan from the segment's start).
     from_index: bool,
 }
@@ -43,20 +43,20 @@ impl Cursor {
     }
 }
 
-/// Records (or frames) of a [`LogView`]'s directory from one seq on, following the log as it
+/// Records (or batches) of a [`LogView`]'s directory from one seq on, following the log as it
 /// grows (call [`poll`](Self::poll) again after it returned nothing).
 ///
-/// Every read is exact or an error: each frame must carry the seq that follows the previous
-/// one, starting at the segment's base seq (or at the seq of the frame an index entry points to,
-/// which is checked against the frame itself: a wrong entry is reported in
+/// Every read is exact or an error: each batch must carry the seq that follows the previous
+/// one, starting at the segment's base seq (or at the seq of the batch an index entry points to,
+/// which is checked against the batch itself: a wrong entry is reported in
 /// [`take_fallbacks`](Self::take_fallbacks) and the segment scanned from its start). Records
-/// decoded before a bad frame are returned first; the next call fails naming the file and byte
-/// ([`Error::BadFrame`]). A closed segment (one a later segment follows) must end exactly where
-/// the next one starts: one that ends inside a frame ([`Error::CutShort`]), is empty
+/// decoded before a bad batch are returned first; the next call fails naming the file and byte
+/// ([`Error::BadBatch`]). A closed segment (one a later segment follows) must end exactly where
+/// the next one starts: one that ends inside a batch ([`Error::CutShort`]), is empty
 /// ([`Error::EmptySegment`]), or is followed by a gap or an overlap in seqs (a deleted segment
 /// file, a stray segment-named file: [`Error::SeqGap`], [`Error::SeqOverlap`]) is an error, and
 /// so is reading into an explicit hole ([`Error::Quarantined`]) and a newest segment that ends
-/// below the recovery point ([`Error::EndsBelowRecoveryPoint`]). An incomplete frame at the end
+/// below the recovery point ([`Error::EndsBelowRecoveryPoint`]). An incomplete batch at the end
 /// of the newest segment is a write in progress, not damage: the reader stops before it
 /// ([`incomplete_tail`](Self::incomplete_tail)).
 #[derive(Debug)]
@@ -75,10 +75,10 @@ pub struct LogReader {
     fallbacks: Vec<IndexFallback>,
 }
 
-/// What one step of the reader returns: records and the bytes of their frames.
+/// What one step of the reader returns: records and the bytes of their batches.
 struct Got {
     records: Vec<Record>,
-    frames: Bytes,
+    batches: Bytes,
     path: PathBuf,
     position: u64,
 }
@@ -92,7 +92,7 @@ impl Got {
         let last = records.last().map_or(0, |r| r.seq);
         let (mut start, mut stop) = (None, end);
         let mut pos = 0usize;
-        while let Some((_, batch_last, len)) = buf.get(pos..).and_then(segment::peek_frame) {
+        while let Some((_, batch_last, len)) = buf.get(pos..).and_then(segment::peek_batch) {
             if start.is_none() && batch_last >= first {
                 start = Some(pos);
             }
@@ -105,7 +105,7 @@ impl Got {
         let start = start.unwrap_or(0).min(stop);
         Got {
             records,
-            frames: buf.slice(start..stop.min(buf.len())),
+            batches: buf.slice(start..stop.min(buf.len())),
             path: path.to_path_buf(),
             position: at + start as u64,
         }
@@ -137,7 +137,7 @@ impl LogReader {
         self.next_seq
     }
 
-    /// When the last [`poll`](Self::poll) found nothing new: the incomplete frame the newest
+    /// When the last [`poll`](Self::poll) found nothing new: the incomplete batch the newest
     /// segment ends with, if any (a writer in the middle of an append, or a torn write).
     pub fn incomplete_tail(&self) -> Option<&IncompleteTail> {
         self.tail.as_ref()
@@ -154,7 +154,7 @@ impl LogReader {
     ///
     /// # Errors
     /// See the type's docs: [`Error::Io`] when the directory or a segment cannot be read;
-    /// [`Error::BadFrame`] (after the records decoded before it were returned by the previous
+    /// [`Error::BadBatch`] (after the records decoded before it were returned by the previous
     /// call), [`Error::CutShort`], [`Error::EmptySegment`], [`Error::SeqGap`],
     /// [`Error::SeqOverlap`], [`Error::Quarantined`], [`Error::EndsBelowRecoveryPoint`],
     /// [`Error::Shrank`] naming the file (and byte); [`Error::BelowStart`] and
@@ -174,7 +174,7 @@ impl LogReader {
     ///
     /// # Errors
     /// As [`poll`](Self::poll).
-    pub fn poll_frames(&mut self, max: usize) -> Result<Option<Frames>, Error> {
+    pub fn poll_batches(&mut self, max: usize) -> Result<Option<PolledBatches>, Error> {
         let Some(got) = self.step(max, true)? else {
             return Ok(None);
         };
@@ -184,7 +184,7 @@ impl LogReader {
         let (mut first_seq, mut last_seq) = (first.seq, last.seq);
         let mut pos = 0usize;
         while let Some((base, batch_last, len)) =
-            got.frames.get(pos..).and_then(segment::peek_frame)
+            got.batches.get(pos..).and_then(segment::peek_batch)
         {
             if pos == 0 {
                 first_seq = base;
@@ -193,22 +193,31 @@ impl LogReader {
             pos += len;
         }
         self.next_seq = self.next_seq.max(last_seq.saturating_add(1));
-        Ok(Some(Frames {
+        Ok(Some(PolledBatches {
             path: got.path,
             position: got.position,
             first_seq,
             last_seq,
-            bytes: got.frames,
+            bytes: got.batches,
         }))
+    }
+
+    /// Renamed [`poll_batches`](Self::poll_batches).
+    ///
+    /// # Errors
+    /// As [`poll`](Self::poll).
+    #[deprecated(since = "0.1.0", note = "renamed to `poll_batches`")]
+    pub fn poll_frames(&mut self, max: usize) -> Result<Option<PolledBatches>, Error> {
+        self.poll_batches(max)
     }
 
     fn log_path(&self, base: u64) -> PathBuf {
         self.view.log_path(base)
     }
 
-    /// The next records (with their frames, when `frames`: then a segment in the old format
+    /// The next records (with their batches, when `batches`: then a segment in the old format
     /// is an error, as it holds no record batches), `None` when caught up.
-    fn step(&mut self, max: usize, frames: bool) -> Result<Option<Got>, Error> {
+    fn step(&mut self, max: usize, batches: bool) -> Result<Option<Got>, Error> {
         if let Some(e) = self.pending.take() {
             return Err(e);
         }
@@ -247,13 +256,13 @@ impl LogReader {
                 });
             }
             if len > cursor.position {
-                match self.decode_from(cursor, &file, &path, len, max, frames)? {
+                match self.decode_from(cursor, &file, &path, len, max, batches)? {
                     Chunk::Got(got) => return Ok(Some(got)),
                     Chunk::Again => continue,
                     Chunk::AtEnd => {}
                 }
             }
-            // At the end of the bytes there (or at an incomplete frame): go on to the next
+            // At the end of the bytes there (or at an incomplete batch): go on to the next
             // segment once the writer has rolled to it, and check the seams.
             let Some(cursor) = self.cursor else { continue };
             match self.next_segment(cursor, len, &path)? {
@@ -271,7 +280,7 @@ enum Chunk {
     Got(Got),
     /// Look again (moved past bytes without a record, or back to the start of the segment).
     Again,
-    /// At the end of the readable bytes (or at an incomplete frame).
+    /// At the end of the readable bytes (or at an incomplete batch).
     AtEnd,
 }
 

@@ -94,7 +94,7 @@ impl LogReader {
                 self.pending = failure;
                 Ok(Chunk::Got(Got {
                     records,
-                    frames: Bytes::new(),
+                    batches: Bytes::new(),
                     path: path.to_path_buf(),
                     position: cursor.position,
                 }))
