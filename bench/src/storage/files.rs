@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use krabka_storage::Log;
 use krabka_storage::index::OffsetIndexView;
-use krabka_storage::segment::{frame_len, peek_frame};
+use krabka_storage::segment::{batch_len, peek_batch};
 
 use crate::Result;
 
@@ -95,21 +95,21 @@ impl Segments {
                 f.read_exact_at(chunk, pos)?;
                 let mut at = 0usize;
                 while let Some(rest) = chunk.get(at..) {
-                    let Some(len) = frame_len(rest) else { break };
+                    let Some(len) = batch_len(rest) else { break };
                     if len > rest.len() {
                         if at == 0 {
                             // One batch longer than the chunk: its header tells its length
                             // (checked when the whole batch is read below).
                             let mut whole = vec![0u8; len];
                             f.read_exact_at(&mut whole, pos)?;
-                            let (first, last, _) = peek_frame(&whole)
+                            let (first, last, _) = peek_batch(&whole)
                                 .ok_or_else(|| format!("no batch at byte {pos}"))?;
                             push(file, pos, first, last, len)?;
                             at = len;
                         }
                         break;
                     }
-                    let (first, last, len) = peek_frame(rest)
+                    let (first, last, len) = peek_batch(rest)
                         .ok_or_else(|| format!("no batch at byte {}", pos + at as u64))?;
                     push(file, pos + at as u64, first, last, len)?;
                     at += len;

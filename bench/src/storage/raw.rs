@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use krabka_protocol::batch::{Compression, crc32c, encode_messages};
-use krabka_storage::segment::{MAX_BATCH_RECORD_BYTES, encode_frame};
+use krabka_storage::segment::{MAX_BATCH_RECORD_BYTES, encode_batch_of_one};
 
 use super::files::Segments;
 use super::krabka::{fill_krabka, fill_single};
@@ -48,7 +48,7 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
             // The bytes krabka writes for one record (its batch of one), encoded once.
             let mut f = raw_file(dir, "raw")?;
             let mut frame = Vec::new();
-            encode_frame(1, &message(v, 0), &mut frame)?;
+            encode_batch_of_one(1, &message(v, 0), &mut frame)?;
             timed(n, 1, vlen, |_| Ok(f.write_all(&frame)?))
         }
         "raw-batch" => {

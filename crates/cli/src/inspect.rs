@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
 use krabka_storage::segment::{
-    self, DumpedFrame, FRAME_HEADER_LEN, LOG_EXTENSION, parse_segment_file_name,
+    self, BATCH_HEADER_LEN, DumpedBatch, LOG_EXTENSION, parse_segment_file_name,
 };
 
 use self::lines::{Head, batch_line, record_line};
@@ -140,7 +140,7 @@ pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<
 }
 
 /// What [`dump_batch`] printed.
-struct DumpedBatch {
+struct PrintedBatch {
     /// Records printed.
     records: u64,
     /// What is wrong with the batch or its records, if anything.
@@ -149,11 +149,11 @@ struct DumpedBatch {
 
 /// Prints the line of `frame` (read from `file`) and the lines of its records.
 fn dump_batch(
-    frame: &DumpedFrame,
+    frame: &DumpedBatch,
     file: &File,
     values: Option<usize>,
     out: &mut impl Write,
-) -> Result<DumpedBatch> {
+) -> Result<PrintedBatch> {
     let w = |e: std::io::Error| output::write_error(&e);
     let head = match &frame.batch {
         Some(b) => Some(Head::of(b.header())),
@@ -161,7 +161,7 @@ fn dump_batch(
     };
     // A batch too long to hold in memory is only CRC-checked: intact, its records not read.
     let over_limit =
-        frame.crc_ok && frame.batch.is_none() && frame.frame_len > segment::DUMP_DECODE_LIMIT;
+        frame.crc_ok && frame.batch.is_none() && frame.batch_len > segment::DUMP_DECODE_LIMIT;
     let mut problem = frame.problem.clone();
     let mut line = batch_line(frame, head.as_ref(), problem.as_deref());
     if over_limit {
@@ -172,7 +172,7 @@ fn dump_batch(
     }
     writeln!(out, "{line}").map_err(w)?;
     let Some(batch) = &frame.batch else {
-        return Ok(DumpedBatch {
+        return Ok(PrintedBatch {
             records: 0,
             problem,
         });
@@ -208,13 +208,13 @@ fn dump_batch(
         .map_err(w)?;
         problem.get_or_insert(reason);
     }
-    Ok(DumpedBatch { records, problem })
+    Ok(PrintedBatch { records, problem })
 }
 
 /// The header fields stored at byte `position` of `file`, for a batch that failed its checks
 /// (`None` when fewer than a header's bytes are there, or they are not a v2 batch header).
 fn stored_head(file: &File, position: u64) -> Option<Head> {
-    let mut buf = [0u8; FRAME_HEADER_LEN];
+    let mut buf = [0u8; BATCH_HEADER_LEN];
     file.read_exact_at(&mut buf, position).ok()?;
     Head::read(&buf)
 }

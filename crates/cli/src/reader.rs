@@ -43,7 +43,7 @@ pub fn view_error(dir: &Path, e: E) -> CliError {
             path.display()
         ))
         .hint("another process truncated it; run `krabka verify` on the directory"),
-        E::BadFrame {
+        E::BadBatch {
             path,
             position,
             seq,
@@ -212,7 +212,7 @@ fn gap(dir: &Path, what: String) -> CliError {
 pub fn print_fallbacks(fallbacks: Vec<IndexFallback>) {
     for f in fallbacks {
         match f {
-            IndexFallback::NoFrame {
+            IndexFallback::NoBatch {
                 index,
                 seq,
                 position,
@@ -222,7 +222,7 @@ pub fn print_fallbacks(fallbacks: Vec<IndexFallback>) {
                  checks the index)",
                 index.display()
             ),
-            IndexFallback::BadFrame { log, position, seq } => errln!(
+            IndexFallback::BadBatch { log, position, seq } => errln!(
                 "note: the index of {} points at byte {position} where no valid batch of \
                  seq {seq} starts; scanning the segment from its start",
                 log.display()

@@ -83,7 +83,8 @@ pub const REBUILT_AT_OPEN: &str = "will be rebuilt at the next open of the log f
 /// Checks: every record batch's length, CRC, records and seqs (contiguous, starting at the
 /// file's base seq); that every closed segment has a `.index` and `.timeindex` whose every
 /// entry points at the batch of its seq in the `.log`
-/// ([`verify_segment_files`](segment::verify_segment_files)); that no closed segment is empty;
+/// ([`verify_segment_in_log`](segment::verify_segment_in_log), which also finds bytes past a
+/// closed segment's end, where the next segment starts); that no closed segment is empty;
 /// that segments follow each other without a gap or an overlap, unless a repair recorded the
 /// gap as a hole (listed, not a problem). Index files the next open rebuilds by itself are
 /// listed in [`VerifyReport::rebuilt_at_open`], not as problems.
@@ -117,8 +118,8 @@ pub fn verify(dir: &Path, quiet: bool, out: &mut impl Write) -> Result<VerifyRep
         held: Vec::new(),
     };
     for (i, &base) in bases.iter().enumerate() {
-        let newest = i + 1 == bases.len();
-        let line = walk.segment(base, newest, quiet, &bar)?;
+        let next_base = bases.get(i + 1).copied();
+        let line = walk.segment(base, next_base, quiet, &bar)?;
         if let Some(line) = line {
             bar.suspend(|| writeln!(out, "{line}")).map_err(w)?;
         }
@@ -189,24 +190,32 @@ impl Walk<'_> {
         });
     }
 
-    /// Checks the segment of `base` (the active one when `newest`) and returns its line, unless
-    /// `quiet` and it has no problem.
+    /// Checks the segment of `base` (the active one when no segment follows it, at
+    /// `next_base`) and returns its line, unless `quiet` and it has no problem.
     fn segment(
         &mut self,
         base: u64,
-        newest: bool,
+        next_base: Option<u64>,
         quiet: bool,
         bar: &indicatif::ProgressBar,
     ) -> Result<Option<String>> {
+        let newest = next_base.is_none();
         let log_path = segment_path(self.dir, base, LOG_EXTENSION);
         let (index_path, time_path) = (
             segment_path(self.dir, base, INDEX_EXTENSION),
             segment_path(self.dir, base, TIME_INDEX_EXTENSION),
         );
+        // A closed segment ends where the next one starts: bytes past that (a batch of the next
+        // segment's seqs appended to it) are its problem, not an overlap of the next one.
         let v = if newest {
-            segment::verify_segment_files(&log_path, None, None)
+            segment::verify_segment_in_log(&log_path, None, None, None)
         } else {
-            segment::verify_segment_files(&log_path, Some(&index_path), Some(&time_path))
+            segment::verify_segment_in_log(
+                &log_path,
+                Some(&index_path),
+                Some(&time_path),
+                next_base,
+            )
         }
         .map_err(|e| match e {
             krabka_storage::Error::OldFormat { path } => {

@@ -505,15 +505,15 @@ fn a_batch_that_decompresses_past_the_limit_is_a_problem_in_bounded_memory() {
 #[test]
 fn a_batch_over_the_dump_limit_is_crc_checked_and_shown_without_its_records() {
     use krabka_protocol::Message;
-    use krabka_storage::segment::{DUMP_DECODE_LIMIT, encode_frame};
+    use krabka_storage::segment::{DUMP_DECODE_LIMIT, encode_batch_of_one};
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("00000000000000000001.log");
     let mut bytes = Vec::new();
     let value = vec![b'v'; usize::try_from(DUMP_DECODE_LIMIT).unwrap()];
-    encode_frame(1, &Message::new(value), &mut bytes).unwrap();
+    encode_batch_of_one(1, &Message::new(value), &mut bytes).unwrap();
     let second = bytes.len();
-    encode_frame(2, &Message::new("after"), &mut bytes).unwrap();
+    encode_batch_of_one(2, &Message::new("after"), &mut bytes).unwrap();
     std::fs::write(&path, &bytes).unwrap();
 
     let out = krabka(&["dump", s(&path), "--values"]);

@@ -3,7 +3,8 @@
 //! `repair`, `dump` and `produce` (naming both formats, changing nothing) even when a field of
 //! its first frame is damaged, and `krabka read OLD | cut -f3- | krabka produce NEW --escaped
 //! --key-separator TAB` brings its keys and values over; a forged batch appended to a closed
-//! segment under the next segment's seqs is never printed.
+//! segment under the next segment's seqs is never printed, `verify` names it as the closed
+//! segment's problem and `repair` moves only it aside, keeping the next segment.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
@@ -238,7 +239,8 @@ fn a_forged_batch_appended_to_a_closed_segment_is_never_printed_and_read_names_i
     // A CRC-valid batch whose baseOffset (outside the CRC) is the next segment's base.
     let mut forged = Vec::new();
     for i in 0..3 {
-        segment::encode_frame(41 + i, &Message::new(format!("FORGED {i}")), &mut forged).unwrap();
+        segment::encode_batch_of_one(41 + i, &Message::new(format!("FORGED {i}")), &mut forged)
+            .unwrap();
     }
     fs::OpenOptions::new()
         .append(true)
@@ -268,4 +270,133 @@ fn a_forged_batch_appended_to_a_closed_segment_is_never_printed_and_read_names_i
             assert_eq!(seqs, (1..=40).collect::<Vec<_>>(), "{}", both(&out));
         }
     }
+}
+
+#[test]
+fn a_forged_batch_is_damage_of_the_closed_segment_to_verify_and_repair_and_the_next_one_is_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let log = krabka_storage::Log::open(&dir, krabka_storage::Options::default()).unwrap();
+    let true_value = |i: u64| format!("true {i}");
+    for (i, seqs) in [1..=40u64, 41..=60].into_iter().enumerate() {
+        if i > 0 {
+            log.roll().unwrap();
+        }
+        log.append_batch(
+            &seqs
+                .map(|i| Message::new(true_value(i)))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    }
+    log.close().unwrap();
+    let first = dir.join(segment::segment_file_name(1, "log"));
+    let next = dir.join(segment::segment_file_name(41, "log"));
+    let end = fs::metadata(&first).unwrap().len();
+    // A CRC-valid batch whose baseOffset (outside the CRC) is the next segment's base.
+    let mut forged = Vec::new();
+    for i in 0..3 {
+        segment::encode_batch_of_one(41 + i, &Message::new(format!("FORGED {i}")), &mut forged)
+            .unwrap();
+    }
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&first)
+        .unwrap()
+        .write_all(&forged)
+        .unwrap();
+    let next_bytes = fs::read(&next).unwrap();
+    let first_bytes = fs::read(&first).unwrap();
+    let text = |out: &Output| String::from_utf8_lossy(&out.stdout).into_owned();
+
+    let at = format!("{} at byte {end}", first.display());
+    let beyond = "beyond the end of the closed segment";
+
+    // verify: the closed segment's bytes past its end, at their byte; the next segment is
+    // intact (no seq overlap blamed on it).
+    let out = krabka(&["verify", s(&dir)]);
+    assert_eq!(out.status.code(), Some(1), "verify before: {}", both(&out));
+    let problems: Vec<String> = text(&out)
+        .lines()
+        .filter(|l| l.starts_with("problem:"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(problems.len(), 1, "verify before: {}", both(&out));
+    assert!(
+        problems[0].contains(&at) && problems[0].contains(beyond),
+        "verify before: {}",
+        both(&out)
+    );
+    assert!(
+        !text(&out).contains("overlap")
+            && text(&out)
+                .lines()
+                .any(|l| l.starts_with("ok") && l.contains(s(&next))),
+        "verify before: {}",
+        both(&out)
+    );
+
+    // repair --dry-run: the forged bytes moved aside, the next segment not named, nothing
+    // changed.
+    let before = snapshot(&dir);
+    let dry = krabka(&["repair", s(&dir), "--dry-run"]);
+    assert_eq!(dry.status.code(), Some(0), "dry run: {}", both(&dry));
+    let plan = text(&dry);
+    assert!(
+        plan.contains(&format!(
+            "move {} bytes of {} from byte {end} into",
+            forged.len(),
+            first.display()
+        )) && !plan.contains(s(&next))
+            && !plan.contains("hole"),
+        "dry run: {}",
+        both(&dry)
+    );
+    assert!(
+        snapshot(&dir) == before,
+        "the dry run changed the directory"
+    );
+
+    // repair: only the forged bytes move, copied into quarantine; both segments keep every
+    // acknowledged record.
+    let rep = krabka(&["repair", s(&dir)]);
+    assert_eq!(rep.status.code(), Some(0), "repair: {}", both(&rep));
+    assert!(
+        text(&rep).contains("it spans seq 1..=60") && !text(&rep).contains("hole"),
+        "repair: {}",
+        both(&rep)
+    );
+    assert_eq!(
+        fs::read(&next).unwrap(),
+        next_bytes,
+        "the next segment changed"
+    );
+    assert_eq!(fs::read(&first).unwrap(), first_bytes[..end as usize]);
+    let quarantined: Vec<Vec<u8>> = fs::read_dir(dir.join(segment::QUARANTINE_DIR))
+        .unwrap()
+        .map(|e| fs::read(e.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(quarantined, [forged.clone()], "repair: {}", both(&rep));
+
+    // After: verify is clean and read prints every original record, none forged.
+    let after = krabka(&["verify", s(&dir)]);
+    assert_eq!(
+        after.status.code(),
+        Some(0),
+        "verify after: {}",
+        both(&after)
+    );
+    assert!(!text(&after).contains("problem"), "{}", both(&after));
+    let read = krabka(&["read", s(&dir)]);
+    assert_eq!(read.status.code(), Some(0), "read: {}", both(&read));
+    let lines: Vec<(u64, String)> = text(&read)
+        .lines()
+        .map(|l| {
+            let mut f = l.split('\t');
+            let seq = f.next().unwrap().parse().unwrap();
+            (seq, f.nth(2).unwrap().to_owned())
+        })
+        .collect();
+    let want: Vec<(u64, String)> = (1..=60).map(|i| (i, true_value(i))).collect();
+    assert_eq!(lines, want, "read: {}", both(&read));
 }

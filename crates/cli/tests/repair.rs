@@ -15,7 +15,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use krabka_protocol::Message;
-use krabka_storage::segment::encode_frame;
+use krabka_storage::segment::encode_batch_of_one;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_krabka"))
@@ -396,7 +396,7 @@ fn dump_streams_a_300_mib_segment_under_a_256_mib_address_space_limit() {
     let mut batch = Vec::with_capacity(value.len() + 64);
     for seq in 1..=300u64 {
         batch.clear();
-        encode_frame(seq, &Message::new(value.clone()), &mut batch).unwrap();
+        encode_batch_of_one(seq, &Message::new(value.clone()), &mut batch).unwrap();
         std::io::Write::write_all(&mut file, &batch).unwrap();
     }
     drop(file);
@@ -447,9 +447,9 @@ fn dump_of_a_device_a_pipe_or_an_absurd_length_ends_at_once_with_a_clear_error()
     // A batch length field of 2 GiB: reported at its byte, never allocated.
     let path = tmp.path().join("00000000000000000001.log");
     let mut bytes = Vec::new();
-    encode_frame(1, &Message::new("a"), &mut bytes).unwrap();
+    encode_batch_of_one(1, &Message::new("a"), &mut bytes).unwrap();
     let at = bytes.len();
-    encode_frame(2, &Message::new("b"), &mut bytes).unwrap();
+    encode_batch_of_one(2, &Message::new("b"), &mut bytes).unwrap();
     bytes[at + 8..at + 12].copy_from_slice(&i32::MAX.to_be_bytes());
     std::fs::write(&path, &bytes).unwrap();
     let out = krabka(&["dump", s(&path)]);

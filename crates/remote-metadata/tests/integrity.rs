@@ -13,7 +13,7 @@ use krabka_remote_metadata::{
     ReadOnlyRemoteLogMetadataManager, RemoteLogMetadataManager,
 };
 use krabka_remote_storage::*;
-use krabka_storage::segment::{dump_frames, read_segment_file, segment_file_name};
+use krabka_storage::segment::{dump_batches, read_segment_file, segment_file_name};
 use krabka_storage::testkit;
 
 fn tp() -> TopicIdPartition {
@@ -136,8 +136,10 @@ fn truncate(path: &Path, len: u64) {
 
 /// Start of the log's last frame and its length.
 fn last_frame(log: &Path) -> (u64, u64) {
-    let frame = dump_frames(read_segment_file(log).unwrap()).last().unwrap();
-    (frame.position, frame.frame_len)
+    let frame = dump_batches(read_segment_file(log).unwrap())
+        .last()
+        .unwrap();
+    (frame.position, frame.batch_len)
 }
 
 fn assert_names(err: &RemoteStorageError, path: &Path) {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use krabka_protocol::Message;
 use krabka_protocol::batch::{Compression, encode_messages};
-use krabka_storage::segment::{encode_frame, peek_frame};
+use krabka_storage::segment::{encode_batch_of_one, peek_batch};
 use krabka_storage::{Log, Options, SyncPolicy};
 
 const VALUE: usize = 1024;
@@ -38,7 +38,7 @@ fn message(i: u64) -> Message {
 /// Record 0 as the log stores it: a batch of one.
 fn batch_of_one() -> Vec<u8> {
     let mut buf = Vec::new();
-    encode_frame(1, &message(0), &mut buf).unwrap();
+    encode_batch_of_one(1, &message(0), &mut buf).unwrap();
     buf
 }
 
@@ -67,12 +67,16 @@ fn raw_file(dir: &Path) -> File {
 
 fn append(c: &mut Criterion) {
     let one = message(1);
-    let frame = batch_of_one();
+    let one_batch_bytes = batch_of_one();
     let batch: Vec<Message> = (0..100).map(message).collect();
     let batch_bytes = one_batch(&batch);
     let mut g = c.benchmark_group("append");
     for (name, n) in [("1KiB", 1u64), ("batch100", 100)] {
-        let data = if n == 1 { &frame } else { &batch_bytes };
+        let data = if n == 1 {
+            &one_batch_bytes
+        } else {
+            &batch_bytes
+        };
         g.throughput(Throughput::Bytes(data.len() as u64));
         g.bench_function(BenchmarkId::new("krabka", name), |b| {
             let dir = tempfile::tempdir().unwrap();
@@ -131,7 +135,7 @@ fn append(c: &mut Criterion) {
 }
 
 fn append_sync(c: &mut Criterion) {
-    let frame = batch_of_one();
+    let one_batch_bytes = batch_of_one();
     let mut g = c.benchmark_group("append_sync");
     g.throughput(Throughput::Elements(1));
     for threads in [1usize, 4] {
@@ -161,7 +165,7 @@ fn append_sync(c: &mut Criterion) {
         let dir = tempfile::tempdir().unwrap();
         let mut f = raw_file(dir.path());
         b.iter(|| {
-            f.write_all(&frame).unwrap();
+            f.write_all(&one_batch_bytes).unwrap();
             f.sync_data().unwrap();
         })
     });
@@ -204,7 +208,7 @@ fn batch_positions(files: &[(File, u64)]) -> Vec<(u64, usize, u64, usize)> {
         let mut data = vec![0u8; *size as usize];
         f.read_exact_at(&mut data, 0).unwrap();
         let mut pos = 0usize;
-        while let Some((first, _, len)) = data.get(pos..).and_then(peek_frame) {
+        while let Some((first, _, len)) = data.get(pos..).and_then(peek_batch) {
             out.push((first, fi, pos as u64, len));
             pos += len;
         }

@@ -1,6 +1,6 @@
 //! Reusable read buffers.
 //!
-//! Records returned by a read share the buffer their frames were read into (zero-copy), so a
+//! Records returned by a read share the buffer their batches were read into (zero-copy), so a
 //! buffer cannot simply be reused by the next read. Instead a few recently used buffers are
 //! kept; a read takes one back once every record sharing it has been dropped (the pool holds
 //! the only handle left). That saves allocating, zero-filling and page-faulting a fresh buffer
@@ -17,7 +17,7 @@ use crate::Error;
 
 /// Buffers kept per pool.
 const POOL_LEN: usize = 4;
-/// Larger buffers (a chunk holding one huge frame) are not kept.
+/// Larger buffers (a chunk holding one huge batch) are not kept.
 const MAX_POOLED: usize = 2 << 20;
 
 /// A small pool of read buffers; see the module docs.

@@ -9,7 +9,7 @@ use crate::LOCK_FILE_NAME;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A segment file is not in this build's format: it holds the record frames krabka wrote
+    /// A segment file is not in this build's format: it holds the record batches krabka wrote
     /// before its segments became Kafka record batches (recognised by several independent
     /// signals of that layout, so one damaged field does not hide it). No open, verification
     /// or repair reads, cuts or moves it; a [`LogReader`](crate::view::LogReader) reads its
@@ -23,19 +23,19 @@ pub enum Error {
         path: PathBuf,
     },
     /// A segment file in krabka's old per-record frame format (see [`Error::OldFormat`]) holds
-    /// a damaged frame at `position`, where the frame of `seq` should start: a read-only reader
+    /// a damaged batch at `position`, where the batch of `seq` should start: a read-only reader
     /// of the old format ([`LogReader`](crate::view::LogReader)) handed out every record before
     /// it and stops there. This build neither repairs nor cuts old files.
     #[error(
-        "{} is in {}, not {}, and its frame at byte {position} (where seq {seq} should start) is damaged: {reason}; nothing was changed",
+        "{} is in {}, not {}, and its batch at byte {position} (where seq {seq} should start) is damaged: {reason}; nothing was changed",
         path.display(), crate::segment::OLD_FORMAT_NAME, crate::segment::FORMAT_NAME
     )]
     OldFormatDamaged {
         /// The segment's `.log` file.
         path: PathBuf,
-        /// Byte position of the damaged frame.
+        /// Byte position of the damaged batch.
         position: u64,
-        /// The seq the frame there should carry.
+        /// The seq the batch there should carry.
         seq: u64,
         /// What is wrong with it.
         reason: String,
@@ -168,18 +168,18 @@ pub enum Error {
         /// The log's directory.
         dir: PathBuf,
     },
-    /// Open found a bad frame that is not a torn tail: valid records follow it, or it is in a
+    /// Open found a bad batch that is not a torn tail: valid records follow it, or it is in a
     /// closed segment. Nothing was changed. Records `first_seq..=last_seq` are at stake (they
     /// follow the damage or are missing); open with [`RecoveryMode::Repair`](crate::RecoveryMode::Repair)
     /// (`krabka repair DIR`) to move the damaged bytes aside and record the hole.
     #[error(
-        "damaged segment {}: bad frame at byte {position} ({reason}); records {first_seq}..={last_seq} are at stake; nothing was changed (an open with RecoveryMode::Repair moves the damaged bytes aside)",
+        "damaged segment {}: bad batch at byte {position} ({reason}); records {first_seq}..={last_seq} are at stake; nothing was changed (an open with RecoveryMode::Repair moves the damaged bytes aside)",
         path.display()
     )]
     Damaged {
         /// The damaged `.log` file.
         path: PathBuf,
-        /// Byte position of the first bad frame.
+        /// Byte position of the first bad batch.
         position: u64,
         /// What is wrong there.
         reason: String,
@@ -189,19 +189,19 @@ pub enum Error {
         last_seq: u64,
     },
     /// Under [`RecoveryMode::Strict`](crate::RecoveryMode::Strict): the active segment ends in a damaged tail that no valid
-    /// frame follows (what a torn write leaves). Nothing was changed.
+    /// batch follows (what a torn write leaves). Nothing was changed.
     #[error(
-        "torn tail in {}: {bytes_after} bytes from byte {position} do not hold a valid frame ({reason}); strict recovery refuses to cut them",
+        "torn tail in {}: {bytes_after} bytes from byte {position} do not hold a valid batch ({reason}); strict recovery refuses to cut them",
         path.display()
     )]
     TornTail {
         /// The active segment's `.log` file.
         path: PathBuf,
-        /// Byte position of the first bad frame.
+        /// Byte position of the first bad batch.
         position: u64,
         /// Bytes from `position` to the end of the file.
         bytes_after: u64,
-        /// Whether the file ends inside that frame (its length runs past the end of the file):
+        /// Whether the file ends inside that batch (its length runs past the end of the file):
         /// a write cut short, as opposed to complete bytes that fail their CRC.
         incomplete: bool,
         /// What is wrong there.
@@ -299,36 +299,36 @@ pub enum Error {
         /// The first seq its segment files hold.
         first: u64,
     },
-    /// A read met a frame that is not valid (bad length, CRC, message, or not the seq that
-    /// follows) where the frame of `seq` should start; every record before it was delivered.
+    /// A read met a batch that is not valid (bad length, CRC, message, or not the seq that
+    /// follows) where the batch of `seq` should start; every record before it was delivered.
     #[error(
-        "bad frame in {} at byte {position} (where the frame of seq {seq} should start): {reason}",
+        "bad batch in {} at byte {position} (where the batch of seq {seq} should start): {reason}",
         path.display()
     )]
-    BadFrame {
+    BadBatch {
         /// The segment's `.log` file.
         path: PathBuf,
-        /// Byte position of the bad frame.
+        /// Byte position of the bad batch.
         position: u64,
-        /// The seq the frame there should carry.
+        /// The seq the batch there should carry.
         seq: u64,
         /// What is wrong with it.
         reason: String,
     },
-    /// A closed segment (one a later segment follows) ends inside a frame: the file was
+    /// A closed segment (one a later segment follows) ends inside a batch: the file was
     /// truncated or torn.
     #[error(
-        "closed segment {} ends inside a frame at byte {position} ({bytes} bytes of the frame of seq {seq})",
+        "closed segment {} ends inside a batch at byte {position} ({bytes} bytes of the batch of seq {seq})",
         path.display()
     )]
     CutShort {
         /// The segment's `.log` file.
         path: PathBuf,
-        /// Where the incomplete frame starts.
+        /// Where the incomplete batch starts.
         position: u64,
         /// Bytes from there to the end of the file.
         bytes: u64,
-        /// The seq of the frame that is cut short.
+        /// The seq of the batch that is cut short.
         seq: u64,
     },
     /// A closed segment holds no record, but seqs `expected..found` should be in it (the next

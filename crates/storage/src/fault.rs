@@ -12,7 +12,7 @@ use std::io;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 pub(crate) enum Op {
-    /// Writing record frames to the active segment. An injected failure writes the first half
+    /// Writing record batches to the active segment. An injected failure writes the first half
     /// of the bytes and then fails, like a torn write.
     Write,
     /// An fsync of a segment file, an index file or the directory.
@@ -48,7 +48,7 @@ mod enabled {
     }
 
     impl FaultInjector {
-        /// Fails the `n`th next write of record frames (after writing half of its bytes).
+        /// Fails the `n`th next write of record batches (after writing half of its bytes).
         pub fn fail_nth_write(&self, n: u64) {
             self.write.store(n, Ordering::SeqCst);
         }

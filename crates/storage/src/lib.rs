@@ -160,9 +160,9 @@ pub enum SyncPolicy {
 #[non_exhaustive]
 pub enum RecoveryMode {
     /// The default. A damaged tail of the active segment is cut (after saving it into the
-    /// quarantine directory) when no valid frame follows the damage: that is what a torn write
+    /// quarantine directory) when no valid batch follows the damage: that is what a torn write
     /// or a power loss leaves, and it holds no record anyone could read. Any other damage — a
-    /// bad frame followed by valid ones, a damaged or missing closed segment, a gap or overlap
+    /// bad batch followed by valid ones, a damaged or missing closed segment, a gap or overlap
     /// between segment files — fails the open with [`Error::Damaged`], [`Error::SeqGap`] or
     /// [`Error::SeqOverlap`], naming the file, the byte and the seqs at stake.
     #[default]
@@ -170,7 +170,7 @@ pub enum RecoveryMode {
     /// Any damage fails the open, a torn tail included ([`Error::TornTail`]).
     Strict,
     /// Never fails for damage: the damaged bytes of every segment are moved aside into the
-    /// quarantine directory and every intact frame after them is kept (each run of them in a
+    /// quarantine directory and every intact batch after them is kept (each run of them in a
     /// segment file of its own, under a journal that the next open finishes after a crash;
     /// [`plan_segment_repair`] shows the plan), stray and overlapping segment files are moved
     /// there whole, and the seqs that are now missing become an explicit hole (a marker file
@@ -194,7 +194,7 @@ pub struct Options {
     /// [`Error::InvalidOptions`]).
     ///
     /// `1` gives an entry per record (a dense index, as Kafka's `index.interval.bytes = 1`): a
-    /// point read then reads just its record's frame (at least 64 bytes; the last record of a
+    /// point read then reads just its record's batch (at least 64 bytes; the last record of a
     /// segment, which has no next entry, reads as with a sparse index), 1.1–1.4× the point
     /// reads per second of the default at 100 B–1 KiB records (docs/benchmarks.md), at the
     /// cost of 32 bytes of memory and of index files per record (an offset and a time entry)
@@ -204,7 +204,7 @@ pub struct Options {
     pub sync: SyncPolicy,
     /// Largest message accepted by `append`, measured as its batch of one (the 61-byte batch
     /// header and the record, uncompressed); larger ones are [`Error::MessageTooLarge`].
-    /// Default: 16 MiB ([`DEFAULT_MAX_MESSAGE_BYTES`]). Minimum: 68 ([`segment::MIN_FRAME_LEN`],
+    /// Default: 16 MiB ([`DEFAULT_MAX_MESSAGE_BYTES`]). Minimum: 68 ([`segment::MIN_BATCH_LEN`],
     /// the smallest batch); maximum: 64 MiB ([`segment::MAX_UNCOMPRESSED_BATCH`], the most a
     /// reader decompresses from one batch).
     pub max_message_bytes: u64,
@@ -253,7 +253,7 @@ impl Options {
             });
         }
         let (min, max) = (
-            segment::MIN_FRAME_LEN as u64,
+            segment::MIN_BATCH_LEN as u64,
             segment::MAX_UNCOMPRESSED_BATCH as u64,
         );
         if !(min..=max).contains(&self.max_message_bytes) {

@@ -80,7 +80,7 @@ fn check(dir: &Path, acked: u64, what: &str) -> Vec<String> {
             log.last_seq()
         ));
     }
-    // A consumer paging through the log: a page may stop before a bad frame (the records
+    // A consumer paging through the log: a page may stop before a bad batch (the records
     // before it are delivered first), and the next page, starting at it, must fail.
     let mut next = 1u64;
     let mut pages = 0;

@@ -8,7 +8,7 @@ use std::fs;
 
 use krabka_protocol::Message;
 use krabka_protocol::batch::{BatchView, Compression};
-use krabka_storage::segment::{self, MAX_BATCH_RECORD_BYTES, dump_frames, read_segment_file};
+use krabka_storage::segment::{self, MAX_BATCH_RECORD_BYTES, dump_batches, read_segment_file};
 use krabka_storage::{Error, Log, Options, RecoveryMode, SyncPolicy};
 
 fn opts() -> Options {
@@ -22,7 +22,7 @@ fn opts() -> Options {
 fn batches(log: &Log) -> Vec<(u64, u64, Compression)> {
     log.segments()
         .iter()
-        .flat_map(|s| dump_frames(read_segment_file(&s.log_path).unwrap()).collect::<Vec<_>>())
+        .flat_map(|s| dump_batches(read_segment_file(&s.log_path).unwrap()).collect::<Vec<_>>())
         .map(|f| {
             assert!(f.problem.is_none(), "{f:?}");
             let h = *f.batch.as_ref().unwrap().header();
@@ -185,7 +185,7 @@ fn timestamps_a_batch_cannot_hold_together_start_a_new_batch() {
     let got = log.read(1, 10).unwrap();
     assert!(got.iter().zip(&msgs).all(|(r, m)| &r.message == m));
     assert_eq!(batches(&log).len(), 2);
-    for f in dump_frames(read_segment_file(&log.segments()[0].log_path).unwrap()) {
+    for f in dump_batches(read_segment_file(&log.segments()[0].log_path).unwrap()) {
         let view: &BatchView = f.batch.as_ref().unwrap();
         let max = view
             .records(1 << 20)
@@ -276,7 +276,7 @@ fn appends_stamp_the_leader_epoch_the_log_was_given() {
         log.set_partition_leader_epoch(-2),
         Err(Error::InvalidOptions { .. })
     ));
-    let epochs: Vec<i32> = dump_frames(read_segment_file(&log.segments()[0].log_path).unwrap())
+    let epochs: Vec<i32> = dump_batches(read_segment_file(&log.segments()[0].log_path).unwrap())
         .map(|f| f.batch.unwrap().header().partition_leader_epoch)
         .collect();
     assert_eq!(epochs, [-1, 7, 7]);

@@ -239,12 +239,12 @@ fn failed_write_poisons_and_its_torn_half_never_surfaces() {
 /// keeps working or is poisoned; reopening finds every acknowledged record.
 #[test]
 fn failed_roll_never_loses_acknowledged_records() {
-    let frame = {
+    let batch = {
         let mut buf = Vec::new();
-        krabka_storage::segment::encode_frame(1, &msg(1), &mut buf).unwrap()
+        krabka_storage::segment::encode_batch_of_one(1, &msg(1), &mut buf).unwrap()
     } as u64;
     // Four records per segment.
-    let max_bytes = frame * 4 + 2;
+    let max_bytes = batch * 4 + 2;
     for (fault, n) in [
         ("create", 1),
         ("fsync", 1),

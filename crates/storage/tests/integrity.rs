@@ -54,8 +54,8 @@ fn truncate(path: &Path, len: u64) {
 /// its records section, past the 61-byte header): a flip there changes a record, not a header
 /// field, and only the CRC-32C can tell.
 fn record_byte(batch: &[u8]) -> usize {
-    let len = segment::frame_len(batch).unwrap();
-    let header = segment::FRAME_HEADER_LEN;
+    let len = segment::batch_len(batch).unwrap();
+    let header = segment::BATCH_HEADER_LEN;
     assert!(len > header + 2, "a batch of {len} bytes");
     header + (len - header) / 2
 }
@@ -70,7 +70,7 @@ fn flipped_byte_mid_active_segment_fails_open_and_keeps_every_intact_record() {
     let before = fs::read(&active.log_path).unwrap();
     // A record of the second batch of the active segment: the first stays intact, later ones
     // too.
-    let second = segment::frame_len(&before).unwrap();
+    let second = segment::batch_len(&before).unwrap();
     flip(&active.log_path, second + record_byte(&before[second..]));
     let damaged = fs::read(&active.log_path).unwrap();
     let err = Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail)).unwrap_err();
@@ -109,8 +109,8 @@ fn repair_moves_the_damaged_frame_aside_keeps_the_rest_and_never_reuses_its_seqs
     let active = segs.last().unwrap();
     assert!(active.last_seq >= active.base_seq + 2, "{active:?}");
     let before = fs::read(&active.log_path).unwrap();
-    let second = segment::frame_len(&before).unwrap();
-    let third = second + segment::frame_len(&before[second..]).unwrap();
+    let second = segment::batch_len(&before).unwrap();
+    let third = second + segment::batch_len(&before[second..]).unwrap();
     let at = record_byte(&before[second..]);
     flip(&active.log_path, second + at);
     let log = Log::open(dir.path(), opts(RecoveryMode::Repair)).unwrap();
@@ -119,7 +119,7 @@ fn repair_moves_the_damaged_frame_aside_keeps_the_rest_and_never_reuses_its_seqs
     let piece = &report.quarantined[0];
     assert_eq!(piece.from, active.log_path);
     assert_eq!(piece.position, second as u64);
-    // Only the damaged frame's seq is lost: the frames after it are kept.
+    // Only the damaged batch's seq is lost: the batches after it are kept.
     let hole = active.base_seq + 1;
     assert_eq!(piece.seqs, Some((hole, hole)));
     assert_eq!(report.kept.len(), 1, "{report}");
@@ -252,8 +252,8 @@ fn read_delivers_the_records_before_a_bad_frame_then_the_error() {
     let segs = setup(dir.path());
     let victim = &segs[1];
     let bytes = fs::read(&victim.log_path).unwrap();
-    let first = segment::frame_len(&bytes).unwrap();
-    let second = segment::frame_len(&bytes[first..]).unwrap();
+    let first = segment::batch_len(&bytes).unwrap();
+    let second = segment::batch_len(&bytes[first..]).unwrap();
     // A record of the third batch of the segment.
     flip(
         &victim.log_path,
@@ -379,7 +379,7 @@ fn reads_through_a_dense_index_whose_positions_lie_are_exact() {
     }
 }
 
-/// Points the second entry of an offset index at the frame after the one it names and fixes the
+/// Points the second entry of an offset index at the batch after the one it names and fixes the
 /// CRC, so the file is well formed but lies. Returns the seqs whose reads start at that entry.
 fn rewrite_index_entry(index_path: &Path) -> std::ops::RangeInclusive<u64> {
     let mut b = fs::read(index_path).unwrap();
@@ -388,9 +388,9 @@ fn rewrite_index_entry(index_path: &Path) -> std::ops::RangeInclusive<u64> {
     let at = 44 + 16;
     let seq = u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
     let pos = u64::from_le_bytes(b[at + 8..at + 16].try_into().unwrap());
-    // Move the position forward by one frame of the `.log`.
+    // Move the position forward by one batch of the `.log`.
     let log = fs::read(index_path.with_extension("log")).unwrap();
-    let next = pos + segment::frame_len(&log[pos as usize..]).unwrap() as u64;
+    let next = pos + segment::batch_len(&log[pos as usize..]).unwrap() as u64;
     b[at + 8..at + 16].copy_from_slice(&next.to_le_bytes());
     let body = b.len() - 4;
     let crc = crc32fast::hash(&b[..body]);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use krabka_protocol::{Bytes, Message};
 use krabka_storage::segment::{
-    self, FRAME_HEADER_LEN, decode_records, lookup_position, lookup_time, verify_segment,
+    self, BATCH_HEADER_LEN, decode_records, lookup_position, lookup_time, verify_segment,
 };
 use krabka_storage::{Error, Log, Options, SyncPolicy};
 
@@ -491,7 +491,7 @@ fn flipped_byte_in_closed_segment_makes_read_corrupt_not_panic() {
     let segs = corrupt_setup(dir.path());
     let victim = &segs[1];
     let mut bytes = fs::read(&victim.log_path).unwrap();
-    bytes[FRAME_HEADER_LEN + 5] ^= 0x01;
+    bytes[BATCH_HEADER_LEN + 5] ^= 0x01;
     fs::write(&victim.log_path, &bytes).unwrap();
     let log = Log::open(dir.path(), opts(1000)).unwrap();
     match log.read(victim.base_seq, 10) {
@@ -655,7 +655,7 @@ fn torn_last_frame_is_cut_but_a_flipped_byte_before_intact_frames_fails_open() {
     drop(log);
     let active = segs.last().unwrap();
     let bytes = fs::read(&active.log_path).unwrap();
-    // Torn: cut the last frame in half.
+    // Torn: cut the last batch in half.
     fs::write(&active.log_path, &bytes[..bytes.len() - 10]).unwrap();
     let log = Log::open(dir.path(), opts(1000)).unwrap();
     assert_eq!(log.last_seq(), 59);
@@ -665,7 +665,7 @@ fn torn_last_frame_is_cut_but_a_flipped_byte_before_intact_frames_fails_open() {
     let qdir = dir.path().join(segment::QUARANTINE_DIR);
     let saved: Vec<_> = fs::read_dir(&qdir).unwrap().collect();
     assert_eq!(saved.len(), 1);
-    // Flip a byte in the first frame: intact frames follow it, so open refuses and changes
+    // Flip a byte in the first batch: intact batches follow it, so open refuses and changes
     // nothing.
     let mut b = fs::read(&active.log_path).unwrap();
     b[20] ^= 0xff;
@@ -714,7 +714,7 @@ fn torn_last_frame_is_cut_but_a_flipped_byte_before_intact_frames_fails_open() {
 fn every_single_byte_flip_in_a_segment_is_detected_by_verify() {
     let mut buf = Vec::new();
     for s in 1..=3 {
-        segment::encode_frame(s, &msg(s), &mut buf).unwrap();
+        segment::encode_batch_of_one(s, &msg(s), &mut buf).unwrap();
     }
     for i in 0..buf.len() {
         let mut b = buf.clone();

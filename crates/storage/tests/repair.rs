@@ -1,5 +1,5 @@
-//! A repair keeps every intact frame: damage in the middle of a segment costs only the seqs of
-//! the damaged frames (the frames after it are kept as segment files of their own), the plan a
+//! A repair keeps every intact batch: damage in the middle of a segment costs only the seqs of
+//! the damaged batches (the batches after it are kept as segment files of their own), the plan a
 //! dry run prints is what the repair does, a repair interrupted at any step of its split leaves
 //! the log as it was or as repaired, and an accepted hole is recorded durably.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -41,16 +41,16 @@ fn setup(dir: &Path, n: u64, max_bytes: u64) -> Vec<SegmentInfo> {
     segs
 }
 
-/// `(seq, position)` of every frame of the segment file `path`.
-fn frames(path: &Path) -> Vec<(u64, u64)> {
-    segment::dump_frames(segment::read_segment_file(path).unwrap())
+/// `(seq, position)` of every batch of the segment file `path`.
+fn batches(path: &Path) -> Vec<(u64, u64)> {
+    segment::dump_batches(segment::read_segment_file(path).unwrap())
         .map(|f| (f.seq.unwrap(), f.position))
         .collect()
 }
 
-/// Damages the frame of `seq` in the segment file `path` (a flipped byte in its message).
+/// Damages the batch of `seq` in the segment file `path` (a flipped byte in its message).
 fn damage(path: &Path, seq: u64) {
-    let (_, pos) = frames(path).into_iter().find(|(s, _)| *s == seq).unwrap();
+    let (_, pos) = batches(path).into_iter().find(|(s, _)| *s == seq).unwrap();
     testkit::xor_byte(path, pos + 20, 0x5a).unwrap();
 }
 
@@ -85,7 +85,7 @@ fn damage_in_the_middle_of_the_active_segment_costs_only_the_damaged_frame() {
     let active = segs.last().unwrap().log_path.clone();
     damage(&active, 9);
     let len = fs::metadata(&active).unwrap().len();
-    let ten = frames(&active).iter().find(|(s, _)| *s == 9).unwrap().1;
+    let ten = batches(&active).iter().find(|(s, _)| *s == 9).unwrap().1;
     let plan = plan_segment_repair(&active, 1, None, 18).unwrap().unwrap();
     let log = Log::open(dir.path(), opts(RecoveryMode::Repair, 1 << 20)).unwrap();
     let report = log.recovery_report().clone();
@@ -175,7 +175,7 @@ fn a_frame_cut_out_of_a_segment_costs_its_seq_and_not_the_frame_after_it() {
     let dir = tempfile::tempdir().unwrap();
     let segs = setup(dir.path(), 18, 1 << 20);
     let path = segs[0].log_path.clone();
-    let f = frames(&path);
+    let f = batches(&path);
     let (seven, eight) = (f[6].1 as usize, f[7].1 as usize);
     let mut bytes = fs::read(&path).unwrap();
     bytes.drain(seven..eight);
@@ -248,7 +248,7 @@ fn a_repair_interrupted_in_its_split_reopens_as_it_was_or_as_repaired() {
             (b, fs::read(p).unwrap())
         })
         .collect();
-    let keep_len = frames(&active).iter().find(|(s, _)| *s == 20).unwrap().1;
+    let keep_len = batches(&active).iter().find(|(s, _)| *s == 20).unwrap().1;
     let journal = format!(
         "krabka repair split v1\nsegment 1 {keep_len} {}\npiece 21 {}\npiece 41 {}\n",
         original.len(),
@@ -351,9 +351,9 @@ fn an_accepted_hole_is_recorded_durably_and_still_fails_its_reads() {
     assert_eq!(log.recovery_report().quarantined.len(), 1);
 }
 
-/// A record whose value holds the bytes of a valid frame (a log stored inside a log, or a
+/// A record whose value holds the bytes of a valid batch (a log stored inside a log, or a
 /// producer's crafted value): when that record is damaged, the repair keeps the log's own next
-/// frame, never the frame inside the damaged value, and the damaged seq is the only hole. At
+/// batch, never the batch inside the damaged value, and the damaged seq is the only hole. At
 /// the file's first byte too, where a kept piece could otherwise carry the file's own name.
 #[test]
 fn frames_inside_a_damaged_value_are_never_taken_for_the_log() {
@@ -362,10 +362,10 @@ fn frames_inside_a_damaged_value_are_never_taken_for_the_log() {
         let log = Log::open(dir.path(), opts(RecoveryMode::TolerateTornTail, 1 << 20)).unwrap();
         for seq in 1..=12 {
             let m = if seq == damaged_seq {
-                // A valid frame of the damaged seq itself and one a few seqs on.
+                // A valid batch of the damaged seq itself and one a few seqs on.
                 let mut inner = Vec::new();
-                segment::encode_frame(damaged_seq, &msg(99), &mut inner).unwrap();
-                segment::encode_frame(damaged_seq + 3, &msg(98), &mut inner).unwrap();
+                segment::encode_batch_of_one(damaged_seq, &msg(99), &mut inner).unwrap();
+                segment::encode_batch_of_one(damaged_seq + 3, &msg(98), &mut inner).unwrap();
                 Message::new(inner)
                     .with_key(format!("k{seq}"))
                     .with_timestamp(seq as i64)
@@ -376,9 +376,9 @@ fn frames_inside_a_damaged_value_are_never_taken_for_the_log() {
         }
         let active = log.segments().last().unwrap().log_path.clone();
         log.close().unwrap();
-        // Flip a byte of the damaged record's key: its CRC fails, the frames in its value stay
+        // Flip a byte of the damaged record's key: its CRC fails, the batches in its value stay
         // valid.
-        let (_, pos) = frames(&active)
+        let (_, pos) = batches(&active)
             .into_iter()
             .find(|(s, _)| *s == damaged_seq)
             .unwrap();

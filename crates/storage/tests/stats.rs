@@ -155,7 +155,7 @@ fn recovery_figures_come_from_open() {
     // A crash: the active segment is scanned and the torn tail cut.
     let log = Log::open(dir.path(), opts(SyncPolicy::Never, 0)).unwrap();
     let s = log.stats();
-    // The scan counts the valid frames it read.
+    // The scan counts the valid batches it read.
     assert_eq!(s.recovery_scanned_bytes, written);
     assert_eq!(s.recovery_truncated_bytes, garbage.len() as u64);
     assert!(!s.recovery_clean_shutdown);

@@ -108,20 +108,20 @@ fn raw_frames_are_the_bytes_of_the_records_a_poll_returns() {
     let segs = setup(dir.path(), 200, 1500);
     let seg = &segs[1];
     assert!(seg.last_seq - seg.base_seq > 8, "{seg:?}");
-    // From an index entry's frame or a frame after it (skipped up to), within one segment.
+    // From an index entry's batch or a batch after it (skipped up to), within one segment.
     let from = seg.base_seq + 2;
     let view = LogView::new(dir.path());
     let mut reader = view.reader(from);
-    let frames = reader.poll_frames(5).unwrap().unwrap();
-    assert_eq!((frames.first_seq, frames.last_seq), (from, from + 4));
-    assert_eq!(frames.path, seg.log_path);
-    let file = fs::read(&frames.path).unwrap();
-    let at = usize::try_from(frames.position).unwrap();
-    assert_eq!(&file[at..at + frames.bytes.len()], &frames.bytes[..]);
-    let decoded = segment::decode_records_at(&frames.bytes, from, from, 100).unwrap();
+    let batches = reader.poll_batches(5).unwrap().unwrap();
+    assert_eq!((batches.first_seq, batches.last_seq), (from, from + 4));
+    assert_eq!(batches.path, seg.log_path);
+    let file = fs::read(&batches.path).unwrap();
+    let at = usize::try_from(batches.position).unwrap();
+    assert_eq!(&file[at..at + batches.bytes.len()], &batches.bytes[..]);
+    let decoded = segment::decode_records_at(&batches.bytes, from, from, 100).unwrap();
     let seqs: Vec<u64> = decoded.records.iter().map(|r| r.seq).collect();
     assert_eq!(seqs, (from..=from + 4).collect::<Vec<_>>());
-    assert_eq!(decoded.consumed, frames.bytes.len());
+    assert_eq!(decoded.consumed, batches.bytes.len());
     assert_eq!(reader.poll(1).unwrap()[0].seq, from + 5);
 }
 
@@ -130,7 +130,7 @@ fn a_read_into_a_hole_fails_naming_it_and_reads_go_on_after_it() {
     let dir = tempfile::tempdir().unwrap();
     let segs = setup(dir.path(), 300, 1500);
     let damaged = &segs[2];
-    // A flipped byte in the first frame of a closed segment: a repair moves it aside.
+    // A flipped byte in the first batch of a closed segment: a repair moves it aside.
     testkit::xor_byte(&damaged.log_path, 20, 0x5a).unwrap();
     let log = Log::open(dir.path(), opts(RecoveryMode::Repair, 1500)).unwrap();
     let logged = log.holes();
@@ -194,9 +194,9 @@ fn a_wrong_index_entry_costs_a_scan_from_the_segment_start_and_nothing_else() {
     let (seq, at) = index.entry(2).unwrap();
     let (_, next_entry) = index.entry(3).unwrap();
     let log_bytes = fs::read(&seg.log_path).unwrap();
-    let later = at + segment::frame_len(&log_bytes[usize::try_from(at).unwrap()..]).unwrap() as u64;
-    assert!(later < next_entry, "two frames between entries");
-    // The entry for `seq` now points at the frame of the seq after it (the index stays valid:
+    let later = at + segment::batch_len(&log_bytes[usize::try_from(at).unwrap()..]).unwrap() as u64;
+    assert!(later < next_entry, "two batches between entries");
+    // The entry for `seq` now points at the batch of the seq after it (the index stays valid:
     // its positions still increase).
     point_entry(&seg.index_path, 2, later);
     let mut reader = LogView::new(dir.path()).reader(seq);
@@ -205,14 +205,14 @@ fn a_wrong_index_entry_costs_a_scan_from_the_segment_start_and_nothing_else() {
     assert_eq!(seqs, (seq..=200).collect::<Vec<_>>());
     assert_eq!(
         reader.take_fallbacks(),
-        vec![IndexFallback::NoFrame {
+        vec![IndexFallback::NoBatch {
             index: seg.index_path.clone(),
             seq,
             position: later,
         }]
     );
 
-    // A damaged frame where the index points: noted, scanned from the start, and the damage
+    // A damaged batch where the index points: noted, scanned from the start, and the damage
     // named by file, byte and seq.
     point_entry(&seg.index_path, 2, at);
     testkit::xor_byte(&seg.log_path, at + 20, 0x5a).unwrap();
@@ -220,7 +220,7 @@ fn a_wrong_index_entry_costs_a_scan_from_the_segment_start_and_nothing_else() {
     let (seqs, err) = drain(&mut reader, 1000);
     assert!(seqs.is_empty(), "{seqs:?}");
     match err {
-        Some(Error::BadFrame {
+        Some(Error::BadBatch {
             path,
             position,
             seq: s,
@@ -230,7 +230,7 @@ fn a_wrong_index_entry_costs_a_scan_from_the_segment_start_and_nothing_else() {
     }
     assert_eq!(
         reader.take_fallbacks(),
-        vec![IndexFallback::BadFrame {
+        vec![IndexFallback::BadBatch {
             log: seg.log_path.clone(),
             position: at,
             seq,
@@ -240,7 +240,7 @@ fn a_wrong_index_entry_costs_a_scan_from_the_segment_start_and_nothing_else() {
     let (seqs, err) = drain(&mut LogView::new(dir.path()).reader(1), 1000);
     assert_eq!(seqs, (1..seq).collect::<Vec<_>>());
     assert!(
-        matches!(err, Some(Error::BadFrame { position, .. }) if position == at),
+        matches!(err, Some(Error::BadBatch { position, .. }) if position == at),
         "{err:?}"
     );
 }
@@ -253,17 +253,17 @@ fn a_torn_tail_is_an_incomplete_frame_not_damage_and_its_completion_is_read() {
         log.append(&msg(seq)).unwrap();
     }
     let active = log.segments().pop().unwrap().log_path;
-    let mut frame = Vec::new();
-    segment::encode_frame(11, &msg(11), &mut frame).unwrap();
+    let mut batch = Vec::new();
+    segment::encode_batch_of_one(11, &msg(11), &mut batch).unwrap();
     let len = fs::metadata(&active).unwrap().len();
-    let half = frame.len() / 2;
+    let half = batch.len() / 2;
     let append = |bytes: &[u8]| {
         use std::io::Write;
         let mut f = fs::OpenOptions::new().append(true).open(&active).unwrap();
         f.write_all(bytes).unwrap();
     };
-    // Half a frame: a write in progress (or a torn one).
-    append(&frame[..half]);
+    // Half a batch: a write in progress (or a torn one).
+    append(&batch[..half]);
     let view = LogView::new(dir.path());
     let mut reader = view.reader(1);
     let (seqs, err) = drain(&mut reader, 100);
@@ -275,7 +275,7 @@ fn a_torn_tail_is_an_incomplete_frame_not_damage_and_its_completion_is_read() {
         (&active, len, half as u64)
     );
     // The write completes: the reader reads on.
-    append(&frame[half..]);
+    append(&batch[half..]);
     let records = reader.poll(10).unwrap();
     assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![11]);
     assert_eq!(reader.incomplete_tail(), None);
@@ -355,7 +355,7 @@ fn seams_that_do_not_hold_and_seqs_the_directory_does_not_hold_are_named() {
             if *path == segs[2].log_path && *expected == segs[2].base_seq),
         "{err:?}"
     );
-    // A closed segment cut inside a frame.
+    // A closed segment cut inside a batch.
     let cut = &segs[1];
     testkit::set_len(&cut.log_path, cut.size - 3).unwrap();
     let (_, err) = drain(&mut view.reader(cut.base_seq), 100);

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use krabka_remote_storage::DEFAULT_CUSTOM_METADATA_MAX_BYTES;
 use krabka_storage::Options;
-use krabka_storage::segment::{FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES};
+use krabka_storage::segment::{BATCH_HEADER_LEN, MAX_BATCH_RECORD_BYTES};
 
 use crate::error::Error;
 
@@ -52,7 +52,7 @@ pub fn validate_log_options(options: &Options) -> Result<(), Error> {
     }
     let largest_batch = options
         .max_message_bytes
-        .max((FRAME_HEADER_LEN + MAX_BATCH_RECORD_BYTES) as u64);
+        .max((BATCH_HEADER_LEN + MAX_BATCH_RECORD_BYTES) as u64);
     if largest_batch > MAX_SEGMENT_BYTES {
         return Err(Error::InvalidConfig(format!(
             "the local log's max_message_bytes ({}) allows a {largest_batch}-byte segment, over \

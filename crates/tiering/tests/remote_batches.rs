@@ -12,7 +12,7 @@ use common::*;
 use krabka_protocol::Message;
 use krabka_remote_fs::FsRemoteStorage;
 use krabka_remote_storage::{RemoteLogSegmentMetadata, layout};
-use krabka_storage::segment::{FRAME_HEADER_LEN, dump_frames};
+use krabka_storage::segment::{BATCH_HEADER_LEN, dump_batches};
 use krabka_tiering::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_tiering::{Error, TieredLog, TieringConfig};
 
@@ -175,7 +175,7 @@ fn a_flipped_byte_in_a_remote_batch_ends_reads_exactly_before_it() {
         let (pos, first, last, len) = all[1];
         assert!(last > first + 10, "{all:?}");
         let mut bytes = std::fs::read(&path).unwrap();
-        let at = usize::try_from(pos + FRAME_HEADER_LEN as u64 + (len - 61) / 2).unwrap();
+        let at = usize::try_from(pos + BATCH_HEADER_LEN as u64 + (len - 61) / 2).unwrap();
         bytes[at] ^= 0x10;
         std::fs::write(&path, bytes).unwrap();
 
@@ -335,7 +335,7 @@ fn batches_carry_the_leader_epoch_and_raw_batches_tier_like_any_other() {
     log.append(&Message::new("last").with_timestamp(99))
         .unwrap();
     let local = log.log().segments()[0].log_path.clone();
-    let epochs: Vec<i32> = dump_frames(std::fs::read(&local).unwrap().into())
+    let epochs: Vec<i32> = dump_batches(std::fs::read(&local).unwrap().into())
         .map(|f| f.batch.unwrap().header().partition_leader_epoch)
         .collect();
     assert_eq!(epochs, [0, 4, 4]);

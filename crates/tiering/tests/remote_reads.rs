@@ -17,7 +17,7 @@ use krabka_remote_storage::{
     IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState, RemoteStorageError, RemoteStorageManager, TopicIdPartition, layout,
 };
-use krabka_storage::segment::{dump_frames, peek_frame};
+use krabka_storage::segment::{dump_batches, peek_batch};
 use krabka_storage::{Log, Options};
 use krabka_tiering::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
 use krabka_tiering::{Error, MAX_SEGMENT_BYTES, TieredLog, TieringConfig, policy};
@@ -129,13 +129,13 @@ fn rewrite_seqs(
     let mut bases = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
-        let (base, _, len) = peek_frame(&bytes[at..]).unwrap();
+        let (base, _, len) = peek_batch(&bytes[at..]).unwrap();
         bases.push(base);
         let shifted = i64::try_from(map(base)).unwrap();
         bytes[at..at + 8].copy_from_slice(&shifted.to_be_bytes());
         at += len;
     }
-    let frames: Vec<_> = dump_frames(Bytes::from(bytes.clone())).collect();
+    let frames: Vec<_> = dump_batches(Bytes::from(bytes.clone())).collect();
     assert!(frames.iter().all(|f| f.crc_ok && f.problem.is_none()));
     std::fs::write(&path, bytes).unwrap();
     bases

@@ -15,7 +15,7 @@ use krabka_protocol::Message;
 use krabka_protocol::batch::{BatchSpec, RecordSpec, encode_batch};
 use krabka_remote_fs::FsRemoteStorage;
 use krabka_remote_storage::{RemoteLogSegmentMetadata, layout};
-use krabka_storage::segment::FRAME_HEADER_LEN;
+use krabka_storage::segment::BATCH_HEADER_LEN;
 use krabka_storage::{Options, SyncPolicy};
 use krabka_tiering::metadata::DurableRemoteLogMetadataManager;
 use krabka_tiering::replica::{ReadReplica, ReplicaConfig};
@@ -297,7 +297,7 @@ fn a_damaged_batch_the_lookup_must_walk_is_corrupt_remote_naming_it() {
         .unwrap();
     assert_eq!((first, last), (42, 44));
     let mut bytes = std::fs::read(&path).unwrap();
-    let at = usize::try_from(pos + FRAME_HEADER_LEN as u64 + (len - 61) / 2).unwrap();
+    let at = usize::try_from(pos + BATCH_HEADER_LEN as u64 + (len - 61) / 2).unwrap();
     bytes[at] ^= 0x10;
     std::fs::write(&path, bytes).unwrap();
 

@@ -70,11 +70,11 @@ pub(super) fn parse_compression(s: &str) -> Result<String, String> {
 /// record's own fields.
 fn max_bench_value_bytes() -> u64 {
     use krabka_protocol::batch::record_size;
-    use krabka_storage::segment::FRAME_HEADER_LEN;
+    use krabka_storage::segment::BATCH_HEADER_LEN;
     let max = krabka_storage::Options::default().max_message_bytes;
     let with_value = |v: bytes::Bytes| {
         let msg = krabka_protocol::Message::new(v).with_key("key-0000");
-        (FRAME_HEADER_LEN + record_size(&msg, 0, 0)) as u64
+        (BATCH_HEADER_LEN + record_size(&msg, 0, 0)) as u64
     };
     let overhead = with_value(bytes::Bytes::new());
     let Some(mut n) = max

@@ -2,7 +2,7 @@
 //! Kafka's `kafka-dump-log --deep-iteration --print-data-log`.
 
 use krabka_protocol::batch::{BatchHeader, Compression, RecordRef, TimestampType};
-use krabka_storage::segment::{DumpedFrame, FRAME_HEADER_LEN};
+use krabka_storage::segment::{BATCH_HEADER_LEN, DumpedBatch};
 
 use super::show_bytes;
 
@@ -54,11 +54,11 @@ impl Head {
         }
     }
 
-    /// The fields the first [`FRAME_HEADER_LEN`] bytes of `b` hold (big-endian, at their
+    /// The fields the first [`BATCH_HEADER_LEN`] bytes of `b` hold (big-endian, at their
     /// places in a v2 batch header); `None` when `b` is shorter or its magic byte is not 2 (the
     /// bytes are then not a batch header at all).
     pub(super) fn read(b: &[u8]) -> Option<Head> {
-        if b.len() < FRAME_HEADER_LEN || b.get(16) != Some(&2) {
+        if b.len() < BATCH_HEADER_LEN || b.get(16) != Some(&2) {
             return None;
         }
         Some(Head {
@@ -124,7 +124,7 @@ pub(super) fn sequence(base: i32, delta: i64) -> i64 {
 /// The line of one batch: its header fields when they can be read (`head`), its position,
 /// size and CRC status, and `problem` if it has one.
 pub(super) fn batch_line(
-    frame: &DumpedFrame,
+    frame: &DumpedBatch,
     head: Option<&Head>,
     problem: Option<&str>,
 ) -> String {
@@ -149,7 +149,7 @@ pub(super) fn batch_line(
                 frame.position,
                 h.timestamp_type(),
                 h.max_timestamp,
-                frame.frame_len,
+                frame.batch_len,
                 h.magic,
                 h.compression(),
                 h.crc,
@@ -159,7 +159,7 @@ pub(super) fn batch_line(
             let base = frame.seq.map_or_else(|| "?".to_owned(), |s| s.to_string());
             format!(
                 "baseOffset: {base} position: {} size: {} isvalid: {valid}",
-                frame.position, frame.frame_len
+                frame.position, frame.batch_len
             )
         }
     };
@@ -215,7 +215,7 @@ mod tests {
 
     #[test]
     fn a_header_is_read_from_its_bytes_only_with_magic_2() {
-        let mut b = [0u8; FRAME_HEADER_LEN];
+        let mut b = [0u8; BATCH_HEADER_LEN];
         b[0..8].copy_from_slice(&7i64.to_be_bytes());
         b[16] = 2;
         b[21..23].copy_from_slice(&(0x23i16).to_be_bytes());

@@ -6,7 +6,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 
 use krabka_protocol::Message;
 use krabka_protocol::batch::record_size;
-use krabka_storage::segment::FRAME_HEADER_LEN;
+use krabka_storage::segment::BATCH_HEADER_LEN;
 
 use super::{Appender, BATCH, Stop};
 use crate::{escape, human, interrupt};
@@ -52,7 +52,7 @@ impl LineFormat<'_> {
                 None => msg,
             }
         };
-        let size = (FRAME_HEADER_LEN + record_size(&msg, 0, 0)) as u64;
+        let size = (BATCH_HEADER_LEN + record_size(&msg, 0, 0)) as u64;
         if size > self.max_message_bytes {
             return Err(format!(
                 "a record of {} (as a batch of its own) exceeds the largest accepted, {}",

@@ -344,7 +344,7 @@ fn a_recovery_install_killed_at_any_step_reopens_and_installs_again() {
 fn a_generation_written_in_multi_record_batches_is_replayed_and_judged_whole() {
     use super::replay::REPLAY_BATCH;
     use krabka_storage::segment::{
-        LOG_EXTENSION, dump_frames, read_segment_file, segment_file_name,
+        LOG_EXTENSION, dump_batches, read_segment_file, segment_file_name,
     };
     // More snapshot events than one append takes: several batches of many records each.
     let n = REPLAY_BATCH as u64 + 100;
@@ -368,7 +368,7 @@ fn a_generation_written_in_multi_record_batches_is_replayed_and_judged_whole() {
             rlmm.list_remote_log_segments(&tp()).unwrap()
         };
         let log = gen_dir(dir.path(), 2).join(segment_file_name(1, LOG_EXTENSION));
-        let frames: Vec<_> = dump_frames(read_segment_file(&log).unwrap()).collect();
+        let frames: Vec<_> = dump_batches(read_segment_file(&log).unwrap()).collect();
         let sizes: Vec<u64> = frames
             .iter()
             .map(|f| f.last_seq.unwrap() - f.seq.unwrap() + 1)
@@ -385,7 +385,7 @@ fn a_generation_written_in_multi_record_batches_is_replayed_and_judged_whole() {
             // Cut inside its last batch: an unfinished generation short of some snapshot
             // events is still this manager's own, and removed.
             let last = frames.last().unwrap();
-            let cut = last.position + last.frame_len / 2;
+            let cut = last.position + last.batch_len / 2;
             fs::OpenOptions::new()
                 .write(true)
                 .open(&log)

@@ -16,7 +16,7 @@ use bytes::BufMut;
 
 pub use self::view::{OffsetIndexView, TimeIndexView};
 use crate::Error;
-use crate::segment::FrameError;
+use crate::segment::BadBytes;
 
 /// Magic bytes at the start of a `.index` file.
 pub const INDEX_MAGIC: [u8; 4] = *b"KIDX";
@@ -83,7 +83,7 @@ impl IndexBuilder {
         }
     }
 
-    /// Records a frame of `len` bytes at `pos` holding `seq` with timestamp `ts`.
+    /// Records a batch of `len` bytes at `pos` holding `seq` with timestamp `ts`.
     pub(crate) fn observe(&mut self, seq: u64, pos: u64, len: u64, ts: i64) {
         if !self.started || self.since >= self.interval {
             self.offsets.push((seq, pos));
@@ -172,7 +172,7 @@ impl OffsetIndex {
         finish(buf)
     }
 
-    pub(crate) fn decode(buf: &[u8]) -> Result<OffsetIndex, FrameError> {
+    pub(crate) fn decode(buf: &[u8]) -> Result<OffsetIndex, BadBytes> {
         let h = view::validate_offset(buf, true)?;
         Ok(OffsetIndex {
             base_seq: h.base_seq,
@@ -201,7 +201,7 @@ impl TimeIndex {
         finish(buf)
     }
 
-    pub(crate) fn decode(buf: &[u8]) -> Result<TimeIndex, FrameError> {
+    pub(crate) fn decode(buf: &[u8]) -> Result<TimeIndex, BadBytes> {
         let h = view::validate_time(buf, true)?;
         Ok(TimeIndex {
             base_seq: h.base_seq,
@@ -298,7 +298,7 @@ pub(crate) fn time_floor(entries: &[(i64, u64)], max_timestamp: i64, ts: i64) ->
 }
 
 /// Given the bytes of a segment's `.index` file, the byte position in its `.log` of the last
-/// index entry with seq <= `seq` (0 when there is none). Reading frames from there reaches
+/// index entry with seq <= `seq` (0 when there is none). Reading batches from there reaches
 /// `seq` after at most one index interval of bytes. [`OffsetIndexView`] does the same without
 /// validating the bytes again on every lookup.
 ///
@@ -401,7 +401,7 @@ mod tests {
         assert_eq!(OffsetIndex::decode(&bytes).unwrap(), idx);
         assert_eq!(lookup_position(&bytes, 10).unwrap(), 0);
         assert_eq!(lookup_position(&bytes, 5).unwrap(), 0);
-        // Entries every 2 frames of 60 bytes (interval 100): seq 12 at 120.
+        // Entries every 2 batches of 60 bytes (interval 100): seq 12 at 120.
         assert_eq!(lookup_position(&bytes, 13).unwrap(), 120);
     }
 

@@ -13,7 +13,7 @@ use super::{
     TIME_INDEX_MAGIC, TimeIndexSummary,
 };
 use crate::Error;
-use crate::segment::FrameError;
+use crate::segment::BadBytes;
 
 /// Byte position of the entry count in a `.index` header.
 const INDEX_COUNT_AT: usize = 40;
@@ -22,8 +22,8 @@ const TIME_INDEX_COUNT_AT: usize = 24;
 /// Bytes of the CRC that ends both index files.
 const CRC_LEN: usize = 4;
 
-pub(super) fn bad(position: usize, reason: impl Into<String>) -> FrameError {
-    FrameError::bad(position, reason)
+pub(super) fn bad(position: usize, reason: impl Into<String>) -> BadBytes {
+    BadBytes::bad(position, reason)
 }
 
 pub(super) fn u64_at(buf: &[u8], at: usize) -> u64 {
@@ -46,7 +46,7 @@ fn check_envelope(
     header_len: usize,
     count_at: usize,
     full: bool,
-) -> Result<usize, FrameError> {
+) -> Result<usize, BadBytes> {
     if buf.len() < header_len + CRC_LEN {
         return Err(bad(
             0,
@@ -120,7 +120,7 @@ fn partition_point(n: usize, pred: impl Fn(usize) -> bool) -> usize {
 
 /// Validates a whole `.index` buffer (envelope and header; with `full` also the CRC and the entry order);
 /// returns its header.
-pub(super) fn validate_offset(buf: &[u8], full: bool) -> Result<IndexSummary, FrameError> {
+pub(super) fn validate_offset(buf: &[u8], full: bool) -> Result<IndexSummary, BadBytes> {
     let count = check_envelope(buf, INDEX_MAGIC, INDEX_HEADER_LEN, INDEX_COUNT_AT, full)?;
     let base_seq = u64_at(buf, 8);
     let last_seq = u64_at(buf, 16);
@@ -162,7 +162,7 @@ pub(super) fn validate_offset(buf: &[u8], full: bool) -> Result<IndexSummary, Fr
 
 /// Validates a whole `.timeindex` buffer (envelope; with `full` also the CRC and the entry order);
 /// returns its header.
-pub(super) fn validate_time(buf: &[u8], full: bool) -> Result<TimeIndexSummary, FrameError> {
+pub(super) fn validate_time(buf: &[u8], full: bool) -> Result<TimeIndexSummary, BadBytes> {
     let count = check_envelope(
         buf,
         TIME_INDEX_MAGIC,
@@ -210,7 +210,7 @@ pub(super) fn time_floor_in(buf: &[u8], h: &TimeIndexSummary, ts: i64) -> Option
     Some(time_entry(buf, i.saturating_sub(1)).1)
 }
 
-fn corrupt(e: FrameError) -> Error {
+fn corrupt(e: BadBytes) -> Error {
     e.into_error(std::path::Path::new(""), 0)
 }
 
@@ -314,7 +314,7 @@ impl OffsetIndexView {
     }
 
     /// The last entry `(seq, byte position)` whose seq is `<= seq`; `None` when `seq` is below
-    /// the first entry (below the base seq) or the index is empty. Reading frames from that
+    /// the first entry (below the base seq) or the index is empty. Reading batches from that
     /// position reaches `seq` after at most one index interval of bytes.
     pub fn floor(&self, seq: u64) -> Option<(u64, u64)> {
         offset_floor(&self.bytes, self.len(), seq)

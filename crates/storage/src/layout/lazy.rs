@@ -145,6 +145,7 @@ impl LazyIndex {
             path,
             self.log_size,
             Some(self.base_seq),
+            u64::MAX,
             self.interval,
         )?;
         let next = scan.last_seq.map_or(self.base_seq, |s| s + 1);

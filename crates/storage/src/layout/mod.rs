@@ -46,7 +46,7 @@ pub(crate) struct Seg {
     pub(crate) open: Option<Arc<File>>,
     /// Seq of the last published record (`base_seq - 1` when empty).
     pub(crate) last_seq: u64,
-    /// Bytes of published frames.
+    /// Bytes of published batches.
     pub(crate) size: u64,
     pub(crate) max_timestamp: i64,
     /// Index entries on disk that are loaded at first use (after an open that trusted the

@@ -22,8 +22,8 @@ use crate::index::IndexBuilder;
 use crate::layout::{seg_file, write_indexes};
 use crate::segment::raw::RawBatchInfo;
 use crate::segment::{
-    FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES, encode_frames, encode_frames_split, frame_len,
-    segment_paths,
+    BATCH_HEADER_LEN, MAX_BATCH_RECORD_BYTES, batch_len, encode_batch_from,
+    encode_batch_from_split, segment_paths,
 };
 use crate::{Error, SyncPolicy};
 
@@ -36,7 +36,7 @@ const BORROW_VALUE_BYTES: usize = 4096;
 /// The most slices one `pwritev` takes (Linux's `IOV_MAX`).
 const IOV_MAX: usize = 1024;
 
-/// At least the bytes of `msg`'s batch of one ([`FRAME_HEADER_LEN`] + `record_size(msg, 0,
+/// At least the bytes of `msg`'s batch of one ([`BATCH_HEADER_LEN`] + `record_size(msg, 0,
 /// 0)`), cheaper to compute: every varint counted at its largest (5 bytes, a varlong 10).
 fn size_bound(msg: &Message) -> u64 {
     let headers: usize = msg
@@ -47,7 +47,7 @@ fn size_bound(msg: &Message) -> u64 {
     let key = msg.key.as_ref().map_or(0, |k| k.len());
     // length, attributes, timestamp delta, offset delta, key length, value length, header count
     let fields = 5 + 1 + 10 + 5 + 5 + 5 + 5;
-    (FRAME_HEADER_LEN + fields + key + msg.value.len() + headers) as u64
+    (BATCH_HEADER_LEN + fields + key + msg.value.len() + headers) as u64
 }
 
 /// Counts an appender in [`Inner::writers`] while it lives, for a group commit to wait for
@@ -138,7 +138,7 @@ impl Inner {
             if size_bound(m) <= self.opts.max_message_bytes {
                 continue;
             }
-            let size = (FRAME_HEADER_LEN + record_size(m, 0, 0)) as u64;
+            let size = (BATCH_HEADER_LEN + record_size(m, 0, 0)) as u64;
             if size > self.opts.max_message_bytes {
                 return Err(Error::MessageTooLarge {
                     size,
@@ -167,11 +167,11 @@ impl Inner {
             while let Some(m) = msgs.get(i) {
                 let used = ap.size + pending;
                 let room = self.opts.max_bytes.saturating_sub(used);
-                let one = (FRAME_HEADER_LEN + record_size(m, 0, 0)) as u64;
+                let one = (BATCH_HEADER_LEN + record_size(m, 0, 0)) as u64;
                 if used > 0 && one > room {
                     break;
                 }
-                let cap = usize::try_from(room.saturating_sub(FRAME_HEADER_LEN as u64))
+                let cap = usize::try_from(room.saturating_sub(BATCH_HEADER_LEN as u64))
                     .unwrap_or(usize::MAX)
                     .min(MAX_BATCH_RECORD_BYTES);
                 let seq = ap.next_seq + (i - start) as u64;
@@ -179,7 +179,7 @@ impl Inner {
                 let rest = msgs.get(i..).unwrap_or_default();
                 let encoded = if self.opts.compression == Compression::None {
                     // Large values go to the kernel where they lie (one vectored write).
-                    encode_frames_split(
+                    encode_batch_from_split(
                         seq,
                         rest,
                         i,
@@ -189,7 +189,7 @@ impl Inner {
                         &mut ap.pieces,
                     )
                 } else {
-                    encode_frames(seq, rest, self.opts.compression, cap, &mut ap.buf)
+                    encode_batch_from(seq, rest, self.opts.compression, cap, &mut ap.buf)
                 };
                 let taken = match encoded {
                     Ok(n) => n.max(1),
@@ -210,7 +210,7 @@ impl Inner {
                     let _ = set_partition_leader_epoch(batch, ap.leader_epoch);
                 }
                 // The whole batch, borrowed values included, as its header gives it.
-                let len = ap.buf.get(at..).and_then(frame_len).map_or(0, |n| n as u64);
+                let len = ap.buf.get(at..).and_then(batch_len).map_or(0, |n| n as u64);
                 pending += len;
                 // The encoder's maxTimestamp: the largest of the records it took.
                 let batch_max = ap
@@ -588,7 +588,7 @@ mod tests {
             },
         ];
         for m in &cases {
-            let exact = (FRAME_HEADER_LEN + record_size(m, 0, 0)) as u64;
+            let exact = (BATCH_HEADER_LEN + record_size(m, 0, 0)) as u64;
             assert!(size_bound(m) >= exact, "{} < {exact}", size_bound(m));
             assert!(size_bound(m) <= exact + 64 + 10 * m.headers.len() as u64);
         }

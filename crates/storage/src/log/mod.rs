@@ -189,7 +189,7 @@ impl Log {
     /// Recovery: closed segments are loaded from their index files (a segment whose index is
     /// missing or inconsistent is scanned and its index rebuilt); the active segment is scanned
     /// (unless the last [`Log::close`] left it exactly as it is now: see
-    /// [`CLEAN_SHUTDOWN_FILE_NAME`](crate::CLEAN_SHUTDOWN_FILE_NAME)), and the first frame with a
+    /// [`CLEAN_SHUTDOWN_FILE_NAME`](crate::CLEAN_SHUTDOWN_FILE_NAME)), and the first batch with a
     /// bad length, CRC or seq and everything after it is truncated and synced. What was repaired is in [`Log::recovery_report`] and logged with
     /// `tracing::warn!`.
     ///

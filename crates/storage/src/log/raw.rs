@@ -12,8 +12,8 @@ use super::read::ReadPlan;
 use crate::Error;
 use crate::segment::raw::{Batches, check_raw_batch};
 use crate::segment::{
-    FRAME_HEADER_LEN, MAX_BATCH_RECORD_BYTES, MAX_UNCOMPRESSED_BATCH, Parsed, frame_len,
-    parse_frame, peek_frame,
+    BATCH_HEADER_LEN, MAX_BATCH_RECORD_BYTES, MAX_UNCOMPRESSED_BATCH, Parsed, batch_len,
+    parse_batch, peek_batch,
 };
 
 impl Inner {
@@ -135,7 +135,7 @@ impl Inner {
         };
         // One read of the budget and then some (the batches before the one holding
         // `from_seq`, at most about an index interval of them): stepped over by their headers.
-        let budget = (max_bytes as u64).max(FRAME_HEADER_LEN as u64);
+        let budget = (max_bytes as u64).max(BATCH_HEADER_LEN as u64);
         // Where the whole batches within the budget from `at` end, when the index (or the
         // segment's end) tells: reading only up to there leaves no partial batch to read again
         // by the next call.
@@ -148,7 +148,7 @@ impl Inner {
         // A batch longer than this is not one an append wrote (a raw batch is at most
         // `max_message_bytes`, one of `append_batch` at most `MAX_BATCH_RECORD_BYTES` of records
         // whatever `max_message_bytes` is); reading it whole stops there.
-        let longest = (MAX_BATCH_RECORD_BYTES + FRAME_HEADER_LEN) as u64;
+        let longest = (MAX_BATCH_RECORD_BYTES + BATCH_HEADER_LEN) as u64;
         let longest = longest
             .max(self.opts.max_message_bytes)
             .max(budget.saturating_add(self.opts.index_interval_bytes));
@@ -157,7 +157,7 @@ impl Inner {
         while pos < plan.size {
             let off = usize::try_from(pos - buf_at).unwrap_or(usize::MAX);
             let rest = buf.get(off..).unwrap_or_default();
-            match frame_len(rest) {
+            match batch_len(rest) {
                 Some(n) if n <= rest.len() => {}
                 // Torn or damaged where this read already starts: the check below names it.
                 _ if off == 0 => break,
@@ -168,7 +168,7 @@ impl Inner {
                     continue;
                 }
             }
-            match peek_frame(rest) {
+            match peek_batch(rest) {
                 Some((base, last, len)) if base == expect && last < from_seq => {
                     pos += len as u64;
                     expect = last + 1;
@@ -187,7 +187,7 @@ impl Inner {
         // they hold the budget (or the rest of the segment), else from one more read.
         let off = usize::try_from(pos - buf_at).unwrap_or(usize::MAX);
         let rest = buf.slice(off.min(buf.len())..);
-        let first_len = frame_len(&rest).unwrap_or(0) as u64;
+        let first_len = batch_len(&rest).unwrap_or(0) as u64;
         // Looked up again only when batches before `from_seq` were stepped over.
         let end = if pos == start {
             start_end
@@ -204,7 +204,7 @@ impl Inner {
         let (mut off, mut count, mut last_seq) = (0usize, 0usize, expect.saturating_sub(1));
         while off < data.len() {
             let rest = data.slice(off..);
-            let frame = match parse_frame(&rest) {
+            let batch = match parse_batch(&rest) {
                 Parsed::Incomplete => break,
                 Parsed::Bad(reason) => {
                     if count > 0 {
@@ -212,18 +212,18 @@ impl Inner {
                     }
                     return Err(corrupt(pos + off as u64, reason));
                 }
-                Parsed::Frame(f) => f,
+                Parsed::Batch(f) => f,
             };
-            if frame.seq != expect {
+            if batch.seq != expect {
                 if count > 0 {
                     break;
                 }
                 return Err(corrupt(
                     pos + off as u64,
-                    format!("batch starts at seq {}, expected {expect}", frame.seq),
+                    format!("batch starts at seq {}, expected {expect}", batch.seq),
                 ));
             }
-            if frame.last > plan.last_seq {
+            if batch.last > plan.last_seq {
                 // Past the segment's end: damage, never batches to hand out. Those before it
                 // are returned first.
                 if count > 0 {
@@ -231,16 +231,16 @@ impl Inner {
                 }
                 return Err(corrupt(
                     pos + off as u64,
-                    crate::segment::beyond_end(0, frame.seq, frame.last, plan.last_seq).reason,
+                    crate::segment::beyond_end(0, batch.seq, batch.last, plan.last_seq).reason,
                 ));
             }
-            if count > 0 && off + frame.len > max_bytes {
+            if count > 0 && off + batch.len > max_bytes {
                 break;
             }
-            off += frame.len;
+            off += batch.len;
             count += 1;
-            last_seq = frame.last;
-            expect = frame.last + 1;
+            last_seq = batch.last;
+            expect = batch.last + 1;
         }
         if count == 0 && pos < plan.size {
             return Err(corrupt(
@@ -287,5 +287,5 @@ fn corrupt_at(path: &std::path::Path, position: u64, e: &BatchError) -> Error {
 
 /// The first seq of the batch at the start of `data` (already checked).
 fn expect_first(data: &[u8]) -> u64 {
-    peek_frame(data).map_or(0, |(base, _, _)| base)
+    peek_batch(data).map_or(0, |(base, _, _)| base)
 }

@@ -1,4 +1,4 @@
-//! Reads: planning a read from the published state, decoding a segment's frames in chunks
+//! Reads: planning a read from the published state, decoding a segment's batches in chunks
 //! (falling back to a scan from its start when an index entry lies), the descriptor cache of
 //! closed segments, and timestamp lookups.
 
@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 
 use super::LazyIndex;
 use super::{Inner, Seg, SegFile};
-use crate::segment::{decode_chunk, read_frame_chunk};
+use crate::segment::{decode_chunk, read_batch_chunk};
 use crate::{Error, Record};
 
 /// Read-only file descriptors of closed segments, at most `cap` of them, least recently used
@@ -74,8 +74,8 @@ pub(super) struct ReadPlan {
     pub(super) start_seq: u64,
     pub(super) size: u64,
     pub(super) last_seq: u64,
-    avg_frame: u64,
-    /// The index entry after the one at `pos` (`(seq, position)`): the frames before its seq
+    avg_batch: u64,
+    /// The index entry after the one at `pos` (`(seq, position)`): the batches before its seq
     /// end at its position, which bounds the first chunk of a read that ends before it.
     next: Option<(u64, u64)>,
 }
@@ -95,7 +95,7 @@ impl ReadPlan {
             start_seq,
             size: seg.size,
             last_seq: seg.last_seq,
-            avg_frame: seg.size / records.max(1),
+            avg_batch: seg.size / records.max(1),
             next,
         })
     }
@@ -128,8 +128,8 @@ impl Inner {
                         last: st.last_seq(),
                     });
                 }
-                // Records decoded before a bad frame are delivered first; a read starting at
-                // the bad frame returns the error.
+                // Records decoded before a bad batch are delivered first; a read starting at
+                // the bad batch returns the error.
                 Err(_) if !out.is_empty() => break,
                 Err(e) => return Err(e),
             };
@@ -208,7 +208,7 @@ impl Inner {
     }
 
     /// [`read_segment`](Self::read_segment) by `plan`, again from the segment's start when the
-    /// index entry it started from does not point at the frame it names.
+    /// index entry it started from does not point at the batch it names.
     fn read_planned(
         &self,
         plan: ReadPlan,
@@ -223,7 +223,7 @@ impl Inner {
             && plan.pos != 0
             && out.len() == before
         {
-            // The index entry does not point at the frame it names (an index rewritten
+            // The index entry does not point at the batch it names (an index rewritten
             // with a valid checksum, or bit rot in it): never trust it over the `.log`,
             // read the segment from its start instead.
             tracing::warn!(
@@ -264,14 +264,14 @@ impl Inner {
         // from its start, so `expect` may lag behind it).
         let mut read_to = from_seq;
         let skip = from_seq.saturating_sub(plan.start_seq);
-        // Frames to reach: when frames are about `avg_frame` long, the chunk ends just past
-        // the last one asked for (a little slack, not a whole extra frame: a short chunk only
+        // Batches to reach: when batches are about `avg_batch` long, the chunk ends just past
+        // the last one asked for (a little slack, not a whole extra batch: a short chunk only
         // costs one more read).
         let mut want_frames = (need as u64).saturating_add(skip);
-        // When every frame asked for comes before the next index entry, the first chunk need
-        // not go past that entry's position, and ends exactly there when the last frame asked
-        // for is the one just before it (a point read through a dense index reads one frame).
-        // An entry that lies only costs another read: a frame cut off by the chunk is read
+        // When every batch asked for comes before the next index entry, the first chunk need
+        // not go past that entry's position, and ends exactly there when the last batch asked
+        // for is the one just before it (a point read through a dense index reads one batch).
+        // An entry that lies only costs another read: a batch cut off by the chunk is read
         // again from its start (at least 64 bytes are read, so its length is always seen, and
         // at most 2 MiB, as any chunk).
         //
@@ -280,8 +280,8 @@ impl Inner {
         // short would take), or at least twice `index_interval_bytes` (then it is mostly its
         // last batch: the batches before it hold fewer bytes than one interval, or an entry
         // would have come sooner). In a longer interval of many batches, the chunk ends where
-        // the last frame asked for ends when the interval's bytes are spread evenly over its
-        // seqs (a log of like-sized appends), plus a quarter of a frame.
+        // the last batch asked for ends when the interval's bytes are spread evenly over its
+        // seqs (a log of like-sized appends), plus a quarter of a batch.
         let interval = self.opts.index_interval_bytes;
         // The segment's end serves as the entry after the last one.
         let next = plan
@@ -308,7 +308,7 @@ impl Inner {
         });
         while need > 0 && pos < plan.size {
             let left = plan.size - pos;
-            let avg = plan.avg_frame.max(64);
+            let avg = plan.avg_batch.max(64);
             let bytes = want_frames.saturating_mul(avg);
             let estimate = bytes
                 .saturating_add((bytes / 8).min(avg) + 256)
@@ -318,7 +318,7 @@ impl Inner {
                 None => estimate,
             }
             .min(left);
-            let chunk = read_frame_chunk(
+            let chunk = read_batch_chunk(
                 pos,
                 plan.size,
                 usize::try_from(want).unwrap_or(usize::MAX),

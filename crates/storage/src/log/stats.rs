@@ -20,7 +20,7 @@ use crate::RecoveryReport;
 pub struct LogStats {
     /// Records appended (written to the active segment).
     pub appends: u64,
-    /// Bytes of frames written by appends (headers included; the `.log` bytes appends added).
+    /// Bytes of batches written by appends (headers included; the `.log` bytes appends added).
     pub appended_bytes: u64,
     /// Non-empty `append` and `append_batch` calls whose every record was written.
     pub append_batches: u64,
@@ -35,7 +35,7 @@ pub struct LogStats {
     pub rolls: u64,
     /// Segments deleted by retention (explicit holes not counted).
     pub segments_deleted: u64,
-    /// Bytes of `.log` files recovery scanned during open, up to the first bad frame of each
+    /// Bytes of `.log` files recovery scanned during open, up to the first bad batch of each
     /// ([`RecoveryReport::scanned_bytes`]).
     pub recovery_scanned_bytes: u64,
     /// Bytes of the torn tail recovery cut from the active segment during open (0 when none;
@@ -90,7 +90,7 @@ fn bump_exclusive(c: &AtomicU64, by: u64) {
 }
 
 impl Counters {
-    /// One write of `records` frames taking `bytes` bytes, by the holder of the append lock.
+    /// One write of `records` batches taking `bytes` bytes, by the holder of the append lock.
     pub(crate) fn written(&self, _locked: &Appender, records: u64, bytes: u64) {
         bump_exclusive(&self.appends, records);
         bump_exclusive(&self.appended_bytes, bytes);

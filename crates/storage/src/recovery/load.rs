@@ -12,7 +12,9 @@ use crate::fsutil::{self, IoResultExt};
 use crate::index::{IndexBuilder, OffsetIndex, TimeIndex};
 use crate::layout::clean::Marker;
 use crate::layout::{Seg, SegFile, load_indexes, seg_file};
-use crate::segment::{SegmentProblem, find_valid_frame_after, frame_len, scan_file};
+use crate::segment::{
+    SegmentProblem, batch_len, find_valid_batch_after, last_seq_allowed, scan_file,
+};
 use crate::{Error, RecoveryMode, TruncatedTail};
 
 /// A closed segment's valid index files: offset index, time index and their total size.
@@ -26,10 +28,12 @@ struct Damage {
     last_at_stake: u64,
     /// Damage in the active segment that nothing valid follows, above the recovery point.
     torn: bool,
-    /// Whether the file ends inside the bad frame.
+    /// Whether the file ends inside the bad batch.
     incomplete: bool,
     /// Base seq of the next segment file (`None` for the newest).
     next_base: Option<u64>,
+    /// The last seq the segment may hold (see [`last_seq_allowed`]).
+    last_allowed: u64,
 }
 
 impl Recoverer<'_> {
@@ -76,11 +80,15 @@ impl Recoverer<'_> {
             });
             return Ok(None);
         }
+        // A closed segment ends where the next one starts: a batch past that is damage of this
+        // file (bytes appended to it), never a reason to doubt the next one that holds it.
+        let last_allowed = last_seq_allowed(self.dir, next_base)?;
         let scan = scan_file(
             &file,
             &log_path,
             file_len,
             Some(base),
+            last_allowed,
             self.opts.index_interval_bytes,
         )?;
         self.report.scanned_bytes += scan.valid_len.min(file_len);
@@ -103,7 +111,8 @@ impl Recoverer<'_> {
         let Some(problem) = scan.problem else {
             return self.loaded_intact(seg, file, builder, scan.records, next_base, indexed);
         };
-        let damage = self.assess(&file, &log_path, problem, file_len, scanned_last, next_base)?;
+        let end = (next_base, last_allowed);
+        let damage = self.assess(&file, &log_path, problem, file_len, scanned_last, end)?;
         self.on_damage(seg, file, builder, damage)
     }
 
@@ -208,6 +217,8 @@ impl Recoverer<'_> {
     }
 
     /// Damage at `problem.position`: is anything valid after it, and which seqs are at stake?
+    /// `end` is the next segment's base (`None` for the newest) and the last seq this one may
+    /// hold.
     fn assess(
         &self,
         file: &File,
@@ -215,12 +226,18 @@ impl Recoverer<'_> {
         problem: SegmentProblem,
         file_len: u64,
         scanned_last: u64,
-        next_base: Option<u64>,
+        (next_base, last_allowed): (Option<u64>, u64),
     ) -> Result<Damage, Error> {
         let first_at_stake = scanned_last + 1;
-        let after =
-            find_valid_frame_after(file, log_path, problem.position, file_len, first_at_stake)?;
-        let incomplete = frame_len(&read_some(file, log_path, problem.position, file_len)?)
+        let after = find_valid_batch_after(
+            file,
+            log_path,
+            problem.position,
+            file_len,
+            first_at_stake,
+            last_allowed,
+        )?;
+        let incomplete = batch_len(&read_some(file, log_path, problem.position, file_len)?)
             .is_none_or(|n| problem.position + n as u64 > file_len);
         let last_at_stake = match (next_base, after) {
             (Some(next), a) => next.saturating_sub(1).max(a.map_or(0, |r| r.last_seq)),
@@ -242,6 +259,7 @@ impl Recoverer<'_> {
             torn,
             incomplete,
             next_base,
+            last_allowed,
         })
     }
 
@@ -269,9 +287,28 @@ impl Recoverer<'_> {
                     expected: d.first_at_stake,
                     file_len: d.file_len,
                     next_base: d.next_base,
+                    last_allowed: d.last_allowed,
                     reason: &d.problem.reason,
                 };
                 self.repair_damage(seg, file, &at).map(|()| None)
+            }
+            (false, _) if d.next_base == Some(d.first_at_stake) => {
+                // A closed segment that holds every seq up to the next one's base, then more
+                // bytes (appended to it): they hold no record of the log, whose next seqs the
+                // next segment holds. They are this file's damage, not the next file's.
+                Err(Error::Corrupt {
+                    path: seg.file.log_path.clone(),
+                    position: d.problem.position,
+                    reason: format!(
+                        "{}; the closed segment already holds every seq up to {}, so no record \
+                         of the log is at stake in the {} bytes from here; nothing was changed \
+                         (an open with RecoveryMode::Repair moves them aside and keeps the next \
+                         segment)",
+                        d.problem.reason,
+                        d.first_at_stake.saturating_sub(1),
+                        d.file_len - d.problem.position
+                    ),
+                })
             }
             (false, _) => Err(Error::Damaged {
                 path: seg.file.log_path.clone(),
@@ -317,15 +354,15 @@ impl Recoverer<'_> {
     }
 }
 
-/// Whether the file holds no complete valid frame at its start (empty or garbage).
+/// Whether the file holds no complete valid batch at its start (empty or garbage).
 pub(super) fn holds_no_frame(path: &Path) -> Result<bool, Error> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-    let scan = scan_file(&file, path, len, None, u64::MAX)?;
+    let scan = scan_file(&file, path, len, None, u64::MAX, u64::MAX)?;
     Ok(scan.records == 0)
 }
 
-/// Up to 16 bytes at `pos` (for a frame header).
+/// Up to 16 bytes at `pos` (for a batch header).
 fn read_some(file: &File, path: &Path, pos: u64, file_len: u64) -> Result<Vec<u8>, Error> {
     let n = file_len.saturating_sub(pos).min(12) as usize;
     let mut buf = vec![0u8; n];

@@ -4,7 +4,7 @@
 //! The rules (invariants I1 and I3 of `docs/ARCHITECTURE.md`):
 //! - a byte leaves a segment file only after it was copied into the quarantine directory and
 //!   synced there;
-//! - a torn tail (damage in the active segment that no valid frame follows) is the only damage
+//! - a torn tail (damage in the active segment that no valid batch follows) is the only damage
 //!   cut by default; anything else fails the open naming the file, the byte and the seqs at
 //!   stake, unless the user asked for [`RecoveryMode::Repair`];
 //! - seqs are contiguous across segment files, except across an explicit hole that a repair
@@ -14,7 +14,7 @@
 //! accepted holes ([`accepted`]), read the recovery point ([`recovery_point`]), list the
 //! directory ([`listing`]), fit each segment after the previous one ([`holes`] between them,
 //! gaps and overlaps), load or scan it and deal with damage ([`load`], moving bytes aside
-//! through [`quarantine`]; under a repair keeping the intact frames after damage: [`resync`]),
+//! through [`quarantine`]; under a repair keeping the intact batches after damage: [`resync`]),
 //! check the end against the recovery point and the hole markers, and only then write what was
 //! deferred. What it did goes into the [`report`].
 

@@ -1,5 +1,5 @@
 //! What [`Log::open`](crate::Log::open)'s recovery reports: the torn tail it cut, the bytes it
-//! moved into the quarantine directory, the intact frames a repair kept, the explicit holes.
+//! moved into the quarantine directory, the intact batches a repair kept, the explicit holes.
 
 use std::path::PathBuf;
 
@@ -10,11 +10,11 @@ use crate::recovery::KeptRun;
 pub struct TruncatedTail {
     /// The `.log` file that was truncated.
     pub path: PathBuf,
-    /// The byte position it was truncated to (the first bad frame).
+    /// The byte position it was truncated to (the first bad batch).
     pub position: u64,
     /// How many bytes were removed (saved into the quarantine directory first).
     pub bytes_removed: u64,
-    /// Why the frame at `position` was rejected.
+    /// Why the batch at `position` was rejected.
     pub reason: String,
 }
 
@@ -50,7 +50,7 @@ pub struct RecoveryReport {
     /// Everything moved into the quarantine directory: torn tails, and under
     /// [`RecoveryMode::Repair`](crate::RecoveryMode::Repair) damaged bytes, stray files and the markers of holes.
     pub quarantined: Vec<QuarantinedPiece>,
-    /// Under [`RecoveryMode::Repair`](crate::RecoveryMode::Repair): the runs of intact frames after damage, each kept as a
+    /// Under [`RecoveryMode::Repair`](crate::RecoveryMode::Repair): the runs of intact batches after damage, each kept as a
     /// segment file of its own.
     pub kept: Vec<KeptRun>,
     /// Explicit holes in the log's seqs (from this or an earlier repair), with their marker

@@ -1,11 +1,11 @@
-//! Repairing a damaged segment file without losing the intact frames after the damage.
+//! Repairing a damaged segment file without losing the intact batches after the damage.
 //!
-//! From the first bad frame on, the repair resyncs with the search for the next valid frame
-//! ([`find_valid_frame_after`], the one recovery uses to tell a torn tail from damage): the bytes
-//! up to that frame are damaged ([`RepairStep::Cut`]: moved into the quarantine directory, the
-//! seqs they held recorded as an explicit hole), the run of contiguous valid frames it starts
+//! From the first bad batch on, the repair resyncs with the search for the next valid batch
+//! ([`find_valid_batch_after`], the one recovery uses to tell a torn tail from damage): the bytes
+//! up to that batch are damaged ([`RepairStep::Cut`]: moved into the quarantine directory, the
+//! seqs they held recorded as an explicit hole), the run of contiguous valid batches it starts
 //! is kept ([`RepairStep::Keep`]: copied into a segment file of its own, named by its first
-//! seq), and so on to the end of the file. The intact frames before the first damage stay in the
+//! seq), and so on to the end of the file. The intact batches before the first damage stay in the
 //! damaged file, which is cut after them. Seqs stay increasing from file to file, every kept
 //! file gets its index files, and the files change under the split journal ([`super::split`]),
 //! so a crash at any step leaves the log as it was or as repaired.
@@ -21,34 +21,34 @@ use crate::fsutil::{self, IoResultExt};
 use crate::layout::index_files::plain_fsync;
 use crate::layout::{Seg, seg_file, write_indexes};
 use crate::segment::{
-    FRAME_HEADER_LEN, MIN_RECORD_LEN, ValidRun, find_valid_frame_after, hole_file_name, scan_file,
-    scan_file_from, segment_paths,
+    BATCH_HEADER_LEN, MIN_RECORD_LEN, ValidRun, find_valid_batch_after, hole_file_name,
+    last_seq_allowed, scan_file, scan_file_from, segment_paths,
 };
 
 /// One step of the repair of a damaged segment file, in byte order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RepairStep {
-    /// Bytes `from..to` hold no valid frame: moved into the quarantine directory; the seqs
+    /// Bytes `from..to` hold no valid batch: moved into the quarantine directory; the seqs
     /// they held (`seqs`, when any) become an explicit hole.
     Cut {
         /// First damaged byte.
         from: u64,
-        /// The byte after the damage (the next valid frame, or the end of the file).
+        /// The byte after the damage (the next valid batch, or the end of the file).
         to: u64,
         /// The seqs lost with them, when any.
         seqs: Option<(u64, u64)>,
     },
-    /// Bytes `from..to` are intact frames of seqs `first_seq..=last_seq` after damage: kept in
+    /// Bytes `from..to` are intact batches of seqs `first_seq..=last_seq` after damage: kept in
     /// the log as a segment file of their own, named by `first_seq`.
     Keep {
-        /// Position of the first frame.
+        /// Position of the first batch.
         from: u64,
-        /// The byte after the last frame.
+        /// The byte after the last batch.
         to: u64,
-        /// Seq of the first frame.
+        /// Seq of the first batch.
         first_seq: u64,
-        /// Seq of the last frame.
+        /// Seq of the last batch.
         last_seq: u64,
     },
 }
@@ -63,7 +63,7 @@ pub struct SegmentRepair {
     pub base_seq: u64,
     /// Bytes before the first damage: they stay in the file.
     pub intact_len: u64,
-    /// What is wrong with the first bad frame.
+    /// What is wrong with the first bad batch.
     pub reason: String,
     /// Whether this is a torn tail (the newest segment, nothing valid after the damage, seqs
     /// above the recovery point): every open cuts it, not only a repair.
@@ -72,7 +72,7 @@ pub struct SegmentRepair {
     pub steps: Vec<RepairStep>,
 }
 
-/// Intact frames after damage that a repair kept as a segment file of their own.
+/// Intact batches after damage that a repair kept as a segment file of their own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeptRun {
     /// The damaged file they were in.
@@ -83,37 +83,40 @@ pub struct KeptRun {
     pub bytes: u64,
     /// The segment file that holds them now.
     pub to: PathBuf,
-    /// Seq of the first frame.
+    /// Seq of the first batch.
     pub first_seq: u64,
-    /// Seq of the last frame.
+    /// Seq of the last batch.
     pub last_seq: u64,
 }
 
-/// The repair steps for a file of `file_len` bytes whose first bad frame is at `damage_at`,
-/// where the frame of `expected` was due. `next_base` is the base seq of the next segment file
-/// (`None` for the newest), `point` the recovery point: the seqs a damaged end holds are those
-/// up to the next file, or, in the newest one, up to the recovery point.
+/// The repair steps for a file of `file_len` bytes whose first bad batch is at `damage_at`,
+/// where the batch of `expected` was due. `next_base` is the base seq of the next segment file
+/// (`None` for the newest) and `last` the last seq this file may hold ([`last_seq_allowed`]),
+/// `point` the recovery point: the seqs a damaged end holds are those up to the next file, or,
+/// in the newest one, up to the recovery point.
 pub(super) fn plan_steps(
     file: &File,
     path: &Path,
-    file_len: u64,
-    damage_at: u64,
+    (file_len, damage_at): (u64, u64),
     expected: u64,
-    next_base: Option<u64>,
+    (next_base, last): (Option<u64>, u64),
     point: u64,
 ) -> Result<Vec<RepairStep>, Error> {
     let mut steps = Vec::new();
+    // The seqs the next segment holds are never this file's: a run is searched for, and ends,
+    // below them; bytes holding them (appended to this closed segment) are cut, the next
+    // segment kept.
     // Damage at the file's first byte: its first seq is the file's own base, which no kept
     // piece may carry (a piece is a segment file named by its first seq).
     let file_base = (damage_at == 0).then_some(expected);
     let (mut pos, mut expected) = (damage_at, expected);
     // Each turn moves `pos` forward by at least one byte.
     while pos < file_len {
-        let run = match run_at(file, path, pos, file_len, expected)? {
+        let run = match run_at(file, path, pos, file_len, expected, last)? {
             Some(run) => Some(run),
-            None => match run_after_damaged_frame(file, path, pos, file_len, expected)? {
+            None => match run_after_damaged_frame(file, path, pos, file_len, expected, last)? {
                 Some(run) => Some(run),
-                None => find_valid_frame_after(file, path, pos, file_len, expected)?,
+                None => find_valid_batch_after(file, path, pos, file_len, expected, last)?,
             },
         }
         .filter(|r| next_base.is_none_or(|n| r.last_seq < n))
@@ -157,18 +160,19 @@ fn run_after_damaged_frame(
     pos: u64,
     file_len: u64,
     expected: u64,
+    last_allowed: u64,
 ) -> Result<Option<ValidRun>, Error> {
     use std::os::unix::fs::FileExt;
-    let mut header = [0u8; FRAME_HEADER_LEN];
-    if pos.saturating_add(FRAME_HEADER_LEN as u64) > file_len {
+    let mut header = [0u8; BATCH_HEADER_LEN];
+    if pos.saturating_add(BATCH_HEADER_LEN as u64) > file_len {
         return Ok(None);
     }
     file.read_exact_at(&mut header, pos).at(path)?;
-    let Some(n) = crate::segment::frame_len(&header) else {
+    let Some(n) = crate::segment::batch_len(&header) else {
         return Ok(None);
     };
     let next = pos.saturating_add(n as u64);
-    if n < crate::segment::MIN_FRAME_LEN || next >= file_len {
+    if n < crate::segment::MIN_BATCH_LEN || next >= file_len {
         return Ok(None);
     }
     let field = |r: std::ops::Range<usize>| {
@@ -188,7 +192,15 @@ fn run_after_damaged_frame(
     } else {
         expected.saturating_add(1)..=expected.saturating_add((n / MIN_RECORD_LEN).max(1) as u64)
     };
-    let here = scan_file_from(file, path, next, file_len, None, u64::MAX, &mut |_| {})?;
+    let here = scan_file_from(
+        file,
+        path,
+        next,
+        file_len,
+        (None, last_allowed),
+        u64::MAX,
+        &mut |_| {},
+    )?;
     Ok(match (here.first_seq, here.last_seq) {
         (Some(first_seq), Some(last_seq)) if here.records > 0 && want.contains(&first_seq) => {
             Some(ValidRun {
@@ -211,9 +223,11 @@ fn run_at(
     pos: u64,
     file_len: u64,
     expected: u64,
+    last_allowed: u64,
 ) -> Result<Option<ValidRun>, Error> {
     let mut batches = 0u64;
-    let here = scan_file_from(file, path, pos, file_len, None, u64::MAX, &mut |_| {
+    let seqs = (None, last_allowed);
+    let here = scan_file_from(file, path, pos, file_len, seqs, u64::MAX, &mut |_| {
         batches += 1;
     })?;
     let most_frames = (file_len - pos) / MIN_RECORD_LEN as u64 + 1;
@@ -240,7 +254,7 @@ fn run_at(
 }
 
 /// What a repair would do with the segment file at `path` (base seq `base`), found by a
-/// read-only scan: `None` when every frame is valid. `next_base` is the base seq of the segment
+/// read-only scan: `None` when every batch is valid. `next_base` is the base seq of the segment
 /// file after it (`None` for the newest) and `recovery_point` the log's recovery point (0 when
 /// unknown; [`read_recovery_point`](crate::read_recovery_point)). `krabka repair --dry-run`
 /// prints it; the repair itself follows the same plan.
@@ -255,7 +269,9 @@ pub fn plan_segment_repair(
 ) -> Result<Option<SegmentRepair>, Error> {
     let file = File::open(path).at(path)?;
     let len = file.metadata().at(path)?.len();
-    let scan = scan_file(&file, path, len, Some(base), u64::MAX)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let last_allowed = last_seq_allowed(dir, next_base)?;
+    let scan = scan_file(&file, path, len, Some(base), last_allowed, u64::MAX)?;
     let Some(problem) = scan.problem else {
         return Ok(None);
     };
@@ -263,10 +279,9 @@ pub fn plan_segment_repair(
     let steps = plan_steps(
         &file,
         path,
-        len,
-        problem.position,
+        (len, problem.position),
         expected,
-        next_base,
+        (next_base, last_allowed),
         recovery_point,
     )?;
     let torn_tail = next_base.is_none()
@@ -284,18 +299,20 @@ pub fn plan_segment_repair(
 
 /// Where the damage of one segment is and what the log expected there.
 pub(super) struct DamageAt<'a> {
-    /// Position of the first bad frame.
+    /// Position of the first bad batch.
     pub(super) position: u64,
-    /// The seq its frame was due to carry.
+    /// The seq its batch was due to carry.
     pub(super) expected: u64,
     pub(super) file_len: u64,
     pub(super) next_base: Option<u64>,
+    /// The last seq the segment may hold ([`last_seq_allowed`]).
+    pub(super) last_allowed: u64,
     pub(super) reason: &'a str,
 }
 
 impl Recoverer<'_> {
     /// A repair of damage that is not a torn tail (see the module docs): moves the damaged
-    /// bytes aside, keeps every run of intact frames after them as a segment file of its own,
+    /// bytes aside, keeps every run of intact batches after them as a segment file of its own,
     /// cuts the damaged file after its intact head (or drops it when that holds no record), and
     /// records the seqs lost as holes.
     pub(super) fn repair_damage(
@@ -308,10 +325,9 @@ impl Recoverer<'_> {
         let steps = plan_steps(
             &file,
             &path,
-            d.file_len,
-            d.position,
+            (d.file_len, d.position),
             d.expected,
-            d.next_base,
+            (d.next_base, d.last_allowed),
             self.point,
         )?;
         // 1. The damaged bytes into the quarantine directory, synced: nothing changed yet.
@@ -420,6 +436,7 @@ impl Recoverer<'_> {
             &log_path,
             len,
             Some(base),
+            u64::MAX,
             self.opts.index_interval_bytes,
         )?;
         let last_seq = match scan.last_seq {
@@ -431,7 +448,7 @@ impl Recoverer<'_> {
                     path: log_path,
                     position: scan.valid_len,
                     reason:
-                        "the segment file a repair just wrote does not hold the frames it copied"
+                        "the segment file a repair just wrote does not hold the batches it copied"
                             .into(),
                 });
             }
@@ -453,7 +470,7 @@ impl Recoverer<'_> {
         };
         seg.index_bytes = write_indexes(&seg, Some(&plain_fsync))?;
         tracing::warn!(from = %src_path.display(), position = from, to = %log_path.display(),
-            first_seq = base, last_seq, "kept the intact frames after damage as a segment file");
+            first_seq = base, last_seq, "kept the intact batches after damage as a segment file");
         self.report.kept.push(KeptRun {
             from: src_path.to_path_buf(),
             position: from,

@@ -1,8 +1,8 @@
-//! The split journal: how a repair that keeps intact frames after damage changes several files
+//! The split journal: how a repair that keeps intact batches after damage changes several files
 //! crash-safely.
 //!
-//! Keeping the frames after damage means writing new segment files (one per run of intact
-//! frames) and then truncating the damaged one. Before the first new file is created, the
+//! Keeping the batches after damage means writing new segment files (one per run of intact
+//! batches) and then truncating the damaged one. Before the first new file is created, the
 //! repair writes [`SPLIT_JOURNAL`] (atomically) naming the damaged segment, the length it is cut
 //! to, its length before, and every new file with its length; it removes the journal once the
 //! damaged file is cut. The next open of the log, in any mode, finishes what the journal names
@@ -29,7 +29,7 @@ pub(crate) const SPLIT_JOURNAL_TMP: &str = "repair-split.tmp";
 
 const HEADER: &str = "krabka repair split v1";
 
-/// More than any journal a repair writes (a line per run of intact frames in one segment).
+/// More than any journal a repair writes (a line per run of intact batches in one segment).
 const MAX_JOURNAL_BYTES: u64 = 4 << 20;
 
 /// One split in progress.

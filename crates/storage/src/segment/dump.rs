@@ -7,16 +7,17 @@ use std::path::Path;
 use bytes::Bytes;
 use krabka_protocol::batch::BatchView;
 
-use super::frame::{MIN_FRAME_LEN, Parsed, frame_len, parse_frame};
+use super::batch::{MIN_BATCH_LEN, Parsed, batch_len};
+use super::format::parse_batch;
 use crate::Error;
 
-/// One batch as seen by [`dump_frames`] or [`DumpFile`](super::DumpFile).
+/// One batch as seen by [`dump_batches`] or [`DumpFile`](super::DumpFile).
 #[derive(Clone, Debug)]
-pub struct DumpedFrame {
+pub struct DumpedBatch {
     /// Byte position of the batch in the buffer or file.
     pub position: u64,
     /// The batch's total length as its length field says (may run past the end).
-    pub frame_len: u64,
+    pub batch_len: u64,
     /// The `baseOffset` field as a seq (`None` when the bytes end before it or it is negative).
     pub seq: Option<u64>,
     /// The seq of the batch's last record by its header (`None` when the header is not valid).
@@ -31,12 +32,12 @@ pub struct DumpedFrame {
     pub problem: Option<String>,
 }
 
-impl DumpedFrame {
+impl DumpedBatch {
     /// The batch at `position` as far as its first bytes `rest` tell: seq and length.
-    pub(crate) fn at(position: u64, rest: &[u8]) -> DumpedFrame {
-        DumpedFrame {
+    pub(crate) fn at(position: u64, rest: &[u8]) -> DumpedBatch {
+        DumpedBatch {
             position,
-            frame_len: frame_len(rest).unwrap_or(rest.len()) as u64,
+            batch_len: batch_len(rest).unwrap_or(rest.len()) as u64,
             seq: rest
                 .get(..8)
                 .and_then(|s| <[u8; 8]>::try_from(s).ok())
@@ -50,8 +51,8 @@ impl DumpedFrame {
 
     /// Fills in what parsing the batch's `n` bytes found.
     pub(crate) fn parsed(&mut self, bytes: &Bytes) {
-        match parse_frame(bytes) {
-            Parsed::Frame(f) => {
+        match parse_batch(bytes) {
+            Parsed::Batch(f) => {
                 self.crc_ok = true;
                 self.last_seq = Some(f.last);
                 self.batch = Some(f.view);
@@ -68,9 +69,9 @@ impl DumpedFrame {
     }
 }
 
-/// Iterator over every batch of a segment's bytes; see [`dump_frames`].
+/// Iterator over every batch of a segment's bytes; see [`dump_batches`].
 #[derive(Debug, Clone)]
-pub struct DumpFrames {
+pub struct DumpBatches {
     buf: Bytes,
     pos: usize,
     done: bool,
@@ -82,28 +83,28 @@ pub struct DumpFrames {
 ///
 /// ```
 /// use krabka_protocol::{Bytes, Message};
-/// use krabka_storage::segment::{dump_frames, encode_frame};
+/// use krabka_storage::segment::{dump_batches, encode_batch_of_one};
 ///
 /// let mut buf = Vec::new();
-/// encode_frame(1, &Message::new("x").with_key("k"), &mut buf)?;
-/// let frames: Vec<_> = dump_frames(Bytes::from(buf)).collect();
-/// assert_eq!(frames.len(), 1);
-/// assert!(frames[0].crc_ok);
-/// assert_eq!(frames[0].seq, Some(1));
-/// let batch = frames[0].batch.as_ref().unwrap();
+/// encode_batch_of_one(1, &Message::new("x").with_key("k"), &mut buf)?;
+/// let batches: Vec<_> = dump_batches(Bytes::from(buf)).collect();
+/// assert_eq!(batches.len(), 1);
+/// assert!(batches[0].crc_ok);
+/// assert_eq!(batches[0].seq, Some(1));
+/// let batch = batches[0].batch.as_ref().unwrap();
 /// let record = batch.records(1 << 20)?.next().unwrap()?;
 /// assert_eq!(record.value.as_deref(), Some(&b"x"[..]));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn dump_frames(buf: Bytes) -> DumpFrames {
-    DumpFrames {
+pub fn dump_batches(buf: Bytes) -> DumpBatches {
+    DumpBatches {
         buf,
         pos: 0,
         done: false,
     }
 }
 
-/// Reads a whole `.log` file for [`dump_frames`].
+/// Reads a whole `.log` file for [`dump_batches`].
 ///
 /// # Errors
 /// [`Error::Io`] when the file cannot be read.
@@ -115,23 +116,23 @@ pub fn read_segment_file(log_path: &Path) -> Result<Bytes, Error> {
     Ok(Bytes::from(buf))
 }
 
-impl Iterator for DumpFrames {
-    type Item = DumpedFrame;
+impl Iterator for DumpBatches {
+    type Item = DumpedBatch;
 
-    fn next(&mut self) -> Option<DumpedFrame> {
+    fn next(&mut self) -> Option<DumpedBatch> {
         if self.done || self.pos >= self.buf.len() {
             return None;
         }
         let rest = self.buf.slice(self.pos..);
-        let mut out = DumpedFrame::at(self.pos as u64, &rest);
-        match frame_len(&rest) {
-            Some(n) if n >= MIN_FRAME_LEN && n <= rest.len() => {
+        let mut out = DumpedBatch::at(self.pos as u64, &rest);
+        match batch_len(&rest) {
+            Some(n) if n >= MIN_BATCH_LEN && n <= rest.len() => {
                 out.parsed(&rest.slice(..n));
                 self.pos += n;
             }
-            Some(n) if n < MIN_FRAME_LEN => {
+            Some(n) if n < MIN_BATCH_LEN => {
                 out.problem = Some(format!(
-                    "batch length {n} is below the minimum {MIN_FRAME_LEN}"
+                    "batch length {n} is below the minimum {MIN_BATCH_LEN}"
                 ));
                 self.done = true;
             }
@@ -150,14 +151,14 @@ impl Iterator for DumpFrames {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::segment::test_frames as frames;
+    use crate::segment::test_batches as batches;
 
     #[test]
     fn dump_reports_bad_crc_and_continues() {
-        let mut buf = frames(1..=3);
-        let first = frame_len(&buf).unwrap();
+        let mut buf = batches(1..=3);
+        let first = batch_len(&buf).unwrap();
         buf[first + 62] ^= 1;
-        let dumped: Vec<_> = dump_frames(Bytes::from(buf)).collect();
+        let dumped: Vec<_> = dump_batches(Bytes::from(buf)).collect();
         assert_eq!(dumped.len(), 3);
         assert!(dumped[0].crc_ok && !dumped[1].crc_ok && dumped[2].crc_ok);
         assert_eq!(dumped[2].seq, Some(3));

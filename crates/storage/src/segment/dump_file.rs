@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use super::dump::DumpedFrame;
-use super::frame::{FRAME_HEADER_LEN, MIN_FRAME_LEN, frame_len};
+use super::batch::{BATCH_HEADER_LEN, MIN_BATCH_LEN, batch_len};
+use super::dump::DumpedBatch;
 use crate::{DEFAULT_MAX_MESSAGE_BYTES, Error};
 
 /// Bytes read per step.
@@ -19,7 +19,7 @@ const CHUNK: u64 = 1 << 20;
 /// [`Options::max_message_bytes`](crate::Options::max_message_bytes). A longer batch (a log
 /// configured for larger messages, or a damaged length field) is checked against its CRC in
 /// 1 MiB steps and reported without its records.
-pub const DUMP_DECODE_LIMIT: u64 = DEFAULT_MAX_MESSAGE_BYTES + FRAME_HEADER_LEN as u64;
+pub const DUMP_DECODE_LIMIT: u64 = DEFAULT_MAX_MESSAGE_BYTES + BATCH_HEADER_LEN as u64;
 
 /// Iterator over every batch of a segment file, read in bounded steps; see
 /// [`DumpFile::open`].
@@ -41,7 +41,7 @@ pub struct DumpFile {
 
 impl DumpFile {
     /// Opens the segment file at `path` for a batch-by-batch walk, like
-    /// [`dump_frames`](super::dump_frames) but never holding more than [`DUMP_DECODE_LIMIT`]
+    /// [`dump_batches`](super::dump_batches) but never holding more than [`DUMP_DECODE_LIMIT`]
     /// bytes of it (1 MiB at a time for batches up to that size). The walk covers the bytes
     /// the file had when it was opened. A batch with a bad CRC is reported and skipped by its
     /// length; the walk ends after a batch whose length field is below the minimum or runs
@@ -51,17 +51,17 @@ impl DumpFile {
     ///
     /// ```
     /// use krabka_protocol::Message;
-    /// use krabka_storage::segment::{DumpFile, encode_frame};
+    /// use krabka_storage::segment::{DumpFile, encode_batch_of_one};
     ///
     /// let dir = tempfile::tempdir()?;
     /// let path = dir.path().join("00000000000000000001.log");
     /// let mut buf = Vec::new();
-    /// encode_frame(1, &Message::new("a"), &mut buf)?;
-    /// encode_frame(2, &Message::new("b"), &mut buf)?;
+    /// encode_batch_of_one(1, &Message::new("a"), &mut buf)?;
+    /// encode_batch_of_one(2, &Message::new("b"), &mut buf)?;
     /// std::fs::write(&path, &buf)?;
-    /// let frames: Vec<_> = DumpFile::open(&path)?.collect::<Result<_, _>>()?;
-    /// assert_eq!(frames.len(), 2);
-    /// assert!(frames.iter().all(|f| f.crc_ok && f.problem.is_none()));
+    /// let batches: Vec<_> = DumpFile::open(&path)?.collect::<Result<_, _>>()?;
+    /// assert_eq!(batches.len(), 2);
+    /// assert!(batches.iter().all(|f| f.crc_ok && f.problem.is_none()));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -107,16 +107,16 @@ impl DumpFile {
     ///
     /// ```
     /// use krabka_protocol::Message;
-    /// use krabka_storage::segment::{DumpFile, encode_frame};
+    /// use krabka_storage::segment::{DumpFile, encode_batch_of_one};
     ///
     /// let dir = tempfile::tempdir()?;
     /// let path = dir.path().join("00000000000000000001.log");
     /// let mut buf = Vec::new();
-    /// encode_frame(1, &Message::new("a"), &mut buf)?;
-    /// encode_frame(3, &Message::new("b"), &mut buf)?;
+    /// encode_batch_of_one(1, &Message::new("a"), &mut buf)?;
+    /// encode_batch_of_one(3, &Message::new("b"), &mut buf)?;
     /// std::fs::write(&path, &buf)?;
-    /// let frames: Vec<_> = DumpFile::open(&path)?.checking_seqs(Some(1)).collect::<Result<_, _>>()?;
-    /// assert_eq!(frames[1].problem.as_deref(), Some("batch starts at seq 3, expected 2"));
+    /// let batches: Vec<_> = DumpFile::open(&path)?.checking_seqs(Some(1)).collect::<Result<_, _>>()?;
+    /// assert_eq!(batches[1].problem.as_deref(), Some("batch starts at seq 3, expected 2"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
@@ -126,17 +126,17 @@ impl DumpFile {
         self
     }
 
-    /// Adds the seq problem of `frame`, if any, and moves the expected seq past it.
-    fn check_seq(&mut self, frame: &mut DumpedFrame) {
-        if !self.check_seqs || frame.problem.is_some() {
+    /// Adds the seq problem of `batch`, if any, and moves the expected seq past it.
+    fn check_seq(&mut self, batch: &mut DumpedBatch) {
+        if !self.check_seqs || batch.problem.is_some() {
             return;
         }
-        if let (Some(e), Some(s)) = (self.expect, frame.seq)
+        if let (Some(e), Some(s)) = (self.expect, batch.seq)
             && s != e
         {
-            frame.problem = Some(format!("batch starts at seq {s}, expected {e}"));
+            batch.problem = Some(format!("batch starts at seq {s}, expected {e}"));
         }
-        self.expect = frame.last_seq.or(frame.seq).and_then(|s| s.checked_add(1));
+        self.expect = batch.last_seq.or(batch.seq).and_then(|s| s.checked_add(1));
     }
 
     /// The file's length when it was opened: the bytes the walk covers.
@@ -171,18 +171,18 @@ impl DumpFile {
     }
 
     /// The next batch, or `None` at the end of the walk.
-    fn step(&mut self) -> Result<Option<DumpedFrame>, Error> {
+    fn step(&mut self) -> Result<Option<DumpedBatch>, Error> {
         if self.done || self.pos >= self.len {
             return Ok(None);
         }
         let rest = self.len - self.pos;
-        let head = self.bytes_at(rest.min(FRAME_HEADER_LEN as u64))?;
-        let mut out = DumpedFrame::at(self.pos, &head);
-        out.frame_len = rest;
-        let total = frame_len(&head).map(|n| n as u64);
+        let head = self.bytes_at(rest.min(BATCH_HEADER_LEN as u64))?;
+        let mut out = DumpedBatch::at(self.pos, &head);
+        out.batch_len = rest;
+        let total = batch_len(&head).map(|n| n as u64);
         match total {
-            Some(n) if head.len() == FRAME_HEADER_LEN && n >= MIN_FRAME_LEN as u64 => {
-                out.frame_len = n;
+            Some(n) if head.len() == BATCH_HEADER_LEN && n >= MIN_BATCH_LEN as u64 => {
+                out.batch_len = n;
                 if n > rest {
                     out.problem = Some(format!(
                         "the batch's length field says {n} bytes but {rest} bytes are left in \
@@ -197,10 +197,10 @@ impl DumpFile {
                     self.crc_checked(&mut out, &head, n)?;
                 }
             }
-            Some(n) if head.len() == FRAME_HEADER_LEN => {
-                out.frame_len = n;
+            Some(n) if head.len() == BATCH_HEADER_LEN => {
+                out.batch_len = n;
                 out.problem = Some(format!(
-                    "batch length {n} is below the minimum {MIN_FRAME_LEN}"
+                    "batch length {n} is below the minimum {MIN_BATCH_LEN}"
                 ));
                 self.done = true;
             }
@@ -215,7 +215,7 @@ impl DumpFile {
     /// The batch of `n` bytes at `pos`, longer than [`DUMP_DECODE_LIMIT`]: its CRC-32C computed
     /// in steps of 1 MiB, its records not read (`batch` stays `None`, with no problem when the
     /// CRC matches).
-    fn crc_checked(&mut self, out: &mut DumpedFrame, head: &[u8], n: u64) -> Result<(), Error> {
+    fn crc_checked(&mut self, out: &mut DumpedBatch, head: &[u8], n: u64) -> Result<(), Error> {
         let stored = head
             .get(17..21)
             .and_then(|s| <[u8; 4]>::try_from(s).ok())
@@ -236,7 +236,7 @@ impl DumpFile {
         out.crc_ok = crc == stored;
         if out.crc_ok {
             // The header is covered from `attributes` on; the seqs it gives are the batch's.
-            out.last_seq = super::frame::peek_frame_header(head).map(|(_, last)| last);
+            out.last_seq = super::batch::peek_batch_header(head).map(|(_, last)| last);
         } else {
             out.problem = Some(format!(
                 "CRC mismatch: stored {stored:#010x}, computed {crc:#010x}"
@@ -248,12 +248,12 @@ impl DumpFile {
 }
 
 impl Iterator for DumpFile {
-    type Item = Result<DumpedFrame, Error>;
+    type Item = Result<DumpedBatch, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
         let mut step = self.step();
         match &mut step {
-            Ok(Some(frame)) => self.check_seq(frame),
+            Ok(Some(batch)) => self.check_seq(batch),
             Ok(None) => {}
             Err(_) => self.done = true,
         }
@@ -283,9 +283,9 @@ fn file_kind(meta: &fs::Metadata) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::segment::test_frames as frames;
+    use crate::segment::test_batches as batches;
 
-    fn walk(bytes: &[u8]) -> Vec<DumpedFrame> {
+    fn walk(bytes: &[u8]) -> Vec<DumpedBatch> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("00000000000000000001.log");
         fs::write(&path, bytes).unwrap();
@@ -297,25 +297,25 @@ mod tests {
 
     #[test]
     fn a_file_walks_like_its_bytes_and_an_absurd_length_ends_the_walk_naming_its_byte() {
-        let key = |f: &DumpedFrame| {
+        let key = |f: &DumpedBatch| {
             (
                 f.position,
-                f.frame_len,
+                f.batch_len,
                 f.seq,
                 f.last_seq,
                 f.crc_ok,
                 f.problem.clone(),
             )
         };
-        let mut buf = frames(1..=5);
-        let second = frame_len(&buf).unwrap();
+        let mut buf = batches(1..=5);
+        let second = batch_len(&buf).unwrap();
         buf[second + 17] ^= 1;
-        let from_bytes: Vec<_> = crate::segment::dump_frames(Bytes::from(buf.clone()))
+        let from_bytes: Vec<_> = crate::segment::dump_batches(Bytes::from(buf.clone()))
             .map(|f| key(&f))
             .collect();
         assert_eq!(walk(&buf).iter().map(key).collect::<Vec<_>>(), from_bytes);
         // A length field of 2 GiB at the last batch: reported there, nothing allocated for it.
-        let last = frames(1..=4).len();
+        let last = batches(1..=4).len();
         buf[last + 8..last + 12].copy_from_slice(&i32::MAX.to_be_bytes());
         let walked = walk(&buf);
         assert_eq!(walked.len(), 5);
@@ -341,8 +341,9 @@ mod tests {
     fn a_batch_over_the_decode_limit_is_crc_checked_without_its_records() {
         let msg = krabka_protocol::Message::new(vec![7u8; DUMP_DECODE_LIMIT as usize]);
         let mut buf = Vec::new();
-        crate::segment::encode_frame(1, &msg, &mut buf).unwrap();
-        crate::segment::encode_frame(2, &krabka_protocol::Message::new("b"), &mut buf).unwrap();
+        crate::segment::encode_batch_of_one(1, &msg, &mut buf).unwrap();
+        crate::segment::encode_batch_of_one(2, &krabka_protocol::Message::new("b"), &mut buf)
+            .unwrap();
         let walked = walk(&buf);
         assert_eq!(walked.len(), 2);
         assert!(

@@ -16,7 +16,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use krabka_protocol::Message;
 
-use super::frame::FrameError;
+use super::batch::BadBytes;
 use crate::Record;
 
 /// The name of the old format, for messages.
@@ -122,38 +122,6 @@ pub(crate) fn is_old_frame(buf: &[u8], expect: Option<u64>) -> bool {
             .is_some_and(crc_checks)
 }
 
-/// Whether the file at `path` is in krabka's old per-record format: it starts with an old
-/// frame (by the signals [`Error::OldFormat`](crate::Error::OldFormat) is judged on, so a
-/// damaged first frame still counts) and not with a record batch. `base`, when known, is the
-/// seq the file must start with (its segment's base). Reads at most 1 MiB of its start.
-///
-/// ```
-/// use krabka_storage::segment::{encode_frame, is_old_format_file};
-///
-/// let dir = tempfile::tempdir()?;
-/// let path = dir.path().join("00000000000000000001.log");
-/// let mut buf = Vec::new();
-/// encode_frame(1, &krabka_protocol::Message::new("v"), &mut buf)?;
-/// std::fs::write(&path, &buf)?;
-/// assert!(!is_old_format_file(&path, Some(1))?);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-///
-/// # Errors
-/// [`Error::Io`](crate::Error::Io) when the file cannot be read.
-pub fn is_old_format_file(path: &std::path::Path, base: Option<u64>) -> Result<bool, crate::Error> {
-    use std::io::Read;
-    let mut buf = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(1 << 20).read_to_end(&mut buf))
-        .map_err(|e| crate::Error::io(path, e))?;
-    let bytes = Bytes::from(buf);
-    Ok(!matches!(
-        super::frame::parse_frame(&bytes),
-        super::frame::Parsed::Frame(_)
-    ) && is_old_frame(&bytes, base))
-}
-
 /// Where [`decode_old_chunk`] stopped.
 #[derive(Debug)]
 pub(crate) struct OldDecoded {
@@ -175,11 +143,11 @@ pub(crate) fn decode_old_chunk(
     max: usize,
     last_allowed: u64,
     out: &mut Vec<Record>,
-) -> Result<OldDecoded, FrameError> {
+) -> Result<OldDecoded, BadBytes> {
     let mut pos = 0usize;
     let mut expect = expect;
     let mut left = max;
-    let bad = FrameError::bad;
+    let bad = BadBytes::bad;
     while left > 0 {
         let rest = buf.get(pos..).unwrap_or(&[]);
         let (Some(len), Some(crc)) = (le_u32(rest, 0..4), le_u32(rest, 4..8)) else {
@@ -294,7 +262,7 @@ mod tests {
 
     #[test]
     fn record_batches_are_not_taken_for_old_frames() {
-        let batches = crate::segment::test_frames(1..=5);
+        let batches = crate::segment::test_batches(1..=5);
         assert!(!is_old_frame(&batches, Some(1)));
         assert!(!is_old_frame(&batches, None));
         for byte in 0..61 {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use krabka_protocol::batch::{BatchError, BatchView, RecordIter, RecordRef};
 
-use super::frame::{MAX_UNCOMPRESSED_BATCH, peek_frame};
+use super::batch::{MAX_UNCOMPRESSED_BATCH, peek_batch};
 use crate::Error;
 
 /// What [`check_raw_batch`] learnt of a valid batch.
@@ -188,7 +188,7 @@ impl Batches {
     pub fn iter(&self) -> impl Iterator<Item = Bytes> + '_ {
         let mut pos = 0usize;
         std::iter::from_fn(move || {
-            let (_, _, len) = self.bytes.get(pos..).and_then(peek_frame)?;
+            let (_, _, len) = self.bytes.get(pos..).and_then(peek_batch)?;
             let batch = self.bytes.slice(pos..pos + len);
             pos += len;
             Some(batch)
@@ -199,7 +199,7 @@ impl Batches {
     pub fn positions(&self) -> impl Iterator<Item = (u64, Bytes)> + '_ {
         let mut pos = 0usize;
         std::iter::from_fn(move || {
-            let (_, _, len) = self.bytes.get(pos..).and_then(peek_frame)?;
+            let (_, _, len) = self.bytes.get(pos..).and_then(peek_batch)?;
             let at = self.position + pos as u64;
             let batch = self.bytes.slice(pos..pos + len);
             pos += len;
@@ -284,7 +284,7 @@ impl Iterator for BatchRecords<'_> {
                 }
             }
             let bytes = &self.batches.bytes;
-            let Some((_, _, len)) = bytes.get(self.pos..).and_then(peek_frame) else {
+            let Some((_, _, len)) = bytes.get(self.pos..).and_then(peek_batch) else {
                 self.done = true;
                 return None;
             };

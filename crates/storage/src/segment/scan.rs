@@ -7,16 +7,18 @@ use std::path::Path;
 
 use bytes::Bytes;
 
-use super::decode::batch_records;
-use super::frame::{
-    FRAME_HEADER_LEN, MIN_FRAME_LEN, MIN_RECORD_LEN, Parsed, frame_len, is_old_frame, parse_frame,
-    read_frame_chunk,
+use super::batch::{
+    BATCH_HEADER_LEN, MAX_UNCOMPRESSED_BATCH, MIN_BATCH_LEN, MIN_RECORD_LEN, Parsed, batch_len,
+    read_batch_chunk,
 };
+use super::decode::{batch_records, beyond_end};
+use super::format::parse_batch;
+use super::old::is_old_frame;
 use super::problem::SegmentProblem;
 use crate::Error;
 use crate::bufs::ReadBufs;
 
-/// Scan state shared by recovery and verification: frames are checked one by one from the
+/// Scan state shared by recovery and verification: batches are checked one by one from the
 /// start of a file, reading it in chunks so memory stays bounded.
 pub(crate) struct Scan {
     pub(crate) valid_len: u64,
@@ -35,7 +37,10 @@ pub(crate) struct Scan {
 const SCAN_CHUNK: usize = 1 << 20;
 
 /// Scans `file` (of `file_len` bytes) from the start. `expect_first`, when given, is the seq the
-/// first batch must start at (a segment's base seq).
+/// first batch must start at (a segment's base seq). `last_allowed` is the last seq the file may
+/// hold: for a closed segment the seq before the next segment's base (`u64::MAX` when no
+/// segment follows). A batch reaching past it is damage of this file at its byte (bytes
+/// appended to a closed segment), never a record of the log: the next segment holds those seqs.
 ///
 /// A file in krabka's old per-record frame format is [`Error::OldFormat`]: never a damaged
 /// file whose tail a recovery would cut.
@@ -44,6 +49,7 @@ pub(crate) fn scan_file(
     path: &Path,
     file_len: u64,
     expect_first: Option<u64>,
+    last_allowed: u64,
     index_interval: u64,
 ) -> Result<Scan, Error> {
     scan_file_from(
@@ -51,7 +57,7 @@ pub(crate) fn scan_file(
         path,
         0,
         file_len,
-        expect_first,
+        (expect_first, last_allowed),
         index_interval,
         &mut |_| {},
     )
@@ -60,22 +66,22 @@ pub(crate) fn scan_file(
 /// One valid batch seen by a scan: its first seq, byte position, and the largest
 /// timestamp of the batches scanned before it (`i64::MIN` for the first).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ScannedFrame {
+pub(crate) struct ScannedBatch {
     pub(crate) seq: u64,
     pub(crate) position: u64,
     pub(crate) max_timestamp_before: i64,
 }
 
 /// [`scan_file`] starting at byte `start` (which must be a batch boundary), calling
-/// `on_frame` for every valid batch.
+/// `on_batch` for every valid batch; `seqs` is `(expect_first, last_allowed)`.
 pub(crate) fn scan_file_from(
     file: &File,
     path: &Path,
     start: u64,
     file_len: u64,
-    expect_first: Option<u64>,
+    seqs: (Option<u64>, u64),
     index_interval: u64,
-    on_frame: &mut dyn FnMut(ScannedFrame),
+    on_batch: &mut dyn FnMut(ScannedBatch),
 ) -> Result<Scan, Error> {
     let mut scan = Scan {
         valid_len: start,
@@ -88,18 +94,24 @@ pub(crate) fn scan_file_from(
         old_format: false,
         codec_missing: None,
     };
-    let mut expect = expect_first;
+    let (mut expect, last_allowed) = seqs;
     let mut pos = start;
-    // Frames are dropped after checking, so one buffer is reused for every chunk.
+    // Batches are dropped after checking, so one buffer is reused for every chunk.
     let bufs = ReadBufs::default();
     while pos < file_len {
         let left = file_len - pos;
         let want = SCAN_CHUNK;
-        let chunk = read_frame_chunk(pos, file_len, want, |at, len| {
+        let chunk = read_batch_chunk(pos, file_len, want, |at, len| {
             bufs.read_at(file, path, at, len)
         })?;
         let before = scan.valid_len;
-        if !scan_buffer(&chunk, pos, &mut expect, &mut scan, on_frame) {
+        if !scan_buffer(
+            &chunk,
+            pos,
+            (&mut expect, last_allowed),
+            &mut scan,
+            on_batch,
+        ) {
             if scan.old_format {
                 return Err(Error::OldFormat {
                     path: path.to_path_buf(),
@@ -133,9 +145,9 @@ pub(crate) fn scan_file_from(
 fn scan_buffer(
     chunk: &Bytes,
     pos: u64,
-    expect: &mut Option<u64>,
+    (expect, last_allowed): (&mut Option<u64>, u64),
     scan: &mut Scan,
-    on_frame: &mut dyn FnMut(ScannedFrame),
+    on_batch: &mut dyn FnMut(ScannedBatch),
 ) -> bool {
     let mut off = 0usize;
     loop {
@@ -153,7 +165,7 @@ fn scan_buffer(
             });
             false
         };
-        let frame = match parse_frame(&rest) {
+        let batch = match parse_batch(&rest) {
             Parsed::Incomplete => {
                 if at == 0 && is_old_frame(&rest, first) {
                     return problem("old frame format".to_owned());
@@ -161,45 +173,85 @@ fn scan_buffer(
                 return true;
             }
             Parsed::Bad(reason) => return problem(reason),
-            Parsed::Frame(f) => f,
+            Parsed::Batch(f) => f,
         };
         if let Some(e) = *expect
-            && frame.seq != e
+            && batch.seq != e
         {
-            return problem(format!("batch starts at seq {}, expected {e}", frame.seq));
+            return problem(format!("batch starts at seq {}, expected {e}", batch.seq));
         }
-        let checked = batch_records(&frame, 0).and_then(|mut records| {
+        if batch.last > last_allowed {
+            return problem(beyond_end(0, batch.seq, batch.last, last_allowed).reason);
+        }
+        let checked = batch_records(&batch, 0).and_then(|mut records| {
             records
                 .check_rest()
-                .map_err(|e| super::frame::FrameError::of_batch(0, &e))
+                .map_err(|e| super::batch::BadBytes::of_batch(0, &e))
         });
         if let Err(e) = checked {
-            if let super::frame::Fault::CodecMissing(codec) = e.fault {
+            if let super::batch::Fault::CodecMissing(codec) = e.fault {
                 scan.codec_missing = Some((at, codec.name()));
             }
             return problem(e.reason);
         }
-        let Some(after) = frame.last.checked_add(1) else {
+        let Some(after) = batch.last.checked_add(1) else {
             return problem("seq overflows u64".to_owned());
         };
-        let max_ts = frame.view.header().max_timestamp;
-        on_frame(ScannedFrame {
-            seq: frame.seq,
+        let max_ts = batch.view.header().max_timestamp;
+        on_batch(ScannedBatch {
+            seq: batch.seq,
             position: at,
             max_timestamp_before: scan.max_timestamp,
         });
-        scan.index.observe(frame.seq, at, frame.len as u64, max_ts);
+        scan.index.observe(batch.seq, at, batch.len as u64, max_ts);
         scan.max_timestamp = scan.max_timestamp.max(max_ts);
-        scan.first_seq.get_or_insert(frame.seq);
-        scan.last_seq = Some(frame.last);
-        scan.records += frame.last - frame.seq + 1;
+        scan.first_seq.get_or_insert(batch.seq);
+        scan.last_seq = Some(batch.last);
+        scan.records += batch.last - batch.seq + 1;
         *expect = Some(after);
-        off += frame.len;
+        off += batch.len;
         scan.valid_len = pos + off as u64;
     }
 }
 
-/// A run of contiguous valid batches that [`find_valid_frame_after`] found after damage.
+/// The last seq the segment before the one of `next_base` (in `dir`) may hold: the seq before
+/// `next_base` when that segment's file starts with an intact batch of `next_base` (it holds
+/// those seqs, so any batch of them in the segment before is that segment's damage: bytes
+/// appended to it); otherwise, and for the newest segment (`None`), any seq (`u64::MAX`): an
+/// empty, stray or damaged next file proves nothing about where the segment before ends, and
+/// the seam between them names it.
+///
+/// # Errors
+/// [`Error::Io`] when the next segment file exists but cannot be read.
+pub(crate) fn last_seq_allowed(dir: &Path, next_base: Option<u64>) -> Result<u64, Error> {
+    let Some(next) = next_base else {
+        return Ok(u64::MAX);
+    };
+    let path = dir.join(super::segment_file_name(next, super::LOG_EXTENSION));
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(u64::MAX),
+        Err(e) => return Err(Error::io(&path, e)),
+    };
+    let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+    // A batch no longer than the largest one a log writes (a damaged length field reads as no
+    // batch, not as a read of the whole file).
+    let most = (MAX_UNCOMPRESSED_BATCH + BATCH_HEADER_LEN) as u64;
+    let first = read_batch_chunk(0, len.min(most), BATCH_HEADER_LEN, |at, n| {
+        let mut buf = vec![0u8; n];
+        file.read_exact_at(&mut buf, at)
+            .map_err(|e| Error::io(&path, e))?;
+        Ok(Bytes::from(buf))
+    })?;
+    let holds = matches!(parse_batch(&first), Parsed::Batch(f) if f.seq == next);
+    Ok(if holds {
+        next.saturating_sub(1)
+    } else {
+        u64::MAX
+    })
+}
+
+/// A run of contiguous valid batches that [`find_valid_batch_after`] found after damage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ValidRun {
     /// Byte position of its first batch.
@@ -214,30 +266,32 @@ pub(crate) struct ValidRun {
 
 /// Looks for the first valid batch after the damage at `from`: a batch whose length, magic and
 /// CRC check, whose records read, and whose base seq is at least `expected_next` (and no larger
-/// than the batches that fit in the rest of the file allow). Returns the run of contiguous
-/// valid batches it starts, or `None` when nothing valid follows the damage (a torn tail).
+/// than the batches that fit in the rest of the file allow, nor than `last_allowed`, the last seq
+/// the file may hold). Returns the run of contiguous valid batches it starts, which ends before
+/// any batch past `last_allowed`, or `None` when nothing valid follows the damage (a torn tail).
 /// Memory stays bounded: the file is searched in 1 MiB windows and only candidates whose
 /// header passes are read whole.
-pub(crate) fn find_valid_frame_after(
+pub(crate) fn find_valid_batch_after(
     file: &File,
     path: &Path,
     from: u64,
     file_len: u64,
     expected_next: u64,
+    last_allowed: u64,
 ) -> Result<Option<ValidRun>, Error> {
     const WINDOW: u64 = 1 << 20;
-    let min_frame = MIN_FRAME_LEN as u64;
+    let min_frame = MIN_BATCH_LEN as u64;
     let most_frames = file_len.saturating_sub(from) / MIN_RECORD_LEN as u64 + 1;
-    let highest = expected_next.saturating_add(most_frames);
+    let highest = expected_next.saturating_add(most_frames).min(last_allowed);
     let mut pos = from.saturating_add(1);
-    while pos.saturating_add(FRAME_HEADER_LEN as u64) <= file_len {
-        let len = (file_len - pos).min(WINDOW + FRAME_HEADER_LEN as u64);
+    while pos.saturating_add(BATCH_HEADER_LEN as u64) <= file_len {
+        let len = (file_len - pos).min(WINDOW + BATCH_HEADER_LEN as u64);
         let mut buf = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
         file.read_exact_at(&mut buf, pos)
             .map_err(|e| Error::io(path, e))?;
-        let last_start = (buf.len() - FRAME_HEADER_LEN).min(WINDOW as usize - 1);
+        let last_start = (buf.len() - BATCH_HEADER_LEN).min(WINDOW as usize - 1);
         for off in 0..=last_start {
-            let Some(header) = buf.get(off..off + FRAME_HEADER_LEN) else {
+            let Some(header) = buf.get(off..off + BATCH_HEADER_LEN) else {
                 break;
             };
             if header.get(16) != Some(&2) {
@@ -254,20 +308,27 @@ pub(crate) fn find_valid_frame_after(
                 continue;
             }
             let at = pos + off as u64;
-            let Some(size) = frame_len(header).map(|n| n as u64) else {
+            let Some(size) = batch_len(header).map(|n| n as u64) else {
                 continue;
             };
             if size < min_frame || at + size > file_len {
                 continue;
             }
-            let mut frame = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)];
-            file.read_exact_at(&mut frame, at)
+            let mut batch = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)];
+            file.read_exact_at(&mut batch, at)
                 .map_err(|e| Error::io(path, e))?;
-            if let Parsed::Frame(f) = parse_frame(&Bytes::from(frame))
+            if let Parsed::Batch(f) = parse_batch(&Bytes::from(batch))
                 && f.seq == seq
             {
-                let run =
-                    scan_file_from(file, path, at, file_len, Some(seq), u64::MAX, &mut |_| {})?;
+                let run = scan_file_from(
+                    file,
+                    path,
+                    at,
+                    file_len,
+                    (Some(seq), last_allowed),
+                    u64::MAX,
+                    &mut |_| {},
+                )?;
                 // A batch whose CRC matches but whose records do not read starts no run.
                 if let Some(last_seq) = run.last_seq.filter(|_| run.records > 0) {
                     return Ok(Some(ValidRun {

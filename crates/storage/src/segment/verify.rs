@@ -1,12 +1,12 @@
-//! Verifying a segment's files: every frame of the `.log`, and its index files against it.
+//! Verifying a segment's files: every batch of the `.log`, and its index files against it.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use super::frame::FrameError;
+use super::batch::BadBytes;
 use super::name::parse_segment_file_name;
 use super::problem::SegmentProblem;
-use super::scan::{Scan, ScannedFrame, scan_file, scan_file_from};
+use super::scan::{Scan, ScannedBatch, last_seq_allowed, scan_file, scan_file_from};
 use crate::Error;
 use crate::index::{ENTRY_LEN, INDEX_HEADER_LEN, OffsetIndex, TIME_INDEX_HEADER_LEN, TimeIndex};
 
@@ -23,11 +23,11 @@ pub struct SegmentVerification {
     pub last_seq: Option<u64>,
     /// Largest timestamp among the valid records.
     pub max_timestamp: Option<i64>,
-    /// Bytes of valid frames from the start of the file.
+    /// Bytes of valid batches from the start of the file.
     pub valid_bytes: u64,
     /// Size of the file.
     pub file_bytes: u64,
-    /// The first problem (`None` when every byte of the file is a valid frame and, for
+    /// The first problem (`None` when every byte of the file is a valid batch and, for
     /// [`verify_segment_files`], the index files agree with it).
     pub problem: Option<SegmentProblem>,
     /// The file the problem is in (the `.log`, or an index file for [`verify_segment_files`]).
@@ -35,15 +35,15 @@ pub struct SegmentVerification {
 }
 
 impl SegmentVerification {
-    /// Whether every byte of the file belongs to a valid frame.
+    /// Whether every byte of the file belongs to a valid batch.
     pub fn is_ok(&self) -> bool {
         self.problem.is_none()
     }
 }
 
-/// CRC-checks every frame of the `.log` file at `log_path` and reports the first bad position.
+/// CRC-checks every batch of the `.log` file at `log_path` and reports the first bad position.
 ///
-/// The file's base seq (from its name, when it is a segment name) must be the first frame's seq,
+/// The file's base seq (from its name, when it is a segment name) must be the first batch's seq,
 /// and seqs must be contiguous. Reads the file in 1 MiB chunks.
 ///
 /// # Errors
@@ -51,14 +51,14 @@ impl SegmentVerification {
 /// reported in [`SegmentVerification::problem`].
 pub fn verify_segment(log_path: &Path) -> Result<SegmentVerification, Error> {
     let (file, file_len, base_seq) = open_log(log_path)?;
-    let scan = scan_file(&file, log_path, file_len, base_seq, u64::MAX)?;
+    let scan = scan_file(&file, log_path, file_len, base_seq, u64::MAX, u64::MAX)?;
     Ok(verification_of(scan, log_path, file_len, base_seq))
 }
 
 /// [`verify_segment`] of a closed segment with its index files: also checks that the
 /// `.index` and `.timeindex` decode, describe this `.log` (base seq, last seq, size, max
-/// timestamp) and that every index entry points at the start of the frame holding its seq (and
-/// every time-index entry carries the largest timestamp before that frame), so an index
+/// timestamp) and that every index entry points at the start of the batch holding its seq (and
+/// every time-index entry carries the largest timestamp before that batch), so an index
 /// rewritten with a valid checksum cannot send readers to the wrong record. Pass `None` for an
 /// index file that is not expected (the active segment has none); a path that does not exist is
 /// a problem ("missing").
@@ -73,9 +73,30 @@ pub fn verify_segment_files(
     index_path: Option<&Path>,
     time_index_path: Option<&Path>,
 ) -> Result<SegmentVerification, Error> {
+    verify_segment_in_log(log_path, index_path, time_index_path, None)
+}
+
+/// [`verify_segment_files`] of one segment of a log, whose next segment file (in the same
+/// directory) starts at `next_base` (`None` for the newest segment): a closed segment ends
+/// where the next one starts, so when that file starts with an intact batch of `next_base`, a
+/// batch holding a seq from `next_base` on is this file's problem at its byte (bytes appended
+/// to the closed segment), not a seq overlap of the next segment; a repair moves those bytes
+/// aside and keeps the next segment. An empty or damaged next file bounds nothing (the seam
+/// names it).
+///
+/// # Errors
+/// As [`verify_segment_files`].
+pub fn verify_segment_in_log(
+    log_path: &Path,
+    index_path: Option<&Path>,
+    time_index_path: Option<&Path>,
+    next_base: Option<u64>,
+) -> Result<SegmentVerification, Error> {
     let (file, file_len, base_seq) = open_log(log_path)?;
+    let dir = log_path.parent().unwrap_or(Path::new("."));
+    let last_allowed = last_seq_allowed(dir, next_base)?;
     let indexes = Indexes::load(index_path, time_index_path)?;
-    // Entries are checked as the scan passes their frames.
+    // Entries are checked as the scan passes their batches.
     let want: Vec<(u64, u64)> = indexes
         .offsets
         .as_ref()
@@ -88,7 +109,7 @@ pub fn verify_segment_files(
         .unwrap_or_default();
     let mut seen: Vec<Seen> = Vec::new();
     let mut next_entry = 0usize;
-    let mut on_frame = |f: ScannedFrame| {
+    let mut on_batch = |f: ScannedBatch| {
         let hit = want.get(next_entry).is_some_and(|&(s, _)| s == f.seq)
             || want_times.get(next_entry).is_some_and(|&(_, s)| s == f.seq);
         if hit {
@@ -101,9 +122,9 @@ pub fn verify_segment_files(
         log_path,
         0,
         file_len,
-        base_seq,
+        (base_seq, last_allowed),
         u64::MAX,
-        &mut on_frame,
+        &mut on_batch,
     )?;
     let mut v = verification_of(scan, log_path, file_len, base_seq);
     if v.problem.is_some() {
@@ -125,14 +146,14 @@ pub fn verify_segment_files(
     Ok(v)
 }
 
-/// A frame an index entry names, as the scan saw it: seq, byte position and the largest
+/// A batch an index entry names, as the scan saw it: seq, byte position and the largest
 /// timestamp before it.
 type Seen = (u64, u64, i64);
 
-/// The frame of `seq` among `seen` (in scan order, so sorted by seq): a binary search, so that
+/// The batch of `seq` among `seen` (in scan order, so sorted by seq): a binary search, so that
 /// checking every entry of an index costs `E log E`, not `E²` (a dense index has an entry per
-/// record). Out of order, it could only miss a frame, which is reported as a problem.
-fn seen_frame(seen: &[Seen], seq: u64) -> Option<&Seen> {
+/// record). Out of order, it could only miss a batch, which is reported as a problem.
+fn seen_batch(seen: &[Seen], seq: u64) -> Option<&Seen> {
     seen.binary_search_by_key(&seq, |&(s, _, _)| s)
         .ok()
         .and_then(|i| seen.get(i))
@@ -237,14 +258,14 @@ fn check_offset_index(
         return false;
     }
     for (i, &(seq, pos)) in idx.entries.iter().enumerate() {
-        let found = seen_frame(seen, seq);
+        let found = seen_batch(seen, seq);
         if found.map(|&(_, p, _)| p) != Some(pos) {
             let at = (INDEX_HEADER_LEN + i * ENTRY_LEN) as u64;
             let reason = format!(
                 "index entry {i} points seq {seq} at byte {pos}, but {}",
                 match found {
-                    Some(&(_, real, _)) => format!("its frame starts at byte {real}"),
-                    None => "no frame of the .log starts there with that seq".to_owned(),
+                    Some(&(_, real, _)) => format!("its batch starts at byte {real}"),
+                    None => "no batch of the .log starts there with that seq".to_owned(),
                 }
             );
             fail(v, p, at, reason);
@@ -277,12 +298,12 @@ fn check_time_index(
         return;
     }
     for (i, &(ts, seq)) in tidx.entries.iter().enumerate() {
-        let found = seen_frame(seen, seq);
+        let found = seen_batch(seen, seq);
         if found.map(|&(_, _, before)| before) != Some(ts) {
             let at = (TIME_INDEX_HEADER_LEN + i * ENTRY_LEN) as u64;
             let reason = format!(
                 "time index entry {i} gives seq {seq} timestamp {ts}, the .log says {}",
-                found.map_or("no such frame".to_owned(), |&(_, _, b)| b.to_string())
+                found.map_or("no such batch".to_owned(), |&(_, _, b)| b.to_string())
             );
             fail(v, p, at, reason);
             return;
@@ -294,7 +315,7 @@ fn check_time_index(
 /// is a problem found (the inner `Err`), any other read failure an error.
 fn load_index<T>(
     path: &Path,
-    decode: impl Fn(&[u8]) -> Result<T, FrameError>,
+    decode: impl Fn(&[u8]) -> Result<T, BadBytes>,
 ) -> Result<Result<T, SegmentProblem>, Error> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,

@@ -1,17 +1,17 @@
-//! What a [`LogReader`](super::LogReader) reports besides records: raw frames, the incomplete
-//! frame the newest segment ends with, the wrong index entries it stepped around.
+//! What a [`LogReader`](super::LogReader) reports besides records: raw batches, the incomplete
+//! batch the newest segment ends with, the wrong index entries it stepped around.
 
 use std::path::PathBuf;
 
 use bytes::Bytes;
 
-/// An incomplete frame at the end of the newest segment: a write in progress, or a torn write
+/// An incomplete batch at the end of the newest segment: a write in progress, or a torn write
 /// (which the next open of the log moves aside). Not damage: a read stops before it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IncompleteTail {
     /// The segment's `.log` file.
     pub path: PathBuf,
-    /// Where the incomplete frame starts.
+    /// Where the incomplete batch starts.
     pub position: u64,
     /// Bytes from there to the end of the file.
     pub bytes: u64,
@@ -23,8 +23,8 @@ pub struct IncompleteTail {
 #[non_exhaustive]
 pub enum IndexFallback {
     /// The `.index` file `index` gives, for `seq`, byte `position` of its `.log`, where no
-    /// frame of a seq from the segment's base up to `seq` starts.
-    NoFrame {
+    /// batch of a seq from the segment's base up to `seq` starts.
+    NoBatch {
         /// The `.index` file.
         index: PathBuf,
         /// The seq looked up.
@@ -32,30 +32,34 @@ pub enum IndexFallback {
         /// The position the entry gives.
         position: u64,
     },
-    /// The frame at byte `position` of the `.log` file `log`, where the segment's index placed
-    /// the frame of `seq`, is not a valid frame of that seq.
-    BadFrame {
+    /// The batch at byte `position` of the `.log` file `log`, where the segment's index placed
+    /// the batch of `seq`, is not a valid batch of that seq.
+    BadBatch {
         /// The `.log` file.
         log: PathBuf,
         /// The position the entry gave.
         position: u64,
-        /// The seq the frame there should carry.
+        /// The seq the batch there should carry.
         seq: u64,
     },
 }
 
-/// Consecutive whole frames of one segment file, each checked (length, CRC, message, seq) as
+/// Consecutive whole batches of one segment file, each checked (length, CRC, message, seq) as
 /// [`LogReader::poll`](super::LogReader::poll) checks the records it returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frames {
+pub struct PolledBatches {
     /// The segment's `.log` file.
     pub path: PathBuf,
-    /// Where the first frame starts in it.
+    /// Where the first batch starts in it.
     pub position: u64,
-    /// Seq of the first frame.
+    /// Seq of the first batch.
     pub first_seq: u64,
-    /// Seq of the last frame.
+    /// Seq of the last batch.
     pub last_seq: u64,
-    /// The frames' bytes, as in the file (`docs/format.md`).
+    /// The batches' bytes, as in the file (`docs/format.md`).
     pub bytes: Bytes,
 }
+
+/// Renamed [`PolledBatches`].
+#[deprecated(since = "0.1.0", note = "renamed to `PolledBatches`")]
+pub type Batches = PolledBatches;

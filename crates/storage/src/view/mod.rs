@@ -1,5 +1,5 @@
 //! A read-only view of a log directory: its segments, holes, quarantine and recovery point, and
-//! a [`LogReader`] that reads records (or their raw frames) from a seq on.
+//! a [`LogReader`] that reads records (or their raw batches) from a seq on.
 //!
 //! A [`LogView`] never takes the log's lock and never runs recovery, so it changes nothing and
 //! can look at a log another process is writing: a [`LogReader`] follows the active segment as
@@ -31,7 +31,9 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use self::found::{Frames, IncompleteTail, IndexFallback};
+#[allow(deprecated)]
+pub use self::found::Batches;
+pub use self::found::{IncompleteTail, IndexFallback, PolledBatches};
 pub use self::reader::LogReader;
 use crate::layout::SegFile;
 use crate::layout::hole::{list_hole_markers, with_acceptance};
@@ -128,7 +130,7 @@ impl LogView {
     /// bytes holding at least one record, and the two agree on the largest timestamp and on the
     /// seq of every entry; it rebuilds missing or other ones from the `.log`. Index files it
     /// cannot read at all (a directory in their place) it cannot replace either: `false`. Index
-    /// files that pass those checks but point at the wrong frames are trusted by open (a read
+    /// files that pass those checks but point at the wrong batches are trusted by open (a read
     /// falls back to a scan), so `segment::verify_segment_files` still names them.
     pub fn indexes_rebuilt_at_open(&self, base: u64, log_len: u64) -> bool {
         let (log_path, index_path, time_index_path) = segment_paths(&self.dir, base);
@@ -143,8 +145,8 @@ impl LogView {
     /// Whether the next [`Log::open`](crate::Log::open) (with the default
     /// [`RecoveryMode::TolerateTornTail`](crate::RecoveryMode::TolerateTornTail)) cuts the
     /// newest segment `base` at `position` as a torn tail by itself, by the very rule open
-    /// applies: no valid frame follows the damage, and the first seq it costs
-    /// (`last_intact + 1`, the seq after the last intact frame before it) is above the
+    /// applies: no valid batch follows the damage, and the first seq it costs
+    /// (`last_intact + 1`, the seq after the last intact batch before it) is above the
     /// recovery point (records at or below it were synced: damage there is never a torn
     /// write). The bytes open cuts are saved in the quarantine directory first.
     ///
@@ -164,12 +166,13 @@ impl LogView {
         if first_at_stake <= point {
             return Ok(false);
         }
-        let after = crate::segment::find_valid_frame_after(
+        let after = crate::segment::find_valid_batch_after(
             &file,
             &path,
             position,
             file_len,
             first_at_stake,
+            u64::MAX,
         )?;
         Ok(after.is_none())
     }

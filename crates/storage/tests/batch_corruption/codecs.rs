@@ -1,11 +1,11 @@
-//! Compressed record sections made by hand, byte for byte, for each of Kafka's codecs: a frame
+//! Compressed record sections made by hand, byte for byte, for each of Kafka's codecs: a batch
 //! that holds given bytes as they are (zstd raw blocks, gzip stored blocks, snappy literals, an
 //! LZ4 uncompressed block), a frame that decompresses to far more than it holds (zstd RLE
-//! blocks, LZ4 long matches, a snappy length), and bytes that are no frame at all.
+//! blocks, LZ4 long matches, a snappy length), and bytes that are no batch at all.
 
 use krabka_storage::Compression;
 
-/// A zstd frame (no content size, no checksum, a 128 KiB window) of `blocks`, each a block
+/// A zstd batch (no content size, no checksum, a 128 KiB window) of `blocks`, each a block
 /// type (0 raw, 1 RLE), its regenerated size and its content.
 fn zstd_frame(blocks: &[(u32, u32, &[u8])]) -> Vec<u8> {
     let mut out = vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 7 << 3];
@@ -27,7 +27,7 @@ pub fn zstd_raw(data: &[u8]) -> Vec<u8> {
     zstd_frame(&blocks)
 }
 
-/// A zstd frame of `blocks` RLE blocks of 128 KiB of zeros: 4 bytes each.
+/// A zstd batch of `blocks` RLE blocks of 128 KiB of zeros: 4 bytes each.
 pub fn zstd_bomb(blocks: usize) -> Vec<u8> {
     zstd_frame(&vec![(1, 128 << 10, &[0u8][..]); blocks])
 }
@@ -77,7 +77,7 @@ pub fn snappy_bomb(declared: u64) -> Vec<u8> {
     snappy_literals(&[0], declared)
 }
 
-/// XXH32 of fewer than 16 bytes (the LZ4 frame's header checksum).
+/// XXH32 of fewer than 16 bytes (the LZ4 batch's header checksum).
 fn xxh32_short(input: &[u8], seed: u32) -> u32 {
     const P1: u32 = 2_654_435_761;
     const P2: u32 = 2_246_822_519;
@@ -107,7 +107,7 @@ fn xxh32_short(input: &[u8], seed: u32) -> u32 {
     h ^ (h >> 16)
 }
 
-/// An LZ4 frame (independent blocks of at most 4 MiB, no checksums) of `blocks`, each
+/// An LZ4 batch (independent blocks of at most 4 MiB, no checksums) of `blocks`, each
 /// compressed (`true`) or stored, with its bytes.
 fn lz4_frame(blocks: &[(bool, &[u8])]) -> Vec<u8> {
     let descriptor = [0x60, 0x70];
@@ -129,7 +129,7 @@ pub fn lz4_stored(data: &[u8]) -> Vec<u8> {
     lz4_frame(&[(false, data)])
 }
 
-/// An LZ4 frame of `blocks` compressed blocks of about 4 MiB of zeros each (one literal, one
+/// An LZ4 batch of `blocks` compressed blocks of about 4 MiB of zeros each (one literal, one
 /// match of offset 1 as long as the block allows, five literals): about 16 KiB each.
 pub fn lz4_bomb(blocks: usize) -> Vec<u8> {
     let output = (4 << 20) - 16;

@@ -70,7 +70,7 @@ pub fn batches(path: &Path) -> Vec<Batch> {
     let mut out = Vec::new();
     let mut pos = 0usize;
     while pos < bytes.len() {
-        let (first, last, len) = segment::peek_frame(&bytes[pos..]).expect("an intact batch");
+        let (first, last, len) = segment::peek_batch(&bytes[pos..]).expect("an intact batch");
         out.push(Batch {
             path: path.to_path_buf(),
             position: pos as u64,

@@ -1,5 +1,5 @@
 //! Compressed batches (every codec is built into the tests): frames made by hand that hold the
-//! true records decode exactly; compressed sections that decompress to garbage or are no frame of their codec,
+//! true records decode exactly; compressed sections that decompress to garbage or are no batch of their codec,
 //! a damaged byte in a batch the log compressed itself (CRC recomputed, so only decompression
 //! can tell), and decompression bombs: a read fails with a typed error naming the limit, and
 //! the process never allocates what the bomb declares.
@@ -33,17 +33,17 @@ fn recompress(b: &Batch, codec: Compression, payload: &dyn Fn(&[u8]) -> Vec<u8>)
 }
 
 /// A frame of `codec` holding `n` bytes of 0xa7 (garbage as records: a varint that never
-/// ends), `n` chosen so that the frame is `len` bytes.
+/// ends), `n` chosen so that the batch is `len` bytes.
 fn garbage_frame(codec: Compression, len: usize) -> Vec<u8> {
     let mut n = len;
     for _ in 0..10 {
-        let frame = codecs::stored(codec, &vec![0xa7; n]);
-        if frame.len() == len {
-            return frame;
+        let batch = codecs::stored(codec, &vec![0xa7; n]);
+        if batch.len() == len {
+            return batch;
         }
-        n = (n + len).checked_sub(frame.len()).unwrap();
+        n = (n + len).checked_sub(batch.len()).unwrap();
     }
-    panic!("{codec}: no frame of {len} bytes");
+    panic!("{codec}: no batch of {len} bytes");
 }
 
 fn checks(compression: Compression, reads: bool) -> Checks<'static> {
@@ -95,7 +95,7 @@ fn hand_made_frames_of_the_records_decode_exactly() {
 fn garbage(codecs: &[Compression]) {
     let garbage: Payload = |codec, records| garbage_frame(codec, records.len());
     run_with(
-        cases("frame of garbage", codecs, garbage),
+        cases("batch of garbage", codecs, garbage),
         checks(Compression::None, true),
     );
 }
@@ -139,7 +139,7 @@ fn flipped(codec: Compression) -> Vec<Case> {
 /// A byte in the middle of the compressed section of a batch the log compressed itself, with
 /// the batch's CRC recomputed, so that only the codec can tell. Gzip's own CRC-32 fails. Snappy
 /// (no checksum) decompresses to records that fail to read from the damage on. (LZ4 and zstd
-/// frames as Kafka writes them carry no checksum either: a flipped byte of a literal changes a
+/// batches as Kafka writes them carry no checksum either: a flipped byte of a literal changes a
 /// value that every check then takes as written, which is what a recomputed CRC claims.)
 #[test]
 fn a_damaged_byte_in_a_batch_the_log_compressed() {
@@ -248,7 +248,7 @@ fn bomb(codec: Compression, declared: u64, places: &[Place], payload: &dyn Fn() 
         let (recs, err, _) = poll_on(&dir, 1);
         assert_exact(&recs, 1..=b.first - 1, &case);
         let err = err.unwrap_or_else(|| panic!("{case}: the poll ends"));
-        assert!(matches!(err, Error::BadFrame { .. }), "{case}: {err}");
+        assert!(matches!(err, Error::BadBatch { .. }), "{case}: {err}");
         assert_names(&err, &b.path, b.position, &case);
         names_the_limit(&err.to_string(), &case);
         drop(log);

@@ -103,7 +103,7 @@ pub fn run_with(cases: Vec<Case>, checks: Checks) {
 fn incomplete(b: &Batch) -> bool {
     let bytes = fs::read(&b.path).unwrap();
     let rest = bytes.get(b.position as usize..).unwrap_or(&[]);
-    segment::frame_len(rest).is_none_or(|n| n > rest.len())
+    segment::batch_len(rest).is_none_or(|n| n > rest.len())
 }
 
 /// Damages the batch of `place` with `damage` (which says what it did to it) and checks
@@ -168,7 +168,7 @@ pub fn check_case(case: &str, place: Place, damage: &dyn Fn(&Batch) -> Expect, c
             assert_exact(&recs, 1..=b.first - 1, case);
             match (err, closed, incomplete) {
                 (Some(e @ Error::CutShort { .. }), true, true)
-                | (Some(e @ Error::BadFrame { .. }), _, false) => {
+                | (Some(e @ Error::BadBatch { .. }), _, false) => {
                     assert_names(&e, &b.path, b.position, case)
                 }
                 // The newest segment ending inside a batch: a write in progress to a reader.

@@ -30,7 +30,7 @@ fn segment_file(dir: &Path, seqs: std::ops::RangeInclusive<u64>, new: bool) -> P
     let mut bytes = Vec::new();
     for seq in seqs {
         if new {
-            segment::encode_frame(seq, &msg(seq), &mut bytes).unwrap();
+            segment::encode_batch_of_one(seq, &msg(seq), &mut bytes).unwrap();
         } else {
             bytes.extend(old_frame(seq));
         }
@@ -156,8 +156,8 @@ fn an_old_format_segment_among_new_ones_is_refused() {
 }
 
 /// An old-format segment whose first frame is damaged (a flipped byte of its message, so its
-/// CRC-32 fails) and whose 19 other frames are intact: still recognised (its length, message
-/// layout and the next frame say so), never cut as a torn tail at byte 0.
+/// CRC-32 fails) and whose 19 other batches are intact: still recognised (its length, message
+/// layout and the next batch say so), never cut as a torn tail at byte 0.
 #[test]
 fn an_old_format_segment_with_a_damaged_first_frame_is_refused_not_cut() {
     check("one old segment, first frame damaged", |dir| {
@@ -170,7 +170,7 @@ fn an_old_format_segment_with_a_damaged_first_frame_is_refused_not_cut() {
 /// One bit flipped in each field of an old-format segment's first frame (length, CRC, seq,
 /// version, flags, timestamp, key length, key, value length, value, header count): the file is
 /// recognised as the old format whatever that field now says, by every open (which changes
-/// nothing), by verification and by the reader; both alone and with 19 frames after it.
+/// nothing), by verification and by the reader; both alone and with 19 batches after it.
 #[test]
 fn a_bit_flipped_in_any_field_of_an_old_first_frame_leaves_it_recognised() {
     // Offsets in the first frame of `old_frame(1)`: msg(1) has a key `k1`, no header.
@@ -189,10 +189,10 @@ fn a_bit_flipped_in_any_field_of_an_old_first_frame_leaves_it_recognised() {
         ("value", 37),
     ];
     for (field, at) in fields {
-        for (frames, last) in [("one frame", 1), ("twenty frames", 20)] {
+        for (batches, last) in [("one batch", 1), ("twenty batches", 20)] {
             for bit in [0u8, 7] {
                 check(
-                    &format!("{field} (byte {at}, bit {bit}), {frames}"),
+                    &format!("{field} (byte {at}, bit {bit}), {batches}"),
                     |dir| {
                         let path = segment_file(dir, 1..=last, false);
                         krabka_storage::testkit::xor_byte(&path, at, 1 << bit).unwrap();

@@ -5,7 +5,7 @@
 
 use bytes::{Bytes, BytesMut};
 use krabka_remote_storage::RemoteLogSegmentMetadata;
-use krabka_storage::segment::{MAX_BATCH_RECORD_BYTES, frame_len};
+use krabka_storage::segment::{MAX_BATCH_RECORD_BYTES, batch_len};
 
 use super::index::prefetched_index;
 use super::{RemoteReader, log_corrupt, object_key};
@@ -184,7 +184,7 @@ impl RemoteReader<'_> {
             return from_chunk(pos);
         }
         let rest = usize::try_from(size.saturating_sub(pos)).unwrap_or(usize::MAX);
-        let need = frame_len(carry)
+        let need = batch_len(carry)
             .unwrap_or(0)
             .min(carry.len().saturating_add(rest));
         // Room for a batch as large as krabka writes them at once; a length field claiming

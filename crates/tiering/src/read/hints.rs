@@ -8,7 +8,7 @@
 //! whose hinted start fails is read again from the map entry itself.
 
 use bytes::Bytes;
-use krabka_storage::segment::peek_frame;
+use krabka_storage::segment::peek_batch;
 
 /// Bytes between two hints (the local offset index's spacing).
 pub(crate) const SPACING: u64 = 4096;
@@ -31,7 +31,7 @@ pub(crate) fn build(data: &[u8], chunk_start: u64, entry: (u64, u64), last_seq: 
     };
     let mut last_hint = pos;
     while seq <= last_seq {
-        let Some((base, last, len)) = data.get(off..).and_then(peek_frame) else {
+        let Some((base, last, len)) = data.get(off..).and_then(peek_batch) else {
             break;
         };
         if base != seq {
@@ -74,7 +74,7 @@ pub(crate) fn floor(hints: &[u8], seq: u64) -> Option<(u64, u64)> {
 mod tests {
     use super::*;
     use krabka_protocol::Message;
-    use krabka_storage::segment::encode_frame;
+    use krabka_storage::segment::encode_batch_of_one;
 
     #[test]
     fn hints_point_at_frame_starts_and_floor_picks_the_one_below() {
@@ -82,7 +82,7 @@ mod tests {
         let mut starts = Vec::new();
         for seq in 10..=200u64 {
             starts.push((seq, buf.len() as u64));
-            encode_frame(seq, &Message::new(vec![7u8; 300]), &mut buf).unwrap();
+            encode_batch_of_one(seq, &Message::new(vec![7u8; 300]), &mut buf).unwrap();
         }
         let hints = build(&buf, 0, (10, 0), 200);
         assert!(!hints.is_empty());

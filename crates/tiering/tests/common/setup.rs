@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use krabka_remote_fs::FsRemoteStorage;
 use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteLogSegmentState};
-use krabka_storage::segment::{FRAME_HEADER_LEN, dump_frames, read_segment_file};
+use krabka_storage::segment::{BATCH_HEADER_LEN, dump_batches, read_segment_file};
 use krabka_storage::{Options, SegmentInfo};
 use krabka_tiering::metadata::{
     DurableRemoteLogMetadataManager, InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager,
@@ -94,10 +94,10 @@ pub fn finished(rlmm: &dyn RemoteLogMetadataManager) -> Vec<RemoteLogSegmentMeta
 
 /// The batches of a `.log` file, each checked whole: `(position, first seq, last seq, length)`.
 pub fn log_batches(path: &Path) -> Vec<(u64, u64, u64, u64)> {
-    dump_frames(krabka_protocol::Bytes::from(std::fs::read(path).unwrap()))
+    dump_batches(krabka_protocol::Bytes::from(std::fs::read(path).unwrap()))
         .map(|f| {
             assert!(f.crc_ok && f.problem.is_none(), "{f:?}");
-            (f.position, f.seq.unwrap(), f.last_seq.unwrap(), f.frame_len)
+            (f.position, f.seq.unwrap(), f.last_seq.unwrap(), f.batch_len)
         })
         .collect()
 }
@@ -114,11 +114,11 @@ pub fn closed_segments(log: &TieredLog) -> Vec<SegmentInfo> {
 /// Flips a byte inside the records of the third batch of the `.log` at `path` (a byte the
 /// batch's CRC covers); returns the first seq of that batch and the batch's byte position.
 pub fn flip_third_frame(path: &Path) -> (u64, u64) {
-    let frames: Vec<_> = dump_frames(read_segment_file(path).unwrap()).collect();
+    let frames: Vec<_> = dump_batches(read_segment_file(path).unwrap()).collect();
     assert!(frames.len() >= 4, "{} batches", frames.len());
     let frame = &frames[2];
     let mut bytes = std::fs::read(path).unwrap();
-    let at = usize::try_from(frame.position).unwrap() + FRAME_HEADER_LEN + 3;
+    let at = usize::try_from(frame.position).unwrap() + BATCH_HEADER_LEN + 3;
     bytes[at] ^= 0x55;
     std::fs::write(path, bytes).unwrap();
     (frame.seq.unwrap(), frame.position)

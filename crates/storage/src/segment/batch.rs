@@ -2,8 +2,8 @@
 //! CRC check, and the chunked read every reader of segment files shares.
 //!
 //! A `.log` file is a run of Kafka v2 record batches ([`krabka_protocol::batch`] owns the
-//! byte format); in this crate a batch is also called a frame. A batch's `baseOffset` is the
-//! krabka seq of its first record.
+//! byte format). A batch's `baseOffset` is the krabka seq of its first record. ("Frame" in
+//! this crate means only the old format's per-record unit, [`super::old`].)
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -13,17 +13,14 @@ use bytes::Bytes;
 use krabka_protocol::Message;
 use krabka_protocol::batch::{self, BatchError, BatchView, Compression};
 
-use super::old::OLD_FORMAT_NAME;
-/// Where the readers of this module's batches look for the old format.
-pub(crate) use super::old::is_old_frame;
 use crate::Error;
 
 /// Bytes of a batch header, before its first record (Kafka's 61).
-pub const FRAME_HEADER_LEN: usize = batch::HEADER_LEN;
+pub const BATCH_HEADER_LEN: usize = batch::HEADER_LEN;
 
 /// Bytes of the smallest batch: a header and one record with no key, an empty value and no
 /// headers.
-pub const MIN_FRAME_LEN: usize = batch::HEADER_LEN + MIN_RECORD_LEN;
+pub const MIN_BATCH_LEN: usize = batch::HEADER_LEN + MIN_RECORD_LEN;
 
 /// Bytes of the smallest record (uncompressed): length, attributes, two deltas, a null key, an
 /// empty value and no headers, one byte each. After damage, a seq found is believed only when
@@ -49,7 +46,7 @@ pub const FORMAT_NAME: &str = "Kafka v2 record batches (magic 2)";
 /// length field; `None` when `buf` is shorter than the 12 bytes up to and including that field.
 /// The length is not validated (a negative one reads as 12): a chunked reader uses it to learn
 /// how many bytes to fetch.
-pub fn frame_len(buf: &[u8]) -> Option<usize> {
+pub fn batch_len(buf: &[u8]) -> Option<usize> {
     let len = buf.get(8..12)?;
     let len = i32::from_be_bytes(<[u8; 4]>::try_from(len).ok()?);
     Some(batch::LOG_OVERHEAD + usize::try_from(len).unwrap_or(0))
@@ -67,12 +64,12 @@ pub fn frame_len(buf: &[u8]) -> Option<usize> {
 ///
 /// ```
 /// use krabka_protocol::Message;
-/// use krabka_storage::segment::{decode_records, encode_frame, read_chunk};
+/// use krabka_storage::segment::{decode_records, encode_batch_of_one, read_chunk};
 ///
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("00000000000000000001.log");
 /// let mut buf = Vec::new();
-/// encode_frame(1, &Message::new(vec![7u8; 1000]), &mut buf)?;
+/// encode_batch_of_one(1, &Message::new(vec![7u8; 1000]), &mut buf)?;
 /// std::fs::write(&path, &buf)?;
 /// let file = std::fs::File::open(&path)?;
 /// // A 64-byte chunk is too short for the batch: the whole batch is read.
@@ -91,7 +88,7 @@ pub fn read_chunk(
     end: u64,
     chunk: usize,
 ) -> Result<Bytes, Error> {
-    read_frame_chunk(pos, end, chunk, |at, len| {
+    read_batch_chunk(pos, end, chunk, |at, len| {
         let mut buf = vec![0u8; len];
         file.read_exact_at(&mut buf, at)
             .map_err(|e| Error::io(path, e))?;
@@ -101,7 +98,7 @@ pub fn read_chunk(
 
 /// [`read_chunk`] with the read itself supplied: `read(pos, len)` reads exactly `len` bytes at
 /// `pos` (the log passes one that reuses pooled buffers).
-pub(crate) fn read_frame_chunk(
+pub(crate) fn read_batch_chunk(
     pos: u64,
     end: u64,
     chunk: usize,
@@ -110,7 +107,7 @@ pub(crate) fn read_frame_chunk(
     let left = end.saturating_sub(pos);
     let want = usize::try_from(left).unwrap_or(usize::MAX).min(chunk);
     let first = read(pos, want)?;
-    match frame_len(&first) {
+    match batch_len(&first) {
         Some(n) if n > first.len() && n as u64 <= left => {
             // A batch longer than the chunk: read it whole.
             drop(first);
@@ -126,9 +123,9 @@ pub(crate) fn read_frame_chunk(
 /// # Errors
 /// [`Error::SeqOutOfRange`] when `seq` is past `i64::MAX` (a batch's base offset is an
 /// `i64`); [`Error::Encode`] when the message does not fit a v2 record (a value over 2 GiB).
-pub fn encode_frame(seq: u64, msg: &Message, buf: &mut Vec<u8>) -> Result<usize, Error> {
+pub fn encode_batch_of_one(seq: u64, msg: &Message, buf: &mut Vec<u8>) -> Result<usize, Error> {
     let start = buf.len();
-    encode_frames(
+    encode_batch_from(
         seq,
         std::slice::from_ref(msg),
         Compression::None,
@@ -141,7 +138,7 @@ pub fn encode_frame(seq: u64, msg: &Message, buf: &mut Vec<u8>) -> Result<usize,
 /// Appends one batch holding the first records of `msgs`, the first with seq `seq`, to `buf`:
 /// as many as keep its records within `max_record_bytes` before compression (at least one);
 /// returns how many it took (see [`batch::encode_messages`]).
-pub(crate) fn encode_frames(
+pub(crate) fn encode_batch_from(
     seq: u64,
     msgs: &[Message],
     compression: Compression,
@@ -157,10 +154,10 @@ pub(crate) fn encode_frames(
     })
 }
 
-/// [`encode_frames`] uncompressed, with the values of at least `borrow_at_least` bytes left out
+/// [`encode_batch_from`] uncompressed, with the values of at least `borrow_at_least` bytes left out
 /// of `buf` and listed in `pieces` (by their index in `msgs` plus `index_base`; see
 /// [`batch::encode_messages_split`]).
-pub(crate) fn encode_frames_split(
+pub(crate) fn encode_batch_from_split(
     seq: u64,
     msgs: &[Message],
     index_base: usize,
@@ -185,7 +182,7 @@ pub(crate) fn encode_frames_split(
     })
 }
 
-/// What kind of failure a [`FrameError`] is.
+/// What kind of failure a [`BadBytes`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fault {
     /// The bytes are not a valid batch (or not the one expected there).
@@ -198,15 +195,15 @@ pub(crate) enum Fault {
 
 /// Why a batch could not be decoded, relative to the start of the decoded buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct FrameError {
+pub(crate) struct BadBytes {
     pub(crate) position: usize,
     pub(crate) reason: String,
     pub(crate) fault: Fault,
 }
 
-impl FrameError {
+impl BadBytes {
     pub(crate) fn bad(position: usize, reason: impl Into<String>) -> Self {
-        FrameError {
+        BadBytes {
             position,
             reason: reason.into(),
             fault: Fault::Corrupt,
@@ -222,7 +219,7 @@ impl FrameError {
             }
             _ => Fault::Corrupt,
         };
-        FrameError {
+        BadBytes {
             position,
             reason: batch_reason(e),
             fault,
@@ -254,7 +251,7 @@ impl FrameError {
 }
 
 /// One batch whose framing, magic and CRC were checked.
-pub(crate) struct RawFrame {
+pub(crate) struct CheckedBatch {
     /// The seq of its first record (`baseOffset`).
     pub(crate) seq: u64,
     /// The seq of its last record (`baseOffset + lastOffsetDelta`).
@@ -271,29 +268,21 @@ pub(crate) enum Parsed {
     /// A complete batch that is invalid.
     Bad(String),
     /// A complete, valid batch.
-    Frame(RawFrame),
+    Batch(CheckedBatch),
 }
 
 /// Checks the batch at the start of `buf`: its length, magic and CRC-32C, that it holds at
 /// least one record, that `recordCount` is `lastOffsetDelta + 1`, that its offsets are seqs
 /// and that its `partitionLeaderEpoch` (which the CRC leaves out) is -1 or more.
-/// The records themselves are checked as they are read.
-pub(crate) fn parse_frame(buf: &Bytes) -> Parsed {
-    match parse_batch(buf) {
-        Parsed::Bad(_) if is_old_frame(buf, None) => Parsed::Bad(format!(
-            "a record frame of {OLD_FORMAT_NAME}, not {FORMAT_NAME}"
-        )),
-        other => other,
-    }
-}
-
-fn parse_batch(buf: &Bytes) -> Parsed {
-    let Some(len) = frame_len(buf) else {
+/// The records themselves are checked as they are read. Bytes of the old format are merely
+/// bad here; [`parse_batch`](super::format::parse_batch) names them.
+pub(crate) fn parse_v2_batch(buf: &Bytes) -> Parsed {
+    let Some(len) = batch_len(buf) else {
         return Parsed::Incomplete;
     };
-    if len < MIN_FRAME_LEN {
+    if len < MIN_BATCH_LEN {
         return Parsed::Bad(format!(
-            "batch length {len} is below the minimum {MIN_FRAME_LEN}"
+            "batch length {len} is below the minimum {MIN_BATCH_LEN}"
         ));
     }
     if buf.len() < len {
@@ -328,7 +317,7 @@ fn parse_batch(buf: &Bytes) -> Parsed {
     let (Ok(seq), Ok(last)) = (u64::try_from(h.base_offset), u64::try_from(h.last_offset())) else {
         return Parsed::Bad(format!("base offset {} is negative", h.base_offset));
     };
-    Parsed::Frame(RawFrame {
+    Parsed::Batch(CheckedBatch {
         seq,
         last,
         view,
@@ -353,27 +342,27 @@ pub(crate) fn batch_reason(e: &BatchError) -> String {
 ///
 /// ```
 /// use krabka_protocol::Message;
-/// use krabka_storage::segment::{encode_frame, peek_frame};
+/// use krabka_storage::segment::{encode_batch_of_one, peek_batch};
 ///
 /// let mut buf = Vec::new();
-/// let len = encode_frame(5, &Message::new("v"), &mut buf)?;
-/// assert_eq!(peek_frame(&buf), Some((5, 5, len)));
-/// assert_eq!(peek_frame(&buf[..len - 1]), None);
+/// let len = encode_batch_of_one(5, &Message::new("v"), &mut buf)?;
+/// assert_eq!(peek_batch(&buf), Some((5, 5, len)));
+/// assert_eq!(peek_batch(&buf[..len - 1]), None);
 /// # Ok::<(), krabka_storage::Error>(())
 /// ```
-pub fn peek_frame(buf: &[u8]) -> Option<(u64, u64, usize)> {
-    let len = frame_len(buf)?;
-    let header = buf.get(..FRAME_HEADER_LEN)?;
-    if len < MIN_FRAME_LEN || len > buf.len() || header.get(16)? != &2 {
+pub fn peek_batch(buf: &[u8]) -> Option<(u64, u64, usize)> {
+    let len = batch_len(buf)?;
+    let header = buf.get(..BATCH_HEADER_LEN)?;
+    if len < MIN_BATCH_LEN || len > buf.len() || header.get(16)? != &2 {
         return None;
     }
-    let (seq, last) = peek_frame_header(header)?;
+    let (seq, last) = peek_batch_header(header)?;
     (last < i64::MAX as u64).then_some((seq, last, len))
 }
 
 /// The first and last seq a batch header (the first 61 bytes of `header`) gives, when its
 /// record count and last offset delta agree; nothing else is checked.
-pub(crate) fn peek_frame_header(header: &[u8]) -> Option<(u64, u64)> {
+pub(crate) fn peek_batch_header(header: &[u8]) -> Option<(u64, u64)> {
     let base = i64::from_be_bytes(header.get(0..8)?.try_into().ok()?);
     let delta = i32::from_be_bytes(header.get(23..27)?.try_into().ok()?);
     let count = i32::from_be_bytes(header.get(57..61)?.try_into().ok()?);
@@ -393,9 +382,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("00000000000000000001.log");
         let mut buf = Vec::new();
-        encode_frame(1, &Message::new(vec![1u8; 500]), &mut buf).unwrap();
+        encode_batch_of_one(1, &Message::new(vec![1u8; 500]), &mut buf).unwrap();
         let first = buf.len();
-        encode_frame(2, &Message::new("b"), &mut buf).unwrap();
+        encode_batch_of_one(2, &Message::new("b"), &mut buf).unwrap();
         std::fs::write(&path, &buf).unwrap();
         let file = File::open(&path).unwrap();
         let end = buf.len() as u64;
@@ -419,21 +408,21 @@ mod tests {
     fn peek_agrees_with_parse_on_valid_batches_and_declines_implausible_headers() {
         let mut buf = Vec::new();
         let msgs: Vec<Message> = (0..5).map(|i| Message::new(format!("v{i}"))).collect();
-        encode_frames(10, &msgs, Compression::None, usize::MAX, &mut buf).unwrap();
+        encode_batch_from(10, &msgs, Compression::None, usize::MAX, &mut buf).unwrap();
         let bytes = Bytes::from(buf.clone());
-        let Parsed::Frame(f) = parse_frame(&bytes) else {
+        let Parsed::Batch(f) = parse_v2_batch(&bytes) else {
             panic!("not a batch")
         };
-        assert_eq!(peek_frame(&buf), Some((f.seq, f.last, f.len)));
+        assert_eq!(peek_batch(&buf), Some((f.seq, f.last, f.len)));
         assert_eq!((f.seq, f.last), (10, 14));
         // A record count that disagrees with the last offset delta.
         let mut lie = buf.clone();
         lie[60] ^= 1;
-        assert_eq!(peek_frame(&lie), None);
+        assert_eq!(peek_batch(&lie), None);
         // Torn.
-        assert_eq!(peek_frame(&buf[..buf.len() - 1]), None);
+        assert_eq!(peek_batch(&buf[..buf.len() - 1]), None);
         assert!(matches!(
-            parse_frame(&bytes.slice(..bytes.len() - 1)),
+            parse_v2_batch(&bytes.slice(..bytes.len() - 1)),
             Parsed::Incomplete
         ));
     }
@@ -442,7 +431,7 @@ mod tests {
     fn seqs_past_i64_max_are_refused() {
         let mut buf = Vec::new();
         assert!(matches!(
-            encode_frame(u64::MAX, &Message::new("x"), &mut buf),
+            encode_batch_of_one(u64::MAX, &Message::new("x"), &mut buf),
             Err(Error::SeqOutOfRange { seq: u64::MAX })
         ));
         assert!(buf.is_empty());

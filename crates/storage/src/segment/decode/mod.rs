@@ -1,0 +1,253 @@
+//! Decoding batches into records: the seq-checked decoding of a buffer of consecutive batches.
+
+use std::path::Path;
+
+use bytes::Bytes;
+
+use super::batch::{BadBytes, Parsed, peek_batch};
+use super::format::{old_frame_reason, parse_batch};
+use super::old::is_old_frame;
+use crate::{Error, Record};
+
+mod records;
+
+pub(crate) use self::records::batch_records;
+use self::records::decode_batch;
+
+/// Records decoded from the front of a buffer by [`decode_records`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodedRecords {
+    /// The decoded records with `seq >= from_seq`, in order.
+    pub records: Vec<Record>,
+    /// Bytes of complete batches consumed from the start of the buffer (including skipped
+    /// batches): a chunked reader continues at this offset. A batch that `max` stopped inside
+    /// is not counted: its records after the last one returned are read from it again.
+    pub consumed: usize,
+    /// The seq the batch at `consumed` must start with (the seq after the last consumed batch,
+    /// or the first seq of the batch `max` stopped inside); `None` when no batch was consumed
+    /// or entered.
+    pub next_seq: Option<u64>,
+}
+
+/// Decodes consecutive record batches from the start of `buf`.
+///
+/// Records with `seq < from_seq` are checked and skipped; decoding stops after `max` records
+/// or at an incomplete trailing batch. An incomplete trailing batch is not an error:
+/// [`DecodedRecords::consumed`] tells where the complete batches end, so a chunked reader
+/// fetches more bytes and continues there. The records share `buf` (no copy).
+///
+/// Seqs are checked across the buffer: every complete batch must start at the seq after the
+/// previous batch's last (a buffer spliced from two places of a segment, or from two segments, is
+/// rejected). The first batch's seq is not checked; use [`decode_records_at`] when the caller
+/// knows which seq the buffer must start with (for example bytes fetched from a remote store
+/// at a position an index gave for a seq).
+///
+/// # Errors
+/// [`Error::Corrupt`] (with an empty `path` and `position` relative to `buf`: the start of the
+/// offending batch) when a complete batch has a bad length, magic, CRC or record, or its seq
+/// does not follow the previous batch's; [`Error::NotAMessage`] at a record a `Message`
+/// cannot hold (a null value, a control or transactional batch).
+pub fn decode_records(buf: &Bytes, from_seq: u64, max: usize) -> Result<DecodedRecords, Error> {
+    decode_with(buf, None, from_seq, max, false)
+}
+
+/// [`decode_records`] that also requires the first batch of `buf` to start at
+/// `expected_first_seq` (when `buf` holds a complete batch and `max > 0`).
+///
+/// ```
+/// use krabka_protocol::{Bytes, Message};
+/// use krabka_storage::segment::{decode_records_at, encode_batch_of_one};
+///
+/// let mut buf = Vec::new();
+/// encode_batch_of_one(7, &Message::new("a"), &mut buf)?;
+/// let buf = Bytes::from(buf);
+/// assert_eq!(decode_records_at(&buf, 7, 7, 10)?.records.len(), 1);
+/// // The bytes do not start at seq 6.
+/// let wrong = decode_records_at(&buf, 6, 6, 10);
+/// assert!(matches!(wrong, Err(krabka_storage::Error::Corrupt { position: 0, .. })), "{wrong:?}");
+/// # Ok::<(), krabka_storage::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`decode_records`], and [`Error::Corrupt`] at position 0 when the first batch's seq is
+/// not `expected_first_seq`.
+pub fn decode_records_at(
+    buf: &Bytes,
+    expected_first_seq: u64,
+    from_seq: u64,
+    max: usize,
+) -> Result<DecodedRecords, Error> {
+    decode_with(buf, Some(expected_first_seq), from_seq, max, false)
+}
+
+/// [`decode_records_at`] for a caller that wants records from `from_seq` deep inside `buf`
+/// (a point read in a cached chunk): batches wholly before `from_seq`, other than the first,
+/// are stepped over by their header alone, without a CRC check, the way `Log::read` steps
+/// from an index entry to the seq asked for. Nothing of a skipped batch is returned; every
+/// record returned is checked (CRC, seq) as by [`decode_records_at`], and a damaged length
+/// among the skipped batches lands on bytes that fail the seq or CRC check.
+///
+/// ```
+/// use krabka_protocol::{Bytes, Message};
+/// use krabka_storage::segment::{decode_records_skipping, encode_batch_of_one};
+///
+/// let mut buf = Vec::new();
+/// for seq in 1..=100 {
+///     encode_batch_of_one(seq, &Message::new(format!("r{seq}")), &mut buf)?;
+/// }
+/// let buf = Bytes::from(buf);
+/// let got = decode_records_skipping(&buf, 1, 90, 1)?;
+/// assert_eq!(got.records[0].seq, 90);
+/// # Ok::<(), krabka_storage::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`decode_records_at`].
+pub fn decode_records_skipping(
+    buf: &Bytes,
+    expected_first_seq: u64,
+    from_seq: u64,
+    max: usize,
+) -> Result<DecodedRecords, Error> {
+    decode_with(buf, Some(expected_first_seq), from_seq, max, true)
+}
+
+fn decode_with(
+    buf: &Bytes,
+    expect: Option<u64>,
+    from_seq: u64,
+    max: usize,
+    fast_skip: bool,
+) -> Result<DecodedRecords, Error> {
+    decode_within(buf, expect, from_seq, max, u64::MAX, fast_skip)
+}
+
+/// [`decode_records_at`] (or, `expect` `None`, [`decode_records`]) that gives no record of a
+/// batch reaching past `last_allowed` (see [`decode_chunk`]).
+pub(crate) fn decode_within(
+    buf: &Bytes,
+    expect: Option<u64>,
+    from_seq: u64,
+    max: usize,
+    last_allowed: u64,
+    fast_skip: bool,
+) -> Result<DecodedRecords, Error> {
+    let mut records = Vec::new();
+    let (consumed, next_seq) = decode_chunk(
+        buf,
+        from_seq,
+        max,
+        expect,
+        last_allowed,
+        fast_skip,
+        &mut records,
+    )
+    .map_err(|e| e.into_error(Path::new(""), 0))?;
+    Ok(DecodedRecords {
+        records,
+        consumed,
+        next_seq,
+    })
+}
+
+/// [`decode_records`] that also insists the first batch starts at `expect` (when given) and
+/// appends the records to `out`; returns the bytes consumed and the seq the batch there must
+/// start with (see [`DecodedRecords`]).
+///
+/// With `fast_skip`, batches wholly before `from_seq` other than the buffer's first are
+/// stepped over by their header alone, without a CRC check: nothing of them is returned,
+/// every record returned is still checked, and a wrong length lands on bytes that fail the
+/// seq or CRC check of a later batch. The first batch is always checked, so that a reader
+/// positioned by an index entry learns at once when the entry does not point at a batch.
+///
+/// No batch reaching past `last_allowed` (the last seq of a closed segment: the next segment
+/// starts after it) gives a record: it is damage at its position. Checked once per batch, from
+/// its header.
+pub(crate) fn decode_chunk(
+    buf: &Bytes,
+    from_seq: u64,
+    max: usize,
+    mut expect: Option<u64>,
+    last_allowed: u64,
+    fast_skip: bool,
+    out: &mut Vec<Record>,
+) -> Result<(usize, Option<u64>), BadBytes> {
+    let mut pos = 0usize;
+    let mut next_seq = None;
+    let mut left = max;
+    while left > 0 && pos < buf.len() {
+        let rest = buf.get(pos..).unwrap_or(&[]);
+        if fast_skip
+            && pos > 0
+            && expect.is_some_and(|e| e < from_seq)
+            && let Some((seq, last, len)) = peek_batch(rest)
+            && last < from_seq
+        {
+            if let Some(e) = expect
+                && seq != e
+            {
+                return Err(BadBytes::bad(
+                    pos,
+                    format!("batch starts at seq {seq}, expected {e}"),
+                ));
+            }
+            if last > last_allowed {
+                return Err(beyond_end(pos, seq, last, last_allowed));
+            }
+            pos += len;
+            expect = Some(last + 1);
+            next_seq = expect;
+            continue;
+        }
+        let batch = match parse_batch(&buf.slice(pos..)) {
+            Parsed::Incomplete => break,
+            Parsed::Bad(_) if is_old_frame(rest, expect) => {
+                return Err(BadBytes::bad(pos, old_frame_reason()));
+            }
+            Parsed::Bad(reason) => return Err(BadBytes::bad(pos, reason)),
+            Parsed::Batch(f) => f,
+        };
+        if let Some(e) = expect
+            && batch.seq != e
+        {
+            return Err(BadBytes::bad(
+                pos,
+                format!("batch starts at seq {}, expected {e}", batch.seq),
+            ));
+        }
+        if batch.last > last_allowed {
+            return Err(beyond_end(pos, batch.seq, batch.last, last_allowed));
+        }
+        let after = batch
+            .last
+            .checked_add(1)
+            .ok_or_else(|| BadBytes::bad(pos, "seq overflows u64"))?;
+        if batch.last >= from_seq && !decode_batch(&batch, pos, from_seq, &mut left, out)? {
+            // `max` stopped inside this batch: it is read again from its start.
+            return Ok((pos, Some(batch.seq)));
+        }
+        pos += batch.len;
+        expect = Some(after);
+        next_seq = Some(after);
+    }
+    Ok((pos, next_seq))
+}
+
+/// What the reason of [`beyond_end`] says, for a reader that adds which file follows.
+pub(crate) const BEYOND_END: &str = "lies beyond the end of the closed segment";
+
+/// The error for a batch of seqs `seq..=last` at `pos` that runs past `last_allowed`, the last
+/// seq its closed segment may hold.
+pub(crate) fn beyond_end(pos: usize, seq: u64, last: u64, last_allowed: u64) -> BadBytes {
+    BadBytes::bad(
+        pos,
+        format!(
+            "a batch of seqs {seq}..={last} {BEYOND_END}, whose last seq is {last_allowed} (the \
+             next segment starts at seq {})",
+            last_allowed.saturating_add(1)
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests;
