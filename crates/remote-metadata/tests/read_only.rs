@@ -16,7 +16,7 @@ use krabka_remote_metadata::{
     ReadOnlyRemoteLogMetadataManager, RemoteLogMetadataManager,
 };
 use krabka_remote_storage::*;
-use krabka_storage::segment::{encode_frame, segment_file_name};
+use krabka_storage::segment::{encode_batch_of_one, segment_file_name};
 
 fn tp() -> TopicIdPartition {
     TopicIdPartition::new(Uuid::from_u128(405), "read-only", 0)
@@ -180,7 +180,7 @@ fn a_torn_last_event_is_left_in_place_reported_and_cut_by_the_owner_afterwards()
     // Garbage shorter than a frame header, and the first bytes of a batch that claims more
     // than the file holds: both are what an append cut short leaves.
     let mut torn_batch = Vec::new();
-    encode_frame(99, &Message::new(vec![7u8; 300]), &mut torn_batch).unwrap();
+    encode_batch_of_one(99, &Message::new(vec![7u8; 300]), &mut torn_batch).unwrap();
     torn_batch.truncate(40);
     for garbage in [&b"garbage"[..], &torn_batch] {
         let tmp = tempfile::tempdir().unwrap();

@@ -153,7 +153,7 @@ fn seq_damage(e: krabka_storage::Error) -> Result<RemoteStorageError, krabka_sto
 fn view_damage(e: krabka_storage::Error) -> Result<RemoteStorageError, krabka_storage::Error> {
     use krabka_storage::Error as E;
     Ok(match e {
-        E::BadFrame {
+        E::BadBatch {
             path,
             position,
             seq,

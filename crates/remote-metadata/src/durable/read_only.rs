@@ -13,7 +13,7 @@ use krabka_remote_storage::{
     RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, RemoteStorageError,
 };
 use krabka_storage::segment::{
-    FRAME_HEADER_LEN, frame_len, is_old_format_file, parse_segment_file_name,
+    BATCH_HEADER_LEN, batch_len, is_old_format_file, parse_segment_file_name,
 };
 use krabka_storage::view::LogView;
 
@@ -300,7 +300,7 @@ fn replay_view(
             Ok(records) => records,
             // A complete header whose frame runs past the end of the file but that the reader
             // already finds wrong (a magic byte): open still cuts it as torn.
-            Err(krabka_storage::Error::BadFrame {
+            Err(krabka_storage::Error::BadBatch {
                 path,
                 position,
                 seq,
@@ -366,10 +366,10 @@ fn cut_at_open(
     let file = File::open(path).map_err(io_err)?;
     let len = file.metadata().map_err(io_err)?.len();
     // The length field ends at byte 12 of a frame, well inside its header.
-    let header_len = len.saturating_sub(position).min(FRAME_HEADER_LEN as u64);
+    let header_len = len.saturating_sub(position).min(BATCH_HEADER_LEN as u64);
     let mut header = vec![0u8; usize::try_from(header_len).unwrap_or(0)];
     file.read_exact_at(&mut header, position).map_err(io_err)?;
-    let incomplete = frame_len(&header).is_none_or(|n| position.saturating_add(n as u64) > len);
+    let incomplete = batch_len(&header).is_none_or(|n| position.saturating_add(n as u64) > len);
     Ok(incomplete
         && view
             .tail_cut_at_open(base, position, last_intact)
