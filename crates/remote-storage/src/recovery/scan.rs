@@ -183,10 +183,25 @@ fn scan_inner(
     };
     let mut ignored = Vec::new();
     let mut epoch_keys = Vec::new();
-    let (listed, objects_listed) = list_segments(lister, &dir, &mut ignored, &mut epoch_keys)?;
+    let mut head_listed = false;
+    let (listed, objects_listed) = list_segments(
+        lister,
+        &dir,
+        &mut ignored,
+        &mut epoch_keys,
+        &mut head_listed,
+    )?;
     let max_epoch = epoch_keys.iter().map(|(e, _)| *e).max().unwrap_or(0);
     let epochs = read_epochs(lister, epoch_keys, &mut ignored)?;
-    let head = used::trusted(head, tp, &dir, &epochs, max_epoch, &mut ignored);
+    let head = used::trusted(
+        head,
+        head_listed,
+        tp,
+        &dir,
+        &epochs,
+        max_epoch,
+        &mut ignored,
+    );
     let mut unsure: Vec<Unsure> = Vec::new();
     let mut causes: Vec<HoleCause> = Vec::new();
     let manifests: Vec<(u64, Uuid)> = listed
@@ -540,12 +555,14 @@ fn segment_keys(
 }
 
 /// Folds the listing of `dir` into one entry per segment; names the layout does not write go
-/// to `ignored`. Returns the entries and how many objects were listed.
+/// to `ignored`, epoch records to `epoch_keys`; `head_listed` says whether the head was
+/// listed. Returns the entries and how many objects were listed.
 fn list_segments(
     lister: &dyn RemoteSegmentLister,
     dir: &str,
     ignored: &mut Vec<IgnoredObject>,
     epoch_keys: &mut Vec<(u64, String)>,
+    head_listed: &mut bool,
 ) -> Result<(Segments, u64), RemoteStorageError> {
     let mut listed = Segments::new();
     let mut objects_listed = 0u64;
@@ -558,6 +575,8 @@ fn list_segments(
             // for the lineage; the rest (and temporary files of their writes) are left alone.
             if let Some(epoch) = layout::parse_epoch_name(name) {
                 epoch_keys.push((epoch, obj.key));
+            } else if name == layout::HEAD_NAME {
+                *head_listed = true;
             }
             return Ok(());
         }

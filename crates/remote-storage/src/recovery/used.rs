@@ -42,6 +42,9 @@ pub(super) enum HeadFound {
     Read(PartitionHead),
     /// One that is there but cannot be used, and why.
     Unusable(String),
+    /// A read that failed in a way that does not say whether the head exists: the listing
+    /// decides (absent unless it lists the head).
+    Failed(String),
 }
 
 /// Reads the head of the partition directory `dir`.
@@ -65,15 +68,17 @@ pub(super) fn read(
         }
         Err(e) if e.is_not_found() => Ok(HeadFound::Absent),
         Err(e) if e.is_retriable() => Err(e),
-        Err(e) => Ok(HeadFound::Unusable(format!("unreadable: {e}"))),
+        Err(e) => Ok(HeadFound::Failed(format!("unreadable: {e}"))),
     }
 }
 
 /// The head when it is one the writer of its epoch wrote for `tp`: it names `tp` and a writer
 /// epoch an epoch record holds (with the record's incarnation, when the record decodes).
 /// Anything else is reported in `ignored` ([`IgnoreReason::UnusableHead`]) and not used.
+/// `listed`: whether the listing showed the head.
 pub(super) fn trusted(
     found: HeadFound,
+    listed: bool,
     tp: &TopicIdPartition,
     dir: &str,
     epochs: &[EpochRecord],
@@ -82,7 +87,8 @@ pub(super) fn trusted(
 ) -> Option<PartitionHead> {
     let why = match found {
         HeadFound::NotRead | HeadFound::Absent => return None,
-        HeadFound::Unusable(why) => why,
+        HeadFound::Failed(_) if !listed => return None,
+        HeadFound::Unusable(why) | HeadFound::Failed(why) => why,
         HeadFound::Read(h) => {
             let foreign_incarnation = epochs
                 .iter()
