@@ -30,6 +30,16 @@
 //!    map (a decorator restoring its own metadata and checking it can open the segment: a
 //!    transform header that is damaged, a key not given); one it cannot open is reported
 //!    ([`IgnoreReason::Unreadable`]) and costs its own seqs only, like a damaged segment.
+//! 5. **Used seqs.** [`RemoteScan::claimed_end`], after which a recovered log continues, is the
+//!    highest seq the bucket shows used ([`scan_with_head`] also reads the partition head,
+//!    before the listing): the whole segments, the readable manifests of copies not recovered,
+//!    the newest epoch record's first seq, every segment a head its epoch's writer wrote lists
+//!    as finished, and a segment with no usable manifest as far as the head's entry for it or
+//!    its own offset index bounds it. A segment only its object names tie to seqs counts by its
+//!    first seq when that lies within or right after the rest; beyond, it is a stray
+//!    ([`IgnoreReason::Stray`]): reported under its own keys, never a hole. Every hole comes
+//!    with what shows its seqs used ([`RemoteScan::causes`]). The rule, and why, is in
+//!    `docs/tiering.md` ("Which seqs count as used").
 //!
 //! Memory: the listing is folded, page by page, into one small entry per segment (sizes and
 //! which objects exist), which is the only time the listing is held; decoded manifests replace
