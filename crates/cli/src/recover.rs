@@ -115,6 +115,13 @@ fn print(
             hole.end(),
             human::count(hole.end().saturating_sub(*hole.start()).saturating_add(1))
         )?;
+        for cause in report
+            .causes
+            .iter()
+            .filter(|c| c.seqs.start() <= hole.end() && hole.start() <= c.seqs.end())
+        {
+            outln!("                    {}", cause.reason)?;
+        }
     }
     match &report.local_log {
         LocalLogOutcome::StartedAt(seq) => {

@@ -340,3 +340,228 @@ fn tiering_files_are_never_reported_as_ignored() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("ignored"), "{err}");
 }
+
+/// A log of 3,000 records tiered in 32 KiB segments by `tier` (which keeps the partition
+/// head): the remote directory, the partition directory, and the segment stems in seq order.
+struct Bucket {
+    _work: tempfile::TempDir,
+    root: std::path::PathBuf,
+    remote: String,
+    part: std::path::PathBuf,
+    stems: Vec<String>,
+    /// The last seq tiered (the newest segment's end).
+    end: u64,
+}
+
+fn tiered_bucket() -> Bucket {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().to_path_buf();
+    let log = root.join("a").join("t1");
+    let remote_dir = root.join("R");
+    let remote = format!("fs://{}", remote_dir.display());
+    let log_s = log.to_str().unwrap();
+    krabka(&[
+        "produce",
+        log_s,
+        "--generate",
+        "3000",
+        "--segment-bytes",
+        "32KiB",
+    ]);
+    krabka(&[
+        "tier",
+        log_s,
+        "--remote",
+        &remote,
+        "--local-retention-bytes",
+        "0",
+    ]);
+    let part = std::fs::read_dir(&remote_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .unwrap();
+    let mut stems: Vec<String> = std::fs::read_dir(&part)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter_map(|n| n.strip_suffix(".manifest").map(str::to_owned))
+        .collect();
+    stems.sort();
+    assert!(stems.len() > 10, "{stems:?}");
+    // The local log's active segment starts right after the last tiered seq.
+    let end = std::fs::read_dir(&log)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_suffix(".log")?.parse::<u64>().ok()
+        })
+        .max()
+        .unwrap()
+        - 1;
+    Bucket {
+        _work: work,
+        root,
+        remote,
+        part,
+        stems,
+        end,
+    }
+}
+
+impl Bucket {
+    /// The newest segment's first seq.
+    fn newest_start(&self) -> u64 {
+        self.stems.last().unwrap()[..20].parse().unwrap()
+    }
+
+    fn newest(&self) -> std::path::PathBuf {
+        self.part.join(self.stems.last().unwrap())
+    }
+
+    /// Runs `recover` into a new directory `name`; its stdout.
+    fn recover(&self, name: &str) -> (std::path::PathBuf, String) {
+        let dir = self.root.join(name);
+        let out = krabka(&[
+            "recover",
+            dir.to_str().unwrap(),
+            "--remote",
+            &self.remote,
+            "--topic",
+            "t1",
+        ]);
+        (dir, String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `read DIR --remote`: exit code, stdout, stderr.
+    fn read(&self, dir: &std::path::Path) -> (Option<i32>, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_krabka"))
+            .args(["read", dir.to_str().unwrap(), "--remote", &self.remote])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+/// What `recover` must say and leave when the newest segment's seqs `from..=to` are lost: a
+/// named hole, the local log after it, reads failing naming it, and appends above it.
+fn assert_newest_lost_and_never_reused(b: &Bucket, dir: &std::path::Path, stdout: &str) {
+    let (from, to) = (b.newest_start(), b.end);
+    assert!(
+        stdout.contains(&format!("hole            seqs {from}..={to} are lost")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("continues at seq {}", to + 1)),
+        "{stdout}"
+    );
+    let (code, printed, stderr) = b.read(dir);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("seqs {from}..={to} are lost")),
+        "{stderr}"
+    );
+    assert_eq!(printed.lines().count() as u64, from - 1);
+    krabka(&[
+        "produce",
+        dir.to_str().unwrap(),
+        "--generate",
+        "3",
+        "--seed",
+        "7",
+    ]);
+    let (_, printed, _) = b.read(dir);
+    let seqs: Vec<u64> = printed
+        .lines()
+        .map(|l| l.split('\t').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(seqs.len() as u64, from - 1 + 3);
+    assert_eq!(
+        seqs[seqs.len() - 3..],
+        [to + 1, to + 2, to + 3],
+        "appended above {to}"
+    );
+}
+
+#[test]
+fn a_deleted_newest_segment_the_head_lists_is_a_named_hole_and_produce_appends_above_it() {
+    let b = tiered_bucket();
+    for e in std::fs::read_dir(&b.part).unwrap().flatten() {
+        let name = e.file_name().into_string().unwrap();
+        if name.starts_with(b.stems.last().unwrap().as_str()) {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    let (dir, stdout) = b.recover("n");
+    assert!(
+        stdout.contains("the partition head lists segment")
+            && stdout.contains("no object of it is left"),
+        "{stdout}"
+    );
+    assert_newest_lost_and_never_reused(&b, &dir, &stdout);
+}
+
+#[test]
+fn a_damaged_newest_manifest_costs_its_whole_segment_never_one_guessed_seq() {
+    let b = tiered_bucket();
+    let manifest = b.newest().with_extension("manifest");
+    let mut bytes = std::fs::read(&manifest).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&manifest, &bytes).unwrap();
+    let (dir, stdout) = b.recover("n");
+    assert!(stdout.contains("corrupt manifest"), "{stdout}");
+    assert_newest_lost_and_never_reused(&b, &dir, &stdout);
+}
+
+#[test]
+fn a_newest_manifest_replaced_by_the_previous_one_is_a_hole_past_which_the_log_continues() {
+    let b = tiered_bucket();
+    let n = b.stems.len();
+    std::fs::copy(
+        b.part.join(format!("{}.manifest", b.stems[n - 2])),
+        b.part.join(format!("{}.manifest", b.stems[n - 1])),
+    )
+    .unwrap();
+    let (dir, stdout) = b.recover("n");
+    assert!(
+        stdout.contains("manifest does not match its key"),
+        "{stdout}"
+    );
+    assert_newest_lost_and_never_reused(&b, &dir, &stdout);
+}
+
+#[test]
+fn a_stray_log_object_beyond_everything_written_is_ignored_and_reads_exit_zero() {
+    let b = tiered_bucket();
+    let stray = "00000000000000009999-11111111-2222-4333-8444-555555555555.log";
+    std::fs::copy(b.newest().with_extension("log"), b.part.join(stray)).unwrap();
+    let (dir, stdout) = b.recover("n");
+    assert!(!stdout.contains("hole "), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "recovered       {} segments, seq 1..={}",
+            b.stems.len(),
+            b.end
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("continues at seq {}", b.end + 1)),
+        "{stdout}"
+    );
+    let part_name = b.part.file_name().unwrap().to_str().unwrap();
+    assert!(
+        stdout.contains(&format!("{part_name}/{stray}: a stray object")),
+        "{stdout}"
+    );
+    let (code, printed, stderr) = b.read(&dir);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(printed.lines().count() as u64, b.end);
+}

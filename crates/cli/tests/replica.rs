@@ -868,3 +868,41 @@ fn a_rolled_back_head_is_reported_by_a_fresh_and_a_following_replica() {
     let seqs: Vec<u64> = got.iter().map(|l| seq_of(l)).collect();
     assert_eq!(seqs, (1..=copied).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_replica_fails_naming_a_newest_manifest_replaced_by_the_previous_one() {
+    let work = tempfile::tempdir().unwrap();
+    let log = work.path().join("orders");
+    let remote_dir = work.path().join("remote");
+    let remote = format!("fs://{}", remote_dir.display());
+    produce(&log, 3000, 42);
+    tier(&log, &remote, &[]);
+    let copied = active_base(&log) - 1;
+    let dir = partition_dir(&remote_dir);
+    let mut manifests: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".manifest"))
+        .collect();
+    manifests.sort();
+    let n = manifests.len();
+    assert!(n > 10, "{manifests:?}");
+    std::fs::copy(dir.join(&manifests[n - 2]), dir.join(&manifests[n - 1])).unwrap();
+    let from: u64 = manifests[n - 1][..20].parse().unwrap();
+    let out = krabka(&["read", "--remote", &remote, "--topic", "orders"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let seqs: Vec<u64> = text(&out.stdout).lines().map(seq_of).collect();
+    assert_eq!(seqs, (1..from).collect::<Vec<u64>>());
+    let stderr = text(&out.stderr);
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_default();
+    assert!(
+        error.contains(&format!("seqs {from}..={copied} are lost"))
+            && error.contains(&manifests[n - 1])
+            && error.contains("manifest does not match its key"),
+        "{stderr}"
+    );
+}

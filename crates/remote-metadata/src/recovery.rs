@@ -3,7 +3,7 @@
 //! [`manifest`](krabka_remote_storage::manifest::encode) every copy writes when it is complete.
 //! (`krabka_tiering::recovery` runs this and binds the recovered local log to its remote.)
 //!
-//! [`recover`] runs the SPI's read-only [`scan_with`]: it
+//! [`recover`] runs the SPI's read-only [`scan_with_head`]: it reads the partition head, then
 //! lists the partition's objects through a [`RemoteSegmentLister`] (each backend implements
 //! it: a directory read on a filesystem, paginated `ListObjectsV2` on S3), reads the manifests
 //! with bounded parallelism, validates them, and chooses the segments that form the log (the
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::collections::BTreeMap;
 
 use krabka_remote_storage::metadata::RemoteLogMetadataManager;
-use krabka_remote_storage::recovery::{RemoteScan, Unmanifested, scan_with};
+use krabka_remote_storage::recovery::{RemoteScan, Unmanifested, scan_with_head};
 use krabka_remote_storage::{
     IndexType, LOG_SUFFIX, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState,
     RemoteStorageError, TopicIdPartition, layout,
@@ -35,7 +35,7 @@ use uuid::Uuid;
 use crate::DurableRemoteLogMetadataManager;
 
 pub use krabka_remote_storage::recovery::{
-    IgnoreReason, IgnoredObject, ListedObject, RemoteSegmentLister, find_partitions,
+    HoleCause, IgnoreReason, IgnoredObject, ListedObject, RemoteSegmentLister, find_partitions,
 };
 
 /// Default number of manifests read at once.
@@ -182,6 +182,11 @@ pub struct RecoveryReport {
     /// seqs only; the tiering layer's reads of them fail naming the hole
     /// (`krabka_tiering::Error::RemoteHole`).
     pub holes: Vec<RangeInclusive<u64>>,
+    /// What shows the seqs of [`holes`](Self::holes) used, naming the objects left of each
+    /// segment and what is wrong with them (the partition head listing a segment as finished,
+    /// a manifest, an offset index, the object names, an epoch record):
+    /// [`RemoteScan::causes`](krabka_remote_storage::recovery::RemoteScan::causes).
+    pub causes: Vec<HoleCause>,
     /// The highest seq the bucket shows a writer used
     /// ([`RemoteScan::claimed_end`](krabka_remote_storage::recovery::RemoteScan::claimed_end)):
     /// the local log continues after it, so no acknowledged seq is used twice. Above the end
@@ -272,7 +277,7 @@ pub fn install<'a>(
     // the recovered directory later claims the partition.
     let started_ms = krabka_remote_storage::now_ms();
     let rebuild = |lost: &Unmanifested| rebuild_metadata(lister, lost);
-    let mut scan = scan_with(
+    let mut scan = scan_with_head(
         lister,
         tp,
         options.concurrency,
@@ -291,6 +296,7 @@ pub fn install<'a>(
         rebuilt,
         ignored,
         holes,
+        causes,
         claimed_end,
         ..
     } = scan;
@@ -328,6 +334,7 @@ pub fn install<'a>(
             deleted: Vec::new(),
             local_log,
             holes,
+            causes,
             claimed_end,
         },
         orphans,

@@ -87,6 +87,13 @@ impl RemoteSegmentLister for Generated {
     }
 
     fn read_object(&self, key: &str) -> Result<Vec<u8>, RemoteStorageError> {
+        // Only manifests exist: the partition head a recovery asks for first is absent.
+        if !key.ends_with(layout::MANIFEST_SUFFIX) {
+            return Err(RemoteStorageError::io(
+                key,
+                std::io::ErrorKind::NotFound.into(),
+            ));
+        }
         self.reads.fetch_add(1, Ordering::Relaxed);
         Ok(manifest::encode(&self.meta(self.index_of(key))))
     }

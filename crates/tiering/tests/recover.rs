@@ -9,6 +9,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "recover/head.rs"]
+mod head;
 
 use std::path::Path;
 use std::sync::Arc;

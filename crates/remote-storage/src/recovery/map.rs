@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::scan::RemoteScan;
-use super::{IgnoreReason, IgnoredObject};
+use super::{HoleCause, IgnoreReason, IgnoredObject};
 use crate::error::RemoteStorageError;
 use crate::layout;
 use crate::model::RemoteLogSegmentMetadata;
@@ -40,21 +40,31 @@ impl RemoteScan {
         let chosen = std::mem::take(&mut self.chosen);
         let outcomes = map_all(&chosen, concurrency.max(1), map)?;
         let mut kept = Vec::with_capacity(chosen.len());
+        let mut causes = std::mem::take(&mut self.causes);
         for (m, outcome) in chosen.into_iter().zip(outcomes) {
             match outcome {
                 Ok(mapped) => kept.push(mapped),
                 Err(e) => {
                     let manifest = layout::manifest_key(&m)?;
                     self.rebuilt.retain(|k| *k != manifest);
-                    self.ignored.push(IgnoredObject {
-                        key: layout::log_key(&m)?,
-                        reason: IgnoreReason::Unreadable(words(&e)),
+                    let key = layout::log_key(&m)?;
+                    let reason = IgnoreReason::Unreadable(words(&e));
+                    causes.push(HoleCause {
+                        seqs: m.start_offset()..=m.end_offset(),
+                        key: key.clone(),
+                        reason: format!(
+                            "a whole segment held seqs {}..={}, but {key} {reason}",
+                            m.start_offset(),
+                            m.end_offset()
+                        ),
                     });
+                    self.ignored.push(IgnoredObject { key, reason });
                 }
             }
         }
         kept.sort_by_key(RemoteLogSegmentMetadata::start_offset);
         self.holes = super::choose::holes_of(&kept, self.claimed_end);
+        self.causes = super::used::of_holes(causes, &self.holes);
         self.chosen = kept;
         self.ignored.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(self)
@@ -151,6 +161,7 @@ mod tests {
             epochs: Vec::new(),
             max_epoch: 0,
             holes: vec![31..=40],
+            causes: Vec::new(),
             claimed_end: segments.last().map(|s| s.1),
         }
     }

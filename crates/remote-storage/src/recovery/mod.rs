@@ -30,6 +30,16 @@
 //!    map (a decorator restoring its own metadata and checking it can open the segment: a
 //!    transform header that is damaged, a key not given); one it cannot open is reported
 //!    ([`IgnoreReason::Unreadable`]) and costs its own seqs only, like a damaged segment.
+//! 5. **Used seqs.** [`RemoteScan::claimed_end`], after which a recovered log continues, is the
+//!    highest seq the bucket shows used ([`scan_with_head`] also reads the partition head,
+//!    before the listing): the whole segments, the readable manifests of copies not recovered,
+//!    the newest epoch record's first seq, every segment a head its epoch's writer wrote lists
+//!    as finished, and a segment with no usable manifest as far as the head's entry for it or
+//!    its own offset index bounds it. A segment only its object names tie to seqs counts by its
+//!    first seq when that lies within or right after the rest; beyond, it is a stray
+//!    ([`IgnoreReason::Stray`]): reported under its own keys, never a hole. Every hole comes
+//!    with what shows its seqs used ([`RemoteScan::causes`]). The rule, and why, is in
+//!    `docs/tiering.md` ("Which seqs count as used").
 //!
 //! Memory: the listing is folded, page by page, into one small entry per segment (sizes and
 //! which objects exist), which is the only time the listing is held; decoded manifests replace
@@ -46,9 +56,10 @@ use crate::model::{IndexType, TopicIdPartition};
 mod choose;
 mod map;
 mod scan;
+mod used;
 
 pub use map::MapChosen;
-pub use scan::{Rebuild, RemoteScan, Unmanifested, scan, scan_with};
+pub use scan::{HoleCause, Rebuild, RemoteScan, Unmanifested, scan, scan_with, scan_with_head};
 
 /// One object of a listing: its key relative to the backend's root or prefix (as
 /// [`layout`] makes them) and its size in bytes.
@@ -231,6 +242,25 @@ pub enum IgnoreReason {
     /// An ownership record (identity or writer epoch) that does not decode: reported, kept.
     /// A claimant still claims above an unreadable epoch record.
     CorruptOwnershipRecord(String),
+    /// An object of a segment with no usable manifest (missing, corrupt or naming another
+    /// segment) whose seqs nothing bounds (no head entry, no readable offset index) and whose
+    /// first seq, taken from its name, lies beyond everything the partition head, the epoch
+    /// records and the readable manifests show written (`written_to`; `None`: nothing shows
+    /// any seq written). No writer is known to have used those seqs: a stray or made-up
+    /// object. Reported under its own key (one entry per object), kept, never used, and never
+    /// counted as used seqs (it makes no hole and does not move the recovered log's next seq).
+    Stray {
+        /// The highest seq the head, the epoch records and the readable manifests show
+        /// written.
+        written_to: Option<u64>,
+        /// Why its segment is not usable.
+        why: String,
+    },
+    /// The partition head ([`crate::head`]) that recovery cannot trust: it does not decode,
+    /// is too large, names another partition, or names a writer epoch no epoch record holds
+    /// (or another incarnation than its record's). Reported, kept, not used: the epoch records
+    /// and the listing bound what was written.
+    UnusableHead(String),
     /// A whole, chosen segment that the caller's map ([`RemoteScan::map_chosen`]) cannot
     /// open, in its words (e.g. a transforming layer: a damaged transform header, a key that
     /// was not given). Reported under its `.log` object's key; kept, never deleted; its seqs
@@ -284,6 +314,15 @@ impl fmt::Display for IgnoreReason {
             ),
             Self::CorruptOwnershipRecord(why) => write!(f, "corrupt ownership record: {why}"),
             Self::Unreadable(why) => write!(f, "cannot be opened: {why}"),
+            Self::Stray { written_to, why } => write!(
+                f,
+                "a stray object ({why}): its first seq lies beyond {}, and nothing gives its end; not a segment any writer is known to have written, not counted as used",
+                written_to.map_or_else(
+                    || "every seq written (the head, the epoch records and the manifests show none)".to_owned(),
+                    |e| format!("seq {e}, the highest the head, the epoch records and the manifests show written")
+                )
+            ),
+            Self::UnusableHead(why) => write!(f, "partition head not used: {why}"),
         }
     }
 }

@@ -12,8 +12,9 @@ use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteStorageError, TopicI
 use crate::metadata::DurableRemoteLogMetadataManager;
 
 pub use krabka_remote_metadata::recovery::{
-    DEFAULT_RECOVERY_CONCURRENCY, IgnoreReason, IgnoredObject, ListedObject, LocalLogOutcome,
-    MapMetadata, MapMetadataFn, RecoveryReport, RemoteSegmentLister, find_partitions,
+    DEFAULT_RECOVERY_CONCURRENCY, HoleCause, IgnoreReason, IgnoredObject, ListedObject,
+    LocalLogOutcome, MapMetadata, MapMetadataFn, RecoveryReport, RemoteSegmentLister,
+    find_partitions,
 };
 pub use report::{Recovery, RecoveryOptions};
 

@@ -56,7 +56,9 @@ fn refused_by_map(d: &Damage<'_>) -> bool {
 }
 
 /// Whether the damage is one of a copy that is no loss (in progress, abandoned before it was
-/// finished, being deleted, another writer's): it never held finished seqs.
+/// finished, being deleted, another writer's): it never held finished seqs. A manifest that
+/// names another segment than its key is a loss like a corrupt one: the segment its key names
+/// has no readable manifest (a segment the head lists then is lost, never "not copied yet").
 fn not_a_loss(d: &Damage<'_>) -> bool {
     matches!(
         d.ignored.reason,
@@ -67,7 +69,6 @@ fn not_a_loss(d: &Damage<'_>) -> bool {
             | IgnoreReason::UnrecognizedName
             | IgnoreReason::Superseded { .. }
             | IgnoreReason::FencedOut { .. }
-            | IgnoreReason::ForeignManifest(_)
             | IgnoreReason::CorruptOwnershipRecord(_)
     )
 }
