@@ -399,7 +399,8 @@ fn scan_inner(
             seqs: from..=below,
             key: layout::epoch_key(&dir, e.epoch),
             reason: format!(
-                "writer epoch {}'s record says seqs below {} were in the bucket when it claimed                  the partition, but no segment holding seqs {from}..={below} is left",
+                "writer epoch {}'s record says seqs below {} were in the bucket when it claimed \
+                 the partition, but no segment holding seqs {from}..={below} is left",
                 e.epoch, e.start_seq
             ),
         });
