@@ -113,10 +113,11 @@ pub use lost::{LOST_SEQS_FILE, read as read_lost_seqs};
 pub use ownership::{BINDING_FILE, RemoteOwnership};
 pub use partition::{Access, PartitionDir, RemoteTier};
 pub use quota::ByteRateQuota;
+pub use read::holes::{HoleRead, LostSeqs};
 pub use retention_point::{RETENTION_POINT_FILE, read as read_retention_point};
 pub use service::{ShutdownReport, TieringService};
 pub use stats::{RemoteRequests, TieringReport, TieringStats};
-pub use tiered::{HoleRead, LocalLogView, LostSeqs, TieredLog};
+pub use tiered::{LocalLogView, TieredLog};
 
 /// The filesystem backend (feature `fs`, on by default).
 #[cfg(feature = "fs")]

@@ -387,51 +387,43 @@ impl Source for ReplicaSource {
         if self.next < stats.first_seq {
             return Err(self.out_of_range(self.next, &stats));
         }
-        // A hole (a segment missing or refused between two served ones) is skipped, named on
-        // stderr and in the final error, as `read DIR --remote` does; bounded.
+        // Holes (a segment missing or refused between two served ones) are stepped over by the
+        // replica, each named on stderr and in the final error; bounded.
         for _ in 0..MAX_HOLES_PER_CALL {
-            match self.replica.read(self.next, max) {
-                Err(krabka_tiering::Error::Read(krabka_tiering::ReadError::RemoteHole {
-                    from,
-                    to,
-                    reason,
-                    ..
-                })) if to >= self.next => {
-                    match &reason {
-                        Some(why) => {
-                            crate::output::note(format_args!(
-                                "seqs {from}..={to} are lost: {why}; reading on from seq {}",
-                                to.saturating_add(1)
-                            ));
-                            self.missing.push(format!("seqs {from}..={to}: {why}"));
-                        }
-                        None => crate::output::note(format_args!(
-                            "seqs {from}..={to} are lost: the remote tier holds no segment of \
-                             them that can be opened; reading on from seq {}",
-                            to.saturating_add(1)
-                        )),
-                    }
-                    self.lost.push(from..=to);
-                    self.next = to.saturating_add(1);
-                }
+            let read = match self.replica.read_over_holes(self.next, max) {
+                Ok(read) => read,
                 Err(krabka_tiering::Error::Read(krabka_tiering::ReadError::OutOfRange {
                     seq,
                     ..
-                })) => {
-                    return Err(self.out_of_range(seq, &self.replica.stats()));
-                }
+                })) => return Err(self.out_of_range(seq, &self.replica.stats())),
                 Err(e) => {
                     return Err(replica_error(
                         &format!("cannot read {} from seq {}", self.name, self.next),
                         e,
                     ));
                 }
-                Ok(records) => {
-                    if let Some(last) = records.last() {
-                        self.next = last.seq.saturating_add(1);
+            };
+            for lost in &read.lost {
+                let (from, to) = (*lost.seqs.start(), *lost.seqs.end());
+                match &lost.reason {
+                    Some(why) => {
+                        crate::output::note(format_args!(
+                            "seqs {from}..={to} are lost: {why}; reading on from seq {}",
+                            to.saturating_add(1)
+                        ));
+                        self.missing.push(format!("seqs {from}..={to}: {why}"));
                     }
-                    return Ok(records);
+                    None => crate::output::note(format_args!(
+                        "seqs {from}..={to} are lost: the remote tier holds no segment of \
+                         them that can be opened; reading on from seq {}",
+                        to.saturating_add(1)
+                    )),
                 }
+                self.lost.push(lost.seqs.clone());
+            }
+            self.next = read.next;
+            if !read.records.is_empty() || read.lost.is_empty() {
+                return Ok(read.records);
             }
         }
         Err(CliError::new(format!(

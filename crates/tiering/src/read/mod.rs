@@ -28,6 +28,7 @@ use crate::stats::Counters;
 pub(crate) mod chunkmap;
 mod fetch;
 pub(crate) mod hints;
+pub(crate) mod holes;
 mod index;
 pub(crate) mod readahead;
 mod time;

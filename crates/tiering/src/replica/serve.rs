@@ -45,6 +45,17 @@ impl ReadReplica {
         Ok(self.view.read().next_seq().saturating_sub(1))
     }
 
+    /// [`read`](Self::read), stepping over seqs no served segment holds instead of failing on
+    /// them: each [`ReadError::RemoteHole`](crate::ReadError::RemoteHole) is named in
+    /// [`HoleRead::lost`](crate::HoleRead::lost), with its objects and reason, and the read goes
+    /// on after it (at most 1,024 holes per call).
+    ///
+    /// # Errors
+    /// As [`read`](Self::read), holes aside.
+    pub fn read_over_holes(&self, from_seq: u64, max: usize) -> Result<crate::HoleRead, Error> {
+        crate::read::holes::read_over_holes(from_seq, |seq| self.read(seq, max))
+    }
+
     /// Up to `max` records from `from_seq`, exactly as the writer's
     /// [`TieredLog::read`](crate::TieredLog::read) serves its remote range: every record's
     /// seq checked, records before a bad batch returned first (a short read), a read starting

@@ -1,45 +1,14 @@
 //! Reads across both tiers: records from whichever tier holds them, and timestamp lookups.
 //! The remote segment reader itself is in `crate::read`.
 
-use std::ops::RangeInclusive;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteLogSegmentState};
 use krabka_storage::Record;
 
 use super::TieredLog;
-use crate::error::{Error, ReadError};
-
-/// Holes one [`TieredLog::read_over_holes`] steps over at most before it returns.
-const MAX_HOLES_PER_READ: usize = 1024;
-
-/// Seqs a read stepped over because no tier holds them: a hole a recovery reported, or one a
-/// repair left locally that no remote segment covers. Never filled with other records.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LostSeqs {
-    /// The seqs.
-    pub seqs: RangeInclusive<u64>,
-    /// Where a repair moved them aside (a local hole), if it was one.
-    pub quarantined: Option<PathBuf>,
-    /// The objects of the lost remote segment(s) that are missing or damaged, when known.
-    pub objects: Vec<String>,
-    /// Why they are lost, when more is known than that no tier holds them.
-    pub reason: Option<String>,
-}
-
-/// What [`TieredLog::read_over_holes`] read.
-#[derive(Debug, Default)]
-#[non_exhaustive]
-pub struct HoleRead {
-    /// The records, in seq order (none of a lost seq).
-    pub records: Vec<krabka_storage::Record>,
-    /// The holes stepped over before and between them, in order.
-    pub lost: Vec<LostSeqs>,
-    /// The seq to read from next.
-    pub next: u64,
-}
+use crate::error::Error;
+use crate::read::holes::HoleRead;
 
 impl TieredLog {
     /// [`read`](Self::read), stepping over seqs no tier holds instead of failing on them: each
@@ -51,57 +20,7 @@ impl TieredLog {
     /// # Errors
     /// As [`read`](Self::read), holes aside.
     pub fn read_over_holes(&self, from_seq: u64, max: usize) -> Result<HoleRead, Error> {
-        let mut out = HoleRead {
-            next: from_seq,
-            ..HoleRead::default()
-        };
-        for _ in 0..MAX_HOLES_PER_READ {
-            match self.read(out.next, max) {
-                Err(Error::Read(ReadError::RemoteHole {
-                    from,
-                    to,
-                    objects,
-                    reason,
-                    ..
-                })) if to >= out.next => {
-                    out.lost.push(LostSeqs {
-                        seqs: from..=to,
-                        quarantined: None,
-                        objects,
-                        reason,
-                    });
-                    out.next = to.saturating_add(1);
-                }
-                Err(Error::Storage { source, .. })
-                    if matches!(&*source, krabka_storage::Error::Quarantined { last_seq, .. }
-                        if *last_seq >= out.next) =>
-                {
-                    if let krabka_storage::Error::Quarantined {
-                        first_seq,
-                        last_seq,
-                        path,
-                    } = *source
-                    {
-                        out.lost.push(LostSeqs {
-                            seqs: first_seq..=last_seq,
-                            quarantined: Some(path),
-                            objects: Vec::new(),
-                            reason: None,
-                        });
-                        out.next = last_seq.saturating_add(1);
-                    }
-                }
-                Err(e) => return Err(e),
-                Ok(records) => {
-                    if let Some(last) = records.last() {
-                        out.next = last.seq.saturating_add(1);
-                    }
-                    out.records = records;
-                    return Ok(out);
-                }
-            }
-        }
-        Ok(out)
+        crate::read::holes::read_over_holes(from_seq, |seq| self.read(seq, max))
     }
 
     /// Up to `max` records from `from_seq`, from whichever tier holds them, in order: records

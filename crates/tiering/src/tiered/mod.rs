@@ -35,7 +35,6 @@ mod remote;
 mod retention;
 mod sample;
 
-pub use across::{HoleRead, LostSeqs};
 pub use local::LocalLogView;
 
 /// `commit_seq` value meaning "no bound set: everything appended is committed".
