@@ -30,23 +30,14 @@ fn msg(seq: u64) -> Message {
         .with_timestamp(seq as i64)
 }
 
-/// A closed log of seqs `first..=last` (started at `first`); returns its segment bases.
-fn setup_from(dir: &Path, first: u64, last: u64) -> Vec<u64> {
+/// A closed log of 13 records in segments of 5: bases 1, 6 and 11 (the active one).
+fn setup(dir: &Path) -> Vec<u64> {
     let log = Log::open(dir, opts(RecoveryMode::TolerateTornTail)).unwrap();
-    if first > 1 {
-        log.start_at(first).unwrap();
-    }
-    for seq in first..=last {
+    for seq in 1..=13 {
         assert_eq!(log.append(&msg(seq)).unwrap(), seq);
     }
     let bases = log.segments().iter().map(|s| s.base_seq).collect();
     log.close().unwrap();
-    bases
-}
-
-/// A closed log of 13 records in segments of 5: bases 1, 6 and 11 (the active one).
-fn setup(dir: &Path) -> Vec<u64> {
-    let bases = setup_from(dir, 1, 13);
     assert_eq!(bases, vec![1, 6, 11], "segments of 5 records");
     bases
 }
@@ -72,11 +63,23 @@ fn an_intact_log_reports_every_segment_its_counts_and_its_range_and_no_problem()
         .verify_each(|s| seen.push(s.base))
         .unwrap();
     assert_eq!(seen, bases, "called once per segment, in order");
-    assert!(report.is_ok() && report.first_problem().is_none(), "{report:?}");
+    assert!(
+        report.is_ok() && report.first_problem().is_none(),
+        "{report:?}"
+    );
     let got: Vec<_> = report
         .segments
         .iter()
-        .map(|s| (s.base, s.first_seq, s.last_seq, s.records, s.index, s.corrupt))
+        .map(|s| {
+            (
+                s.base,
+                s.first_seq,
+                s.last_seq,
+                s.records,
+                s.index,
+                s.corrupt,
+            )
+        })
         .collect();
     assert_eq!(
         got,
@@ -86,7 +89,10 @@ fn an_intact_log_reports_every_segment_its_counts_and_its_range_and_no_problem()
             (11, Some(11), Some(13), 3, IndexState::Active, false),
         ]
     );
-    let bytes: u64 = bases.iter().map(|&b| file_len(&log_path(dir.path(), b))).sum();
+    let bytes: u64 = bases
+        .iter()
+        .map(|&b| file_len(&log_path(dir.path(), b)))
+        .sum();
     assert_eq!(
         (report.records, report.bytes, report.indexes, report.range),
         (13, bytes, 4, Some((1, 13)))
@@ -119,11 +125,7 @@ fn a_deleted_middle_segment_is_a_gap_named_at_the_next_segment() {
     assert_eq!(report.problems.len(), 1, "{report:?}");
     let p = &report.problems[0];
     assert_eq!((&p.path, p.position), (&log_path(dir.path(), 11), None));
-    assert!(
-        p.reason.contains("seqs 6..=10 are missing"),
-        "{}",
-        p.reason
-    );
+    assert!(p.reason.contains("seqs 6..=10 are missing"), "{}", p.reason);
     assert_eq!(report.first_problem(), Some(p));
     let corrupt: Vec<_> = report.segments.iter().map(|s| s.corrupt).collect();
     assert_eq!(corrupt, vec![false, true]);
@@ -134,25 +136,31 @@ fn a_deleted_middle_segment_is_a_gap_named_at_the_next_segment() {
 fn a_segment_starting_inside_the_previous_one_is_an_overlap() {
     let dir = tempfile::tempdir().unwrap();
     setup(dir.path());
-    // A closed segment of seqs 4..=5 (with its index files) from another log, copied in.
-    let other = tempfile::tempdir().unwrap();
-    assert_eq!(setup_from(other.path(), 4, 9), vec![4, 9]);
-    let name = |ext| segment::segment_file_name(4, ext);
-    for ext in [LOG_EXTENSION, INDEX_EXTENSION, segment::TIME_INDEX_EXTENSION] {
-        fs::copy(other.path().join(name(ext)), dir.path().join(name(ext))).unwrap();
-    }
+    // A stray segment-named file of seq 4, inside the first segment's 1..=5, holding no batch
+    // (so it bounds nothing: the first segment keeps its seqs and the seam names the overlap).
+    let stray = log_path(dir.path(), 4);
+    fs::write(&stray, [0xa7u8; 100]).unwrap();
     let report = verify(dir.path());
-    assert_eq!(report.problems.len(), 1, "{report:?}");
-    let p = &report.problems[0];
-    assert_eq!((&p.path, p.position), (&log_path(dir.path(), 4), None));
-    assert!(
-        p.reason
-            .contains("seq overlap: the segment starts at seq 4 but the previous one already holds seqs up to 5"),
-        "{}",
-        p.reason
+    assert_eq!(report.problems.len(), 2, "{report:?}");
+    let overlap = &report.problems[0];
+    assert_eq!((&overlap.path, overlap.position), (&stray, None));
+    assert_eq!(
+        overlap.reason,
+        "seq overlap: the segment starts at seq 4 but the previous one already holds seqs up to 5"
     );
-    let bases: Vec<_> = report.segments.iter().map(|s| (s.base, s.corrupt)).collect();
+    assert_eq!(
+        (&report.problems[1].path, report.problems[1].position),
+        (&stray, Some(0))
+    );
+    assert_eq!(report.first_problem(), Some(overlap));
+    let bases: Vec<_> = report
+        .segments
+        .iter()
+        .map(|s| (s.base, s.corrupt))
+        .collect();
     assert_eq!(bases, vec![(1, false), (4, true), (6, false), (11, false)]);
+    // Past the stray file's damage the seqs are unknown: the seam at 6 is not a further problem.
+    assert_eq!((report.records, report.range), (13, Some((1, 13))));
 }
 
 #[test]
@@ -165,7 +173,10 @@ fn a_hole_marker_over_records_the_segments_hold_is_a_problem_naming_the_marker()
     fs::write(&marker, b"").unwrap();
     let report = verify(dir.path());
     assert_eq!(report.holes.len(), 1);
-    assert_eq!((report.holes[0].seqs(), &report.holes[0].marker), (7..=8, &marker));
+    assert_eq!(
+        (report.holes[0].seqs(), &report.holes[0].marker),
+        (7..=8, &marker)
+    );
     assert_eq!(
         report.problems,
         vec![Problem {
@@ -278,14 +289,21 @@ fn a_preview_plans_the_damaged_file_and_lists_the_seams_apart_and_the_repair_the
     assert!(view.preview_repair().unwrap().is_empty());
     // A flipped byte in the middle of the first segment and the second segment deleted.
     testkit::xor_byte(&log_path(dir.path(), 1), 100, 0x5a).unwrap();
-    for ext in [LOG_EXTENSION, INDEX_EXTENSION, segment::TIME_INDEX_EXTENSION] {
+    for ext in [
+        LOG_EXTENSION,
+        INDEX_EXTENSION,
+        segment::TIME_INDEX_EXTENSION,
+    ] {
         fs::remove_file(dir.path().join(segment::segment_file_name(6, ext))).unwrap();
     }
     let preview = view.preview_repair().unwrap();
     assert_eq!(preview.plans.len(), 1, "{preview:?}");
     let plan = &preview.plans[0];
     assert_eq!(plan.path, log_path(dir.path(), 1));
-    assert!(preview.others.is_empty(), "past damage the seam is unknown: {preview:?}");
+    assert!(
+        preview.others.is_empty(),
+        "past damage the seam is unknown: {preview:?}"
+    );
     let keeps: Vec<_> = plan
         .steps
         .iter()
@@ -310,7 +328,11 @@ fn a_preview_plans_the_damaged_file_and_lists_the_seams_apart_and_the_repair_the
         report.quarantined.iter().map(|q| q.bytes).sum::<u64>()
     );
     assert!(report.bytes_moved() > 0);
-    assert_eq!(report.holes_recorded(), 1, "the deleted segment's seqs: {report:?}");
+    assert_eq!(
+        report.holes_recorded(),
+        1,
+        "the deleted segment's seqs: {report:?}"
+    );
     let recorded = report
         .quarantined
         .iter()

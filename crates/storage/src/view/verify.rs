@@ -290,7 +290,13 @@ impl Walk<'_> {
                 IndexState::Ok
             }
         };
-        Ok(check(base, log_path, &v, index, self.report.problems.len() > before))
+        Ok(check(
+            base,
+            log_path,
+            &v,
+            index,
+            self.report.problems.len() > before,
+        ))
     }
 
     /// Checks that the segment of `base` starts where the previous one ended, unless a repair
