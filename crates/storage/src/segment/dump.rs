@@ -168,6 +168,9 @@ mod tests {
         assert_eq!(dumped.len(), 3);
         assert!(dumped[0].crc_ok && !dumped[1].crc_ok && dumped[2].crc_ok);
         assert_eq!(dumped[2].seq, Some(3));
+        // The damaged batch's header fields are still handed out, as its bytes hold them.
+        let header = dumped[1].header.expect("a whole header with magic 2");
+        assert_eq!((header.base_offset, header.record_count), (2, 1));
         assert!(
             dumped[1]
                 .problem
