@@ -11,11 +11,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
-use krabka_storage::segment::{
-    self, BATCH_HEADER_LEN, DumpedBatch, LOG_EXTENSION, parse_segment_file_name,
-};
+use krabka_storage::segment::{self, DumpedBatch, LOG_EXTENSION, parse_segment_file_name};
 
-use self::lines::{Head, batch_line, record_line};
+use self::lines::{batch_line, record_line};
 use crate::args::DumpArgs;
 use crate::error::{CliError, Result};
 use crate::{human, output};
@@ -107,7 +105,7 @@ pub fn dump(path: &Path, values: Option<usize>, out: &mut impl Write) -> Result<
             CliError::new(format!("cannot read {}: {e}", path.display()))
                 .prefix(&format!("after {} batch(es)", summary.good + summary.bad))
         })?;
-        let dumped = dump_batch(&frame, &file, values, out)?;
+        let dumped = dump_batch(&frame, values, out)?;
         match dumped.problem {
             Some(p) => {
                 summary.bad += 1;
@@ -147,23 +145,18 @@ struct PrintedBatch {
     problem: Option<String>,
 }
 
-/// Prints the line of `frame` (read from `file`) and the lines of its records.
+/// Prints the line of `frame` and the lines of its records.
 fn dump_batch(
     frame: &DumpedBatch,
-    file: &File,
     values: Option<usize>,
     out: &mut impl Write,
 ) -> Result<PrintedBatch> {
     let w = |e: std::io::Error| output::write_error(&e);
-    let head = match &frame.batch {
-        Some(b) => Some(Head::of(b.header())),
-        None => stored_head(file, frame.position),
-    };
     // A batch too long to hold in memory is only CRC-checked: intact, its records not read.
     let over_limit =
         frame.crc_ok && frame.batch.is_none() && frame.batch_len > segment::DUMP_DECODE_LIMIT;
     let mut problem = frame.problem.clone();
-    let mut line = batch_line(frame, head.as_ref(), problem.as_deref());
+    let mut line = batch_line(frame, problem.as_deref());
     if over_limit {
         line.push_str(&format!(
             " (records not shown: the batch is over the {} dump limit)",
@@ -209,14 +202,6 @@ fn dump_batch(
         problem.get_or_insert(reason);
     }
     Ok(PrintedBatch { records, problem })
-}
-
-/// The header fields stored at byte `position` of `file`, for a batch that failed its checks
-/// (`None` when fewer than a header's bytes are there, or they are not a v2 batch header).
-fn stored_head(file: &File, position: u64) -> Option<Head> {
-    let mut buf = [0u8; BATCH_HEADER_LEN];
-    file.read_exact_at(&mut buf, position).ok()?;
-    Head::read(&buf)
 }
 
 /// The error for a file `dump` cannot open as a segment file.

@@ -12,10 +12,11 @@
 use std::ops::RangeInclusive;
 use std::path::Path;
 
-use krabka_storage::segment::{self, LOG_EXTENSION, QUARANTINE_DIR};
+use krabka_storage::segment::QUARANTINE_DIR;
 use krabka_storage::view::LogView;
 use krabka_storage::{
-    ACCEPTED_HOLES_FILE_NAME, Log, Options, RecoveryMode, RecoveryReport, RepairStep, SegmentRepair,
+    ACCEPTED_HOLES_FILE_NAME, Hole, Log, Options, RecoveryMode, RecoveryReport, RepairStep,
+    SegmentRepair,
 };
 
 use crate::args::RepairArgs;
@@ -23,8 +24,8 @@ use crate::error::{CliError, Result, storage};
 use crate::human;
 use crate::inspect::timestamp;
 use crate::output::outln;
-use crate::reader::{old_format, view_error};
-use crate::verify::verify;
+use crate::reader::old_format;
+use crate::verify::{no_segment_files, verify_error};
 
 /// Parses `--accept-hole`: `N` or `N..=M` with `1 <= N <= M`.
 ///
@@ -72,15 +73,14 @@ pub fn run(args: &RepairArgs) -> Result<()> {
     })?;
     let report = log.recovery_report().clone();
     let holes = hole_list(&log);
-    let (first, last, next) = (log.first_seq(), log.last_seq(), log.next_seq());
-    let unaccepted = unaccepted_holes(&log);
+    let (span, next) = (log.span(), log.next_seq());
+    let unaccepted = log.unaccepted_holes();
     log.close()
         .map_err(|e| storage("cannot sync the repaired log", dir, e))?;
-    let holding = if last >= first && last > 0 {
-        format!("seq {first}..={last}")
-    } else {
-        "no records".to_owned()
-    };
+    let holding = span.map_or_else(
+        || "no records".to_owned(),
+        |(first, last)| format!("seq {first}..={last}"),
+    );
     if report.is_clean() {
         let known = if holes.is_empty() {
             String::new()
@@ -96,30 +96,19 @@ pub fn run(args: &RepairArgs) -> Result<()> {
     for line in describe(&report) {
         outln!("{line}")?;
     }
-    let moved: u64 = report.quarantined.iter().map(|q| q.bytes).sum();
-    let pieces = report
-        .quarantined
-        .iter()
-        .filter(|q| !is_hole_only(q))
-        .count();
-    let recorded = report.quarantined.len() - pieces;
+    let (pieces, recorded) = (report.pieces_moved(), report.holes_recorded());
     let mut did = Vec::new();
     if pieces > 0 || recorded == 0 {
         did.push(format!(
             "moved {pieces} piece(s) ({}) into {}",
-            human::bytes(moved),
+            human::bytes(report.bytes_moved()),
             dir.join(QUARANTINE_DIR).display()
         ));
     }
     if !report.kept.is_empty() {
-        let kept: u64 = report
-            .kept
-            .iter()
-            .map(|k| k.last_seq - k.first_seq + 1)
-            .sum();
         did.push(format!(
             "kept the {} intact record(s) after the damage in {} new segment file(s)",
-            human::count(kept),
+            human::count(report.records_kept()),
             report.kept.len()
         ));
     }
@@ -158,23 +147,14 @@ fn hole_list(log: &Log) -> String {
         .join(", ")
 }
 
-/// The log's holes no acceptance covers.
-fn unaccepted_holes(log: &Log) -> Vec<RangeInclusive<u64>> {
-    log.holes()
-        .into_iter()
-        .filter(|h| !h.is_accepted())
-        .map(|h| h.seqs())
-        .collect()
-}
-
 /// Says how to accept `holes` (when there are any): tiering stops at the first until then.
-fn accept_hint(dir: &Path, holes: &[RangeInclusive<u64>]) -> Result<()> {
+fn accept_hint(dir: &Path, holes: &[Hole]) -> Result<()> {
     let Some(first) = holes.first() else {
         return Ok(());
     };
     let listed: Vec<String> = holes
         .iter()
-        .map(|h| format!("{}..={}", h.start(), h.end()))
+        .map(|h| format!("{}..={}", h.first_seq, h.last_seq))
         .collect();
     outln!(
         "seq {} {} no tier holds: `krabka tier` stops at the first until you restore them or \
@@ -187,8 +167,8 @@ fn accept_hint(dir: &Path, holes: &[RangeInclusive<u64>]) -> Result<()> {
             "are holes"
         },
         dir.display(),
-        first.start(),
-        first.end()
+        first.first_seq,
+        first.last_seq
     )
 }
 
@@ -240,7 +220,7 @@ fn accept(dir: &Path, ranges: &[RangeInclusive<u64>]) -> Result<()> {
 fn describe(report: &RecoveryReport) -> Vec<String> {
     let mut lines = Vec::new();
     for q in &report.quarantined {
-        if let (true, Some((a, b))) = (is_hole_only(q), q.seqs) {
+        if let (true, Some((a, b))) = (q.is_hole_only(), q.seqs) {
             // Seqs missing between two segment files: nothing to move, only the hole to record.
             lines.push(format!(
                 "recorded seqs {a}..={b} as a hole (missing, no bytes to move: {}); the record \
@@ -280,26 +260,20 @@ fn describe(report: &RecoveryReport) -> Vec<String> {
     lines
 }
 
-/// Whether `q` moved no bytes and only recorded missing seqs as a hole.
-fn is_hole_only(q: &krabka_storage::QuarantinedPiece) -> bool {
-    q.bytes == 0 && q.seqs.is_some()
-}
-
-/// What a repair would change: the repair's own plan for every damaged segment file
-/// ([`LogView::plan_repair`]), and what else the read-only checks of
-/// `krabka verify` find.
+/// What a repair would change ([`LogView::preview_repair`]): the repair's own plan for every
+/// damaged segment file, and what else the read-only checks of `krabka verify` find.
 fn dry_run(dir: &Path) -> Result<()> {
-    let mut sink = Vec::new();
-    let report = verify(dir, true, &mut sink)?;
-    let plans = LogView::new(dir)
-        .plan_repair()
-        .map_err(|e| view_error(dir, e))?;
-    let others: Vec<_> = report
-        .problems
-        .iter()
-        .filter(|p| !plans.iter().any(|plan| plan.path == p.path))
-        .collect();
-    if plans.is_empty() && others.is_empty() {
+    let view = LogView::new(dir);
+    if view
+        .segment_bases()
+        .map_err(|e| verify_error(dir, e))?
+        .is_empty()
+    {
+        return Err(no_segment_files(dir));
+    }
+    let preview = view.preview_repair().map_err(|e| verify_error(dir, e))?;
+    let (plans, others) = (&preview.plans, &preview.others);
+    if preview.is_empty() {
         return outln!(
             "nothing to repair in {} (dry run; nothing was changed)",
             dir.display()
@@ -310,7 +284,7 @@ fn dry_run(dir: &Path) -> Result<()> {
         dir.display()
     )?;
     let qdir = dir.join(QUARANTINE_DIR);
-    for plan in &plans {
+    for plan in plans {
         outln!(
             "  {} at byte {}: {}",
             plan.path.display(),
@@ -339,18 +313,15 @@ fn describe_plan(plan: &SegmentRepair, qdir: &Path) -> Vec<String> {
     let file = plan.path.display();
     let mut lines = Vec::new();
     for step in &plan.steps {
+        if let (Some((a, b)), RepairStep::Cut { from, .. }) = (step.hole_only(), step) {
+            lines.push(format!(
+                "record seqs {a}..={b} as a hole (missing at byte {from} of {file}: {}; no \
+                 bytes to move)",
+                plan.reason
+            ));
+            continue;
+        }
         match *step {
-            RepairStep::Cut {
-                from,
-                to,
-                seqs: Some((a, b)),
-            } if from == to => {
-                lines.push(format!(
-                    "record seqs {a}..={b} as a hole (missing at byte {from} of {file}: {}; no \
-                     bytes to move)",
-                    plan.reason
-                ));
-            }
             RepairStep::Cut { from, to, seqs } => {
                 let seqs = match seqs {
                     Some((a, b)) => format!("; seqs {a}..={b} would become a hole"),
@@ -373,13 +344,10 @@ fn describe_plan(plan: &SegmentRepair, qdir: &Path) -> Vec<String> {
                 first_seq,
                 last_seq,
             } => {
-                let to_path = plan
-                    .path
-                    .with_file_name(segment::segment_file_name(first_seq, LOG_EXTENSION));
                 lines.push(format!(
                     "keep seqs {first_seq}..={last_seq} ({} bytes of {file} from byte {from}) as {}",
                     to - from,
-                    to_path.display()
+                    plan.kept_path(first_seq).display()
                 ));
             }
             _ => {}

@@ -1,96 +1,17 @@
 //! The lines `krabka dump` prints for a batch and for each of its records, in the words of
 //! Kafka's `kafka-dump-log --deep-iteration --print-data-log`.
 
-use krabka_protocol::batch::{BatchHeader, Compression, RecordRef, TimestampType};
-use krabka_storage::segment::{BATCH_HEADER_LEN, DumpedBatch};
+use krabka_protocol::batch::{BatchHeader, RecordRef, TimestampType};
+use krabka_storage::segment::{DumpedBatch, StoredHeader};
 
 use super::show_bytes;
 
-/// The header fields of a batch as stored: from a checked batch, or read from the bytes of one
-/// that failed its checks (then they are what the bytes say, not known to be true).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Head {
-    base_offset: i64,
-    last_offset_delta: i32,
-    partition_leader_epoch: i32,
-    magic: i8,
-    crc: u32,
-    attributes: i16,
-    max_timestamp: i64,
-    producer_id: i64,
-    producer_epoch: i16,
-    base_sequence: i32,
-    record_count: i32,
-}
-
-/// Bit 3 of the attributes: the record timestamps are the log's append time.
-const LOG_APPEND_TIME: i16 = 0x08;
-/// Bit 4 of the attributes: a transactional batch.
-const TRANSACTIONAL: i16 = 0x10;
-/// Bit 5 of the attributes: a batch of control records.
-const CONTROL: i16 = 0x20;
-
-fn be<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
-    b.get(at..at + N)
-        .and_then(|s| <[u8; N]>::try_from(s).ok())
-        .unwrap_or([0; N])
-}
-
-impl Head {
-    /// The fields of a checked batch.
-    pub(super) fn of(h: &BatchHeader) -> Head {
-        Head {
-            base_offset: h.base_offset,
-            last_offset_delta: h.last_offset_delta,
-            partition_leader_epoch: h.partition_leader_epoch,
-            magic: h.magic,
-            crc: h.crc,
-            attributes: h.attributes,
-            max_timestamp: h.max_timestamp,
-            producer_id: h.producer_id,
-            producer_epoch: h.producer_epoch,
-            base_sequence: h.base_sequence,
-            record_count: h.record_count,
-        }
-    }
-
-    /// The fields the first [`BATCH_HEADER_LEN`] bytes of `b` hold (big-endian, at their
-    /// places in a v2 batch header); `None` when `b` is shorter or its magic byte is not 2 (the
-    /// bytes are then not a batch header at all).
-    pub(super) fn read(b: &[u8]) -> Option<Head> {
-        if b.len() < BATCH_HEADER_LEN || b.get(16) != Some(&2) {
-            return None;
-        }
-        Some(Head {
-            base_offset: i64::from_be_bytes(be(b, 0)),
-            partition_leader_epoch: i32::from_be_bytes(be(b, 12)),
-            magic: 2,
-            crc: u32::from_be_bytes(be(b, 17)),
-            attributes: i16::from_be_bytes(be(b, 21)),
-            last_offset_delta: i32::from_be_bytes(be(b, 23)),
-            max_timestamp: i64::from_be_bytes(be(b, 35)),
-            producer_id: i64::from_be_bytes(be(b, 43)),
-            producer_epoch: i16::from_be_bytes(be(b, 51)),
-            base_sequence: i32::from_be_bytes(be(b, 53)),
-            record_count: i32::from_be_bytes(be(b, 57)),
-        })
-    }
-
-    /// Kafka's name of the timestamp type (bit 3 of the attributes).
-    pub(super) fn timestamp_type(&self) -> &'static str {
-        timestamp_type(self.attributes & LOG_APPEND_TIME != 0)
-    }
-
-    /// Whether the control bit is set (Kafka prints no contents of control records).
-    pub(super) fn is_control(&self) -> bool {
-        self.attributes & CONTROL != 0
-    }
-
-    fn compression(&self) -> String {
-        let code = (self.attributes & 0x07) as u8;
-        Compression::from_code(code)
-            .map_or_else(|_| format!("unknown({code})"), |c| c.name().to_owned())
-    }
+/// Kafka's name of a codec code (`unknown(N)` for a code no codec has).
+fn compression(h: &StoredHeader) -> String {
+    h.compression().map_or_else(
+        || format!("unknown({})", h.compression_code()),
+        |c| c.name().to_owned(),
+    )
 }
 
 /// `CreateTime` or `LogAppendTime`, as Kafka names the timestamp types.
@@ -102,9 +23,9 @@ fn timestamp_type(log_append_time: bool) -> &'static str {
     }
 }
 
-/// The timestamp type of a checked batch's header.
-pub(super) fn header_timestamp_type(h: &BatchHeader) -> &'static str {
-    timestamp_type(h.timestamp_type() == TimestampType::LogAppendTime)
+/// The timestamp type of a batch header's timestamp type `t`.
+fn timestamp_name(t: TimestampType) -> &'static str {
+    timestamp_type(t == TimestampType::LogAppendTime)
 }
 
 /// The producer sequence `delta` records after `base`, as Kafka counts it: -1 without a
@@ -121,17 +42,13 @@ pub(super) fn sequence(base: i32, delta: i64) -> i64 {
     }
 }
 
-/// The line of one batch: its header fields when they can be read (`head`), its position,
-/// size and CRC status, and `problem` if it has one.
-pub(super) fn batch_line(
-    frame: &DumpedBatch,
-    head: Option<&Head>,
-    problem: Option<&str>,
-) -> String {
+/// The line of one batch: its header fields when they can be read, its position, size and CRC
+/// status, and `problem` if it has one.
+pub(super) fn batch_line(frame: &DumpedBatch, problem: Option<&str>) -> String {
     let valid = frame.crc_ok;
-    let mut line = match head {
+    let mut line = match &frame.header {
         Some(h) => {
-            let last = h.base_offset.saturating_add(i64::from(h.last_offset_delta));
+            let last = h.last_offset();
             format!(
                 "baseOffset: {} lastOffset: {last} count: {} baseSequence: {} lastSequence: {} \
                  producerId: {} producerEpoch: {} partitionLeaderEpoch: {} isTransactional: {} \
@@ -144,14 +61,14 @@ pub(super) fn batch_line(
                 h.producer_id,
                 h.producer_epoch,
                 h.partition_leader_epoch,
-                h.attributes & TRANSACTIONAL != 0,
+                h.is_transactional(),
                 h.is_control(),
                 frame.position,
-                h.timestamp_type(),
+                timestamp_name(h.timestamp_type()),
                 h.max_timestamp,
                 frame.batch_len,
                 h.magic,
-                h.compression(),
+                compression(h),
                 h.crc,
             )
         }
@@ -181,7 +98,7 @@ pub(super) fn record_line(h: &BatchHeader, r: &RecordRef, values: Option<usize>)
     let mut line = format!(
         "| offset: {} {}: {} keySize: {} valueSize: {} sequence: {} headerKeys: [{}]",
         r.offset,
-        header_timestamp_type(h),
+        timestamp_name(h.timestamp_type()),
         r.timestamp,
         size(&r.key),
         size(&r.value),
@@ -211,23 +128,5 @@ mod tests {
         assert_eq!(sequence(i32::MAX, 0), i64::from(i32::MAX));
         assert_eq!(sequence(i32::MAX, 1), 0);
         assert_eq!(sequence(i32::MAX - 1, 3), 1);
-    }
-
-    #[test]
-    fn a_header_is_read_from_its_bytes_only_with_magic_2() {
-        let mut b = [0u8; BATCH_HEADER_LEN];
-        b[0..8].copy_from_slice(&7i64.to_be_bytes());
-        b[16] = 2;
-        b[21..23].copy_from_slice(&(0x23i16).to_be_bytes());
-        b[53..57].copy_from_slice(&(-1i32).to_be_bytes());
-        let h = Head::read(&b).unwrap();
-        assert_eq!(h.base_offset, 7);
-        assert_eq!(h.compression(), "lz4");
-        assert!(h.is_control());
-        b[21..23].copy_from_slice(&(0x07i16).to_be_bytes());
-        assert_eq!(Head::read(&b).unwrap().compression(), "unknown(7)");
-        b[16] = 1;
-        assert_eq!(Head::read(&b), None);
-        assert_eq!(Head::read(&b[..60]), None);
     }
 }

@@ -9,6 +9,7 @@ use krabka_protocol::batch::BatchView;
 
 use super::batch::{MIN_BATCH_LEN, Parsed, batch_len};
 use super::format::parse_batch;
+use super::stored_header::StoredHeader;
 use crate::Error;
 
 /// One batch as seen by [`dump_batches`] or [`DumpFile`](super::DumpFile).
@@ -20,6 +21,10 @@ pub struct DumpedBatch {
     pub batch_len: u64,
     /// The `baseOffset` field as a seq (`None` when the bytes end before it or it is negative).
     pub seq: Option<u64>,
+    /// The header fields as the bytes hold them, decoded whether or not the batch is valid
+    /// (`None` when fewer than a header's bytes are there or the magic byte is not 2). For a
+    /// batch that failed its checks they are what the bytes say, not known to be true.
+    pub header: Option<StoredHeader>,
     /// The seq of the batch's last record by its header (`None` when the header is not valid).
     pub last_seq: Option<u64>,
     /// Whether the stored CRC-32C matches the batch's bytes.
@@ -42,6 +47,7 @@ impl DumpedBatch {
                 .get(..8)
                 .and_then(|s| <[u8; 8]>::try_from(s).ok())
                 .and_then(|b| u64::try_from(i64::from_be_bytes(b)).ok()),
+            header: StoredHeader::read(rest),
             last_seq: None,
             crc_ok: false,
             batch: None,
@@ -162,6 +168,9 @@ mod tests {
         assert_eq!(dumped.len(), 3);
         assert!(dumped[0].crc_ok && !dumped[1].crc_ok && dumped[2].crc_ok);
         assert_eq!(dumped[2].seq, Some(3));
+        // The damaged batch's header fields are still handed out, as its bytes hold them.
+        let header = dumped[1].header.expect("a whole header with magic 2");
+        assert_eq!((header.base_offset, header.record_count), (2, 1));
         assert!(
             dumped[1]
                 .problem

@@ -38,6 +38,7 @@ mod problem;
 pub(crate) mod raw;
 mod renamed;
 mod scan;
+mod stored_header;
 mod verify;
 
 pub use self::batch::{
@@ -74,6 +75,7 @@ pub use self::renamed::{
 pub(crate) use self::scan::{
     ValidRun, find_valid_batch_after, last_seq_allowed, scan_file, scan_file_from,
 };
+pub use self::stored_header::StoredHeader;
 pub use self::verify::{
     SegmentVerification, verify_segment, verify_segment_files, verify_segment_in_log,
 };

@@ -1,5 +1,6 @@
-//! A read-only view of a log directory: its segments, holes, quarantine and recovery point, and
-//! a [`LogReader`] that reads records (or their raw batches) from a seq on.
+//! A read-only view of a log directory: its segments, holes, quarantine and recovery point, a
+//! [`LogReader`] that reads records (or their raw batches) from a seq on, every check of a
+//! `verify` ([`LogView::verify`]) and what a repair would do ([`LogView::preview_repair`]).
 //!
 //! A [`LogView`] never takes the log's lock and never runs recovery, so it changes nothing and
 //! can look at a log another process is writing: a [`LogReader`] follows the active segment as
@@ -26,6 +27,8 @@
 
 mod found;
 mod reader;
+mod repair;
+mod verify;
 
 use std::fs;
 use std::io;
@@ -35,6 +38,8 @@ use std::path::{Path, PathBuf};
 pub use self::found::Batches;
 pub use self::found::{IncompleteTail, IndexFallback, PolledBatches};
 pub use self::reader::LogReader;
+pub use self::repair::RepairPreview;
+pub use self::verify::{IndexState, Problem, SegmentCheck, VerifyReport};
 use crate::layout::SegFile;
 use crate::layout::hole::{list_hole_markers, with_acceptance};
 use crate::layout::index_files::{IndexFiles, check_indexes};
