@@ -38,6 +38,19 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
         clean_orphans: args.clean_orphans,
     };
     let recovered = PartitionDir::recover(dir, &tier, &options).map_err(|e| match e {
+        // The metadata store could not be opened (another process holds it, or it is
+        // damaged): worded as every command words it.
+        krabka_tiering::Error::Metadata {
+            operation: "open",
+            source,
+            ..
+        } => crate::error::metadata_open(
+            dir,
+            &dir.join(krabka_tiering::partition::METADATA_DIR),
+            krabka_tiering::metadata::MetadataError::find(&*source)
+                .map_or_else(|| source.to_string(), ToString::to_string),
+            "move the damaged directory aside; recover rebuilds it from the remote",
+        ),
         e @ krabka_tiering::Error::Metadata { .. } => CliError::new(format!(
             "cannot recover {} from {}: {}",
             dir.display(),
