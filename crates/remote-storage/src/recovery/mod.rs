@@ -54,12 +54,15 @@ use crate::layout;
 use crate::model::{IndexType, TopicIdPartition};
 
 mod choose;
+mod listing;
 mod map;
 mod scan;
+mod unmanifested;
 mod used;
 
 pub use map::MapChosen;
-pub use scan::{HoleCause, Rebuild, RemoteScan, Unmanifested, scan, scan_with, scan_with_head};
+pub use scan::{HoleCause, RemoteScan, scan, scan_with, scan_with_head};
+pub use unmanifested::{Rebuild, Unmanifested};
 
 /// One object of a listing: its key relative to the backend's root or prefix (as
 /// [`layout`] makes them) and its size in bytes.

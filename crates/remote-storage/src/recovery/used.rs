@@ -10,7 +10,7 @@ use std::ops::RangeInclusive;
 
 use uuid::Uuid;
 
-use super::scan::Rebuild;
+use super::unmanifested::Rebuild;
 use super::{IgnoreReason, IgnoredObject, RemoteSegmentLister, Unmanifested};
 use crate::error::RemoteStorageError;
 use crate::head::{self, HeadSegment, PartitionHead};

@@ -374,6 +374,20 @@ impl ReadReplica {
                 (chosen, missing, status)
             }
         };
+        // Retention may delete segments this head lists between its read and the listing (it
+        // rewrites the head, then deletes): the head read again says how far it went, and what
+        // lies wholly below its retention point now is deleted, not lost.
+        let mut missing = missing;
+        if let Some(h) = head
+            && !missing.is_empty()
+            && let Ok(HeadRead::Fresh { head: newer, .. }) =
+                head::read_head(self.store.as_ref(), &self.dir, None)
+            && newer.partition == h.partition
+            && (newer.writer_epoch, newer.serial) >= (h.writer_epoch, h.serial)
+            && not_a_writers_head(&newer, known).is_none()
+        {
+            missing.retain(|m| m.to >= newer.retention_point);
+        }
         if let HeadStatus::Behind { .. } = &status {
             tracing::warn!(partition = %self.tp, head = ?status,
                 "the partition head is older than the segments in the bucket; serving what it lists");
