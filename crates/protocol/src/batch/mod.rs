@@ -62,6 +62,7 @@ mod encode;
 mod error;
 mod messages;
 mod records;
+mod stored_header;
 mod varint;
 mod view;
 
@@ -75,6 +76,7 @@ pub use encode::encode_batch;
 pub use error::BatchError;
 pub use messages::{BatchPiece, encode_messages, encode_messages_split, record_size};
 pub use records::{RecordIter, RecordRef};
+pub use stored_header::StoredHeader;
 pub use view::{
     BatchHeader, BatchView, max_timestamp_of, set_base_offset, set_partition_leader_epoch,
 };

@@ -5,9 +5,8 @@ use bytes::Bytes;
 use super::encode::{ATTRIBUTES_AT, CRC_AT, MAX_TIMESTAMP_AT};
 use super::records::RecordIter;
 use super::{
-    ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_LOG_APPEND_TIME,
-    ATTR_TRANSACTIONAL, BatchError, Compression, HEADER_LEN, LOG_OVERHEAD, MAGIC, TimestampType,
-    codec,
+    ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL, BatchError,
+    Compression, HEADER_LEN, LOG_OVERHEAD, MAGIC, TimestampType, codec,
 };
 
 /// Byte position of `partitionLeaderEpoch`.
@@ -53,11 +52,7 @@ pub struct BatchHeader {
 impl BatchHeader {
     /// What the record timestamps mean (bit 3).
     pub fn timestamp_type(&self) -> TimestampType {
-        if self.attributes & ATTR_LOG_APPEND_TIME != 0 {
-            TimestampType::LogAppendTime
-        } else {
-            TimestampType::CreateTime
-        }
+        super::stored_header::timestamp_type_of(self.attributes)
     }
 
     /// Whether the transactional bit (4) is set.

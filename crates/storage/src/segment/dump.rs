@@ -9,8 +9,8 @@ use krabka_protocol::batch::BatchView;
 
 use super::batch::{MIN_BATCH_LEN, Parsed, batch_len};
 use super::format::parse_batch;
-use super::stored_header::StoredHeader;
 use crate::Error;
+use krabka_protocol::batch::StoredHeader;
 
 /// One batch as seen by [`dump_batches`] or [`DumpFile`](super::DumpFile).
 #[derive(Clone, Debug)]

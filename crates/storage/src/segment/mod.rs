@@ -38,7 +38,6 @@ mod problem;
 pub(crate) mod raw;
 mod renamed;
 mod scan;
-mod stored_header;
 mod verify;
 
 pub use self::batch::{
@@ -75,13 +74,14 @@ pub use self::renamed::{
 pub(crate) use self::scan::{
     ValidRun, find_valid_batch_after, last_seq_allowed, scan_file, scan_file_from,
 };
-pub use self::stored_header::StoredHeader;
 pub use self::verify::{
     SegmentVerification, verify_segment, verify_segment_files, verify_segment_in_log,
 };
 pub use crate::index::{
     IndexSummary, TimeIndexSummary, lookup_position, lookup_time, verify_index, verify_time_index,
 };
+/// The unchecked header of a stored batch, as its bytes hold it (the protocol crate's reading).
+pub use krabka_protocol::batch::StoredHeader;
 
 /// Batches of one record each, seqs `seqs` (value `v<seq>`, timestamp `seq`), for tests.
 #[cfg(test)]

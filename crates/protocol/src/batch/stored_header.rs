@@ -1,16 +1,15 @@
 //! The header fields of a batch as its bytes hold them, checked or not: what a tool shows for
 //! a batch that failed its checks, where they are what the bytes say, not known to be true.
 
-use krabka_protocol::batch::{
+use super::{
     ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL, Compression,
-    MAGIC, TimestampType,
+    HEADER_LEN as BATCH_HEADER_LEN, MAGIC, TimestampType,
 };
 
-use super::batch::BATCH_HEADER_LEN;
-
 /// The fields of a v2 batch header (`docs/format.md`) read from its first
-/// [`BATCH_HEADER_LEN`] bytes, without checking anything but the magic byte; see
-/// [`DumpedBatch::header`](super::DumpedBatch::header).
+/// [`HEADER_LEN`](super::HEADER_LEN) bytes, without checking anything but the magic byte: what
+/// a tool shows of a batch that failed its checks ([`BatchView::parse`](super::BatchView::parse)
+/// is the checked reading). The one decoder of these bytes is this crate's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoredHeader {
     /// `baseOffset`: the seq of the first record.
@@ -41,7 +40,7 @@ pub struct StoredHeader {
     pub record_count: i32,
 }
 
-/// The `N` bytes of `b` at `at` (`b` is at least [`BATCH_HEADER_LEN`] long where called).
+/// The `N` bytes of `b` at `at` (`b` is at least `HEADER_LEN` long where called).
 fn field<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
     b.get(at..at + N)
         .and_then(|s| <[u8; N]>::try_from(s).ok())
@@ -49,16 +48,16 @@ fn field<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
 }
 
 impl StoredHeader {
-    /// The fields the first [`BATCH_HEADER_LEN`] bytes of `b` hold (big-endian, at their places
-    /// in a v2 batch header); `None` when `b` is shorter or its magic byte is not 2 (the bytes
-    /// are then not a batch header at all).
+    /// The fields the first [`HEADER_LEN`](super::HEADER_LEN) bytes of `b` hold (big-endian,
+    /// at their places in a v2 batch header); `None` when `b` is shorter or its magic byte is
+    /// not 2 (the bytes are then not a batch header at all).
     ///
     /// ```
     /// use krabka_protocol::Message;
-    /// use krabka_storage::segment::{StoredHeader, encode_batch_of_one};
+    /// use krabka_protocol::batch::{Compression, StoredHeader, encode_messages};
     ///
     /// let mut buf = Vec::new();
-    /// encode_batch_of_one(7, &Message::new("x"), &mut buf)?;
+    /// encode_messages(&mut buf, 7, &[Message::new("x")], Compression::None, 1 << 20)?;
     /// let h = StoredHeader::read(&buf).unwrap();
     /// assert_eq!((h.base_offset, h.record_count, h.last_offset()), (7, 1, 7));
     /// assert_eq!(StoredHeader::read(&buf[..60]), None);
@@ -103,11 +102,7 @@ impl StoredHeader {
 
     /// What the record timestamps mean (bit 3).
     pub fn timestamp_type(&self) -> TimestampType {
-        if self.attributes & ATTR_LOG_APPEND_TIME != 0 {
-            TimestampType::LogAppendTime
-        } else {
-            TimestampType::CreateTime
-        }
+        timestamp_type_of(self.attributes)
     }
 
     /// Whether the transactional bit (4) is set.
@@ -118,6 +113,16 @@ impl StoredHeader {
     /// Whether the control bit (5) is set.
     pub fn is_control(&self) -> bool {
         self.attributes & ATTR_CONTROL != 0
+    }
+}
+
+/// What the record timestamps of a batch with `attributes` mean (bit 3): the one reading of
+/// that bit, for the checked and the unchecked header alike.
+pub(super) fn timestamp_type_of(attributes: i16) -> TimestampType {
+    if attributes & ATTR_LOG_APPEND_TIME != 0 {
+        TimestampType::LogAppendTime
+    } else {
+        TimestampType::CreateTime
     }
 }
 
