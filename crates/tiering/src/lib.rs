@@ -8,6 +8,11 @@
 //! local segments once their copy is finished, and apply whole-log retention; reads below the
 //! local start are served from the remote tier through a byte-bounded cache.
 //!
+//! - [`PartitionDir`] — a tiered log's directory as a broker opens it: every file of it owned
+//!   here, one open path as the partition's writer or read-only (which writes nothing), a
+//!   recovery from the bucket, over one [`RemoteTier`] connection; every refusal the `krabka`
+//!   command gives (an empty directory over a populated remote, a copied directory, a wrong
+//!   remote or topic id, a recovery into a live log) comes from here.
 //! - [`TieredLog::run_once`] — one deterministic round, for tests or your own scheduler.
 //! - [`TieredLog::spawn`] — a Tokio background task with bounded copy concurrency and a
 //!   per-copy deadline, stopped with [`TieringHandle::shutdown`].
