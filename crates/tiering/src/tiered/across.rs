@@ -12,7 +12,7 @@ use crate::read::holes::HoleRead;
 
 impl TieredLog {
     /// [`read`](Self::read), stepping over seqs no tier holds instead of failing on them: each
-    /// hole a recovery reported ([`ReadError::RemoteHole`]) or a repair left locally with no
+    /// hole a recovery reported ([`ReadError::RemoteHole`](crate::ReadError::RemoteHole)) or a repair left locally with no
     /// remote copy (`krabka_storage::Error::Quarantined`) is named in [`HoleRead::lost`] and
     /// the read goes on after it. Up to `max` records; at most 1,024 holes per call (then it
     /// returns what it has, `next` past the last hole, and the caller calls again).
