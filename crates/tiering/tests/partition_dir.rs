@@ -120,12 +120,30 @@ fn a_log_bound_to_one_remote_is_refused_over_another() {
     );
     // A missing directory for a bound log is refused before it is created.
     let missing = tmp.path().join("typo");
-    let e = PartitionDir::fs_remote(&dir, &missing, TransformConfig::default())
+    let e = PartitionDir::fs_remote(&dir, &missing, Access::Owner, TransformConfig::default())
         .expect_err("a missing remote of a bound log");
     assert!(
         matches!(
             e,
             Error::Ownership(krabka_tiering::OwnershipError::WrongRemote { .. })
+        ),
+        "{e}"
+    );
+    assert!(!missing.exists());
+    // A reader never creates a remote, bound or not.
+    let fresh = tmp.path().join("fresh");
+    std::fs::create_dir_all(&fresh).expect("mkdir");
+    let e = PartitionDir::fs_remote(
+        &fresh,
+        &missing,
+        Access::ReadOnly,
+        TransformConfig::default(),
+    )
+    .expect_err("a reader over a missing remote");
+    assert!(
+        matches!(
+            e,
+            Error::Ownership(krabka_tiering::OwnershipError::RemoteUnusable { .. })
         ),
         "{e}"
     );

@@ -243,7 +243,9 @@ fn tier_for_dir(
     match spec {
         RemoteSpec::Fs(root) => {
             let transform = remote::transform_config(args)?;
-            PartitionDir::fs_remote(dir, root, transform).map_err(|e| match e {
+            // A missing remote directory is created even for a reader (as `tier` would), so
+            // that a log never tiered reads across an empty remote tier.
+            PartitionDir::fs_remote(dir, root, Access::Owner, transform).map_err(|e| match e {
                 e @ krabka_tiering::Error::Ownership(
                     krabka_tiering::OwnershipError::WrongRemote { .. },
                 ) => tiering_error("cannot open tiered log", dir, e),

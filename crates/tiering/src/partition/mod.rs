@@ -213,9 +213,11 @@ impl PartitionDir {
         })
     }
 
-    /// The filesystem remote tier in `root` for the partition directory `dir`: created when
-    /// missing, except for a log bound to a remote (then a missing directory cannot be the one
-    /// it is bound to: [`OwnershipError::WrongRemote`](crate::OwnershipError::WrongRemote), and nothing is created).
+    /// The filesystem remote tier in `root` for the partition directory `dir`, opened with
+    /// `access`: created when missing for the writer, except for a log bound to a remote (then
+    /// a missing directory cannot be the one it is bound to:
+    /// [`OwnershipError::WrongRemote`](crate::OwnershipError::WrongRemote), and nothing is
+    /// created); never created for a reader.
     ///
     /// # Errors
     /// As above; as [`RemoteTier::fs`].
@@ -223,10 +225,11 @@ impl PartitionDir {
     pub fn fs_remote(
         dir: &Path,
         root: &Path,
+        access: Access,
         transform: krabka_remote_transform::TransformConfig,
     ) -> Result<RemoteTier, Error> {
         checks::refuse_missing_fs_remote_of_bound_log(dir, root)?;
-        RemoteTier::fs(root, true, transform)
+        RemoteTier::fs(root, access == Access::Owner, transform)
     }
 
     /// The tiered log.
