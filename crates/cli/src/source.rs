@@ -110,7 +110,8 @@ impl Source for TieredSource {
         }
         // Holes no tier holds are stepped over by the library, each named on stderr and in
         // the final error; bounded: each pass returns records or steps over holes.
-        for _ in 0..1024 {
+        let before = self.lost.len();
+        for _ in 0..16 {
             let read = self
                 .tiered
                 .part
@@ -138,9 +139,9 @@ impl Source for TieredSource {
             }
         }
         Err(CliError::new(format!(
-            "cannot read {}: more than {} holes met from seq {}",
+            "cannot read {}: {} holes met in one read, up to seq {}, and no record yet",
             dir.display(),
-            self.lost.len(),
+            self.lost.len() - before,
             self.next
         )))
     }

@@ -928,7 +928,9 @@ fn a_renamed_directory_tiered_before_the_topic_file_existed_is_refused() {
     // A log tiered before the topic file existed: its topic was its directory's name.
     let legacy = dir.path().join("legacy");
     copy_dir(&log, &legacy);
+    // Tiered before topic files and bindings existed: neither says which partition it is.
     let _ = std::fs::remove_file(legacy.join("topic"));
+    let _ = std::fs::remove_file(legacy.join("remote-binding"));
     let out = krabka(&["tier", s(&legacy), "--remote", &remote]);
     assert_one_line_failure(
         &out,

@@ -1,7 +1,8 @@
 //! The small checksummed text files of a log directory (the split journal here; the topic,
-//! the remote binding, the retention point and the lost seqs of a tiered log): one writer, one
-//! bounded reader and one parser for their two shapes, so their damage and truncation are
-//! handled (and tested) once.
+//! the remote binding, the retention point and the lost seqs of a tiered log): one renderer and
+//! one parser for their two shapes, so their damage and truncation are handled (and tested)
+//! once, and a bounded reader and an atomic writer that tiering's files go through (the split
+//! journal is read and written by `recovery/split.rs`, bounded and atomic too, and parsed here).
 //!
 //! - **Records** ([`render`], [`parse`]): a magic first line, then one `key value` line per
 //!   field in a fixed order, then `crc32 <8 lowercase hex digits>\n`, the CRC-32 (IEEE) of

@@ -416,3 +416,36 @@ fn tiering_files_are_its_own_and_storage_reports_none_of_them() {
         part.recovery_report().ignored_files
     );
 }
+
+/// A writer that died after claiming the partition and before recording the topic file opens
+/// again under the partition its binding names (the file is then written), and so does a reader.
+#[test]
+fn a_lost_topic_file_is_taken_from_the_binding_not_guessed_from_the_name() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = tmp.path().join("remote");
+    let dir = tmp.path().join("orders");
+    let tp = tiered_log(&dir, &root);
+    std::fs::remove_file(dir.join("topic")).expect("remove the topic file");
+    let reader = PartitionDir::open(&dir, &remote(&root), options_read()).expect("read-only");
+    assert_eq!(reader.topic(), &tp);
+    assert_eq!(reader.log().read(1, 1000).expect("read").len(), 60);
+    assert!(!dir.join("topic").exists(), "a reader writes nothing");
+    reader.into_log().close().expect("close");
+    let writer = PartitionDir::open(&dir, &remote(&root), options(Access::Owner)).expect("owner");
+    assert_eq!(writer.topic(), &tp);
+    writer.into_log().close().expect("close");
+    let again = krabka_tiering::partition::topic::read_topic_file(&dir).expect("read");
+    assert_eq!(again, Some(tp));
+}
+
+/// A reader given a directory that does not exist creates nothing.
+#[test]
+fn a_reader_of_a_missing_directory_creates_nothing() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = tmp.path().join("remote");
+    tiered_log(&tmp.path().join("orders"), &root);
+    let missing = tmp.path().join("typo");
+    let e = PartitionDir::open(&missing, &remote(&root), options_read()).expect_err("missing");
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(!missing.exists());
+}

@@ -30,9 +30,9 @@ mod refusals;
 
 use refusals::{Refusals, Refused, merged, segment_map};
 
-/// Holes skipped in one call at most (each skip is one read): bounds the loop over a view
-/// made of many holes.
-const MAX_HOLES_PER_CALL: usize = 1024;
+/// Passes of the replica's own read over holes (each steps over up to 1,024) in one call at
+/// most: bounds the loop over a view made of many holes.
+const MAX_PASSES_PER_CALL: usize = 16;
 
 /// Segments that cannot be opened named one by one at most (the rest are counted).
 const MAX_NAMED: usize = 5;
@@ -389,7 +389,8 @@ impl Source for ReplicaSource {
         }
         // Holes (a segment missing or refused between two served ones) are stepped over by the
         // replica, each named on stderr and in the final error; bounded.
-        for _ in 0..MAX_HOLES_PER_CALL {
+        let before = self.lost.len();
+        for _ in 0..MAX_PASSES_PER_CALL {
             let read = match self.replica.read_over_holes(self.next, max) {
                 Ok(read) => read,
                 Err(krabka_tiering::Error::Read(krabka_tiering::ReadError::OutOfRange {
@@ -427,8 +428,10 @@ impl Source for ReplicaSource {
             }
         }
         Err(CliError::new(format!(
-            "cannot read {}: more than {MAX_HOLES_PER_CALL} holes met from seq {}",
-            self.name, self.next
+            "cannot read {}: {} holes met in one read, up to seq {}, and no record yet",
+            self.name,
+            self.lost.len() - before,
+            self.next
         )))
     }
 

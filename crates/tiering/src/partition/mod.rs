@@ -142,10 +142,17 @@ impl PartitionDir {
             log_options.recovery = krabka_storage::RecoveryMode::Strict;
         }
         crate::validate_log_options(&log_options)?;
+        if access == Access::ReadOnly && !dir.is_dir() {
+            // A reader creates nothing, not even the log's directory (a mistyped path).
+            return Err(Error::InvalidArgument(format!(
+                "no log directory at {} to read",
+                dir.display()
+            )));
+        }
         let local = Log::open(dir, log_options)
             .map_err(|e| Error::storage(format!("opening {}", dir.display()), e))?;
         let recovery = local.recovery_report().clone();
-        let recorded = topic::read_topic_file(dir)?;
+        let mut recorded = topic::read_topic_file(dir)?;
         let metadata_dir = dir.join(METADATA_DIR);
         let tiered_before = metadata_dir.exists();
         checks::refuse_empty_log_over_remote_data(dir, &local, remote, recorded.is_some())?;
@@ -153,6 +160,23 @@ impl PartitionDir {
             // Checked before the metadata store is created: a restored `remote-metadata/`
             // must not meet a new empty one.
             checks::check_start_explained(dir, &local, None, recorded.is_some())?;
+        }
+        // The partition is settled before anything of tiering's is created, so that a crash
+        // at any later step finds it again: the binding's (a crash after the claim and before
+        // the topic file), else, for the writer of a log never tiered, a new one, recorded
+        // first.
+        let bound = crate::ownership::binding::read(dir)?.map(|b| b.partition);
+        let topic_written = recorded.is_some();
+        if recorded.is_none() && access == Access::Owner {
+            let topic = match bound.clone() {
+                Some(partition) => Some(partition),
+                None if !tiered_before => Some(topic::new_topic(dir)),
+                None => None,
+            };
+            if let Some(topic) = &topic {
+                topic::write_topic_file(dir, topic)?;
+            }
+            recorded = topic;
         }
         let mut torn_event_found = None;
         let (metadata, torn_event_cut): (Arc<dyn RemoteLogMetadataManager>, _) =
@@ -170,17 +194,18 @@ impl PartitionDir {
                 let cut = durable.torn_event_cut().cloned();
                 (Arc::new(durable), cut)
             };
-        let topic = match &recorded {
-            Some(topic) => topic.clone(),
-            // Tiered before the topic file existed: under the topic its name gave.
-            None if tiered_before || access == Access::ReadOnly => topic::topic_for(dir),
-            None => topic::new_topic(dir),
+        let topic = match (&recorded, bound) {
+            (Some(topic), _) => topic.clone(),
+            // A reader of a directory its writer bound but crashed before recording the topic.
+            (None, Some(partition)) => partition,
+            // Tiered before the topic file existed (or never): under the topic its name gives.
+            (None, None) => topic::topic_for(dir),
         };
         let known = metadata
             .list_remote_log_segments(&topic)
             .map_err(|e| Error::metadata("list", None, e))?;
         if known.is_empty() {
-            checks::check_start_explained(dir, &local, Some(&topic), recorded.is_some())?;
+            checks::check_start_explained(dir, &local, Some(&topic), topic_written)?;
         }
         let mut ownership = RemoteOwnership::new(remote.store(), remote.location());
         if access == Access::ReadOnly {
@@ -195,6 +220,7 @@ impl PartitionDir {
             &ownership,
         )?;
         if recorded.is_none() && access == Access::Owner {
+            // Tiered before the topic file existed: the file records the topic it was under.
             topic::write_topic_file(dir, &topic)?;
         }
         let mut recovery = recovery;

@@ -217,6 +217,8 @@ fn choose_partition(
         return Ok(recorded.clone());
     }
     // A topic id alone finds its partition whatever the directory is called.
+    // Named after the directory: the caller gave neither a topic nor a topic id.
+    let by_name = query.topic.is_none() && query.topic_id.is_none();
     let query = PartitionQuery {
         topic: match (&query.topic, query.topic_id) {
             (Some(t), _) => Some(t.clone()),
@@ -236,7 +238,7 @@ fn choose_partition(
             remote,
             asked,
             others,
-            by_name: query.topic.is_some() && query.topic_id.is_none(),
+            by_name,
         }),
         e => e,
     })

@@ -63,7 +63,8 @@ pub(crate) fn read_over_holes(
                 ..
             })) if to >= out.next => {
                 out.lost.push(LostSeqs {
-                    seqs: from..=to,
+                    // Only what this read steps over: seqs before `next` were delivered.
+                    seqs: from.max(out.next)..=to,
                     quarantined: None,
                     objects,
                     reason,
@@ -81,7 +82,7 @@ pub(crate) fn read_over_holes(
                 } = *source
                 {
                     out.lost.push(LostSeqs {
-                        seqs: first_seq..=last_seq,
+                        seqs: first_seq.max(out.next)..=last_seq,
                         quarantined: Some(path),
                         objects: Vec::new(),
                         reason: None,
