@@ -408,7 +408,21 @@ impl Inner {
                     Err(lazy) => lazy,
                 }
             };
-            lazy.load()?;
+            if let Err(e) = lazy.load() {
+                // Retention drops a segment from the published state before it deletes its
+                // files: a load that failed on a segment no longer there found it deleted, and
+                // a deleted segment holds no timestamp.
+                let gone = self
+                    .state
+                    .read()
+                    .segs
+                    .binary_search_by_key(&base, |s| s.base_seq)
+                    .is_err();
+                if gone {
+                    return Ok(None);
+                }
+                return Err(e);
+            }
         }
     }
 }

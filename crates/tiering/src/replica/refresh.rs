@@ -104,11 +104,16 @@ impl ReadReplica {
     }
 
     /// The refresh a read makes when a served segment's object is missing (retention deleted
-    /// it since the view, most likely): at once while the head is current (one request when
-    /// nothing changed), else only when due, so a missing object under a missing or damaged
-    /// head does not cost a full listing per read.
+    /// it since the view, most likely): at once while the head is readable (current, or behind
+    /// the bucket or stale: one request when nothing changed, and a live writer's retention
+    /// rewrites it before it deletes), else only when due, so a missing object under a missing
+    /// or damaged head does not cost a full listing per read.
     pub(crate) fn refresh_after_missing(&self) -> Result<(), Error> {
-        if self.view.read().head == HeadStatus::Current {
+        let readable = matches!(
+            self.view.read().head,
+            HeadStatus::Current | HeadStatus::Stale | HeadStatus::Behind { .. }
+        );
+        if readable {
             self.refresh().map(|_| ())
         } else {
             self.refresh_when_due().transpose().map(|_| ())
