@@ -158,18 +158,20 @@ fn one_damaged_remote_segment_costs_only_its_own_seqs_and_every_read_says_so() {
     );
 }
 
-#[test]
-fn a_damaged_last_remote_segment_is_a_hole_and_its_seqs_are_never_given_again() {
-    let work = tempfile::tempdir().unwrap();
-    let log = work.path().join("a").join("orders");
-    let remote_dir = work.path().join("remote");
-    let remote = format!("fs://{}", remote_dir.display());
+/// `krabka produce LOG --generate RECORDS` in 32 KiB segments, then one `tier` to the
+/// filesystem remote `remote_dir` keeping nothing locally: the partition's directory there.
+fn produce_and_tier(
+    log: &std::path::Path,
+    records: &str,
+    remote_dir: &std::path::Path,
+) -> std::path::PathBuf {
     let log_s = log.to_str().unwrap();
+    let remote = format!("fs://{}", remote_dir.display());
     krabka(&[
         "produce",
         log_s,
         "--generate",
-        "2000",
+        records,
         "--segment-bytes",
         "32KiB",
     ]);
@@ -181,12 +183,21 @@ fn a_damaged_last_remote_segment_is_a_hole_and_its_seqs_are_never_given_again() 
         "--local-retention-bytes",
         "0",
     ]);
-    let part = std::fs::read_dir(&remote_dir)
+    std::fs::read_dir(remote_dir)
         .unwrap()
         .flatten()
         .map(|e| e.path())
         .find(|p| p.is_dir())
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_damaged_last_remote_segment_is_a_hole_and_its_seqs_are_never_given_again() {
+    let work = tempfile::tempdir().unwrap();
+    let log = work.path().join("a").join("orders");
+    let remote_dir = work.path().join("remote");
+    let remote = format!("fs://{}", remote_dir.display());
+    let part = produce_and_tier(&log, "2000", &remote_dir);
     let mut logs: Vec<_> = std::fs::read_dir(&part)
         .unwrap()
         .flatten()
@@ -359,29 +370,7 @@ fn tiered_bucket() -> Bucket {
     let log = root.join("a").join("t1");
     let remote_dir = root.join("R");
     let remote = format!("fs://{}", remote_dir.display());
-    let log_s = log.to_str().unwrap();
-    krabka(&[
-        "produce",
-        log_s,
-        "--generate",
-        "3000",
-        "--segment-bytes",
-        "32KiB",
-    ]);
-    krabka(&[
-        "tier",
-        log_s,
-        "--remote",
-        &remote,
-        "--local-retention-bytes",
-        "0",
-    ]);
-    let part = std::fs::read_dir(&remote_dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.is_dir())
-        .unwrap();
+    let part = produce_and_tier(&log, "3000", &remote_dir);
     let mut stems: Vec<String> = std::fs::read_dir(&part)
         .unwrap()
         .flatten()

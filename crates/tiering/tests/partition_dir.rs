@@ -90,10 +90,7 @@ fn an_empty_directory_over_a_populated_remote_is_refused_and_left_empty() {
         ),
         "{e}"
     );
-    let left: Vec<_> = snapshot(&lost)
-        .into_iter()
-        .filter(|(p, _)| p.file_name().is_some_and(|n| n != ".lock"))
-        .collect();
+    let left = without_locks(snapshot(&lost));
     assert!(
         left.iter().all(|(p, _)| p
             .extension()
@@ -292,15 +289,7 @@ fn a_read_only_open_writes_nothing() {
             "{e}"
         );
     }
-    let after: Vec<_> = snapshot(&dir)
-        .into_iter()
-        .filter(|(p, _)| p.file_name().is_some_and(|n| n != ".lock"))
-        .collect();
-    let before: Vec<_> = before
-        .into_iter()
-        .filter(|(p, _)| p.file_name().is_some_and(|n| n != ".lock"))
-        .collect();
-    assert_eq!(after, before);
+    assert_eq!(without_locks(snapshot(&dir)), without_locks(before));
     assert_eq!(snapshot(&root), remote_before);
 
     // A torn last metadata event (an append cut short): the read-only open leaves it where it
