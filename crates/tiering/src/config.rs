@@ -123,7 +123,24 @@ pub struct TieringConfig {
     /// Largest custom metadata a backend may return from a copy; a larger one fails the copy.
     /// Default: 128 bytes. Minimum: 0.
     pub custom_metadata_max_bytes: usize,
+    /// Uploads of the active segment's records as tail objects (`docs/tiering.md`, "The tail
+    /// in the bucket"): with `Some`, a log opened as the owner through
+    /// [`PartitionDir::open`](crate::PartitionDir::open) attaches to a
+    /// [`TailWriter`](crate::TailWriter). Default: `None` (only closed segments are copied).
+    pub tail: Option<crate::TailConfig>,
+    /// When an append returns. Default: [`Durability::Local`](crate::Durability::Local);
+    /// [`Durability::Bucket`](crate::Durability::Bucket) needs `tail`.
+    pub durability: crate::Durability,
+    /// Without a tail, the longest a record may stay in the local log only: a round rolls
+    /// an active segment whose first record is older, so that it is copied (Kafka's
+    /// `remote.copy.lag.ms` bound, reached by rolling). `None`: no bound (a segment is copied
+    /// once it fills). Default: `None`. Minimum: 10 ms. With a tail the bound is its
+    /// interval.
+    pub max_upload_lag: Option<Duration>,
 }
+
+/// Smallest [`TieringConfig::max_upload_lag`]: 10 ms.
+pub const MIN_MAX_UPLOAD_LAG: Duration = Duration::from_millis(10);
 
 impl Default for TieringConfig {
     fn default() -> Self {
@@ -141,6 +158,9 @@ impl Default for TieringConfig {
             broker_id: 0,
             leader_epoch: 0,
             custom_metadata_max_bytes: DEFAULT_CUSTOM_METADATA_MAX_BYTES,
+            tail: None,
+            durability: crate::Durability::Local,
+            max_upload_lag: None,
         }
     }
 }
@@ -183,6 +203,20 @@ impl TieringConfig {
             return bad(format!(
                 "leader_epoch must not be negative, got {}",
                 self.leader_epoch
+            ));
+        }
+        if let Some(tail) = &self.tail {
+            tail.validate()?;
+        }
+        if self.durability == crate::Durability::Bucket && self.tail.is_none() {
+            return bad("durability Bucket needs a tail config (`tail: Some(..)`)".into());
+        }
+        if let Some(lag) = self.max_upload_lag
+            && !(MIN_MAX_UPLOAD_LAG..=crate::tail::config::MAX_TAIL_DURATION.saturating_mul(365))
+                .contains(&lag)
+        {
+            return bad(format!(
+                "max_upload_lag must be between {MIN_MAX_UPLOAD_LAG:?} and 365 days, got {lag:?}"
             ));
         }
         Ok(())

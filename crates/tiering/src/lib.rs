@@ -99,6 +99,7 @@ mod retention_point;
 mod round;
 mod service;
 mod stats;
+pub mod tail;
 mod tiered;
 mod verify;
 
@@ -109,9 +110,9 @@ pub use config::{
     DEFAULT_COPY_THREADS, DEFAULT_DELETE_DEADLINE, DEFAULT_FETCH_DEADLINE,
     DEFAULT_LOCAL_RETENTION_BYTES, DEFAULT_READ_QUEUE, DEFAULT_READ_THREADS, DEFAULT_RETENTION_MS,
     DEFAULT_ROUND_INTERVAL, DEFAULT_WORKER_THREADS, MAX_FETCH_DEADLINE, MAX_SEGMENT_BYTES,
-    MIN_CHUNK_BYTES, SPARE_BLOCKING_THREADS, ServiceConfig, TieringConfig, validate_log_options,
+    MIN_CHUNK_BYTES, MIN_MAX_UPLOAD_LAG, SPARE_BLOCKING_THREADS, ServiceConfig, TieringConfig, validate_log_options,
 };
-pub use error::{Error, OwnershipError, ReadError, ServiceError};
+pub use error::{Error, OwnershipError, ReadError, ServiceError, TailError};
 pub use fd_limit::open_files_limit;
 pub use instrumented::Instrumented;
 pub use lost::{LOST_SEQS_FILE, read as read_lost_seqs};
@@ -122,6 +123,7 @@ pub use read::holes::{HoleRead, LostSeqs};
 pub use retention_point::{RETENTION_POINT_FILE, read as read_retention_point};
 pub use service::{ShutdownReport, TieringService};
 pub use stats::{RemoteRequests, TieringReport, TieringStats};
+pub use tail::{Durability, TailConfig, TailStats, TailWriter};
 pub use tiered::{LocalLogView, TieredLog};
 
 /// The filesystem backend (feature `fs`, on by default).

@@ -10,10 +10,12 @@ mod describe;
 mod ownership;
 mod read;
 mod service;
+mod tail;
 
 pub use ownership::OwnershipError;
 pub use read::ReadError;
 pub use service::ServiceError;
+pub use tail::TailError;
 
 use crate::fd_limit::{emfile, is_fd_exhaustion, open_files_limit};
 use crate::policy::Mismatch;
@@ -153,6 +155,9 @@ pub enum Error {
     /// The service or a round's driver refused ([`ServiceError`]).
     #[error(transparent)]
     Service(#[from] ServiceError),
+    /// The tail in the bucket refused or failed ([`TailError`]).
+    #[error(transparent)]
+    Tail(#[from] TailError),
 }
 
 impl Error {
@@ -246,13 +251,15 @@ impl Error {
             Error::Remote { source, .. }
             | Error::Metadata { source, .. }
             | Error::Ownership(OwnershipError::Record { source, .. })
-            | Error::Read(ReadError::ReplicaRefresh { source, .. }) => source.is_retriable(),
+            | Error::Read(ReadError::ReplicaRefresh { source, .. })
+            | Error::Tail(TailError::Object { source, .. }) => source.is_retriable(),
             Error::CopyDeadlineExceeded { .. }
             | Error::Service(ServiceError::RoundInProgress)
             | Error::Read(ReadError::ReaderQueueFull { .. })
             | Error::Read(ReadError::FetchDeadlineExceeded { .. })
             | Error::Read(ReadError::FetchWaitExceeded { .. })
             | Error::Service(ServiceError::DeleteDeadlineExceeded { .. })
+            | Error::Tail(TailError::NotAcknowledged { .. })
             | Error::TooManyOpenFiles { .. } => true,
             _ => false,
         }

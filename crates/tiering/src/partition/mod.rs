@@ -85,6 +85,10 @@ pub struct OpenOptions {
     pub log: Options,
     /// The tiering config.
     pub config: TieringConfig,
+    /// The tail writer a writer's log attaches to when `config.tail` is set: share one
+    /// between every partition of a process (one object per window for all of them). `None`:
+    /// the log starts its own.
+    pub tail_writer: Option<crate::TailWriter>,
 }
 
 impl OpenOptions {
@@ -94,6 +98,7 @@ impl OpenOptions {
             access,
             log: Options::default(),
             config: TieringConfig::default(),
+            tail_writer: None,
         }
     }
 }
@@ -137,7 +142,15 @@ impl PartitionDir {
             access,
             log: mut log_options,
             config,
+            tail_writer,
         } = options;
+        if config.tail.is_some() && access == Access::Owner && remote.transforming().config().encrypts() {
+            return Err(Error::Tail(crate::TailError::Unsupported(
+                "tail objects are not encrypted: a remote tier with encryption takes closed \
+                 segments only (no `tail`, no bucket durability)"
+                    .to_owned(),
+            )));
+        }
         if access == Access::ReadOnly {
             log_options.recovery = krabka_storage::RecoveryMode::Strict;
         }
@@ -222,6 +235,15 @@ impl PartitionDir {
         if recorded.is_none() && access == Access::Owner {
             // Tiered before the topic file existed: the file records the topic it was under.
             topic::write_topic_file(dir, &topic)?;
+        }
+        if access == Access::Owner
+            && let Some(tail) = &log.config().tail
+        {
+            let writer = match tail_writer {
+                Some(writer) => writer,
+                None => crate::TailWriter::start(remote.store(), tail.clone())?,
+            };
+            log.attach_tail(writer)?;
         }
         let mut recovery = recovery;
         recovery.ignored_files.retain(|p| {

@@ -45,6 +45,14 @@ impl TieredLog {
     pub(crate) fn clean_stale(&self, report: &mut TieringReport) -> Result<(), Error> {
         // Every round starts here, in every engine: a fenced log does nothing more.
         self.check_owner()?;
+        // A log whose tail chain another writer closed joins a new one (its epoch check
+        // says whether it was taken over).
+        if let Err(e) = self.join_tail(false) {
+            if matches!(e, Error::Ownership(_)) {
+                return Err(e);
+            }
+            report.failures.push(e);
+        }
         // Read replicas must stop serving a segment before its data goes: a head the last
         // round could not write is written before any delete it left unfinished goes on.
         let head_current = match self.publish_head(false) {

@@ -12,7 +12,7 @@
 use std::sync::atomic::Ordering;
 
 use krabka_remote_storage::head::{
-    self, ConditionalRead, HeadRead, HeadSegment, MAX_HEAD_LEN, PartitionHead,
+    self, ConditionalRead, HeadRead, HeadSegment, MAX_HEAD_LEN, PartitionHead, TailRef,
 };
 use krabka_remote_storage::{
     RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteStorageError, layout, now_ms,
@@ -31,8 +31,8 @@ pub(crate) const HEAD_CHECK_EVERY: u32 = 20;
 pub(crate) struct Published {
     /// The serial of the last head written (0: none yet).
     serial: u64,
-    /// Its segments and retention point.
-    last: Option<(Vec<HeadSegment>, u64)>,
+    /// Its segments, retention point and tail refs.
+    last: Option<(Vec<HeadSegment>, u64, Vec<TailRef>)>,
     /// Its bytes, to recognise it when it is read back.
     bytes: Vec<u8>,
     /// Its version in the bucket once a check read it back (`None`: not read yet).
@@ -59,7 +59,20 @@ impl TieredLog {
         let mut published = self.head.lock();
         let retention_point = self.retention_point.load(Ordering::Acquire);
         let segments = head_segments(&self.remote_list()?, retention_point);
-        let now = (segments, retention_point);
+        // Records up to here are in finished segments (or gone by retention): no tail
+        // object needs to hold them.
+        let finished_end = segments
+            .iter()
+            .map(|s| s.end_seq)
+            .max()
+            .unwrap_or(0)
+            .max(retention_point.saturating_sub(1));
+        let tail = self
+            .tail
+            .get()
+            .map(|slot| slot.part.refs(finished_end))
+            .unwrap_or_default();
+        let now = (segments, retention_point, tail);
         if !force && published.last.as_ref() == Some(&now) {
             published.unchanged = published.unchanged.saturating_add(1);
             if published.unchanged < HEAD_CHECK_EVERY {
@@ -109,6 +122,7 @@ impl TieredLog {
             writer_last_seq: self.log.last_seq(),
             retention_point,
             segments: now.0.clone(),
+            tail: now.2.clone(),
         };
         head::write_head(writer.store, writer.partition_dir, &head).map_err(failed)?;
         published.serial = serial;
@@ -116,6 +130,10 @@ impl TieredLog {
         published.bytes = head.encode();
         published.version = None;
         published.unchanged = 0;
+        drop(published);
+        if let Some(slot) = self.tail.get() {
+            slot.part.head_published(finished_end);
+        }
         Ok(())
     }
 

@@ -49,7 +49,7 @@ const NOT_BLOCKED: u64 = u64::MAX;
 /// local segments once safely remote, and apply whole-log retention. [`read`](Self::read) spans
 /// both tiers transparently.
 pub struct TieredLog {
-    pub(crate) log: Log,
+    pub(crate) log: Arc<Log>,
     pub(crate) rsm: Arc<dyn RemoteStorageManager>,
     pub(crate) rlmm: Arc<dyn RemoteLogMetadataManager>,
     pub(crate) tp: TopicIdPartition,
@@ -80,7 +80,9 @@ pub struct TieredLog {
     pub(crate) abandoned_tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// The writer epoch this log holds ([`open_owned`](Self::open_owned)); `None` for a log
     /// opened without ownership, which nothing fences.
-    pub(crate) owner: Option<crate::ownership::Owner>,
+    pub(crate) owner: Option<Arc<crate::ownership::Owner>>,
+    /// Its place in a tail writer ([`attach_tail`](Self::attach_tail)); empty without one.
+    pub(crate) tail: std::sync::OnceLock<crate::tail::TailSlot>,
     /// What this log last wrote as the partition head (`head.rs`).
     head: Mutex<head::Published>,
     /// The replica a follower learns the remote tier from (`None`: this log copies).
@@ -101,13 +103,13 @@ impl TieredLog {
     /// The writer epoch this log holds in the remote tier, when it was opened with
     /// [`open_owned`](Self::open_owned).
     pub fn writer_epoch(&self) -> Option<u64> {
-        self.owner.as_ref().map(crate::ownership::Owner::epoch)
+        self.owner.as_ref().map(|o| o.epoch())
     }
 
     /// Whether the remote store was found to enforce create-only writes (`None` without
     /// ownership); see `docs/tiering.md`, "Ownership".
     pub fn conditional_writes_enforced(&self) -> Option<bool> {
-        self.owner.as_ref().map(crate::ownership::Owner::enforced)
+        self.owner.as_ref().map(|o| o.enforced())
     }
 
     /// Checks in the remote tier that this log still holds the newest writer epoch (two small
@@ -187,9 +189,12 @@ impl TieredLog {
     /// acknowledged).
     pub fn append(&self, msg: &Message) -> Result<u64, Error> {
         self.ensure_writable()?;
-        self.log
+        let seq = self
+            .log
             .append(msg)
-            .map_err(|e| Error::storage("appending", e))
+            .map_err(|e| Error::storage("appending", e))?;
+        self.wait_in_bucket(seq..=seq)?;
+        Ok(seq)
     }
 
     /// Appends messages as one batch; returns their seqs.
@@ -199,9 +204,12 @@ impl TieredLog {
     /// [`append`](Self::append).
     pub fn append_batch(&self, msgs: &[Message]) -> Result<RangeInclusive<u64>, Error> {
         self.ensure_writable()?;
-        self.log
+        let seqs = self
+            .log
             .append_batch(msgs)
-            .map_err(|e| Error::storage("appending a batch", e))
+            .map_err(|e| Error::storage("appending a batch", e))?;
+        self.wait_in_bucket(seqs.clone())?;
+        Ok(seqs)
     }
 
     /// Appends one Kafka v2 record batch as a producer sent it (see
@@ -214,9 +222,12 @@ impl TieredLog {
     /// [`OwnershipError::Fenced`](crate::OwnershipError::Fenced) as [`append`](Self::append).
     pub fn append_raw_batch(&self, batch: &[u8]) -> Result<RangeInclusive<u64>, Error> {
         self.ensure_writable()?;
-        self.log
+        let seqs = self
+            .log
             .append_raw_batch(batch)
-            .map_err(|e| Error::storage("appending a raw batch", e))
+            .map_err(|e| Error::storage("appending a raw batch", e))?;
+        self.wait_in_bucket(seqs.clone())?;
+        Ok(seqs)
     }
 
     /// Forces every appended record to stable storage.
@@ -303,8 +314,15 @@ impl TieredLog {
     /// # Errors
     /// [`Error::Storage`] as `Log::close`.
     pub fn close(self) -> Result<(), Error> {
-        let Self { log, rlmm, .. } = self;
-        let closed = log.close().map_err(|e| Error::storage("closing", e));
+        let Self { log, rlmm, tail, .. } = self;
+        // Leaving the tail writer drops its hold on the local log.
+        drop(tail);
+        let closed = match Arc::try_unwrap(log) {
+            Ok(log) => log.close().map_err(|e| Error::storage("closing", e)),
+            // Still shared (a tail window in flight holds it): synced, and closed when the
+            // last holder drops it.
+            Err(log) => log.sync().map_err(|e| Error::storage("closing", e)),
+        };
         drop(rlmm);
         closed
     }

@@ -75,7 +75,7 @@ impl TieredLog {
         let this = Self {
             epochs: Mutex::new(vec![(config.leader_epoch, 0)]),
             cache: RemoteReadCache::new(config.cache_bytes),
-            log,
+            log: Arc::new(log),
             rsm,
             rlmm,
             tp: topic_id_partition,
@@ -91,6 +91,7 @@ impl TieredLog {
             abandoned: Mutex::new(HashSet::new()),
             abandoned_tasks: Mutex::new(Vec::new()),
             owner: None,
+            tail: std::sync::OnceLock::new(),
             head: Mutex::default(),
             follower: None,
         };
@@ -232,7 +233,7 @@ impl TieredLog {
             local_first,
             this.rlmm.as_ref(),
         )?;
-        this.owner = Some(owner);
+        this.owner = Some(Arc::new(owner));
         // Replicas learn of a new writer epoch at once; a failure here is retried by the next
         // round.
         if let Err(e) = this.publish_head(true) {

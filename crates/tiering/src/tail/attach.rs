@@ -1,0 +1,278 @@
+//! How a log joins a tail chain, and how a bucket-durable append waits for it.
+//!
+//! Joining (T2 and T3 in docs/ARCHITECTURE.md): the log first closes every chain its
+//! partition's head lists that is not its writer's (a fence object at the chain's next
+//! number: the old writer can acknowledge nothing more there) and appends to its local log
+//! the records those chains hold above it, so every record the old writer acknowledged is
+//! served by this one; then it writes the head listing the new chain and checks its epoch.
+//! Only after that check may the writer put the partition's records in the chain: a takeover
+//! that claims the next epoch after the check reads a head that lists the chain, and closes it.
+
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+
+use krabka_protocol::batch::StoredHeader;
+use krabka_remote_storage::head::{self, HeadRead, TailRef};
+use krabka_remote_storage::tail as chain;
+use krabka_remote_storage::{RemoteLogSegmentState, layout, now_ms};
+
+use super::part::{Held, PartitionTail};
+use super::{Durability, TailSlot, TailWriter};
+use crate::error::{Error, TailError};
+use crate::tiered::TieredLog;
+
+/// Bytes of a Kafka v2 batch before its `batchLength` counts.
+const LENGTH_PREFIX: usize = 12;
+
+impl TieredLog {
+    /// Attaches this log to `writer`: from now on its records go to the bucket in the
+    /// writer's tail objects, at most one window after they are appended; with
+    /// [`Durability::Bucket`] an append returns only once they are there. Before that, the
+    /// chains the partition's head lists are closed and every record they hold above the
+    /// local log is appended to it (a takeover, or a restart after a lost disk).
+    ///
+    /// # Errors
+    /// [`TailError::Unsupported`] for a log without a writer epoch (opened without ownership
+    /// or to read only) or already attached; [`OwnershipError::Fenced`](crate::OwnershipError::Fenced) when another writer
+    /// holds the partition; [`TailError::Gap`] or [`TailError::Contradiction`] when the tail
+    /// in the bucket cannot continue the local log; [`TailError::Object`] when the bucket
+    /// fails.
+    pub fn attach_tail(&self, writer: TailWriter) -> Result<(), Error> {
+        let Some(owner) = self.owner.clone() else {
+            return Err(unsupported("a tail needs a log that holds a writer epoch"));
+        };
+        if owner.head_writer().is_none() {
+            return Err(unsupported("a log opened to read only writes no tail"));
+        }
+        let part = Arc::new(PartitionTail::new(
+            self.tp.clone(),
+            self.log.clone(),
+            owner,
+            writer.weak(),
+        ));
+        let slot = TailSlot { writer, part };
+        if self.tail.set(slot).is_err() {
+            return Err(unsupported("this log is attached to a tail writer already"));
+        }
+        self.join_tail(true)
+    }
+
+    /// The last seq known to be in a tail object (or a finished remote segment), when the
+    /// log is attached to a tail writer.
+    pub fn tail_acked_seq(&self) -> Option<u64> {
+        self.tail.get().map(|slot| slot.part.state.lock().acked)
+    }
+
+    /// Joins the writer's current chain; `first` also takes over the older chains' records.
+    pub(crate) fn join_tail(&self, first: bool) -> Result<(), Error> {
+        let Some(slot) = self.tail.get() else {
+            return Ok(());
+        };
+        let part = &slot.part;
+        let _attaching = part.attaching.lock();
+        if part.state.lock().chain.is_some() {
+            return Ok(());
+        }
+        part.owner.check()?;
+        if first {
+            self.adopt_listed_chains(slot)?;
+            // Everything in finished remote segments (or below the local log, which only
+            // keeps what is not safely remote) is in the bucket already.
+            let finished = self.finished_end()?;
+            let floor = finished.max(self.log.first_seq().saturating_sub(1));
+            let mut s = part.state.lock();
+            s.uploaded = s.uploaded.max(floor);
+            s.acked = s.acked.max(floor);
+        }
+        let (chain_id, next) = slot.writer.join(part);
+        {
+            let mut s = part.state.lock();
+            s.chain = Some(chain_id);
+            s.listed = false;
+            if !s.joined.iter().any(|(c, _)| *c == chain_id) {
+                s.joined.push((chain_id, next));
+            }
+        }
+        // The head must list the chain before anything in it is acknowledged (T2).
+        self.publish_head(true)?;
+        part.owner.check()?;
+        let mut s = part.state.lock();
+        if s.chain == Some(chain_id) {
+            s.listed = true;
+        }
+        drop(s);
+        part.writer.nudge();
+        tracing::info!(partition = %self.tp, chain = %chain_id, "attached to tail chain");
+        Ok(())
+    }
+
+    /// Closes every chain the head lists and appends their records above the local log.
+    fn adopt_listed_chains(&self, slot: &TailSlot) -> Result<(), Error> {
+        let part = &slot.part;
+        let Some(hw) = part.owner.head_writer() else {
+            return Ok(());
+        };
+        let store = hw.store;
+        let refs: Vec<TailRef> = match head::read_head(store, hw.partition_dir, None)
+            .map_err(|e| object_error(layout::head_key(hw.partition_dir), e))?
+        {
+            HeadRead::Fresh { head, .. } => head.tail,
+            HeadRead::Damaged { error, .. } => {
+                return Err(object_error(layout::head_key(hw.partition_dir), error));
+            }
+            _ => Vec::new(),
+        };
+        let current = slot.writer.chain();
+        for r in refs.iter().filter(|r| r.chain != current) {
+            self.adopt_chain(slot, r)?;
+        }
+        Ok(())
+    }
+
+    /// Closes chain `r` and appends the records it holds above the local log.
+    fn adopt_chain(&self, slot: &TailSlot, r: &TailRef) -> Result<(), Error> {
+        let part = &slot.part;
+        let store = slot.writer.shared.store.as_ref();
+        let chain_key = layout::tail_chain_dir(r.chain);
+        let closed = chain::close_chain(store, r.chain, slot.writer.shared.incarnation, now_ms())
+            .map_err(|e| object_error(chain_key.clone(), e))?;
+        let mut adopted = 0_u64;
+        for number in closed.below.iter().copied().filter(|n| *n >= r.from) {
+            let key = layout::tail_object_key(r.chain, number);
+            let Some(object) = chain::read_object(store, r.chain, number)
+                .map_err(|e| object_error(key.clone(), e))?
+            else {
+                // Deleted: its records are in finished segments (the continuity check below
+                // finds it otherwise).
+                continue;
+            };
+            let Some(i) = object.entry_for(self.tp.topic_id(), self.tp.partition()) else {
+                continue;
+            };
+            let entry = object.entries()[i];
+            slot.writer.adopted(
+                r.chain,
+                number,
+                object
+                    .entries()
+                    .iter()
+                    .map(|e| ((e.topic_id, e.partition), e.last_seq))
+                    .collect(),
+            );
+            part.state.lock().held.push(Held {
+                chain: r.chain,
+                number,
+                last_seq: entry.last_seq,
+            });
+            if entry.last_seq <= self.log.last_seq() {
+                continue;
+            }
+            let data = object
+                .entry_data(i)
+                .map_err(|e| object_error(key.clone(), e))?;
+            adopted += self.append_tail_batches(&key, data)?;
+        }
+        {
+            let mut s = part.state.lock();
+            if !s.joined.iter().any(|(c, _)| *c == r.chain) {
+                s.joined.push((r.chain, r.from));
+            }
+        }
+        if adopted > 0 {
+            tracing::warn!(partition = %self.tp, chain = %r.chain, records = adopted,
+                "took over records acknowledged in the bucket above the local log");
+        }
+        Ok(())
+    }
+
+    /// Appends the batches of a tail entry that lie above the local log; returns how many
+    /// records were appended.
+    fn append_tail_batches(&self, key: &str, data: &[u8]) -> Result<u64, Error> {
+        let mut at = 0_usize;
+        let mut appended = 0_u64;
+        while at < data.len() {
+            let rest = &data[at..];
+            let Some(h) = StoredHeader::read(rest) else {
+                return Err(contradiction(key, self.log.next_seq(), format!("byte {at} of its entry is not a batch header")));
+            };
+            let len = usize::try_from(h.batch_length)
+                .ok()
+                .and_then(|l| l.checked_add(LENGTH_PREFIX))
+                .filter(|l| *l <= rest.len())
+                .ok_or_else(|| contradiction(key, self.log.next_seq(), format!("the batch at byte {at} of its entry runs past it")))?;
+            let base = u64::try_from(h.base_offset).unwrap_or(0);
+            let last = u64::try_from(h.last_offset()).unwrap_or(0);
+            let batch = &rest[..len];
+            at += len;
+            let local_last = self.log.last_seq();
+            if last <= local_last {
+                continue;
+            }
+            let next = self.log.next_seq();
+            if base > next {
+                return Err(Error::Tail(TailError::Gap {
+                    partition: Box::new(self.tp.clone()),
+                    local_last,
+                    found: base,
+                    key: key.to_owned(),
+                }));
+            }
+            if base < next {
+                return Err(contradiction(key, base, format!(
+                    "its batch of seqs {base}..={last} straddles the local log's end at seq {local_last}"
+                )));
+            }
+            let range = self
+                .log
+                .append_raw_batch(batch)
+                .map_err(|e| Error::storage(format!("taking over seqs {base}..={last} from {key}"), e))?;
+            appended += range.end() - range.start() + 1;
+        }
+        Ok(appended)
+    }
+
+    /// The last seq of the finished remote segments (0: none).
+    fn finished_end(&self) -> Result<u64, Error> {
+        Ok(self
+            .remote_list()?
+            .iter()
+            .filter(|m| m.state() == RemoteLogSegmentState::CopySegmentFinished)
+            .map(|m| m.end_offset())
+            .max()
+            .unwrap_or(0))
+    }
+
+    /// Under [`Durability::Bucket`], waits until `seqs` are in a tail object.
+    pub(crate) fn wait_in_bucket(&self, seqs: RangeInclusive<u64>) -> Result<(), Error> {
+        if self.config.durability != Durability::Bucket || seqs.is_empty() {
+            return Ok(());
+        }
+        let Some(slot) = self.tail.get() else {
+            return Err(unsupported(
+                "a bucket-durable append needs a log attached to a tail writer",
+            ));
+        };
+        let deadline = slot.writer.config().ack_deadline;
+        slot.part
+            .wait_acked(seqs, deadline, &|| self.join_tail(false))
+    }
+}
+
+fn unsupported(why: &str) -> Error {
+    Error::Tail(TailError::Unsupported(why.to_owned()))
+}
+
+fn object_error(key: String, e: krabka_remote_storage::RemoteStorageError) -> Error {
+    Error::Tail(TailError::Object {
+        key,
+        source: Box::new(e),
+    })
+}
+
+fn contradiction(key: &str, seq: u64, reason: String) -> Error {
+    Error::Tail(TailError::Contradiction {
+        key: key.to_owned(),
+        seq,
+        reason,
+    })
+}

@@ -1,0 +1,318 @@
+//! The tail in the bucket: an acknowledged record outlives the disk it was written on.
+//! Bucket-durable appends, takeovers that serve every acknowledged record and fence the old
+//! writer, a bucket that stalls, one object per window for many partitions, and deletion of
+//! tail objects once finished segments hold their records.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "tail/store.rs"]
+mod store;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use krabka_protocol::Message;
+use krabka_remote_storage::ownership::OwnershipStore;
+use krabka_remote_transform::TransformConfig;
+use krabka_storage::Options;
+use krabka_tiering::partition::{OpenOptions, PartitionQuery, RecoverOptions};
+use krabka_tiering::{
+    Access, Durability, Error, PartitionDir, RemoteTier, TailConfig, TailError, TailWriter,
+    TieringConfig,
+};
+
+use store::{Switchable, seqs_in_tail, tail_entries};
+
+fn tail() -> TailConfig {
+    TailConfig {
+        interval: Duration::from_millis(20),
+        grace: Duration::from_secs(1),
+        ack_deadline: Duration::from_secs(5),
+        ..TailConfig::default()
+    }
+}
+
+fn options(durability: Durability) -> OpenOptions {
+    OpenOptions {
+        log: Options {
+            max_bytes: 1 << 20,
+            ..Options::default()
+        },
+        config: TieringConfig {
+            retention_ms: None,
+            tail: Some(tail()),
+            durability,
+            ..TieringConfig::default()
+        },
+        ..OpenOptions::new(Access::Owner)
+    }
+}
+
+fn tier(backend: &Arc<Switchable>, root: &Path) -> RemoteTier {
+    RemoteTier::new(
+        backend.clone(),
+        format!("fs://{}", root.display()),
+        TransformConfig::default(),
+    )
+}
+
+fn value(tag: &str, i: u64) -> String {
+    format!("{tag} record {i:05} {}", "v".repeat(30))
+}
+
+fn recover_into(dir: &Path, tier: &RemoteTier, tp: &krabka_remote_storage::TopicIdPartition) {
+    let options = RecoverOptions {
+        partition: PartitionQuery {
+            topic: Some(tp.topic().to_owned()),
+            partition: Some(tp.partition()),
+            topic_id: Some(tp.topic_id()),
+        },
+        ..RecoverOptions::default()
+    };
+    PartitionDir::recover(dir, tier, &options).expect("recover");
+}
+
+#[test]
+fn a_bucket_durable_append_returns_only_once_its_records_are_in_a_tail_object() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("remote");
+    let backend = Switchable::new(&root);
+    let part = PartitionDir::open(
+        &tmp.path().join("a"),
+        &tier(&backend, &root),
+        options(Durability::Bucket),
+    )
+    .unwrap();
+    let tp = part.topic().clone();
+    for i in 1..=25_u64 {
+        let seq = part.log().append(&Message::new(value("a", i))).unwrap();
+        assert_eq!(seq, i);
+        // Acknowledged: the bucket holds it now, with every seq before it.
+        let held = seqs_in_tail(backend.as_ref() as &dyn OwnershipStore, &tp);
+        assert_eq!(held, (1..=i).collect::<Vec<_>>(), "after the ack of seq {i}");
+        assert!(part.log().tail_acked_seq().unwrap() >= i);
+    }
+    let seqs = part
+        .log()
+        .append_batch(&[Message::new(value("a", 26)), Message::new(value("a", 27))])
+        .unwrap();
+    assert_eq!(seqs, 26..=27);
+    assert_eq!(
+        seqs_in_tail(backend.as_ref() as &dyn OwnershipStore, &tp),
+        (1..=27).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_lost_disk_loses_no_record_acknowledged_in_the_bucket() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("remote");
+    let backend = Switchable::new(&root);
+    let a = tmp.path().join("a");
+    let part = PartitionDir::open(&a, &tier(&backend, &root), options(Durability::Bucket)).unwrap();
+    let tp = part.topic().clone();
+    for i in 1..=40_u64 {
+        part.log().append(&Message::new(value("a", i))).unwrap();
+    }
+    // The disk is lost: the directory is gone, its active segment never copied.
+    drop(part);
+    std::fs::remove_dir_all(&a).unwrap();
+    let b = tmp.path().join("b");
+    recover_into(&b, &tier(&backend, &root), &tp);
+    let part = PartitionDir::open(&b, &tier(&backend, &root), options(Durability::Bucket)).unwrap();
+    let records = part.log().read(1, 100).unwrap();
+    assert_eq!(records.len(), 40);
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.seq, i as u64 + 1);
+        assert_eq!(r.message.value.as_ref(), value("a", r.seq).as_bytes());
+    }
+    // The new writer goes on after them: no seq is handed out twice.
+    assert_eq!(part.log().append(&Message::new("next")).unwrap(), 41);
+}
+
+#[test]
+fn a_fenced_writer_acknowledges_nothing_after_a_takeover_and_the_new_writer_serves_all_it_did() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("remote");
+    let backend = Switchable::new(&root);
+    let a_dir = tmp.path().join("a");
+    let a = Arc::new(
+        PartitionDir::open(&a_dir, &tier(&backend, &root), options(Durability::Bucket)).unwrap(),
+    );
+    let tp = a.topic().clone();
+    // Writer A appends without pause while B takes the partition over.
+    let writer = {
+        let a = Arc::clone(&a);
+        std::thread::spawn(move || {
+            let mut acked = Vec::new();
+            let mut refused = 0;
+            let started = Instant::now();
+            for i in 1..=2_000_u64 {
+                if started.elapsed() > Duration::from_secs(20) {
+                    break;
+                }
+                match a.log().append(&Message::new(value("a", i))) {
+                    Ok(seq) => acked.push(seq),
+                    Err(e) => {
+                        refused += 1;
+                        assert!(
+                            matches!(
+                                e,
+                                Error::Ownership(krabka_tiering::OwnershipError::Fenced { .. })
+                                    | Error::Tail(TailError::NotAcknowledged { .. })
+                            ),
+                            "{e}"
+                        );
+                        if refused >= 3 {
+                            break;
+                        }
+                    }
+                }
+            }
+            acked
+        })
+    };
+    std::thread::sleep(Duration::from_millis(150));
+    let b_dir = tmp.path().join("b");
+    recover_into(&b_dir, &tier(&backend, &root), &tp);
+    let b = PartitionDir::open(&b_dir, &tier(&backend, &root), options(Durability::Bucket)).unwrap();
+    let acked = writer.join().unwrap();
+    assert!(acked.len() > 5, "A acknowledged {} records", acked.len());
+    // Every record A acknowledged is served by B, with its bytes.
+    let last = *acked.last().unwrap();
+    let records = b.log().read(1, last as usize).unwrap();
+    for seq in &acked {
+        let r = &records[(*seq - 1) as usize];
+        assert_eq!(r.seq, *seq);
+        assert_eq!(r.message.value.as_ref(), value("a", *seq).as_bytes());
+    }
+    // A acknowledges nothing more.
+    let e = a.log().append(&Message::new("late")).expect_err("fenced");
+    assert!(
+        matches!(
+            e,
+            Error::Ownership(krabka_tiering::OwnershipError::Fenced { .. })
+                | Error::Tail(TailError::NotAcknowledged { .. })
+        ),
+        "{e}"
+    );
+    // B's own appends go on after every seq A used.
+    let next = b.log().append(&Message::new("b")).unwrap();
+    assert!(next > last, "B appended at {next}, A acknowledged up to {last}");
+}
+
+#[test]
+fn a_stalled_bucket_fails_the_append_after_its_deadline_and_later_appends_recover() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("remote");
+    let backend = Switchable::new(&root);
+    let mut opts = options(Durability::Bucket);
+    opts.config.tail = Some(TailConfig {
+        ack_deadline: Duration::from_millis(300),
+        ..tail()
+    });
+    let part = PartitionDir::open(&tmp.path().join("a"), &tier(&backend, &root), opts).unwrap();
+    let tp = part.topic().clone();
+    assert_eq!(part.log().append(&Message::new("one")).unwrap(), 1);
+    backend.stalled.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let e = part.log().append(&Message::new("two")).expect_err("stalled");
+    let waited = started.elapsed();
+    assert!(
+        matches!(&e, Error::Tail(TailError::NotAcknowledged { seqs, .. }) if *seqs == (2..=2)),
+        "{e}"
+    );
+    assert!(e.is_retriable());
+    assert!(waited < Duration::from_secs(5), "waited {waited:?}");
+    assert_eq!(seqs_in_tail(backend.as_ref() as &dyn OwnershipStore, &tp), vec![1]);
+    backend.stalled.store(false, Ordering::SeqCst);
+    // The bucket answers again: the next append is acknowledged, with the one before it.
+    assert_eq!(part.log().append(&Message::new("three")).unwrap(), 3);
+    assert_eq!(
+        seqs_in_tail(backend.as_ref() as &dyn OwnershipStore, &tp),
+        vec![1, 2, 3]
+    );
+}
+
+#[test]
+fn many_partitions_share_one_tail_object_per_window() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("remote");
+    let backend = Switchable::new(&root);
+    let writer = TailWriter::start(
+        backend.clone(),
+        TailConfig {
+            interval: Duration::from_millis(200),
+            ..tail()
+        },
+    )
+    .unwrap();
+    let parts: Vec<PartitionDir> = (0..40)
+        .map(|i| {
+            let mut opts = options(Durability::Local);
+            opts.tail_writer = Some(writer.clone());
+            PartitionDir::open(&tmp.path().join(format!("p{i}")), &tier(&backend, &root), opts)
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(writer.partitions(), 40);
+    let before = writer.stats().objects_written;
+    for p in &parts {
+        for i in 1..=5 {
+            p.log().append(&Message::new(value("m", i))).unwrap();
+        }
+    }
+    // Every partition's records reach the bucket within a few windows...
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while parts.iter().any(|p| p.log().tail_acked_seq() < Some(5)) {
+        assert!(Instant::now() < deadline, "not in the bucket in time");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ...in a handful of objects, not one per partition.
+    let objects = writer.stats().objects_written - before;
+    assert!(objects <= 3, "{objects} objects for 40 partitions");
+    let entries = tail_entries(backend.as_ref() as &dyn OwnershipStore, parts[0].topic());
+    assert!(entries.iter().any(|(_, _, _, e)| e == &vec![(1, 5)]));
+}
+
+#[test]
+fn tail_objects_are_deleted_once_finished_segments_hold_their_records_and_the_grace_passed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("remote");
+    let backend = Switchable::new(&root);
+    let part = PartitionDir::open(
+        &tmp.path().join("a"),
+        &tier(&backend, &root),
+        options(Durability::Bucket),
+    )
+    .unwrap();
+    let tp = part.topic().clone();
+    for i in 1..=10 {
+        part.log().append(&Message::new(value("a", i))).unwrap();
+    }
+    assert_eq!(
+        seqs_in_tail(backend.as_ref() as &dyn OwnershipStore, &tp).len(),
+        10
+    );
+    part.log().roll().unwrap();
+    let report = part.log().run_once().unwrap();
+    assert_eq!(report.segments_copied, 1, "{report:?}");
+    // A record appended after the copy keeps the newest object in place meanwhile.
+    part.log().append(&Message::new(value("a", 11))).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let held = seqs_in_tail(backend.as_ref() as &dyn OwnershipStore, &tp);
+        if held == vec![11] {
+            break;
+        }
+        assert!(
+            held.iter().all(|s| *s <= 11) && held.contains(&11),
+            "{held:?}"
+        );
+        assert!(Instant::now() < deadline, "still held: {held:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Everything still reads, from the segment and the local log.
+    assert_eq!(part.log().read(1, 100).unwrap().len(), 11);
+}
