@@ -109,6 +109,7 @@ impl TieredLog {
             writer_last_seq: self.log.last_seq(),
             retention_point,
             segments: now.0.clone(),
+            tail: Vec::new(),
         };
         head::write_head(writer.store, writer.partition_dir, &head).map_err(failed)?;
         published.serial = serial;
