@@ -268,7 +268,10 @@ impl PartitionHead {
 }
 
 /// Decodes the tail chain references of a version 2 head.
-fn decode_tail(r: &mut Reader<'_>, corrupt: &Corrupt<'_>) -> Result<Vec<TailRef>, RemoteStorageError> {
+fn decode_tail(
+    r: &mut Reader<'_>,
+    corrupt: &Corrupt<'_>,
+) -> Result<Vec<TailRef>, RemoteStorageError> {
     let count = u32::from_le_bytes(r.array("tail count", corrupt)?) as usize;
     // Before allocating: the count must fit in what is left, whatever it claims.
     let needed = count.checked_mul(TAIL_REF_LEN);

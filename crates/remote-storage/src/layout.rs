@@ -505,7 +505,12 @@ mod tests {
 
     #[test]
     fn a_tail_chain_dir_is_never_a_partition_dir() {
-        for n in [0u128, 1, u128::MAX, 0x0123_4567_89ab_cdef_0011_2233_4455_6677] {
+        for n in [
+            0u128,
+            1,
+            u128::MAX,
+            0x0123_4567_89ab_cdef_0011_2233_4455_6677,
+        ] {
             let dir = tail_chain_dir(Uuid::from_u128(n));
             assert_eq!(parse_partition_dir(&dir), None, "{dir}");
         }

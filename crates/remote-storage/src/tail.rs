@@ -37,8 +37,7 @@ pub use chain::{
     read_object, write_object,
 };
 pub use format::{
-    MAX_TAIL_OBJECT_LEN, TAIL_MAGIC, TAIL_VERSION, TailEntry, TailEntryHeader, TailKind,
-    TailObject,
+    MAX_TAIL_OBJECT_LEN, TAIL_MAGIC, TAIL_VERSION, TailEntry, TailEntryHeader, TailKind, TailObject,
 };
 
 #[cfg(test)]

@@ -439,9 +439,17 @@ fn a_version_2_head_with_a_bad_tail_is_refused_naming_it() {
     assert!(why.contains("tail count"), "{why}");
     let cases: [(Vec<u8>, &str); 3] = [
         // A count no body can hold: refused before anything is allocated.
-        (u32::MAX.to_le_bytes().to_vec(), "tail count 4294967295 needs"),
         (
-            [&1u32.to_le_bytes()[..], Uuid::from_u128(3).as_bytes(), &0u64.to_le_bytes()].concat(),
+            u32::MAX.to_le_bytes().to_vec(),
+            "tail count 4294967295 needs",
+        ),
+        (
+            [
+                &1u32.to_le_bytes()[..],
+                Uuid::from_u128(3).as_bytes(),
+                &0u64.to_le_bytes(),
+            ]
+            .concat(),
             "starts at object 0",
         ),
         (
@@ -464,7 +472,12 @@ fn a_version_2_head_with_a_bad_tail_is_refused_naming_it() {
     // And a count that claims fewer references than follow leaves trailing bytes.
     let body = [
         v1_body,
-        [&0u32.to_le_bytes()[..], Uuid::from_u128(3).as_bytes(), &1u64.to_le_bytes()].concat(),
+        [
+            &0u32.to_le_bytes()[..],
+            Uuid::from_u128(3).as_bytes(),
+            &1u64.to_le_bytes(),
+        ]
+        .concat(),
     ]
     .concat();
     let why = reason(PartitionHead::decode(&reframe_v2(&body), "key-x"));

@@ -401,7 +401,9 @@ impl TailObject {
         let written_ms = i64::from_le_bytes(r.array("written time", corrupt)?);
         let count = u32::from_le_bytes(r.array("entry count", corrupt)?) as usize;
         if number == 0 {
-            return Err(corrupt("number 0 (bytes 24..32); numbers start at 1".to_owned()));
+            return Err(corrupt(
+                "number 0 (bytes 24..32); numbers start at 1".to_owned(),
+            ));
         }
         match kind {
             TailKind::Fence if count != 0 || !data.is_empty() => {
@@ -519,11 +521,20 @@ fn check_header(bytes: &[u8], corrupt: &Corrupt<'_>) -> Result<usize, RemoteStor
     let header_len = FIXED_LEN + count * ENTRY_LEN + CRC_LEN;
     let (content, rest) = bytes
         .split_at_checked(header_len - CRC_LEN)
-        .ok_or_else(|| corrupt(format!("truncated before its header checksum ({header_len} bytes)")))?;
+        .ok_or_else(|| {
+            corrupt(format!(
+                "truncated before its header checksum ({header_len} bytes)"
+            ))
+        })?;
     let stored = rest
         .first_chunk::<CRC_LEN>()
         .map(|b| u32::from_le_bytes(*b))
-        .ok_or_else(|| corrupt(format!("truncated at its header checksum (byte {})", content.len())))?;
+        .ok_or_else(|| {
+            corrupt(format!(
+                "truncated at its header checksum (byte {})",
+                content.len()
+            ))
+        })?;
     let computed = crc32fast::hash(content);
     if stored != computed {
         return Err(corrupt(format!(
