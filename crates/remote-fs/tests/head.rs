@@ -37,6 +37,7 @@ fn head_of(tp: &TopicIdPartition, segments: Vec<HeadSegment>) -> PartitionHead {
         writer_last_seq: segments.last().map_or(0, |s| s.end_seq),
         retention_point: 0,
         segments,
+        tail: Vec::new(),
     }
 }
 

@@ -45,6 +45,7 @@ fn head_of(tp: &TopicIdPartition, serial: u64, segments: Vec<HeadSegment>) -> Pa
         writer_last_seq: segments.last().map_or(0, |s| s.end_seq),
         retention_point: 0,
         segments,
+        tail: Vec::new(),
     }
 }
 

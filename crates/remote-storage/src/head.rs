@@ -13,18 +13,21 @@
 //! and every listing leaves it alone ([`layout::is_ownership_name`]).
 //!
 //! ```text
-//! head: magic "KHED" | version u8 (=1) | 3 zero bytes | body length u32 | body
-//!       | crc32 u32 (of every byte before it)
+//! head: magic "KHED" | version u8 (1, or 2 with a tail) | 3 zero bytes | body length u32
+//!       | body | crc32 u32 (of every byte before it)
 //! body: topic id [16] | partition i32 | name length u32 | name (UTF-8) | writer epoch u64
 //!       | incarnation [16] | serial u64 | written ms i64 | writer last seq u64
 //!       | retention point u64 | segment count u32
 //!       | count × (segment id [16] | start seq u64 | end seq u64 | writer epoch u64)
+//!       | version 2 only: tail count u32 | count × (chain id [16] | from u64)
 //! ```
-//! All integers little-endian; specified in `docs/format.md` ("Partition head").
+//! All integers little-endian; specified in `docs/format.md` ("Partition head"). Version 1 is
+//! written whenever the head lists no tail chain ([`PartitionHead::tail`]), so readers that
+//! know only version 1 keep reading those heads; both versions decode.
 //!
 //! ```
 //! use krabka_remote_storage::*;
-//! use krabka_remote_storage::head::{HeadSegment, PartitionHead};
+//! use krabka_remote_storage::head::{HeadSegment, PartitionHead, TailRef};
 //!
 //! let head = PartitionHead {
 //!     partition: TopicIdPartition::new(Uuid::new_v4(), "orders", 0),
@@ -38,6 +41,7 @@
 //!         HeadSegment { id: Uuid::new_v4(), start_seq: 0, end_seq: 99, writer_epoch: 1 },
 //!         HeadSegment { id: Uuid::new_v4(), start_seq: 100, end_seq: 199, writer_epoch: 2 },
 //!     ],
+//!     tail: vec![TailRef { chain: Uuid::new_v4(), from: 1 }],
 //! };
 //! assert_eq!(PartitionHead::decode(&head.encode(), "k")?, head);
 //! assert_eq!(head.end_seq(), Some(199));
@@ -55,8 +59,10 @@ use crate::ownership::framing::{Corrupt, Reader, corrupt_at, len_u32};
 
 /// The first four bytes of every partition head.
 pub const HEAD_MAGIC: &[u8; 4] = b"KHED";
-/// The head format version written.
+/// The head format version written when the head lists no tail chain.
 pub const HEAD_VERSION: u8 = 1;
+/// The head format version written when the head lists tail chains ([`PartitionHead::tail`]).
+pub const HEAD_VERSION_TAIL: u8 = 2;
 /// Largest head accepted (read bounded): 64 MiB.
 pub const MAX_HEAD_LEN: usize = 64 << 20;
 /// Magic, version, reserved bytes and body length.
@@ -65,6 +71,8 @@ const HEADER_LEN: usize = 4 + 1 + 3 + 4;
 const SEGMENT_LEN: usize = 16 + 8 + 8 + 8;
 /// Bytes of the body's fixed fields around the topic name.
 const FIXED_BODY_LEN: usize = 16 + 4 + 4 + 8 + 16 + 8 + 8 + 8 + 8 + 4;
+/// Bytes of one tail chain reference: chain id, first object number.
+const TAIL_REF_LEN: usize = 16 + 8;
 
 /// One finished remote segment a head lists.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,7 +88,18 @@ pub struct HeadSegment {
     pub writer_epoch: u64,
 }
 
-/// A partition's head: its finished remote segments as its writer last wrote them.
+/// One tail chain a head lists: a chain ([`crate::tail`]) holding records of the partition not
+/// yet in a finished segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TailRef {
+    /// The chain's id.
+    pub chain: Uuid,
+    /// The first object number of the chain still needed (1 or more).
+    pub from: u64,
+}
+
+/// A partition's head: its finished remote segments as its writer last wrote them, and the
+/// tail chains holding its records above them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionHead {
     /// The partition (topic id, partition number, topic name).
@@ -101,6 +120,10 @@ pub struct PartitionHead {
     pub retention_point: u64,
     /// The finished remote segments readers may use, by start seq, none overlapping.
     pub segments: Vec<HeadSegment>,
+    /// The tail chains holding the partition's records not yet in a finished segment, oldest
+    /// first, each with the first object number still needed; no chain twice. Empty: the head
+    /// is written in version 1.
+    pub tail: Vec<TailRef>,
 }
 
 impl PartitionHead {
@@ -108,7 +131,11 @@ impl PartitionHead {
     pub fn encode(&self) -> Vec<u8> {
         let tp = &self.partition;
         let mut body = Vec::with_capacity(
-            FIXED_BODY_LEN + tp.topic().len() + SEGMENT_LEN * self.segments.len(),
+            FIXED_BODY_LEN
+                + tp.topic().len()
+                + SEGMENT_LEN * self.segments.len()
+                + 4
+                + TAIL_REF_LEN * self.tail.len(),
         );
         body.extend_from_slice(tp.topic_id().as_bytes());
         body.extend_from_slice(&tp.partition().to_le_bytes());
@@ -127,9 +154,19 @@ impl PartitionHead {
             body.extend_from_slice(&s.end_seq.to_le_bytes());
             body.extend_from_slice(&s.writer_epoch.to_le_bytes());
         }
+        let version = if self.tail.is_empty() {
+            HEAD_VERSION
+        } else {
+            body.extend_from_slice(&len_u32(self.tail.len()).to_le_bytes());
+            for t in &self.tail {
+                body.extend_from_slice(t.chain.as_bytes());
+                body.extend_from_slice(&t.from.to_le_bytes());
+            }
+            HEAD_VERSION_TAIL
+        };
         let mut out = Vec::with_capacity(HEADER_LEN + body.len() + 4);
         out.extend_from_slice(HEAD_MAGIC);
-        out.push(HEAD_VERSION);
+        out.push(version);
         out.extend_from_slice(&[0; 3]);
         out.extend_from_slice(&len_u32(body.len()).to_le_bytes());
         out.extend_from_slice(&body);
@@ -145,11 +182,13 @@ impl PartitionHead {
     /// [`RemoteStorageError::Corrupt`] naming `location` and the field or byte that is wrong:
     /// over [`MAX_HEAD_LEN`], bad magic, version or reserved bytes, a body length or checksum
     /// mismatch, a field running past the body, trailing bytes, an invalid partition, a
-    /// segment whose start is above its end, or segments not in strictly increasing,
-    /// non-overlapping order.
+    /// segment whose start is above its end, segments not in strictly increasing,
+    /// non-overlapping order; in version 2, a tail count the bytes left cannot hold, a tail
+    /// chain listed twice or one whose first object number is 0.
     pub fn decode(bytes: &[u8], location: &str) -> Result<Self, RemoteStorageError> {
         let corrupt = corrupt_at(location, "partition head");
-        let mut r = Reader::at(unframe(bytes, &corrupt)?, HEADER_LEN);
+        let (version, body) = unframe(bytes, &corrupt)?;
+        let mut r = Reader::at(body, HEADER_LEN);
         let id = Uuid::from_bytes(r.array::<16>("topic id", &corrupt)?);
         let partition = i32::from_le_bytes(r.array("partition", &corrupt)?);
         let name_len = u32::from_le_bytes(r.array("name length", &corrupt)?) as usize;
@@ -200,6 +239,11 @@ impl PartitionHead {
             }
             segments.push(segment);
         }
+        let tail = if version == HEAD_VERSION_TAIL {
+            decode_tail(&mut r, &corrupt)?
+        } else {
+            Vec::new()
+        };
         r.end(&corrupt)?;
         let tp = TopicIdPartition::new(id, name, partition);
         tp.validate()
@@ -213,6 +257,7 @@ impl PartitionHead {
             writer_last_seq,
             retention_point,
             segments,
+            tail,
         })
     }
 
@@ -222,8 +267,52 @@ impl PartitionHead {
     }
 }
 
-/// Checks the frame of a head and returns its body.
-fn unframe<'a>(bytes: &'a [u8], corrupt: &Corrupt<'_>) -> Result<&'a [u8], RemoteStorageError> {
+/// Decodes the tail chain references of a version 2 head.
+fn decode_tail(
+    r: &mut Reader<'_>,
+    corrupt: &Corrupt<'_>,
+) -> Result<Vec<TailRef>, RemoteStorageError> {
+    let count = u32::from_le_bytes(r.array("tail count", corrupt)?) as usize;
+    // Before allocating: the count must fit in what is left, whatever it claims.
+    let needed = count.checked_mul(TAIL_REF_LEN);
+    if needed.is_none_or(|n| n > r.remaining()) {
+        return Err(corrupt(format!(
+            "tail count {count} needs {} bytes at byte {}, {} left",
+            count.saturating_mul(TAIL_REF_LEN),
+            r.offset(),
+            r.remaining()
+        )));
+    }
+    let mut tail: Vec<TailRef> = Vec::with_capacity(count);
+    let mut seen = std::collections::HashSet::with_capacity(count);
+    for i in 0..count {
+        let at = r.offset();
+        let t = TailRef {
+            chain: Uuid::from_bytes(r.array::<16>("tail chain id", corrupt)?),
+            from: u64::from_le_bytes(r.array("tail first object number", corrupt)?),
+        };
+        if t.from == 0 {
+            return Err(corrupt(format!(
+                "tail chain {i} (byte {at}, chain {}) starts at object 0; numbers start at 1",
+                t.chain
+            )));
+        }
+        if !seen.insert(t.chain) {
+            return Err(corrupt(format!(
+                "tail chain {i} (byte {at}): chain {} is listed twice",
+                t.chain
+            )));
+        }
+        tail.push(t);
+    }
+    Ok(tail)
+}
+
+/// Checks the frame of a head and returns its version and body.
+fn unframe<'a>(
+    bytes: &'a [u8],
+    corrupt: &Corrupt<'_>,
+) -> Result<(u8, &'a [u8]), RemoteStorageError> {
     if bytes.len() > MAX_HEAD_LEN {
         return Err(corrupt(format!(
             "{} bytes, over the {MAX_HEAD_LEN}-byte limit",
@@ -236,15 +325,15 @@ fn unframe<'a>(bytes: &'a [u8], corrupt: &Corrupt<'_>) -> Result<&'a [u8], Remot
     if header.get(..4) != Some(HEAD_MAGIC.as_slice()) {
         return Err(corrupt("bad magic (bytes 0..4)".to_owned()));
     }
-    match header.get(4).copied() {
-        Some(HEAD_VERSION) => {}
+    let version = match header.get(4).copied() {
+        Some(v @ (HEAD_VERSION | HEAD_VERSION_TAIL)) => v,
         v => {
             return Err(corrupt(format!(
                 "unsupported version {} (byte 4)",
                 v.unwrap_or(0)
             )));
         }
-    }
+    };
     if header.get(5..8) != Some([0u8; 3].as_slice()) {
         return Err(corrupt("reserved bytes 5..8 are not zero".to_owned()));
     }
@@ -267,7 +356,7 @@ fn unframe<'a>(bytes: &'a [u8], corrupt: &Corrupt<'_>) -> Result<&'a [u8], Remot
             content.len()
         )));
     }
-    Ok(body)
+    Ok((version, body))
 }
 
 /// What [`read_head`] found.

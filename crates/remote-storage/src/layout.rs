@@ -18,6 +18,11 @@
 //! `<topic>-<partition>-<topic id>` name. A full name always ends with a hyphenated UUID and a
 //! shortened one never does, so the two forms cannot collide; names that fit are unchanged.
 //! See [`partition_dir`].
+//!
+//! Beside the partition directories, each tail chain ([`crate::tail`]) has a directory of its
+//! own: `_tail-<chain id as 32 lowercase hex digits>/<20-digit object number>`
+//! ([`tail_object_key`]). It is never a partition directory, and nothing that cleans
+//! partitions lists or deletes inside it.
 
 use sha2::{Digest, Sha256};
 
@@ -209,6 +214,43 @@ pub fn parse_partition_dir(name: &str) -> Option<TopicIdPartition> {
     }
     let tp = TopicIdPartition::new(id, topic, partition.parse().ok()?);
     (partition_dir(&tp).ok()? == name).then_some(tp)
+}
+
+/// Start of the name of a tail chain's directory ([`crate::tail`]): `_tail-<chain id as 32
+/// lowercase hex digits>`, beside the partition directories. A partition directory always ends
+/// with a hyphenated topic id (or a digest after one), so the two never collide, and
+/// [`parse_partition_dir`] gives `None` for a chain directory.
+pub const TAIL_CHAIN_PREFIX: &str = "_tail-";
+
+/// The directory (key prefix) of tail chain `chain`: `_tail-<32 lowercase hex digits>`.
+pub fn tail_chain_dir(chain: uuid::Uuid) -> String {
+    format!("{TAIL_CHAIN_PREFIX}{}", chain.simple())
+}
+
+/// The key of tail object `number` of chain `chain`: `_tail-<32 hex>/<20-digit number>`, so a
+/// listing sorted by name is sorted by number.
+pub fn tail_object_key(chain: uuid::Uuid, number: u64) -> String {
+    format!("{}/{number:020}", tail_chain_dir(chain))
+}
+
+/// The chain id a tail chain directory name holds ([`tail_chain_dir`]), or `None` for any
+/// other name (a partition directory, upper-case or hyphenated hex, a wrong length).
+pub fn parse_tail_chain_dir(name: &str) -> Option<uuid::Uuid> {
+    let hex = name.strip_prefix(TAIL_CHAIN_PREFIX)?;
+    if hex.len() != 32 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    uuid::Uuid::try_parse(hex).ok()
+}
+
+/// The number a tail object's name below its chain directory holds (20 decimal digits, at
+/// least 1), or `None` for any other name: a temporary file of an interrupted create-only
+/// write (`<name>.tmp-...`) is not an object.
+pub fn parse_tail_object_name(name: &str) -> Option<u64> {
+    if name.len() != 20 || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok().filter(|&n| n >= 1)
 }
 
 /// What a file (object) name below a partition directory is, as the layout writes it.
@@ -422,6 +464,61 @@ mod tests {
         );
         assert_eq!(parse_partition_dir("orders-3"), None);
         assert_eq!(parse_segment_object_name(&format!("{name}x")), None);
+    }
+
+    #[test]
+    fn tail_keys_follow_the_documented_layout_and_parse_back() {
+        let chain = Uuid::from_u128(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+        let dir = tail_chain_dir(chain);
+        assert_eq!(dir, "_tail-0123456789abcdef0011223344556677");
+        assert_eq!(
+            tail_object_key(chain, 7),
+            format!("{dir}/00000000000000000007")
+        );
+        assert_eq!(parse_tail_chain_dir(&dir), Some(chain));
+        assert_eq!(parse_tail_object_name("00000000000000000007"), Some(7));
+        assert_eq!(
+            parse_tail_object_name(&format!("{}", u64::MAX)),
+            Some(u64::MAX)
+        );
+        for bad in [
+            "00000000000000000000",
+            "0000000000000000007",
+            "000000000000000000007",
+            "00000000000000000007.tmp-5f0c",
+            "99999999999999999999",
+            "0000000000000000000x",
+            "_head",
+        ] {
+            assert_eq!(parse_tail_object_name(bad), None, "{bad}");
+        }
+        for bad in [
+            "_tail-0123456789ABCDEF0011223344556677".to_owned(),
+            format!("_tail-{}", chain.hyphenated()),
+            "_tail-0123456789abcdef001122334455667".to_owned(),
+            "tail-0123456789abcdef0011223344556677".to_owned(),
+            partition_dir(&TopicIdPartition::new(chain, "orders", 0)).unwrap(),
+        ] {
+            assert_eq!(parse_tail_chain_dir(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_tail_chain_dir_is_never_a_partition_dir() {
+        for n in [
+            0u128,
+            1,
+            u128::MAX,
+            0x0123_4567_89ab_cdef_0011_2233_4455_6677,
+        ] {
+            let dir = tail_chain_dir(Uuid::from_u128(n));
+            assert_eq!(parse_partition_dir(&dir), None, "{dir}");
+        }
+        // Not even for a topic named like a chain directory.
+        let tp = TopicIdPartition::new(Uuid::from_u128(5), "_tail-x", 0);
+        let dir = partition_dir(&tp).unwrap();
+        assert_eq!(parse_tail_chain_dir(&dir), None);
+        assert_eq!(parse_partition_dir(&dir), Some(tp));
     }
 
     #[test]

@@ -20,7 +20,10 @@
 //!   through [`OwnershipStore`](ownership::OwnershipStore)), and the lineage that decides
 //!   which writer's copies count.
 //! - [`head`] — the partition head a writer rewrites whenever its finished segments change,
-//!   so a read replica refreshes with one conditional read.
+//!   so a read replica refreshes with one conditional read, and the tail chains holding its
+//!   records not yet in a finished segment.
+//! - [`tail`] — tail objects: the chains of small create-only objects a writer uploads while a
+//!   segment is active, their format, and the fence that closes a chain.
 //! - `testkit` (feature `testkit`) — the conformance kit every backend runs, and a
 //!   fault-injecting wrapper for the layers above.
 //! - [`RemoteStorageError`] — one error enum; [`RemoteStorageError::is_retriable`] tells callers
@@ -52,6 +55,7 @@ pub mod metadata;
 mod model;
 pub mod ownership;
 pub mod recovery;
+pub mod tail;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 

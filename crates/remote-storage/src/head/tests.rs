@@ -31,6 +31,7 @@ fn head(segments: Vec<HeadSegment>) -> PartitionHead {
         writer_last_seq: 420,
         retention_point: 5,
         segments,
+        tail: Vec::new(),
     }
 }
 
@@ -165,7 +166,8 @@ fn frame_fields_are_checked_even_with_a_matching_checksum() {
     };
     for (byte, value, want) in [
         (0, b'X', "bad magic"),
-        (4, 2, "unsupported version 2"),
+        (4, 3, "unsupported version 3"),
+        (4, 0, "unsupported version 0"),
         (6, 1, "reserved bytes"),
         (8, 0, "body length"),
     ] {
@@ -357,6 +359,7 @@ proptest! {
         epoch in any::<u64>(), serial in any::<u64>(), written in any::<i64>(),
         last in any::<u64>(), retention in any::<u64>(),
         lens in proptest::collection::vec((0u64..1000, 0u64..1000, any::<u64>()), 0..20),
+        chains in proptest::collection::btree_map(any::<u128>(), 1u64.., 0..6),
     ) {
         prop_assume!(name != "." && name != "..");
         let mut next = 0u64;
@@ -369,6 +372,7 @@ proptest! {
             partition: TopicIdPartition::new(Uuid::from_u128(5), name, partition),
             writer_epoch: epoch, incarnation: Uuid::from_u128(6), serial,
             written_ms: written, writer_last_seq: last, retention_point: retention, segments,
+            tail: chains.into_iter().map(|(c, from)| TailRef { chain: Uuid::from_u128(c), from }).collect(),
         };
         prop_assert_eq!(PartitionHead::decode(&h.encode(), "k").unwrap(), h);
     }
@@ -378,4 +382,104 @@ proptest! {
         let _ = PartitionHead::decode(&bytes, "k");
         let _ = PartitionHead::decode(&reframe(&bytes), "k");
     }
+}
+
+fn with_tail(tail: Vec<TailRef>) -> PartitionHead {
+    PartitionHead { tail, ..two() }
+}
+
+fn tail_ref(n: u128, from: u64) -> TailRef {
+    TailRef {
+        chain: Uuid::from_u128(n),
+        from,
+    }
+}
+
+#[test]
+fn a_head_without_tail_is_written_in_version_1_and_one_with_tail_in_version_2() {
+    let v1 = two().encode();
+    assert_eq!(v1[4], HEAD_VERSION);
+    let h = with_tail(vec![tail_ref(10, 1), tail_ref(11, 57)]);
+    let v2 = h.encode();
+    assert_eq!(v2[4], HEAD_VERSION_TAIL);
+    // The same head but its tail: version 2 adds only the tail count and references.
+    assert_eq!(v2.len(), v1.len() + 4 + 2 * TAIL_REF_LEN);
+    assert_eq!(PartitionHead::decode(&v2, "k").unwrap(), h);
+    assert!(PartitionHead::decode(&v1, "k").unwrap().tail.is_empty());
+}
+
+#[test]
+fn every_flipped_byte_and_truncation_of_a_version_2_head_is_refused() {
+    let bytes = with_tail(vec![tail_ref(10, 1), tail_ref(11, 57)]).encode();
+    for i in 0..bytes.len() {
+        let mut b = bytes.clone();
+        b[i] ^= 0x40;
+        let why = reason(PartitionHead::decode(&b, "key-x"));
+        assert!(why.starts_with("partition head: "), "byte {i}: {why}");
+        let why = reason(PartitionHead::decode(&bytes[..i], "key-x"));
+        assert!(why.starts_with("partition head: "), "length {i}: {why}");
+    }
+}
+
+/// A version 2 frame around `body`, with a correct length and CRC.
+fn reframe_v2(body: &[u8]) -> Vec<u8> {
+    let mut out = reframe(body);
+    out[4] = HEAD_VERSION_TAIL;
+    let at = out.len() - 4;
+    let crc = crc32fast::hash(&out[..at]);
+    out[at..].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+#[test]
+fn a_version_2_head_with_a_bad_tail_is_refused_naming_it() {
+    // A version 1 body framed as version 2: its tail count is missing.
+    let v1_body = body_of(&two().encode());
+    let why = reason(PartitionHead::decode(&reframe_v2(&v1_body), "key-x"));
+    assert!(why.contains("tail count"), "{why}");
+    let cases: [(Vec<u8>, &str); 3] = [
+        // A count no body can hold: refused before anything is allocated.
+        (
+            u32::MAX.to_le_bytes().to_vec(),
+            "tail count 4294967295 needs",
+        ),
+        (
+            [
+                &1u32.to_le_bytes()[..],
+                Uuid::from_u128(3).as_bytes(),
+                &0u64.to_le_bytes(),
+            ]
+            .concat(),
+            "starts at object 0",
+        ),
+        (
+            [
+                &2u32.to_le_bytes()[..],
+                Uuid::from_u128(3).as_bytes(),
+                &1u64.to_le_bytes(),
+                Uuid::from_u128(3).as_bytes(),
+                &9u64.to_le_bytes(),
+            ]
+            .concat(),
+            "listed twice",
+        ),
+    ];
+    for (tail, words) in cases {
+        let body = [v1_body.clone(), tail].concat();
+        let why = reason(PartitionHead::decode(&reframe_v2(&body), "key-x"));
+        assert!(why.contains(words), "{words}: {why}");
+    }
+    // And a count that claims fewer references than follow leaves trailing bytes.
+    let body = [
+        v1_body,
+        [
+            &0u32.to_le_bytes()[..],
+            Uuid::from_u128(3).as_bytes(),
+            &1u64.to_le_bytes(),
+        ]
+        .concat(),
+    ]
+    .concat();
+    let why = reason(PartitionHead::decode(&reframe_v2(&body), "key-x"));
+    assert!(why.contains("trailing"), "{why}");
 }
