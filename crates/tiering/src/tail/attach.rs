@@ -21,6 +21,15 @@ use super::{Durability, TailSlot, TailWriter};
 use crate::error::{Error, TailError};
 use crate::tiered::TieredLog;
 
+/// A chain taken over at open: what of this partition it holds.
+#[derive(Debug)]
+pub(crate) struct Inherited {
+    chain: krabka_remote_storage::Uuid,
+    from: u64,
+    held: Vec<Held>,
+    objects: Vec<(u64, Vec<(super::writer::PartKey, u64)>)>,
+}
+
 /// Bytes of a Kafka v2 batch before its `batchLength` counts.
 const LENGTH_PREFIX: usize = 12;
 
@@ -75,7 +84,21 @@ impl TieredLog {
         }
         part.owner.check()?;
         if first {
-            self.adopt_listed_chains(slot)?;
+            // The chains taken over at open go on being listed, and deleted, through the
+            // writer now.
+            let inherited = std::mem::take(&mut *self.inherited.lock());
+            for i in inherited {
+                {
+                    let mut s = part.state.lock();
+                    s.held.extend(i.held.iter().copied());
+                    if !s.joined.iter().any(|(c, _)| *c == i.chain) {
+                        s.joined.push((i.chain, i.from));
+                    }
+                }
+                for (number, entries) in i.objects {
+                    slot.writer.adopted(i.chain, number, entries);
+                }
+            }
             // Everything in finished remote segments (or below the local log, which only
             // keeps what is not safely remote) is in the bucket already.
             let finished = self.finished_end()?;
@@ -106,14 +129,24 @@ impl TieredLog {
         Ok(())
     }
 
-    /// Closes every chain the head lists and appends their records above the local log.
-    fn adopt_listed_chains(&self, slot: &TailSlot) -> Result<(), Error> {
-        let part = &slot.part;
-        let Some(hw) = part.owner.head_writer() else {
+    /// Takes over the tail a previous writer left in the bucket (T3): closes every chain the
+    /// partition's head lists (a fence at its next number: its writer acknowledges nothing
+    /// more there) and appends to the local log every record they hold above it. Every owner
+    /// does this when it opens, before its first head write, with or without a tail of its
+    /// own: the chains stay listed in its heads until finished segments hold their records.
+    ///
+    /// # Errors
+    /// [`TailError::Object`] when the head or a chain cannot be read (a damaged head too: the
+    /// chains it lists are unknown); [`TailError::Gap`] or [`TailError::Contradiction`] when
+    /// the tail cannot continue the local log; [`Error::Storage`] when an append fails.
+    pub(crate) fn take_over_tail(&self) -> Result<(), Error> {
+        let Some(owner) = self.owner.clone() else {
             return Ok(());
         };
-        let store = hw.store;
-        let refs: Vec<TailRef> = match head::read_head(store, hw.partition_dir, None)
+        let Some(hw) = owner.head_writer() else {
+            return Ok(());
+        };
+        let refs: Vec<TailRef> = match head::read_head(hw.store, hw.partition_dir, None)
             .map_err(|e| object_error(layout::head_key(hw.partition_dir), e))?
         {
             HeadRead::Fresh { head, .. } => head.tail,
@@ -122,44 +155,56 @@ impl TieredLog {
             }
             _ => Vec::new(),
         };
-        let current = slot.writer.chain();
-        for r in refs.iter().filter(|r| r.chain != current) {
-            self.adopt_chain(slot, r)?;
+        let fencer = krabka_remote_storage::Uuid::new_v4();
+        let mut inherited = Vec::with_capacity(refs.len());
+        for r in &refs {
+            inherited.push(self.adopt_chain(hw.store, r, fencer)?);
         }
+        *self.inherited.lock() = inherited;
         Ok(())
     }
 
     /// Closes chain `r` and appends the records it holds above the local log.
-    fn adopt_chain(&self, slot: &TailSlot, r: &TailRef) -> Result<(), Error> {
-        let part = &slot.part;
-        let store = slot.writer.shared.store.as_ref();
+    fn adopt_chain(
+        &self,
+        store: &dyn krabka_remote_storage::ownership::OwnershipStore,
+        r: &TailRef,
+        fencer: krabka_remote_storage::Uuid,
+    ) -> Result<Inherited, Error> {
         let chain_key = layout::tail_chain_dir(r.chain);
-        let closed = chain::close_chain(store, r.chain, slot.writer.shared.incarnation, now_ms())
+        let closed = chain::close_chain(store, r.chain, fencer, now_ms())
             .map_err(|e| object_error(chain_key.clone(), e))?;
+        let mut out = Inherited {
+            chain: r.chain,
+            from: r.from,
+            held: Vec::new(),
+            objects: Vec::new(),
+        };
         let mut adopted = 0_u64;
         for number in closed.below.iter().copied().filter(|n| *n >= r.from) {
             let key = layout::tail_object_key(r.chain, number);
-            let Some(object) = chain::read_object(store, r.chain, number)
-                .map_err(|e| object_error(key.clone(), e))?
+            let Some(object) =
+                chain::read_object(store, r.chain, number).map_err(|e| object_error(key.clone(), e))?
             else {
-                // Deleted: its records are in finished segments (the continuity check below
-                // finds it otherwise).
+                // Deleted: its records are in finished segments (the continuity check of the
+                // next entry finds it otherwise).
                 continue;
             };
             let Some(i) = object.entry_for(self.tp.topic_id(), self.tp.partition()) else {
                 continue;
             };
-            let entry = object.entries()[i];
-            slot.writer.adopted(
-                r.chain,
+            let Some(entry) = object.entries().get(i).copied() else {
+                continue;
+            };
+            out.objects.push((
                 number,
                 object
                     .entries()
                     .iter()
                     .map(|e| ((e.topic_id, e.partition), e.last_seq))
                     .collect(),
-            );
-            part.state.lock().held.push(Held {
+            ));
+            out.held.push(Held {
                 chain: r.chain,
                 number,
                 last_seq: entry.last_seq,
@@ -172,17 +217,32 @@ impl TieredLog {
                 .map_err(|e| object_error(key.clone(), e))?;
             adopted += self.append_tail_batches(&key, data)?;
         }
-        {
-            let mut s = part.state.lock();
-            if !s.joined.iter().any(|(c, _)| *c == r.chain) {
-                s.joined.push((r.chain, r.from));
-            }
-        }
         if adopted > 0 {
             tracing::warn!(partition = %self.tp, chain = %r.chain, records = adopted,
                 "took over records acknowledged in the bucket above the local log");
         }
-        Ok(())
+        Ok(out)
+    }
+
+    /// The tail refs of the chains taken over at open, for a head written now by a log
+    /// without a tail writer of its own.
+    pub(crate) fn inherited_refs(&self, finished_end: u64) -> Vec<TailRef> {
+        self.inherited
+            .lock()
+            .iter()
+            .filter_map(|i| {
+                let from = i
+                    .held
+                    .iter()
+                    .filter(|h| h.last_seq > finished_end)
+                    .map(|h| h.number)
+                    .min()?;
+                Some(TailRef {
+                    chain: i.chain,
+                    from: from.max(i.from),
+                })
+            })
+            .collect()
     }
 
     /// Appends the batches of a tail entry that lie above the local log; returns how many

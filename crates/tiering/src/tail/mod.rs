@@ -19,6 +19,7 @@ pub(crate) mod part;
 mod writer;
 
 pub use config::{Durability, TailConfig};
+pub(crate) use attach::Inherited;
 pub(crate) use part::PartitionTail;
 pub use writer::{TailStats, TailWriter};
 

@@ -320,7 +320,8 @@ fn window(shared: &Shared) -> Result<bool, Error> {
             s.objects.insert((chain_id, number), entries);
             s.next = number + 1;
         }
-        Ok(WriteOutcome::Taken { .. }) => {
+        // `Taken`, or an outcome a newer store layer adds: not written by us.
+        Ok(_) => {
             // Another writer fenced this chain: nothing more is acknowledged in it. Every
             // partition attaches again (its epoch check tells whether it was taken over).
             shared

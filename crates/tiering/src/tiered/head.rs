@@ -67,11 +67,10 @@ impl TieredLog {
             .max()
             .unwrap_or(0)
             .max(retention_point.saturating_sub(1));
-        let tail = self
-            .tail
-            .get()
-            .map(|slot| slot.part.refs(finished_end))
-            .unwrap_or_default();
+        let tail = match self.tail.get() {
+            Some(slot) => slot.part.refs(finished_end),
+            None => self.inherited_refs(finished_end),
+        };
         let now = (segments, retention_point, tail);
         if !force && published.last.as_ref() == Some(&now) {
             published.unchanged = published.unchanged.saturating_add(1);

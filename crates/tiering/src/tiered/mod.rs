@@ -83,6 +83,9 @@ pub struct TieredLog {
     pub(crate) owner: Option<Arc<crate::ownership::Owner>>,
     /// Its place in a tail writer ([`attach_tail`](Self::attach_tail)); empty without one.
     pub(crate) tail: std::sync::OnceLock<crate::tail::TailSlot>,
+    /// The chains a previous writer's tail was in, taken over at open (until a tail writer
+    /// of this log takes them on).
+    pub(crate) inherited: Mutex<Vec<crate::tail::Inherited>>,
     /// What this log last wrote as the partition head (`head.rs`).
     head: Mutex<head::Published>,
     /// The replica a follower learns the remote tier from (`None`: this log copies).

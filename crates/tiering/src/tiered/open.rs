@@ -92,6 +92,7 @@ impl TieredLog {
             abandoned_tasks: Mutex::new(Vec::new()),
             owner: None,
             tail: std::sync::OnceLock::new(),
+            inherited: Mutex::new(Vec::new()),
             head: Mutex::default(),
             follower: None,
         };
@@ -234,6 +235,11 @@ impl TieredLog {
             this.rlmm.as_ref(),
         )?;
         this.owner = Some(Arc::new(owner));
+        // Records a previous writer acknowledged in the bucket's tail are this log's before
+        // its first head write drops that writer's list of them.
+        if !ownership.read_only {
+            this.take_over_tail()?;
+        }
         // Replicas learn of a new writer epoch at once; a failure here is retried by the next
         // round.
         if let Err(e) = this.publish_head(true) {
