@@ -116,7 +116,7 @@ impl RemoteReadCache {
     /// A cache of `capacity_bytes` whose logs' remote fetches (their own and read-ahead) go
     /// through one read engine bounded by `limits`, whatever the number of logs sharing it:
     /// fetches and bytes in flight, engine threads, GETs per second (see docs/tiering.md,
-    /// "Remote reads").
+    /// "Reads").
     pub fn with_read_limits(capacity_bytes: u64, limits: ReadLimits) -> Self {
         Self {
             inner: Arc::new(ByteLru::new(capacity_bytes)),

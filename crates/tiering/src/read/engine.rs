@@ -41,8 +41,8 @@ const AHEAD_PER_READER: usize = 2 * readahead::DEPTH as usize;
 /// How long an idle engine thread waits for work before it ends.
 const IDLE: Duration = Duration::from_secs(5);
 
-/// The bounds of a read engine (see the module documentation of the read path in
-/// docs/tiering.md, "Remote reads").
+/// The bounds of a read engine: the one every log sharing a
+/// [`RemoteReadCache`](crate::RemoteReadCache) reads through (docs/tiering.md, "Reads").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadLimits {
     /// Fetches in flight at once (readers' own and read-ahead), and the most threads the
