@@ -247,8 +247,10 @@ pub const SPARE_BLOCKING_THREADS: usize = 4;
 ///
 /// Thread budget: `worker_threads` async workers (the scheduler and timers; they never block)
 /// plus at most `copy_threads + read_threads +` [`SPARE_BLOCKING_THREADS`] blocking threads,
-/// whatever the number of partitions. Each local log may add one `krabka-flusher` thread under
-/// `SyncPolicy::Interval`.
+/// plus at most `read_fetch_threads` read-ahead threads of the read engine of
+/// [`TieringService::cache`](crate::TieringService::cache), whatever the number of partitions
+/// ([`max_threads`](Self::max_threads)). Each local log may add one `krabka-flusher` thread
+/// under `SyncPolicy::Interval`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceConfig {
     /// Copies, stale cleanups and retention deletes running at once, over all partitions.
@@ -286,6 +288,20 @@ pub struct ServiceConfig {
     /// Bytes of the remote read cache shared by every partition opened with
     /// [`TieringService::cache`](crate::TieringService::cache). Default: 64 MiB. Minimum: 0.
     pub cache_bytes: u64,
+    /// Remote fetches of cold reads in flight at once over every partition opened with
+    /// [`TieringService::cache`](crate::TieringService::cache) (readers' own fetches and
+    /// read-ahead), and the most read-ahead threads the service's read engine starts
+    /// ([`ReadLimits::threads`](crate::ReadLimits::threads)). Default: 4. Minimum: 1.
+    pub read_fetch_threads: usize,
+    /// Bytes of data ranges those fetches have in flight at once (a single fetch larger than
+    /// this runs alone; [`ReadLimits::bytes_in_flight`](crate::ReadLimits::bytes_in_flight)).
+    /// Default: 16 MiB. Minimum: 1.
+    pub read_bytes_in_flight: u64,
+    /// GETs (data and index fetches of cold reads) per second over the same partitions, a token
+    /// bucket taken one fetch at a time; the time fetches wait for it is
+    /// [`ReadEngineStats::get_budget_wait`](crate::ReadEngineStats::get_budget_wait). `None`:
+    /// unlimited. Default: `None`. Minimum: 1.
+    pub max_gets_per_sec: Option<u32>,
 }
 
 impl Default for ServiceConfig {
@@ -302,14 +318,32 @@ impl Default for ServiceConfig {
             copy_bytes_per_second: None,
             fetch_bytes_per_second: None,
             cache_bytes: DEFAULT_CACHE_BYTES,
+            read_fetch_threads: crate::read::engine::DEFAULT_READ_FETCH_THREADS,
+            read_bytes_in_flight: crate::read::engine::DEFAULT_READ_BYTES_IN_FLIGHT,
+            max_gets_per_sec: None,
         }
     }
 }
 
 impl ServiceConfig {
-    /// The most threads the service's runtime starts: workers, both pools, the spare.
+    /// The most threads the service starts: its runtime's workers, both pools and the spare,
+    /// and its read engine's read-ahead threads.
     pub fn max_threads(&self) -> usize {
-        self.worker_threads + self.copy_threads + self.read_threads + SPARE_BLOCKING_THREADS
+        self.worker_threads
+            + self.copy_threads
+            + self.read_threads
+            + SPARE_BLOCKING_THREADS
+            + self.read_fetch_threads
+    }
+
+    /// The bounds of the service's read engine.
+    pub fn read_limits(&self) -> crate::ReadLimits {
+        crate::ReadLimits {
+            threads: self.read_fetch_threads,
+            bytes_in_flight: self.read_bytes_in_flight,
+            gets_per_second: self.max_gets_per_sec,
+            ..crate::ReadLimits::default()
+        }
     }
 
     /// Checks every minimum.
@@ -322,6 +356,7 @@ impl ServiceConfig {
             ("copy_threads", self.copy_threads),
             ("read_threads", self.read_threads),
             ("worker_threads", self.worker_threads),
+            ("read_fetch_threads", self.read_fetch_threads),
         ] {
             if v == 0 {
                 return bad(format!("{name} must be at least 1"));
@@ -354,6 +389,12 @@ impl ServiceConfig {
             if q == Some(0) {
                 return bad(format!("{name} must be at least 1 (or None: unlimited)"));
             }
+        }
+        if self.max_gets_per_sec == Some(0) {
+            return bad("max_gets_per_sec must be at least 1 (or None: unlimited)".into());
+        }
+        if self.read_bytes_in_flight == 0 {
+            return bad("read_bytes_in_flight must be at least 1".into());
         }
         Ok(())
     }
@@ -431,6 +472,18 @@ mod tests {
             },
             ServiceConfig {
                 copy_bytes_per_second: Some(0),
+                ..ServiceConfig::default()
+            },
+            ServiceConfig {
+                read_fetch_threads: 0,
+                ..ServiceConfig::default()
+            },
+            ServiceConfig {
+                read_bytes_in_flight: 0,
+                ..ServiceConfig::default()
+            },
+            ServiceConfig {
+                max_gets_per_sec: Some(0),
                 ..ServiceConfig::default()
             },
         ] {

@@ -119,6 +119,10 @@ pub use lost::{LOST_SEQS_FILE, read as read_lost_seqs};
 pub use ownership::{BINDING_FILE, RemoteOwnership};
 pub use partition::{Access, PartitionDir, RemoteTier};
 pub use quota::ByteRateQuota;
+pub use read::engine::{
+    DEFAULT_COALESCE_CHUNKS, DEFAULT_READ_BYTES_IN_FLIGHT, DEFAULT_READ_FETCH_THREADS,
+    ReadEngineStats, ReadLimits,
+};
 pub use read::holes::{HoleRead, LostSeqs};
 pub use retention_point::{RETENTION_POINT_FILE, read as read_retention_point};
 pub use service::{ShutdownReport, TieringService};

@@ -10,7 +10,8 @@
 //!   bytes and latency of every remote call;
 //! - the [`TieringService`](crate::TieringService): reader queue, read time, rounds, quota
 //!   throttling, and after each partition round the sampled gauges of [`publish_partition`];
-//! - [`publish_cache`]: the shared cache's counters.
+//! - [`publish_cache`]: the shared cache's counters; [`publish_read_engine`]: its read
+//!   engine's.
 //!
 //! Every name is listed in docs/tiering.md ("Metrics").
 //!
@@ -25,6 +26,7 @@ use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteLogSegmentState, Top
 use krabka_storage::LogStats;
 
 use crate::cache::CacheStats;
+use crate::read::engine::ReadEngineStats;
 use crate::stats::TieringReport;
 
 /// Bytes of segments copied to the remote tier (counter).
@@ -94,6 +96,18 @@ pub const CACHE_WAITS: &str = "krabka_remote_cache_waits_total";
 pub const CACHE_EVICTIONS: &str = "krabka_remote_cache_evictions_total";
 /// Bytes held by the cache (gauge).
 pub const CACHE_BYTES: &str = "krabka_remote_cache_bytes";
+/// Fetch slots the read engine gave (readers' own fetches and read-ahead) (counter, no
+/// labels: the engine is shared).
+pub const READ_ENGINE_FETCHES: &str = "krabka_remote_read_engine_fetches_total";
+/// Bytes of data ranges the read engine has in flight (gauge, no labels).
+pub const READ_ENGINE_BYTES_IN_FLIGHT: &str = "krabka_remote_read_engine_bytes_in_flight";
+/// Most bytes of data ranges the read engine had in flight at once (gauge, no labels).
+pub const READ_ENGINE_BYTES_IN_FLIGHT_HIGH_WATER: &str =
+    "krabka_remote_read_engine_bytes_in_flight_high_water";
+/// Read-ahead threads the read engine runs (gauge, no labels).
+pub const READ_ENGINE_THREADS: &str = "krabka_remote_read_engine_threads";
+/// Time fetches waited for the GET budget, nanoseconds (counter, no labels).
+pub const GET_BUDGET_WAIT_NANOSECONDS: &str = "krabka_remote_get_budget_wait_nanoseconds_total";
 /// Bytes of the local log's segment files (gauge).
 pub const LOCAL_LOG_SIZE_BYTES: &str = "krabka_local_log_size_bytes";
 /// Segments of the local log, the active one included (gauge).
@@ -170,6 +184,11 @@ pub const ALL: &[&str] = &[
     CACHE_WAITS,
     CACHE_EVICTIONS,
     CACHE_BYTES,
+    READ_ENGINE_FETCHES,
+    READ_ENGINE_BYTES_IN_FLIGHT,
+    READ_ENGINE_BYTES_IN_FLIGHT_HIGH_WATER,
+    READ_ENGINE_THREADS,
+    GET_BUDGET_WAIT_NANOSECONDS,
     LOCAL_LOG_SIZE_BYTES,
     LOCAL_LOG_SEGMENTS,
     LOCAL_LOG_NEXT_SEQ,
@@ -261,6 +280,9 @@ fn help(name: &str) -> &'static str {
         REMOTE_LOG_METADATA_COUNT => "remote segment metadata entries",
         READER_QUEUE_SIZE => "reads running or waiting in the remote reader pool",
         _ if name.contains("_cache_") => "shared remote read cache",
+        _ if name.contains("_read_engine_") || name.contains("_get_budget_") => {
+            "shared remote read engine"
+        }
         LOCAL_LOG_FSYNC_NANOSECONDS => "time in local log segment fsyncs",
         LOCAL_LOG_FSYNC_SECONDS => "local log segment fsync latency",
         _ if name.starts_with("krabka_local_log_recovery_") => "local log recovery at open",
@@ -384,4 +406,15 @@ pub fn publish_cache(stats: &CacheStats) {
     counter!(CACHE_WAITS).absolute(stats.waits);
     counter!(CACHE_EVICTIONS).absolute(stats.evictions);
     gauge!(CACHE_BYTES).set(stats.bytes as f64);
+}
+
+/// Publishes a read engine's counters (fetches and GET-budget wait as absolute counters;
+/// bytes in flight, their high-water mark and threads as gauges).
+pub fn publish_read_engine(stats: &ReadEngineStats) {
+    counter!(READ_ENGINE_FETCHES).absolute(stats.fetches);
+    let nanos = u64::try_from(stats.get_budget_wait.as_nanos()).unwrap_or(u64::MAX);
+    counter!(GET_BUDGET_WAIT_NANOSECONDS).absolute(nanos);
+    gauge!(READ_ENGINE_BYTES_IN_FLIGHT).set(stats.bytes_in_flight as f64);
+    gauge!(READ_ENGINE_BYTES_IN_FLIGHT_HIGH_WATER).set(stats.bytes_in_flight_high_water as f64);
+    gauge!(READ_ENGINE_THREADS).set(stats.threads as f64);
 }

@@ -22,7 +22,7 @@ pub const MAX_CLOSE_TRIES: u32 = 1000;
 const MAX_WRITE_TRIES: u32 = 3;
 
 /// What [`write_object`] did.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WriteOutcome {
     /// This call created the object.

@@ -175,14 +175,17 @@ impl TailObject {
         let mut data = Vec::with_capacity(data_len);
         for (i, (h, bytes)) in parts.iter().enumerate() {
             let at = format!("entry {i} ({}-{})", h.topic_id, h.partition);
-            if h.partition < 0 || h.first_seq > h.last_seq || bytes.is_empty() {
+            if h.partition < 0 {
+                return Err(invalid(format!("{at}: a negative partition")));
+            }
+            if h.first_seq > h.last_seq {
                 return Err(invalid(format!(
-                    "{at}: partition must be 0 or more, first seq {} at most last seq {}, and \
-                     {} data bytes at least 1",
-                    h.first_seq,
-                    h.last_seq,
-                    bytes.len()
+                    "{at}: first seq {} above last seq {}",
+                    h.first_seq, h.last_seq
                 )));
+            }
+            if bytes.is_empty() {
+                return Err(invalid(format!("{at}: no data bytes")));
             }
             if !seen.insert((h.topic_id, h.partition)) {
                 return Err(invalid(format!("{at}: a second entry of that partition")));

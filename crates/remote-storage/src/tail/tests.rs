@@ -256,26 +256,34 @@ fn absurd_counts_lengths_and_inconsistent_headers_are_refused_naming_them() {
 
 #[test]
 fn a_data_object_that_breaks_the_rules_is_never_built() {
-    let part = |h| (h, b"x".as_slice());
+    let x = |h| (h, b"x".as_slice());
     let refused = [
-        TailObject::data_object(CHAIN, 0, WRITER, 0, &[part(header(1, 0, 1, 1))]),
-        TailObject::data_object(CHAIN, 1, WRITER, 0, &[]),
-        TailObject::data_object(
-            CHAIN,
+        (0, vec![x(header(1, 0, 1, 1))], "numbers start at 1"),
+        (1, vec![], "at least one entry"),
+        (
             1,
-            WRITER,
-            0,
-            &[part(header(1, 0, 1, 1)), part(header(1, 0, 2, 2))],
+            vec![x(header(1, 0, 1, 1)), x(header(1, 0, 2, 2))],
+            "entry 1 (00000000-0000-0000-0000-000000000001-0): a second entry",
         ),
-        TailObject::data_object(CHAIN, 1, WRITER, 0, &[part(header(1, 0, 2, 1))]),
-        TailObject::data_object(CHAIN, 1, WRITER, 0, &[part(header(1, -1, 1, 1))]),
-        TailObject::data_object(CHAIN, 1, WRITER, 0, &[(header(1, 0, 1, 1), b"".as_slice())]),
+        (
+            1,
+            vec![x(header(1, 0, 2, 1))],
+            "first seq 2 above last seq 1",
+        ),
+        (1, vec![x(header(1, -1, 1, 1))], "a negative partition"),
+        (
+            1,
+            vec![(header(1, 0, 1, 1), b"".as_slice())],
+            "no data bytes",
+        ),
     ];
-    for (i, r) in refused.into_iter().enumerate() {
+    for (number, parts, words) in refused {
+        let r = TailObject::data_object(CHAIN, number, WRITER, 0, &parts);
         assert!(
             matches!(&r, Err(RemoteStorageError::InvalidArgument { message })
-                if message.contains(&layout::tail_object_key(CHAIN, if i == 0 { 0 } else { 1 }))),
-            "{i}: {r:?}"
+                if message.contains(&layout::tail_object_key(CHAIN, number))
+                    && message.contains(words)),
+            "{words}: {r:?}"
         );
     }
     let big = vec![0u8; MAX_TAIL_OBJECT_LEN];
@@ -284,6 +292,39 @@ fn a_data_object_that_breaks_the_rules_is_never_built() {
         matches!(&r, Err(RemoteStorageError::InvalidArgument { message }) if message.contains("over the")),
         "{r:?}"
     );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+    #[test]
+    fn arbitrary_objects_round_trip_and_arbitrary_bytes_never_panic(
+        parts in proptest::collection::btree_map(
+            (0u128..4, 0i32..4),
+            (0u64..1000, 0u64..5, proptest::collection::vec(proptest::prelude::any::<u8>(), 1..40)),
+            1..6,
+        ),
+        number in 1u64..,
+        noise in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400),
+    ) {
+        let owned: Vec<(TailEntryHeader, Vec<u8>)> = parts
+            .into_iter()
+            .map(|((t, p), (first, len, bytes))| (header(t, p, first, first + len), bytes))
+            .collect();
+        let borrowed: Vec<(TailEntryHeader, &[u8])> =
+            owned.iter().map(|(h, b)| (*h, b.as_slice())).collect();
+        let object = TailObject::data_object(CHAIN, number, WRITER, -1, &borrowed).unwrap();
+        let decoded = TailObject::decode(&object.encode(), "k").unwrap();
+        proptest::prop_assert_eq!(&decoded, &object);
+        for (i, (h, b)) in owned.iter().enumerate() {
+            proptest::prop_assert_eq!(decoded.entry_for(h.topic_id, h.partition), Some(i));
+            proptest::prop_assert_eq!(decoded.entry_data(i).unwrap(), b.as_slice());
+        }
+        let _ = TailObject::decode(&noise, "k");
+        // Noise behind a valid start: the checks past the magic are reached.
+        let mut framed = object.encode()[..8].to_vec();
+        framed.extend_from_slice(&noise);
+        let _ = TailObject::decode(&framed, "k");
+    }
 }
 
 mod chain;

@@ -24,6 +24,8 @@ use parking_lot::Mutex;
 use uuid::Uuid;
 
 pub(crate) use flight::FetchError;
+
+use crate::read::engine::{ReadEngine, ReadEngineStats, ReadLimits};
 use flight::{Flight, MAX_WAIT, Waited};
 
 mod flight;
@@ -87,6 +89,8 @@ pub struct CacheStats {
 #[derive(Clone)]
 pub struct RemoteReadCache {
     inner: Arc<ByteLru>,
+    /// The read engine every remote fetch of the logs sharing this cache goes through.
+    engine: Arc<ReadEngine>,
 }
 
 impl std::fmt::Debug for RemoteReadCache {
@@ -94,6 +98,7 @@ impl std::fmt::Debug for RemoteReadCache {
         f.debug_struct("RemoteReadCache")
             .field("capacity_bytes", &self.inner.capacity)
             .field("stats", &self.stats())
+            .field("read_limits", &self.engine.limits())
             .finish()
     }
 }
@@ -101,10 +106,42 @@ impl std::fmt::Debug for RemoteReadCache {
 impl RemoteReadCache {
     /// A cache holding at most `capacity_bytes` bytes of entries (0 disables caching: every
     /// remote read fetches).
+    ///
+    /// Its remote fetches go through a read engine of its own with the default
+    /// [`ReadLimits`] (4 fetches in flight, so at most 4 read-ahead threads).
     pub fn new(capacity_bytes: u64) -> Self {
+        Self::with_read_limits(capacity_bytes, ReadLimits::default())
+    }
+
+    /// A cache of `capacity_bytes` whose logs' remote fetches (their own and read-ahead) go
+    /// through one read engine bounded by `limits`, whatever the number of logs sharing it:
+    /// fetches and bytes in flight, engine threads, GETs per second (see docs/tiering.md,
+    /// "Reads").
+    pub fn with_read_limits(capacity_bytes: u64, limits: ReadLimits) -> Self {
         Self {
             inner: Arc::new(ByteLru::new(capacity_bytes)),
+            engine: Arc::new(ReadEngine::new(limits)),
         }
+    }
+
+    /// The bounds of the read engine of this cache's logs.
+    pub fn read_limits(&self) -> ReadLimits {
+        self.engine.limits()
+    }
+
+    /// Counters of the read engine of this cache's logs (since the cache was created).
+    pub fn read_engine_stats(&self) -> ReadEngineStats {
+        self.engine.stats()
+    }
+
+    /// The read engine.
+    pub(crate) fn engine(&self) -> &ReadEngine {
+        &self.engine
+    }
+
+    /// The shared LRU, for fetches outliving the borrow of a log.
+    pub(crate) fn lru_arc(&self) -> &Arc<ByteLru> {
+        &self.inner
     }
 
     /// The byte budget.

@@ -12,6 +12,7 @@ use super::{RemoteReader, log_corrupt, object_key};
 use crate::cache::{FetchError, Part};
 use crate::error::Error;
 use crate::read::chunkmap::backend_view;
+use crate::read::engine::Permit;
 use crate::stats::bump;
 
 /// How much of the next chunk a read that starts afresh fetches with its first chunk (at most a
@@ -245,6 +246,33 @@ impl RemoteReader<'_> {
             })
     }
 
+    /// A slot on the read engine for one of this reader's own fetches of `bytes` (0 for an
+    /// index) of `meta`'s object (`index`: `None` for its `.log`), in this reader's turn, and
+    /// its GET token.
+    ///
+    /// # Errors
+    /// [`ReadError::FetchWaitExceeded`](crate::ReadError::FetchWaitExceeded) when no slot came
+    /// within [`TieringConfig::fetch_deadline`](crate::TieringConfig::fetch_deadline).
+    pub(super) fn fetch_slot(
+        &self,
+        meta: &RemoteLogSegmentMetadata,
+        index: Option<krabka_remote_storage::IndexType>,
+        bytes: u64,
+        seq: u64,
+    ) -> Result<Permit, Error> {
+        self.cache
+            .engine()
+            .admit(self.readahead.id(), bytes, self.config.fetch_deadline)
+            .map_err(|waited| {
+                Error::Read(crate::error::ReadError::FetchWaitExceeded {
+                    segment: Box::new(meta.remote_log_segment_id().clone()),
+                    object: object_key(meta, index),
+                    seq,
+                    waited,
+                })
+            })
+    }
+
     /// The remote segment after `meta` (starting right after it) when a read would go on to
     /// read it from the remote tier.
     fn next_remote(&self, meta: &RemoteLogSegmentMetadata) -> Option<RemoteLogSegmentMetadata> {
@@ -296,6 +324,7 @@ impl RemoteReader<'_> {
         else {
             return Err(corrupt(format!("chunk {n} lies beyond u32 positions")));
         };
+        let _slot = self.fetch_slot(meta, None, end - start, seq)?;
         bump(&self.counters.fetch_log, 1);
         let bytes = self
             .rsm

@@ -81,6 +81,7 @@ impl RemoteReader<'_> {
     ) -> Result<OffsetIndexView, Error> {
         let id = meta.remote_log_segment_id();
         let bytes = self.single_flight(meta, Part::OffsetIndex, seq, || {
+            let _slot = self.fetch_slot(meta, Some(IndexType::Offset), 0, seq)?;
             bump(&self.counters.fetch_index, 1);
             let bytes = self
                 .rsm
@@ -143,6 +144,7 @@ impl RemoteReader<'_> {
             corrupt(at, why)
         };
         let bytes = self.single_flight(meta, Part::TimeIndex, seq, || {
+            let _slot = self.fetch_slot(meta, Some(IndexType::Timestamp), 0, seq)?;
             bump(&self.counters.fetch_index, 1);
             let bytes = self
                 .rsm

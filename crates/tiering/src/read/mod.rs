@@ -26,6 +26,7 @@ use crate::error::Error;
 use crate::stats::Counters;
 
 pub(crate) mod chunkmap;
+pub(crate) mod engine;
 mod fetch;
 pub(crate) mod hints;
 pub(crate) mod holes;

@@ -1,17 +1,17 @@
 //! Read-ahead for sequential remote scans: the readers' recent positions (which survive across
-//! `read` calls), and a small bounded set of threads fetching the next chunks into the cache
-//! while the reader decodes.
+//! `read` calls), and the fetches of the next chunks queued on the read engine
+//! ([`engine`](super::engine)) of the log's cache while the reader decodes.
 //!
 //! A read that continues where an earlier read of the same segment stopped (or that crosses a
 //! chunk boundary) is sequential: the next [`DEPTH`] chunks are queued. Each is fetched at most
 //! once (the cache's single-flight fetch: a reader reaching a chunk still being fetched waits
 //! for it) and checked like a reader's fetch (the exact range asked for). Nothing is queued
-//! when the cache could not hold the chunks until the reader gets there.
+//! when the cache could not hold the chunks until the reader gets there. Adjacent chunks the
+//! engine hands out together leave as one ranged fetch.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
 use bytes::Bytes;
 use krabka_remote_storage::{IndexType, RemoteLogSegmentMetadata, RemoteStorageManager};
@@ -19,12 +19,10 @@ use parking_lot::Mutex;
 use uuid::Uuid;
 
 use super::chunkmap::backend_view;
-use crate::cache::{Part, RemoteReadCache};
+use crate::cache::{ByteLru, FetchGuard, Part, RemoteReadCache};
 
 /// Chunks fetched ahead of a sequential reader.
 pub(crate) const DEPTH: u64 = 8;
-/// Threads fetching ahead (per log, started at the first sequential read).
-const WORKERS: usize = 8;
 /// Readers' positions remembered.
 const STREAMS: usize = 32;
 
@@ -39,12 +37,58 @@ enum What {
     OffsetIndex(IndexCheck),
 }
 
-/// One fetch ahead.
-struct Job {
+/// One fetch ahead, queued on the read engine.
+pub(crate) struct Job {
     meta: RemoteLogSegmentMetadata,
     what: What,
     chunk_bytes: u64,
-    cache: RemoteReadCache,
+    cache: Arc<ByteLru>,
+    rsm: Arc<dyn RemoteStorageManager>,
+    /// The log's counters of ranged and index fetches made ahead.
+    requests: Arc<AtomicU64>,
+    index_requests: Arc<AtomicU64>,
+}
+
+impl Job {
+    fn key(&self) -> (Uuid, Part) {
+        let part = match self.what {
+            What::Chunk(n) => Part::Chunk(n),
+            What::OffsetIndex(_) => Part::OffsetIndex,
+        };
+        (self.meta.remote_log_segment_id().id(), part)
+    }
+
+    /// The bytes of the data range it fetches (0 for an index: its size is not known yet).
+    pub(crate) fn bytes(&self) -> u64 {
+        match self.what {
+            What::Chunk(n) => self.chunk_range(n).map_or(0, |(s, e)| e - s),
+            What::OffsetIndex(_) => 0,
+        }
+    }
+
+    /// Whether its entry is cached or being fetched already.
+    pub(crate) fn is_stale(&self) -> bool {
+        self.cache.contains(&self.key())
+    }
+
+    /// Whether `next` is the chunk right after this one, of the same segment attempt.
+    pub(crate) fn followed_by(&self, next: &Job) -> bool {
+        match (self.what, next.what) {
+            (What::Chunk(a), What::Chunk(b)) => {
+                b == a + 1
+                    && self.chunk_bytes == next.chunk_bytes
+                    && self.meta.remote_log_segment_id() == next.meta.remote_log_segment_id()
+            }
+            _ => false,
+        }
+    }
+
+    /// Bytes `start..end` of chunk `n` (cut at the segment's end).
+    fn chunk_range(&self, n: u64) -> Option<(u64, u64)> {
+        let size = self.meta.segment_size_in_bytes();
+        let start = n.checked_mul(self.chunk_bytes)?;
+        (start < size).then(|| (start, (start + self.chunk_bytes).min(size)))
+    }
 }
 
 /// A reader's position: the segment attempt, the seq its next read starts at, the last
@@ -74,18 +118,35 @@ impl Stream {
     }
 }
 
-/// The read-ahead state of one tiered log.
-#[derive(Default)]
+/// The read-ahead state of one tiered log (or read replica): one reader of the read engine.
 pub(crate) struct ReadAhead {
+    /// Its queue on the read engine (unique in the process).
+    id: u64,
     streams: Mutex<VecDeque<Stream>>,
-    queue: Mutex<Option<SyncSender<Job>>>,
-    /// Ranged fetches the read-ahead threads made.
+    /// Ranged fetches the read-ahead made.
     pub(crate) requests: Arc<AtomicU64>,
-    /// Index fetches the read-ahead threads made.
+    /// Index fetches the read-ahead made.
     pub(crate) index_requests: Arc<AtomicU64>,
 }
 
+impl Default for ReadAhead {
+    fn default() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        Self {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            streams: Mutex::default(),
+            requests: Arc::default(),
+            index_requests: Arc::default(),
+        }
+    }
+}
+
 impl ReadAhead {
+    /// Its reader id on the read engine: its own fetches and its read-ahead share one turn.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Whether a read from `seq` continues an earlier read (of this segment, or of the one
     /// before it: seqs are unique within a log).
     pub(crate) fn continues(&self, seq: u64) -> bool {
@@ -144,15 +205,19 @@ impl ReadAhead {
                 None => (0, None),
             }
         };
-        let Some(tx) = self.sender(rsm) else { return };
+        let engine = cache.engine();
         let job = |meta: &RemoteLogSegmentMetadata, what| Job {
             meta: meta.clone(),
             what,
             chunk_bytes,
-            cache: cache.clone(),
+            cache: cache.lru_arc().clone(),
+            rsm: Arc::clone(rsm),
+            requests: Arc::clone(&self.requests),
+            index_requests: Arc::clone(&self.index_requests),
         };
+        let send = |j: Job| engine.submit(self.id, j);
         let end = (after + depth).min(last_chunk);
-        let upto = send_chunks(&tx, cache, meta, queued.max(after) + 1..end + 1, &job);
+        let upto = send_chunks(&send, cache, meta, queued.max(after) + 1..end + 1, &job);
         // The part of the window past this segment's end goes to the next segment.
         let spill = (after + depth).saturating_sub(last_chunk);
         let mut next_sent = None;
@@ -165,11 +230,11 @@ impl ReadAhead {
                 let key = (next.remote_log_segment_id().id(), Part::OffsetIndex);
                 if count.is_none() && !cache.lru().contains(&key) {
                     // Best effort: when the queue is full the reader fetches it itself.
-                    let _ = tx.try_send(job(&next, What::OffsetIndex(check)));
+                    let _ = send(job(&next, What::OffsetIndex(check)));
                 }
                 let chunks = next.segment_size_in_bytes().div_ceil(chunk_bytes);
                 let from = count.unwrap_or(0);
-                let got = send_chunks(&tx, cache, &next, from..spill.min(chunks), &job);
+                let got = send_chunks(&send, cache, &next, from..spill.min(chunks), &job);
                 next_sent = Some((next, got.max(from)));
             }
         }
@@ -184,38 +249,12 @@ impl ReadAhead {
             }
         }
     }
-
-    /// The queue, starting the threads on first use.
-    fn sender(&self, rsm: &Arc<dyn RemoteStorageManager>) -> Option<SyncSender<Job>> {
-        let mut queue = self.queue.lock();
-        if let Some(tx) = queue.as_ref() {
-            return Some(tx.clone());
-        }
-        let (tx, rx) = sync_channel::<Job>(DEPTH as usize * 2);
-        let rx = Arc::new(std::sync::Mutex::new(rx));
-        for i in 0..WORKERS {
-            let (rx, rsm) = (Arc::clone(&rx), Arc::clone(rsm));
-            let (requests, index_requests) = (self.requests.clone(), self.index_requests.clone());
-            let spawned = std::thread::Builder::new()
-                .name(format!("krabka-read-ahead-{i}"))
-                .spawn(move || work(&rx, rsm.as_ref(), &requests, &index_requests));
-            if let Err(e) = spawned {
-                tracing::debug!(error = %e, "could not start a read-ahead thread");
-                if i == 0 {
-                    return None;
-                }
-                break;
-            }
-        }
-        *queue = Some(tx.clone());
-        Some(tx)
-    }
 }
 
 /// Queues the chunks `range` of `meta` in order (skipping those cached or being fetched)
-/// until the queue is full; returns the end of the prefix of `range` queued.
+/// until the reader's queue is full; returns the end of the prefix of `range` queued.
 fn send_chunks(
-    tx: &SyncSender<Job>,
+    send: &impl Fn(Job) -> bool,
     cache: &RemoteReadCache,
     meta: &RemoteLogSegmentMetadata,
     range: std::ops::Range<u64>,
@@ -224,71 +263,94 @@ fn send_chunks(
     let segment = meta.remote_log_segment_id().id();
     let mut upto = range.start;
     for chunk in range {
-        if !cache.lru().contains(&(segment, Part::Chunk(chunk))) {
-            match tx.try_send(job(meta, What::Chunk(chunk))) {
-                Ok(()) => {}
-                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => break,
-            }
+        if !cache.lru().contains(&(segment, Part::Chunk(chunk)))
+            && !send(job(meta, What::Chunk(chunk)))
+        {
+            break;
         }
         upto = chunk + 1;
     }
     upto
 }
 
-/// A read-ahead thread: fetches queued chunks and indexes until the log (the queue's
-/// sender) is dropped.
-fn work(
-    rx: &std::sync::Mutex<Receiver<Job>>,
-    rsm: &dyn RemoteStorageManager,
-    requests: &AtomicU64,
-    index_requests: &AtomicU64,
-) {
-    loop {
-        let job = match rx.lock() {
-            Ok(rx) => rx.recv(),
-            Err(_) => return,
+/// Runs a batch the read engine handed out (on an engine thread): an index, or adjacent chunks
+/// of one segment, each run of chunks not cached or being fetched meanwhile fetched as one
+/// range (exactly the range asked for). `take_get` waits for the GET budget before each
+/// request. A failure leaves the entries to the readers' own fetches, which report it.
+pub(crate) fn run(batch: Vec<Job>, take_get: impl Fn()) {
+    let Some(first) = batch.first() else { return };
+    if let What::OffsetIndex(check) = first.what {
+        fetch_index(first, check, &take_get);
+        return;
+    }
+    // The chunks whose fetch this thread won, in order; runs of adjacent ones go together.
+    let mut run: Vec<(&Job, u64, FetchGuard<'_>)> = Vec::new();
+    for job in &batch {
+        let What::Chunk(n) = job.what else { continue };
+        let Some(guard) = job.cache.begin_fetch(job.key()) else {
+            fetch_chunks(std::mem::take(&mut run), &take_get);
+            continue;
         };
-        let Ok(job) = job else { return };
-        match job.what {
-            What::Chunk(n) => fetch_chunk(&job, n, rsm, requests),
-            What::OffsetIndex(check) => fetch_index(&job, check, rsm, index_requests),
+        run.push((job, n, guard));
+    }
+    fetch_chunks(run, &take_get);
+}
+
+/// Fetches adjacent chunks `run` (of one segment) as one range and caches each.
+fn fetch_chunks(run: Vec<(&Job, u64, FetchGuard<'_>)>, take_get: &impl Fn()) {
+    let (Some((job, first, _)), Some((_, last, _))) = (run.first(), run.last()) else {
+        return;
+    };
+    let (Some((start, _)), Some((_, end))) = (job.chunk_range(*first), job.chunk_range(*last))
+    else {
+        return;
+    };
+    let (Ok(from), Ok(to)) = (u32::try_from(start), u32::try_from(end.saturating_sub(1))) else {
+        return;
+    };
+    take_get();
+    job.requests.fetch_add(1, Ordering::Relaxed);
+    let Ok(bytes) = job
+        .rsm
+        .fetch_log_segment(&backend_view(&job.meta), from, Some(to))
+    else {
+        // Anything else is left to the reader's own fetch, which reports it.
+        return;
+    };
+    if bytes.len() as u64 != end - start {
+        return;
+    }
+    let mut run = run;
+    if run.len() == 1
+        && let Some((_, _, guard)) = run.pop()
+    {
+        guard.complete(Bytes::from(bytes));
+        return;
+    }
+    for (job, n, guard) in run {
+        let Some((s, e)) = job.chunk_range(n) else {
+            continue;
+        };
+        let (Ok(s), Ok(e)) = (usize::try_from(s - start), usize::try_from(e - start)) else {
+            continue;
+        };
+        // Each chunk its own buffer, so the cache's byte count is what it holds.
+        if let Some(part) = bytes.get(s..e) {
+            guard.complete(Bytes::copy_from_slice(part));
         }
     }
 }
 
-/// Fetches chunk `n` of the job's segment into the cache (exactly the range asked for).
-fn fetch_chunk(job: &Job, n: u64, rsm: &dyn RemoteStorageManager, requests: &AtomicU64) {
-    let key = (job.meta.remote_log_segment_id().id(), Part::Chunk(n));
-    let Some(guard) = job.cache.lru().begin_fetch(key) else {
-        return;
-    };
-    let size = job.meta.segment_size_in_bytes();
-    let start = n * job.chunk_bytes;
-    let end = (start + job.chunk_bytes).min(size);
-    let (Ok(first), Ok(last)) = (u32::try_from(start), u32::try_from(end.saturating_sub(1))) else {
-        return;
-    };
-    requests.fetch_add(1, Ordering::Relaxed);
-    match rsm.fetch_log_segment(&backend_view(&job.meta), first, Some(last)) {
-        // Anything else is left to the reader's own fetch, which reports it.
-        Ok(bytes) if bytes.len() as u64 == end - start => guard.complete(Bytes::from(bytes)),
-        Ok(_) | Err(_) => drop(guard),
-    }
-}
-
 /// Fetches the job's segment's offset index into the cache when it passes `check`.
-fn fetch_index(
-    job: &Job,
-    check: IndexCheck,
-    rsm: &dyn RemoteStorageManager,
-    index_requests: &AtomicU64,
-) {
-    let key = (job.meta.remote_log_segment_id().id(), Part::OffsetIndex);
-    let Some(guard) = job.cache.lru().begin_fetch(key) else {
+fn fetch_index(job: &Job, check: IndexCheck, take_get: &impl Fn()) {
+    let Some(guard) = job.cache.begin_fetch(job.key()) else {
         return;
     };
-    index_requests.fetch_add(1, Ordering::Relaxed);
-    let fetched = rsm.fetch_index(&backend_view(&job.meta), IndexType::Offset);
+    take_get();
+    job.index_requests.fetch_add(1, Ordering::Relaxed);
+    let fetched = job
+        .rsm
+        .fetch_index(&backend_view(&job.meta), IndexType::Offset);
     // Anything else is left to the reader's own fetch, which reports it.
     match fetched.ok().and_then(|bytes| check(&job.meta, bytes)) {
         Some(valid) => guard.complete(valid),

@@ -129,7 +129,7 @@ impl TieringService {
                 .map(|r| Arc::new(ByteRateQuota::new(r))),
             stop: watch::channel(false).0,
             cancel: watch::channel(false).0,
-            cache: RemoteReadCache::new(config.cache_bytes),
+            cache: RemoteReadCache::with_read_limits(config.cache_bytes, config.read_limits()),
             config,
         });
         runtime.spawn(scheduler::run(shared.clone()));
@@ -146,9 +146,17 @@ impl TieringService {
 
     /// The remote read cache shared by the service's partitions: open each partition's
     /// [`TieredLog`] with [`TieredLog::with_cache`]`(service.cache().clone())` so that all of
-    /// them stay within [`ServiceConfig::cache_bytes`] together.
+    /// them stay within [`ServiceConfig::cache_bytes`] together, and their cold reads go
+    /// through the service's one read engine (within [`ServiceConfig::read_fetch_threads`],
+    /// [`ServiceConfig::read_bytes_in_flight`] and [`ServiceConfig::max_gets_per_sec`]).
     pub fn cache(&self) -> &RemoteReadCache {
         &self.shared.cache
+    }
+
+    /// Counters of the service's read engine: fetches and bytes in flight (and their high-water
+    /// marks), read-ahead threads, time spent waiting for the GET budget.
+    pub fn read_engine_stats(&self) -> crate::ReadEngineStats {
+        self.shared.cache.read_engine_stats()
     }
 
     /// Wraps a backend in [`Instrumented`] bound to the service's fetch quota (when one is

@@ -119,6 +119,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             drop(permit);
             if end == TurnEnd::RoundDone {
                 crate::metrics::publish_cache(&shared.cache.stats());
+                crate::metrics::publish_read_engine(&shared.cache.read_engine_stats());
             }
             let now = Instant::now();
             let interval = shared.config.round_interval;
