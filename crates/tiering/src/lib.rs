@@ -110,7 +110,8 @@ pub use config::{
     DEFAULT_COPY_THREADS, DEFAULT_DELETE_DEADLINE, DEFAULT_FETCH_DEADLINE,
     DEFAULT_LOCAL_RETENTION_BYTES, DEFAULT_READ_QUEUE, DEFAULT_READ_THREADS, DEFAULT_RETENTION_MS,
     DEFAULT_ROUND_INTERVAL, DEFAULT_WORKER_THREADS, MAX_FETCH_DEADLINE, MAX_SEGMENT_BYTES,
-    MIN_CHUNK_BYTES, MIN_MAX_UPLOAD_LAG, SPARE_BLOCKING_THREADS, ServiceConfig, TieringConfig, validate_log_options,
+    MIN_CHUNK_BYTES, MIN_MAX_UPLOAD_LAG, SPARE_BLOCKING_THREADS, ServiceConfig, TieringConfig,
+    validate_log_options,
 };
 pub use error::{Error, OwnershipError, ReadError, ServiceError, TailError};
 pub use fd_limit::open_files_limit;

@@ -90,7 +90,11 @@ fn a_bucket_durable_append_returns_only_once_its_records_are_in_a_tail_object() 
         assert_eq!(seq, i);
         // Acknowledged: the bucket holds it now, with every seq before it.
         let held = seqs_in_tail(backend.as_ref() as &dyn OwnershipStore, &tp);
-        assert_eq!(held, (1..=i).collect::<Vec<_>>(), "after the ack of seq {i}");
+        assert_eq!(
+            held,
+            (1..=i).collect::<Vec<_>>(),
+            "after the ack of seq {i}"
+        );
         assert!(part.log().tail_acked_seq().unwrap() >= i);
     }
     let seqs = part
@@ -176,7 +180,8 @@ fn a_fenced_writer_acknowledges_nothing_after_a_takeover_and_the_new_writer_serv
     std::thread::sleep(Duration::from_millis(150));
     let b_dir = tmp.path().join("b");
     recover_into(&b_dir, &tier(&backend, &root), &tp);
-    let b = PartitionDir::open(&b_dir, &tier(&backend, &root), options(Durability::Bucket)).unwrap();
+    let b =
+        PartitionDir::open(&b_dir, &tier(&backend, &root), options(Durability::Bucket)).unwrap();
     let acked = writer.join().unwrap();
     assert!(acked.len() > 5, "A acknowledged {} records", acked.len());
     // Every record A acknowledged is served by B, with its bytes.
@@ -199,7 +204,10 @@ fn a_fenced_writer_acknowledges_nothing_after_a_takeover_and_the_new_writer_serv
     );
     // B's own appends go on after every seq A used.
     let next = b.log().append(&Message::new("b")).unwrap();
-    assert!(next > last, "B appended at {next}, A acknowledged up to {last}");
+    assert!(
+        next > last,
+        "B appended at {next}, A acknowledged up to {last}"
+    );
 }
 
 #[test]
@@ -217,7 +225,10 @@ fn a_stalled_bucket_fails_the_append_after_its_deadline_and_later_appends_recove
     assert_eq!(part.log().append(&Message::new("one")).unwrap(), 1);
     backend.stalled.store(true, Ordering::SeqCst);
     let started = Instant::now();
-    let e = part.log().append(&Message::new("two")).expect_err("stalled");
+    let e = part
+        .log()
+        .append(&Message::new("two"))
+        .expect_err("stalled");
     let waited = started.elapsed();
     assert!(
         matches!(&e, Error::Tail(TailError::NotAcknowledged { seqs, .. }) if *seqs == (2..=2)),
@@ -225,7 +236,10 @@ fn a_stalled_bucket_fails_the_append_after_its_deadline_and_later_appends_recove
     );
     assert!(e.is_retriable());
     assert!(waited < Duration::from_secs(5), "waited {waited:?}");
-    assert_eq!(seqs_in_tail(backend.as_ref() as &dyn OwnershipStore, &tp), vec![1]);
+    assert_eq!(
+        seqs_in_tail(backend.as_ref() as &dyn OwnershipStore, &tp),
+        vec![1]
+    );
     backend.stalled.store(false, Ordering::SeqCst);
     // The bucket answers again: the next append is acknowledged, with the one before it.
     assert_eq!(part.log().append(&Message::new("three")).unwrap(), 3);
@@ -252,8 +266,12 @@ fn many_partitions_share_one_tail_object_per_window() {
         .map(|i| {
             let mut opts = options(Durability::Local);
             opts.tail_writer = Some(writer.clone());
-            PartitionDir::open(&tmp.path().join(format!("p{i}")), &tier(&backend, &root), opts)
-                .unwrap()
+            PartitionDir::open(
+                &tmp.path().join(format!("p{i}")),
+                &tier(&backend, &root),
+                opts,
+            )
+            .unwrap()
         })
         .collect();
     assert_eq!(writer.partitions(), 40);

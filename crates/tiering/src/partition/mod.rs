@@ -144,7 +144,10 @@ impl PartitionDir {
             config,
             tail_writer,
         } = options;
-        if config.tail.is_some() && access == Access::Owner && remote.transforming().config().encrypts() {
+        if config.tail.is_some()
+            && access == Access::Owner
+            && remote.transforming().config().encrypts()
+        {
             return Err(Error::Tail(crate::TailError::Unsupported(
                 "tail objects are not encrypted: a remote tier with encryption takes closed \
                  segments only (no `tail`, no bucket durability)"

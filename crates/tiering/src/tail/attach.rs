@@ -183,8 +183,8 @@ impl TieredLog {
         let mut adopted = 0_u64;
         for number in closed.below.iter().copied().filter(|n| *n >= r.from) {
             let key = layout::tail_object_key(r.chain, number);
-            let Some(object) =
-                chain::read_object(store, r.chain, number).map_err(|e| object_error(key.clone(), e))?
+            let Some(object) = chain::read_object(store, r.chain, number)
+                .map_err(|e| object_error(key.clone(), e))?
             else {
                 // Deleted: its records are in finished segments (the continuity check of the
                 // next entry finds it otherwise).
@@ -253,13 +253,23 @@ impl TieredLog {
         while at < data.len() {
             let rest = &data[at..];
             let Some(h) = StoredHeader::read(rest) else {
-                return Err(contradiction(key, self.log.next_seq(), format!("byte {at} of its entry is not a batch header")));
+                return Err(contradiction(
+                    key,
+                    self.log.next_seq(),
+                    format!("byte {at} of its entry is not a batch header"),
+                ));
             };
             let len = usize::try_from(h.batch_length)
                 .ok()
                 .and_then(|l| l.checked_add(LENGTH_PREFIX))
                 .filter(|l| *l <= rest.len())
-                .ok_or_else(|| contradiction(key, self.log.next_seq(), format!("the batch at byte {at} of its entry runs past it")))?;
+                .ok_or_else(|| {
+                    contradiction(
+                        key,
+                        self.log.next_seq(),
+                        format!("the batch at byte {at} of its entry runs past it"),
+                    )
+                })?;
             let base = u64::try_from(h.base_offset).unwrap_or(0);
             let last = u64::try_from(h.last_offset()).unwrap_or(0);
             let batch = &rest[..len];
@@ -278,14 +288,17 @@ impl TieredLog {
                 }));
             }
             if base < next {
-                return Err(contradiction(key, base, format!(
-                    "its batch of seqs {base}..={last} straddles the local log's end at seq {local_last}"
-                )));
+                return Err(contradiction(
+                    key,
+                    base,
+                    format!(
+                        "its batch of seqs {base}..={last} straddles the local log's end at seq {local_last}"
+                    ),
+                ));
             }
-            let range = self
-                .log
-                .append_raw_batch(batch)
-                .map_err(|e| Error::storage(format!("taking over seqs {base}..={last} from {key}"), e))?;
+            let range = self.log.append_raw_batch(batch).map_err(|e| {
+                Error::storage(format!("taking over seqs {base}..={last} from {key}"), e)
+            })?;
             appended += range.end() - range.start() + 1;
         }
         Ok(appended)

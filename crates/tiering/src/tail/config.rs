@@ -71,7 +71,8 @@ impl TailConfig {
     /// # Errors
     /// [`Error::InvalidConfig`] naming the field, its value and its bounds.
     pub fn validate(&self) -> Result<(), Error> {
-        let bad = |field: &str, reason: String| Err(Error::InvalidConfig(format!("{field}: {reason}")));
+        let bad =
+            |field: &str, reason: String| Err(Error::InvalidConfig(format!("{field}: {reason}")));
         if !(MIN_TAIL_INTERVAL..=MAX_TAIL_INTERVAL).contains(&self.interval) {
             return bad(
                 "tail.interval",

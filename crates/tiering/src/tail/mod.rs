@@ -15,11 +15,12 @@
 
 mod attach;
 pub mod config;
+mod gc;
 pub(crate) mod part;
 mod writer;
 
-pub use config::{Durability, TailConfig};
 pub(crate) use attach::Inherited;
+pub use config::{Durability, TailConfig};
 pub(crate) use part::PartitionTail;
 pub use writer::{TailStats, TailWriter};
 

@@ -151,7 +151,10 @@ impl PartitionTail {
     /// A head listing finished segments up to `finished_end` was written.
     pub(crate) fn head_published(&self, finished_end: u64) {
         let mut s = self.state.lock();
-        if s.published.last().is_some_and(|&(end, _)| end >= finished_end) {
+        if s.published
+            .last()
+            .is_some_and(|&(end, _)| end >= finished_end)
+        {
             return;
         }
         s.published.push((finished_end, Instant::now()));
@@ -243,7 +246,12 @@ impl PartitionTail {
         }
     }
 
-    fn not_acknowledged(&self, seqs: RangeInclusive<u64>, started: Instant, cause: String) -> Error {
+    fn not_acknowledged(
+        &self,
+        seqs: RangeInclusive<u64>,
+        started: Instant,
+        cause: String,
+    ) -> Error {
         Error::Tail(TailError::NotAcknowledged {
             partition: Box::new(self.tp.clone()),
             seqs,

@@ -1,7 +1,7 @@
 //! [`TailWriter`]: the one thread that writes a chain's tail objects, one per window for
 //! every partition attached to it, and deletes the ones no head needs any more.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -19,12 +19,9 @@ use crate::error::{Error, TailError};
 /// A partition as tail objects name it: topic id and partition number.
 pub(crate) type PartKey = (Uuid, i32);
 
-fn key_of(tp: &TopicIdPartition) -> PartKey {
+pub(crate) fn key_of(tp: &TopicIdPartition) -> PartKey {
     (tp.topic_id(), tp.partition())
 }
-
-/// Deletes of unneeded tail objects per window at most.
-const MAX_DELETES_PER_WINDOW: usize = 64;
 
 /// What a [`TailWriter`] did since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,12 +40,12 @@ pub struct TailStats {
 }
 
 #[derive(Default)]
-struct Counters {
-    objects_written: AtomicU64,
-    bytes_written: AtomicU64,
-    write_failures: AtomicU64,
-    chains_closed: AtomicU64,
-    objects_deleted: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) objects_written: AtomicU64,
+    pub(crate) bytes_written: AtomicU64,
+    pub(crate) write_failures: AtomicU64,
+    pub(crate) chains_closed: AtomicU64,
+    pub(crate) objects_deleted: AtomicU64,
 }
 
 /// An object built for a window, kept to be written again byte for byte after a failure.
@@ -58,12 +55,12 @@ struct Built {
     parts: Vec<(Arc<PartitionTail>, u64)>,
 }
 
-struct State {
-    chain: Uuid,
-    next: u64,
-    parts: Vec<Arc<PartitionTail>>,
+pub(crate) struct State {
+    pub(crate) chain: Uuid,
+    pub(crate) next: u64,
+    pub(crate) parts: Vec<Arc<PartitionTail>>,
     /// Data objects written or adopted and not deleted: their partitions' last seqs.
-    objects: BTreeMap<(Uuid, u64), Vec<(PartKey, u64)>>,
+    pub(crate) objects: BTreeMap<(Uuid, u64), Vec<(PartKey, u64)>>,
     pending: Option<Built>,
     nudged: bool,
     rotate: usize,
@@ -73,11 +70,11 @@ pub(crate) struct Shared {
     pub(crate) store: Arc<dyn OwnershipStore>,
     pub(crate) config: TailConfig,
     pub(crate) incarnation: Uuid,
-    state: Mutex<State>,
+    pub(crate) state: Mutex<State>,
     wake: Condvar,
     /// Held while a window is built and written: a partition leaving waits for it.
     window: Mutex<()>,
-    counters: Counters,
+    pub(crate) counters: Counters,
 }
 
 /// Writes the tail objects of every partition attached to it: one create-only object per
@@ -286,7 +283,7 @@ fn window(shared: &Shared) -> Result<bool, Error> {
         }
     };
     let Some(built) = built else {
-        collect(shared);
+        super::gc::collect(shared);
         return Ok(more);
     };
     let key = layout::tail_object_key(chain_id, number);
@@ -358,18 +355,13 @@ fn window(shared: &Shared) -> Result<bool, Error> {
             }));
         }
     }
-    collect(shared);
+    super::gc::collect(shared);
     Ok(more)
 }
 
 /// Builds the window's object from every attached partition's new batches, fairly (the
 /// partition first served rotates), at most `max_bytes` of them.
-fn build(
-    shared: &Shared,
-    s: &mut State,
-    chain_id: Uuid,
-    number: u64,
-) -> (Option<Built>, bool) {
+fn build(shared: &Shared, s: &mut State, chain_id: Uuid, number: u64) -> (Option<Built>, bool) {
     let n = s.parts.len();
     if n == 0 {
         return (None, false);
@@ -399,7 +391,12 @@ fn build(
             break;
         }
         match read_new(part, from, last, budget) {
-            Ok(Some((data, first, upto, max_ts))) => {
+            Ok(Some(NewBatches {
+                data,
+                first,
+                last: upto,
+                max_timestamp: max_ts,
+            })) => {
                 budget = budget.saturating_sub(data.len());
                 if upto < last {
                     more = true;
@@ -450,14 +447,14 @@ fn build(
 }
 
 /// The partition's whole batches from `from` to at most `last`, about `budget` bytes of them
-/// (at least one batch): `(bytes, first seq, last seq, max timestamp)`. Records local
+/// (at least one batch). Records local
 /// retention removed are in finished remote segments already: skipped.
 fn read_new(
     part: &PartitionTail,
     mut from: u64,
     last: u64,
     budget: usize,
-) -> Result<Option<(Vec<u8>, u64, u64, i64)>, Error> {
+) -> Result<Option<NewBatches>, Error> {
     let local_first = part.log.first_seq();
     if from < local_first {
         // Only segments safely in the remote tier are deleted locally.
@@ -498,56 +495,18 @@ fn read_new(
     if data.is_empty() {
         return Ok(None);
     }
-    Ok(Some((data, from, at - 1, max_ts)))
+    Ok(Some(NewBatches {
+        data,
+        first: from,
+        last: at - 1,
+        max_timestamp: max_ts,
+    }))
 }
 
-/// Deletes data objects every partition of which is in finished segments a head listed at
-/// least the grace ago. The newest object of the current chain stays (a later writer of the
-/// chain's next number must find the chain still going), and so does every object holding a
-/// partition this writer no longer serves.
-fn collect(shared: &Shared) {
-    let now = Instant::now();
-    let grace = shared.config.grace;
-    let victims = {
-        let s = shared.state.lock();
-        let by_tp: HashMap<PartKey, &Arc<PartitionTail>> =
-            s.parts.iter().map(|p| (key_of(&p.tp), p)).collect();
-        let tip = (s.chain, s.next.saturating_sub(1));
-        let victims: Vec<((Uuid, u64), Vec<Arc<PartitionTail>>)> = s
-            .objects
-            .iter()
-            .filter(|(k, _)| **k != tip)
-            .filter_map(|(k, entries)| {
-                let mut parts = Vec::with_capacity(entries.len());
-                for (tp, last) in entries {
-                    let p = by_tp.get(tp)?;
-                    if !p.covered(*last, grace, now) {
-                        return None;
-                    }
-                    parts.push((*p).clone());
-                }
-                Some((*k, parts))
-            })
-            .take(MAX_DELETES_PER_WINDOW)
-            .collect();
-        victims
-    };
-    for ((chain_id, number), parts) in victims {
-        let key = layout::tail_object_key(chain_id, number);
-        match shared.store.delete_object(&key) {
-            Ok(()) => {
-                shared.state.lock().objects.remove(&(chain_id, number));
-                for p in parts {
-                    p.forget(chain_id, number);
-                }
-                shared
-                    .counters
-                    .objects_deleted
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                tracing::warn!(key = %key, error = %e, "deleting an unneeded tail object failed; retried later");
-            }
-        }
-    }
+/// A partition's new whole batches for a window.
+struct NewBatches {
+    data: Vec<u8>,
+    first: u64,
+    last: u64,
+    max_timestamp: i64,
 }

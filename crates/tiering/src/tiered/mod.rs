@@ -317,7 +317,9 @@ impl TieredLog {
     /// # Errors
     /// [`Error::Storage`] as `Log::close`.
     pub fn close(self) -> Result<(), Error> {
-        let Self { log, rlmm, tail, .. } = self;
+        let Self {
+            log, rlmm, tail, ..
+        } = self;
         // Leaving the tail writer drops its hold on the local log.
         drop(tail);
         let closed = match Arc::try_unwrap(log) {

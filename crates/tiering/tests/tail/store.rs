@@ -133,12 +133,11 @@ impl RemoteStorageManager for Switchable {
     }
 }
 
-/// Every data object in every chain under the root: `(chain dir, number, kind, entries of tp
-/// as (first, last))`.
-pub fn tail_entries(
-    store: &dyn OwnershipStore,
-    tp: &TopicIdPartition,
-) -> Vec<(String, u64, TailKind, Vec<(u64, u64)>)> {
+/// One object of a chain: its chain dir, number, kind and the seq ranges of one partition.
+pub type Listed = (String, u64, TailKind, Vec<(u64, u64)>);
+
+/// Every object in every chain under the root, with the seq ranges `tp` has in it.
+pub fn tail_entries(store: &dyn OwnershipStore, tp: &TopicIdPartition) -> Vec<Listed> {
     let mut chains = Vec::new();
     store
         .list_partition_dirs(&mut |d| {
