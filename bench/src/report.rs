@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::cost::{Costs, Spent};
+use crate::cost::{CostGoals, Costs, Spent, cost_cells};
 
 /// Sub-buckets per power of two: quantiles are exact to within 1/16 (about 6 %).
 const SUB: u32 = 16;
@@ -146,12 +146,12 @@ impl Measurement {
     }
 
     /// `count` per MiB (2^20 bytes) of payload; `None` without payload.
-    fn per_mib(&self, count: u64) -> Option<f64> {
+    pub(crate) fn per_mib(&self, count: u64) -> Option<f64> {
         (self.bytes > 0).then(|| count as f64 * f64::from(1u32 << 20) / self.bytes as f64)
     }
 
     /// `count` per record; `None` without records.
-    fn per_record(&self, count: u64) -> Option<f64> {
+    pub(crate) fn per_record(&self, count: u64) -> Option<f64> {
         (self.records > 0).then(|| count as f64 / self.records as f64)
     }
 
@@ -289,86 +289,6 @@ pub struct Row {
     pub result: Result<Measurement, String>,
     /// The targets of its cost columns.
     pub goals: CostGoals,
-}
-
-/// The targets of a row's cost columns, each printed beside its figure (`None`: no target).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct CostGoals {
-    /// Read system calls per MiB of payload: at most.
-    pub read_calls_per_mib: Option<f64>,
-    /// Read system calls per op (a point read): at most; shown per MiB.
-    pub read_calls_per_op: Option<f64>,
-    /// Write system calls per op (append or batch call): at most; shown per MiB.
-    pub write_calls_per_op: Option<f64>,
-    /// Heap allocations per record: at most.
-    pub allocs_per_record: Option<f64>,
-    /// Bytes allocated per record: at most `factor` × the payload per record + `plus`.
-    pub alloc_bytes_per_record: Option<(f64, f64)>,
-    /// CRC-checked bytes per byte read: at least.
-    pub crc_per_byte_read: Option<f64>,
-}
-
-/// A cost figure in as few characters as keep it readable.
-fn fmt_cost(v: f64) -> String {
-    if v == 0.0 {
-        "0".to_owned()
-    } else if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 1.0 {
-        format!("{v:.2}")
-    } else if v >= 0.001 {
-        format!("{v:.3}")
-    } else {
-        format!("{v:.1e}")
-    }
-}
-
-/// `figure`, with its target beside it when it has one: `"1.02 (≤ 2 ✓)"`; `"-"` without a
-/// figure.
-fn with_goal(figure: Option<f64>, goal: Option<crate::storage::goal::Goal>) -> String {
-    use crate::storage::goal::Goal;
-    let Some(v) = figure else {
-        return "-".to_owned();
-    };
-    match goal {
-        Some(g @ (Goal::AtMost(t) | Goal::AtLeast(t))) => {
-            let sign = if matches!(g, Goal::AtMost(_)) {
-                "≤"
-            } else {
-                "≥"
-            };
-            let mark = if g.met(v) == Some(true) { "✓" } else { "✗" };
-            format!("{} ({sign} {} {mark})", fmt_cost(v), fmt_cost(t))
-        }
-        _ => fmt_cost(v),
-    }
-}
-
-/// The cost cells of a row: read and write calls per MiB, allocations and bytes allocated per
-/// record, CRC bytes per byte read, each with its target.
-fn cost_cells(m: &Measurement, g: &CostGoals) -> String {
-    use crate::storage::goal::Goal::{AtLeast, AtMost};
-    let per_op = |goal: Option<f64>| {
-        goal.and_then(|per_op| m.per_mib(m.ops).map(|ops_per_mib| per_op * ops_per_mib))
-    };
-    let read_goal = g
-        .read_calls_per_mib
-        .or_else(|| per_op(g.read_calls_per_op))
-        .map(AtMost);
-    let write_goal = per_op(g.write_calls_per_op).map(AtMost);
-    format!(
-        "{} | {} | {} | {} | {}",
-        with_goal(m.read_calls_per_mib(), read_goal),
-        with_goal(m.write_calls_per_mib(), write_goal),
-        with_goal(m.allocs_per_record(), g.allocs_per_record.map(AtMost)),
-        with_goal(
-            m.alloc_bytes_per_record(),
-            g.alloc_bytes_per_record.and_then(|(factor, plus)| {
-                m.per_record(m.bytes).map(|v| AtMost(factor * v + plus))
-            }),
-        ),
-        with_goal(m.crc_per_byte_read(), g.crc_per_byte_read.map(AtLeast)),
-    )
 }
 
 /// `value / base` as "0.42x", or "-" when either is missing or zero.
@@ -542,60 +462,5 @@ mod tests {
         assert!(peer.contains("| 0.50x | 0.25x |"), "{peer}");
         assert_eq!(ratio(1.0, None), "-");
         assert_eq!(fmt_ns(1_500), "1.5 µs");
-    }
-
-    #[test]
-    fn cost_columns_show_each_figure_per_mib_or_record_with_its_target() {
-        // 2 MiB of payload in 4 records, 2 ops (calls); 1 MiB read in 3 calls.
-        let m = Measurement {
-            bytes: 2 << 20,
-            records: 4,
-            secs: 1.0,
-            p50_ns: 1,
-            p99_ns: 1,
-            peak_rss_kib: 0,
-            disk_bytes: 0,
-            ops: 2,
-            costs: Costs {
-                read_calls: 6,
-                write_calls: 2,
-                read_bytes: 1 << 20,
-                allocs: 2,
-                alloc_bytes: 400,
-            },
-            crc_bytes: Some(1 << 19),
-        };
-        let goals = CostGoals {
-            read_calls_per_mib: Some(2.0),
-            write_calls_per_op: Some(1.0),
-            allocs_per_record: Some(1.0),
-            alloc_bytes_per_record: None,
-            crc_per_byte_read: Some(0.95),
-            read_calls_per_op: None,
-        };
-        assert_eq!(
-            cost_cells(&m, &goals),
-            "3.00 (≤ 2.00 ✗) | 1.00 (≤ 1.00 ✓) | 0.500 (≤ 1.00 ✓) | 100 | 0.500 (≥ 0.950 ✗)"
-        );
-        // Per op: 2 read calls per point read allowed, 2 ops per 2 MiB: at most 2 per MiB.
-        // 512 KiB of payload per record: at most 0.5 × that + 8 bytes allocated.
-        let point = CostGoals {
-            read_calls_per_op: Some(2.0),
-            alloc_bytes_per_record: Some((0.5, 8.0)),
-            ..CostGoals::default()
-        };
-        assert_eq!(
-            cost_cells(&m, &point),
-            "3.00 (≤ 2.00 ✗) | 1.00 | 0.500 | 100 (≤ 262152 ✓) | 0.500"
-        );
-        let none = Measurement {
-            records: 0,
-            crc_bytes: None,
-            ..m
-        };
-        assert_eq!(
-            cost_cells(&none, &CostGoals::default()),
-            "3.00 | 1.00 | - | - | -"
-        );
     }
 }

@@ -1,7 +1,7 @@
 //! The storage cases: their comparison groups, row names and child-process ids, in the order
 //! they run and print, and the targets of krabka's cost columns.
 
-use crate::report::CostGoals;
+use crate::cost::CostGoals;
 
 /// One case: its comparison group, its row name, its id for the child process.
 pub struct Case {
