@@ -12,6 +12,7 @@
 //! RSS reported is that case's own. Scratch files go to `KRABKA_BENCH_DIR` (default: the
 //! system temp dir). See `docs/benchmarks.md`.
 
+mod cost;
 mod replica;
 mod report;
 mod scale;

@@ -3,6 +3,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::cost::{CostGoals, Costs, Spent, cost_cells};
+
 /// Sub-buckets per power of two: quantiles are exact to within 1/16 (about 6 %).
 const SUB: u32 = 16;
 const SUB_BITS: u32 = SUB.trailing_zeros();
@@ -65,7 +67,6 @@ impl Histogram {
     }
 
     /// Ops recorded.
-    #[cfg(test)]
     pub fn count(&self) -> u64 {
         self.total
     }
@@ -113,20 +114,72 @@ pub struct Measurement {
     pub peak_rss_kib: u64,
     /// Bytes the case's log takes on disk when it measures that (0 otherwise).
     pub disk_bytes: u64,
+    /// Ops timed (appends, batches, read calls).
+    pub ops: u64,
+    /// System calls and allocations of the timed part.
+    pub costs: Costs,
+    /// Bytes the timed part checked CRC-32Cs over, when the case knows them.
+    pub crc_bytes: Option<u64>,
 }
 
 impl Measurement {
-    /// Builds a measurement from a run's totals and its histogram.
-    pub fn new(bytes: u64, records: u64, elapsed: Duration, hist: &Histogram) -> Self {
+    /// Builds a measurement from a run's totals, what its timed part spent and its histogram.
+    pub fn new(bytes: u64, records: u64, spent: Spent, hist: &Histogram) -> Self {
         Self {
             bytes,
             records,
-            secs: elapsed.as_secs_f64(),
+            secs: spent.elapsed.as_secs_f64(),
             p50_ns: hist.quantile_ns(0.50),
             p99_ns: hist.quantile_ns(0.99),
             peak_rss_kib: vm_hwm_kib(),
             disk_bytes: 0,
+            ops: hist.count(),
+            costs: spent.costs,
+            crc_bytes: None,
         }
+    }
+
+    /// The same measurement with `crc` bytes checked.
+    pub fn with_crc_bytes(mut self, crc: u64) -> Self {
+        self.crc_bytes = Some(crc);
+        self
+    }
+
+    /// `count` per MiB (2^20 bytes) of payload; `None` without payload.
+    pub(crate) fn per_mib(&self, count: u64) -> Option<f64> {
+        (self.bytes > 0).then(|| count as f64 * f64::from(1u32 << 20) / self.bytes as f64)
+    }
+
+    /// `count` per record; `None` without records.
+    pub(crate) fn per_record(&self, count: u64) -> Option<f64> {
+        (self.records > 0).then(|| count as f64 / self.records as f64)
+    }
+
+    /// Read system calls per MiB of payload.
+    pub fn read_calls_per_mib(&self) -> Option<f64> {
+        self.per_mib(self.costs.read_calls)
+    }
+
+    /// Write system calls per MiB of payload.
+    pub fn write_calls_per_mib(&self) -> Option<f64> {
+        self.per_mib(self.costs.write_calls)
+    }
+
+    /// Heap allocations per record.
+    pub fn allocs_per_record(&self) -> Option<f64> {
+        self.per_record(self.costs.allocs)
+    }
+
+    /// Bytes allocated per record.
+    pub fn alloc_bytes_per_record(&self) -> Option<f64> {
+        self.per_record(self.costs.alloc_bytes)
+    }
+
+    /// CRC-checked bytes per byte the read calls returned; `None` when the case read nothing
+    /// or does not know its CRC bytes.
+    pub fn crc_per_byte_read(&self) -> Option<f64> {
+        let crc = self.crc_bytes?;
+        (self.costs.read_bytes > 0).then(|| crc as f64 / self.costs.read_bytes as f64)
     }
 
     /// The same measurement with `disk` bytes on disk.
@@ -161,14 +214,23 @@ impl Measurement {
     /// The one-line wire form a child prints (`RESULT k=v ...`).
     pub fn to_line(&self) -> String {
         format!(
-            "RESULT bytes={} records={} secs={} p50={} p99={} rss={} disk={}",
+            "RESULT bytes={} records={} secs={} p50={} p99={} rss={} disk={} ops={} syscr={} \
+             syscw={} rchar={} allocs={} abytes={} crc={}",
             self.bytes,
             self.records,
             self.secs,
             self.p50_ns,
             self.p99_ns,
             self.peak_rss_kib,
-            self.disk_bytes
+            self.disk_bytes,
+            self.ops,
+            self.costs.read_calls,
+            self.costs.write_calls,
+            self.costs.read_bytes,
+            self.costs.allocs,
+            self.costs.alloc_bytes,
+            self.crc_bytes
+                .map_or_else(|| "-".to_owned(), |c| c.to_string()),
         )
     }
 
@@ -179,6 +241,8 @@ impl Measurement {
             line.split_whitespace()
                 .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
         };
+        // Fields a line of an older binary lacks read as 0 (or unknown).
+        let count = |k: &str| field(k).map_or(Some(0), |d| d.parse().ok());
         Some(Self {
             bytes: field("bytes")?.parse().ok()?,
             records: field("records")?.parse().ok()?,
@@ -186,7 +250,16 @@ impl Measurement {
             p50_ns: field("p50")?.parse().ok()?,
             p99_ns: field("p99")?.parse().ok()?,
             peak_rss_kib: field("rss")?.parse().ok()?,
-            disk_bytes: field("disk").map_or(Some(0), |d| d.parse().ok())?,
+            disk_bytes: count("disk")?,
+            ops: count("ops")?,
+            costs: Costs {
+                read_calls: count("syscr")?,
+                write_calls: count("syscw")?,
+                read_bytes: count("rchar")?,
+                allocs: count("allocs")?,
+                alloc_bytes: count("abytes")?,
+            },
+            crc_bytes: field("crc").and_then(|c| c.parse().ok()),
         })
     }
 }
@@ -214,6 +287,8 @@ pub struct Row {
     pub is_raw: bool,
     /// The result, or why there is none.
     pub result: Result<Measurement, String>,
+    /// The targets of its cost columns.
+    pub goals: CostGoals,
 }
 
 /// `value / base` as "0.42x", or "-" when either is missing or zero.
@@ -241,8 +316,11 @@ pub fn fmt_ns(ns: u64) -> String {
 /// raw-limit row.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| group | case | MB/s | records/s | p50 | p99 | peak RSS | vs krabka | vs raw |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "| group | case | MB/s | records/s | p50 | p99 | peak RSS | vs krabka | vs raw \
+         | read calls / MiB | write calls / MiB | allocs / record | alloc B / record \
+         | CRC B / B read |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: \
+         | ---: | ---: |\n",
     );
     let base = |group: &str, pick: fn(&Row) -> bool| {
         rows.iter()
@@ -255,7 +333,7 @@ pub fn table(rows: &[Row]) -> String {
                 let v = m.mb_per_s();
                 let _ = writeln!(
                     out,
-                    "| {} | {} | {:.1} | {:.0} | {} | {} | {:.1} MiB | {} | {} |",
+                    "| {} | {} | {:.1} | {:.0} | {} | {} | {:.1} MiB | {} | {} | {} |",
                     r.group,
                     r.name,
                     v,
@@ -265,12 +343,13 @@ pub fn table(rows: &[Row]) -> String {
                     m.peak_rss_kib as f64 / 1024.0,
                     ratio(v, base(&r.group, |r| r.is_krabka)),
                     ratio(v, base(&r.group, |r| r.is_raw)),
+                    cost_cells(m, &r.goals),
                 );
             }
             Err(e) => {
                 let _ = writeln!(
                     out,
-                    "| {} | {} | failed: {} | | | | | | |",
+                    "| {} | {} | failed: {} | | | | | | | | | | | |",
                     r.group,
                     r.name,
                     e.replace('|', "/")
@@ -323,13 +402,33 @@ mod tests {
             p99_ns: 12_000,
             peak_rss_kib: 4096,
             disk_bytes: 1 << 21,
+            ops: 1024,
+            costs: Costs {
+                read_calls: 3,
+                write_calls: 1024,
+                read_bytes: 3 << 20,
+                allocs: 7,
+                alloc_bytes: 900,
+            },
+            crc_bytes: Some(1 << 20),
         };
         let out = format!("noise\n{}\n", m.to_line());
         assert_eq!(Measurement::parse(&out), Some(m.clone()));
         assert_eq!(Measurement::parse("nothing"), None);
         assert_eq!(m.disk_per_payload(), Some(2.0));
         let old = "RESULT bytes=1 records=1 secs=1 p50=1 p99=1 rss=1";
-        assert_eq!(Measurement::parse(old).map(|m| m.disk_bytes), Some(0));
+        let parsed = Measurement::parse(old);
+        assert_eq!(parsed.as_ref().map(|m| m.disk_bytes), Some(0));
+        assert_eq!(parsed.as_ref().map(|m| m.costs), Some(Costs::default()));
+        assert_eq!(parsed.and_then(|m| m.crc_bytes), None);
+        let unknown_crc = Measurement {
+            crc_bytes: None,
+            ..m
+        };
+        assert_eq!(
+            Measurement::parse(&unknown_crc.to_line()),
+            Some(unknown_crc)
+        );
     }
 
     #[test]
@@ -342,6 +441,9 @@ mod tests {
             p99_ns: 2,
             peak_rss_kib: 1024,
             disk_bytes: 0,
+            ops: 10,
+            costs: Costs::default(),
+            crc_bytes: None,
         };
         let row = |name: &str, k, raw, mb| Row {
             group: "g".into(),
@@ -349,6 +451,7 @@ mod tests {
             is_krabka: k,
             is_raw: raw,
             result: Ok(m(mb)),
+            goals: CostGoals::default(),
         };
         let t = table(&[
             row("krabka", true, false, 100),
@@ -356,7 +459,7 @@ mod tests {
             row("raw", false, true, 200),
         ]);
         let peer = t.lines().find(|l| l.contains("| peer |")).unwrap_or("");
-        assert!(peer.ends_with("| 0.50x | 0.25x |"), "{peer}");
+        assert!(peer.contains("| 0.50x | 0.25x |"), "{peer}");
         assert_eq!(ratio(1.0, None), "-");
         assert_eq!(fmt_ns(1_500), "1.5 µs");
     }

@@ -1,5 +1,7 @@
 //! The storage cases: their comparison groups, row names and child-process ids, in the order
-//! they run and print.
+//! they run and print, and the targets of krabka's cost columns.
+
+use crate::cost::CostGoals;
 
 /// One case: its comparison group, its row name, its id for the child process.
 pub struct Case {
@@ -195,3 +197,60 @@ pub const CASES: &[Case] = &[
         "raw-read-random-single-span",
     ),
 ];
+
+/// The targets of a case's cost columns: krabka's rows only (the others show their figures).
+///
+/// - An append makes one write call (the batch, or its pieces, in one `pwritev`) and no read,
+///   and allocates almost nothing per record (its buffers are reused): at most 0.1 allocations
+///   (0.25 with an fsync, whose group commit may allocate) and 0.1 × the value + 16 bytes.
+/// - A sequential read makes at most 2 read calls per MiB (one per 1 MiB call; a chunk cut at
+///   a batch boundary may take a second) and no write, and every byte it reads is covered by a
+///   CRC-32C and delivered: at least 0.95 CRC bytes per byte read (a batch's first 21 bytes lie
+///   outside its CRC; a re-read lowers it).
+/// - A decoded read allocates at most once per record and the value's bytes + 128 (the read
+///   buffer the records' values are views of, and the `Record` itself); whole batches at most
+///   0.1 allocations per record (a buffer per call) and the value's bytes + 64.
+/// - A point read makes one read call (the index entry's span to the end of the record's
+///   batch) and at most 2.5 allocations (the returned `Vec` and the read buffer, plus one-offs
+///   such as opening the segment) and the value's bytes + 128.
+pub fn goals(id: &str) -> CostGoals {
+    let append = CostGoals {
+        read_calls_per_op: Some(0.0),
+        write_calls_per_op: Some(1.0),
+        allocs_per_record: Some(0.1),
+        alloc_bytes_per_record: Some((0.1, 16.0)),
+        ..CostGoals::default()
+    };
+    let seq = CostGoals {
+        read_calls_per_mib: Some(2.0),
+        write_calls_per_op: Some(0.0),
+        allocs_per_record: Some(1.0),
+        alloc_bytes_per_record: Some((1.0, 128.0)),
+        crc_per_byte_read: Some(0.95),
+        ..CostGoals::default()
+    };
+    match id {
+        "krabka-append" | "krabka-batch" | "krabka-raw-batch" => append,
+        "krabka-sync1" | "krabka-sync4" | "krabka-batch-sync" => CostGoals {
+            allocs_per_record: Some(0.25),
+            ..append
+        },
+        "krabka-batches-seq" => CostGoals {
+            allocs_per_record: Some(0.1),
+            alloc_bytes_per_record: Some((1.0, 64.0)),
+            ..seq
+        },
+        "krabka-read-seq" | "krabka-batches-records" => seq,
+        "krabka-read-random"
+        | "krabka-read-random-dense"
+        | "krabka-read-random-single"
+        | "krabka-read-random-single-dense" => CostGoals {
+            read_calls_per_op: Some(1.0),
+            write_calls_per_op: Some(0.0),
+            allocs_per_record: Some(2.5),
+            alloc_bytes_per_record: Some((1.0, 128.0)),
+            ..CostGoals::default()
+        },
+        _ => CostGoals::default(),
+    }
+}

@@ -6,6 +6,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{BATCH, Params, READ_CHUNK_BYTES, Rng, SEGMENT_BYTES, Workload, batches, timed};
+use crate::cost::Meter;
 use crate::report::{Histogram, Measurement};
 use crate::{BoxError, Result};
 
@@ -63,7 +64,7 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
             let mut next = 0;
             let mut hist = Histogram::default();
             let (mut records, mut bytes) = (0u64, 0u64);
-            let start = Instant::now();
+            let start = Meter::start();
             while next < end {
                 let t = Instant::now();
                 let buf = log.read(next, commitlog::ReadLimit::max_bytes(READ_CHUNK_BYTES))?;
@@ -78,7 +79,7 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
                 let Some(l) = last else { break };
                 next = l + 1;
             }
-            Ok(Measurement::new(bytes, records, start.elapsed(), &hist))
+            Ok(Measurement::new(bytes, records, start.stop(), &hist))
         }
         "commitlog-read-random" => {
             let log = fill_commitlog(dir, w, v)?;

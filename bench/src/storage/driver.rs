@@ -109,6 +109,7 @@ pub fn run(quick: bool, bytes: Option<u64>, rest: &[String]) -> Result<()> {
                 is_krabka: c.krabka,
                 is_raw: c.raw,
                 result: representative(results.get(c.id).map_or(&[], Vec::as_slice)),
+                goals: super::cases::goals(c.id),
             })
             .collect();
         print!("{}", report::table(&rows));
@@ -175,6 +176,9 @@ mod tests {
             p99_ns: mb,
             peak_rss_kib: 0,
             disk_bytes: 0,
+            ops: 1,
+            costs: crate::cost::Costs::default(),
+            crc_bytes: None,
         };
         let got = representative(&[Ok(m(3)), Ok(m(1)), Ok(m(2))]);
         assert_eq!(got.map(|m| m.p50_ns), Ok(2));

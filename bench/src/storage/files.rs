@@ -11,6 +11,9 @@ use krabka_storage::segment::{batch_len, peek_batch};
 
 use crate::Result;
 
+/// Where a v2 batch's CRC-32C starts (its `attributes`): the bytes before it are not checked.
+const CRC_FROM: u64 = 21;
+
 /// Bytes read per step of the walk.
 const WALK_CHUNK: usize = 1 << 20;
 
@@ -59,6 +62,16 @@ impl Segments {
             records,
             indexes,
         })
+    }
+
+    /// Bytes the CRC-32Cs of all the batches cover: what a reader of the whole log that
+    /// checks every batch once checks.
+    pub fn crc_bytes(&self) -> Result<u64> {
+        Ok(self
+            .batches()?
+            .iter()
+            .map(|b| u64::from(b.len).saturating_sub(CRC_FROM))
+            .sum())
     }
 
     /// Bytes of all the files.

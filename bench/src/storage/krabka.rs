@@ -7,10 +7,12 @@ use bytes::Bytes;
 use krabka_protocol::batch::encode_messages;
 use krabka_storage::{Compression, Log, Options, SyncPolicy};
 
+use super::files::Segments;
 use super::{
     BATCH, Params, READ_CHUNK_BYTES, Rng, SEGMENT_BYTES, Workload, batch_of, batches,
     distinct_batch_of, message, timed, timed_threads,
 };
+use crate::cost::Meter;
 use crate::report::{Histogram, Measurement};
 use crate::{BoxError, Result};
 
@@ -94,7 +96,7 @@ fn read_batches(log: &Log, vlen: usize, records: bool) -> Result<Measurement> {
     let file_bytes: u64 = log.segments().iter().map(|s| s.size).sum();
     let (mut next, mut delivered, mut values, mut count) = (1, 0u64, 0u64, 0u64);
     let mut hist = Histogram::default();
-    let start = Instant::now();
+    let start = Meter::start();
     while next <= last {
         let t = Instant::now();
         let got = log.read_batches(next, READ_CHUNK_BYTES)?;
@@ -112,7 +114,7 @@ fn read_batches(log: &Log, vlen: usize, records: bool) -> Result<Measurement> {
         delivered += got.bytes().len() as u64;
         next = got.next_seq();
     }
-    let elapsed = start.elapsed();
+    let elapsed = start.stop();
     if delivered != file_bytes || (records && (count != last || values != last * vlen as u64)) {
         return Err(format!(
             "read {delivered} of {file_bytes} bytes, {count} records of {values} value bytes"
@@ -120,6 +122,28 @@ fn read_batches(log: &Log, vlen: usize, records: bool) -> Result<Measurement> {
         .into());
     }
     Ok(Measurement::new(last * vlen as u64, last, elapsed, &hist))
+}
+
+/// Reads the whole log through `Log::read` of `per_read` records a call (decoded records).
+fn read_seq(log: &Log, per_read: usize) -> Result<Measurement> {
+    let last = log.last_seq();
+    let mut next = 1;
+    let mut hist = Histogram::default();
+    let (mut records, mut bytes) = (0u64, 0u64);
+    let start = Meter::start();
+    while next <= last {
+        let t = Instant::now();
+        let got = log.read(next, per_read)?;
+        hist.record(t.elapsed());
+        let Some(r) = got.last() else { break };
+        next = r.seq + 1;
+        records += got.len() as u64;
+        bytes += got
+            .iter()
+            .map(|r| r.message.value.len() as u64)
+            .sum::<u64>();
+    }
+    Ok(Measurement::new(bytes, records, start.stop(), &hist))
 }
 
 /// Point reads of random seqs of `log`, timed one by one.
@@ -189,34 +213,26 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
             })
         }
         "krabka-batch-sync" => {
+            // Built once, restamped per call, as the no-sync batch case does.
             let log = krabka_log(dir, SyncPolicy::EveryAppend)?;
+            let mut b = batch_of(v, 0);
             timed(sync_batches, BATCH as u64, vlen, |i| {
-                Ok(log.append_batch(&batch_of(v, i * BATCH as u64)).map(drop)?)
+                for (j, m) in b.iter_mut().enumerate() {
+                    m.timestamp = (i * BATCH as u64 + j as u64) as i64;
+                }
+                Ok(log.append_batch(&b).map(drop)?)
             })
         }
         "krabka-read-seq" => {
             let log = fill_krabka(dir, w, v)?;
-            let last = log.last_seq();
-            let mut next = 1;
-            let mut hist = Histogram::default();
-            let (mut records, mut bytes) = (0u64, 0u64);
-            let start = Instant::now();
-            while next <= last {
-                let t = Instant::now();
-                let got = log.read(next, per_read)?;
-                hist.record(t.elapsed());
-                let Some(r) = got.last() else { break };
-                next = r.seq + 1;
-                records += got.len() as u64;
-                bytes += got
-                    .iter()
-                    .map(|r| r.message.value.len() as u64)
-                    .sum::<u64>();
-            }
-            Ok(Measurement::new(bytes, records, start.elapsed(), &hist))
+            let m = read_seq(&log, per_read)?;
+            Ok(m.with_crc_bytes(Segments::of(log)?.crc_bytes()?))
         }
-        "krabka-batches-seq" => read_batches(&fill_krabka(dir, w, v)?, vlen, false),
-        "krabka-batches-records" => read_batches(&fill_krabka(dir, w, v)?, vlen, true),
+        "krabka-batches-seq" | "krabka-batches-records" => {
+            let log = fill_krabka(dir, w, v)?;
+            let m = read_batches(&log, vlen, id == "krabka-batches-records")?;
+            Ok(m.with_crc_bytes(Segments::of(log)?.crc_bytes()?))
+        }
         "krabka-read-random" => random_reads(&fill_krabka(dir, w, v)?, reads, vlen),
         "krabka-read-random-dense" => {
             random_reads(&fill_krabka_with(dir, w, v, dense_options())?, reads, vlen)

@@ -3,11 +3,11 @@
 use std::io::Read;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use bytes::Bytes;
 
 use super::{BATCH, Params, Rng, SEGMENT_BYTES, Workload, batches, timed, timed_threads};
+use crate::cost::Meter;
 use crate::report::{Histogram, Measurement};
 use crate::{BoxError, Result};
 
@@ -131,14 +131,14 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
             wal.shutdown()?;
             let scan = Scan::default();
             let counts = Arc::clone(&scan.bytes);
-            let start = Instant::now();
+            let start = Meter::start();
             let wal = okaywal_config(dir).open(scan)?;
-            let elapsed = start.elapsed();
+            let elapsed = start.stop();
             wal.shutdown()?;
             let (bytes, records) = *counts.lock().map_err(|_| "poisoned")?;
             // One op: the whole scan.
             let mut hist = Histogram::default();
-            hist.record(elapsed);
+            hist.record(elapsed.elapsed);
             Ok(Measurement::new(bytes, records, elapsed, &hist))
         }
         "okaywal-read-random" => {

@@ -17,6 +17,7 @@ use super::{
     BATCH, Params, READ_CHUNK_BYTES, Rng, THREADS, Workload, distinct_batch_of, message, timed,
     timed_threads,
 };
+use crate::cost::Meter;
 use crate::report::{Histogram, Measurement};
 use crate::{BoxError, Result};
 
@@ -189,7 +190,7 @@ fn read_segments(segs: &Segments, vlen: usize) -> Result<Measurement> {
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     let mut hist = Histogram::default();
     let mut bytes = 0u64;
-    let start = Instant::now();
+    let start = Meter::start();
     for f in &mut files {
         loop {
             let t = Instant::now();
@@ -201,16 +202,15 @@ fn read_segments(segs: &Segments, vlen: usize) -> Result<Measurement> {
             bytes += got as u64;
         }
     }
-    let elapsed = start.elapsed();
+    let elapsed = start.stop();
     if bytes != segs.bytes() {
         return Err(format!("read {bytes} of {} bytes", segs.bytes()).into());
     }
-    Ok(Measurement::new(
-        segs.records * vlen as u64,
-        segs.records,
-        elapsed,
-        &hist,
-    ))
+    // Nothing checked: the floor of a reader that trusts its bytes.
+    Ok(
+        Measurement::new(segs.records * vlen as u64, segs.records, elapsed, &hist)
+            .with_crc_bytes(0),
+    )
 }
 
 /// The floor of any reader of v2 batches that checks them: krabka's segment files read through
@@ -223,8 +223,8 @@ fn read_segments_checked(segs: &Segments, vlen: usize, views: bool) -> Result<Me
     let mut buf = BytesMut::zeroed(READ_CHUNK_BYTES);
     let mut out: Vec<Bytes> = Vec::with_capacity(if views { READ_CHUNK_BYTES / 64 } else { 0 });
     let mut hist = Histogram::default();
-    let (mut bytes, mut batches, mut records) = (0u64, 0u64, 0u64);
-    let start = Instant::now();
+    let (mut bytes, mut batches, mut records, mut crc) = (0u64, 0u64, 0u64, 0u64);
+    let start = Meter::start();
     for (f, size) in &segs.files {
         let mut pos = 0u64;
         while pos < *size {
@@ -240,6 +240,7 @@ fn read_segments_checked(segs: &Segments, vlen: usize, views: bool) -> Result<Me
                 let Some(body) = chunk.get(at + 21..at + len) else {
                     break;
                 };
+                crc += body.len() as u64;
                 if crc32c(body) != stored {
                     return Err(format!("CRC mismatch at byte {}", pos + at as u64).into());
                 }
@@ -277,7 +278,7 @@ fn read_segments_checked(segs: &Segments, vlen: usize, views: bool) -> Result<Me
             bytes += at as u64;
         }
     }
-    let elapsed = start.elapsed();
+    let elapsed = start.stop();
     if bytes != segs.bytes() || batches == 0 || (views && records != segs.records) {
         return Err(format!(
             "checked {bytes} of {} bytes, {records} records",
@@ -285,12 +286,10 @@ fn read_segments_checked(segs: &Segments, vlen: usize, views: bool) -> Result<Me
         )
         .into());
     }
-    Ok(Measurement::new(
-        segs.records * vlen as u64,
-        segs.records,
-        elapsed,
-        &hist,
-    ))
+    Ok(
+        Measurement::new(segs.records * vlen as u64, segs.records, elapsed, &hist)
+            .with_crc_bytes(crc),
+    )
 }
 
 /// A zigzag varint (a v2 record's length) at `at` of `buf`: its value and where it ends.

@@ -393,6 +393,9 @@ mod tests {
             p99_ns: p50,
             peak_rss_kib: 0,
             disk_bytes: disk,
+            ops: 1,
+            costs: crate::cost::Costs::default(),
+            crc_bytes: None,
         }
     }
 

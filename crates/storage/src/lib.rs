@@ -3,7 +3,9 @@
 //! A [`Log`] is a directory of segments, each named by the seq of its first record
 //! (`00000000000000000001.log`, with `.index` and `.timeindex` written when it is closed).
 //! Records get contiguous seqs starting at 1. The newest segment is the *active* one; it rolls
-//! before an append would take it past [`Options::max_bytes`]. Retention drops whole old
+//! before an append would take it past [`Options::max_bytes`], or (with [`Options::roll_after`])
+//! at an append that finds its first record older than that; [`Log::roll_if_older`] rolls a quiet
+//! log by age. Retention drops whole old
 //! segments ([`Log::delete_before`], [`Log::trim_over_bytes`], [`Log::delete_older_than`]).
 //!
 //! ```
@@ -73,6 +75,11 @@ pub const DEFAULT_INDEX_INTERVAL_BYTES: u64 = 4096;
 pub const DEFAULT_MAX_MESSAGE_BYTES: u64 = 16 << 20;
 /// Default [`Options::max_open_segments`].
 pub const DEFAULT_MAX_OPEN_SEGMENTS: usize = 128;
+/// Smallest [`Options::roll_after`]: 10 ms (a shorter bound would roll at nearly every append).
+pub const MIN_ROLL_AFTER: Duration = Duration::from_millis(10);
+/// Largest [`Options::roll_after`]: 100 years (365-day years), far below what time arithmetic
+/// on an `Instant` or on milliseconds since the epoch can overflow at.
+pub const MAX_ROLL_AFTER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Name of the lock file [`Log::open`] creates in the log directory and holds an exclusive
 /// lock on for the `Log`'s lifetime.
 pub const LOCK_FILE_NAME: &str = ".lock";
@@ -224,6 +231,23 @@ pub struct Options {
     /// Reading needs no option: every batch says its codec, and one written with any of
     /// Kafka's four reads when its feature is on. A point read decompresses one batch.
     pub compression: Compression,
+    /// The segment age bound, like Kafka's `segment.ms`: an append that finds the active
+    /// segment non-empty and its first record older than this rolls it first, so no record stays
+    /// in the active (not yet tierable) segment much longer than this while appends go on
+    /// ([`Log::roll_if_older`] bounds it on a quiet log). Default: `None` (segments roll by size
+    /// only). Minimum: 10 ms ([`MIN_ROLL_AFTER`]); maximum: 100 years ([`MAX_ROLL_AFTER`]);
+    /// outside that is [`Error::InvalidOptions`].
+    ///
+    /// The age of a segment this `Log` wrote into counts from the (monotonic) time of its first
+    /// append. For an active segment found non-empty at open it counts from the earliest of
+    /// the evidence the file gives, so that a restart can roll early but never late: its
+    /// creation (birth) time where the filesystem records one, the largest timestamp of its
+    /// first batch when that is not negative, and its modification time; evidence later than
+    /// the wall clock is left out (when nothing is left the age counts from the first look,
+    /// at the first append or age query after the open). A first batch stamped long ago (Kafka's
+    /// `log.roll.ms` counts from it too) makes the first append after the open roll. The append
+    /// path checks the bound with one read of the monotonic clock (no system call).
+    pub roll_after: Option<Duration>,
 }
 
 impl Default for Options {
@@ -236,6 +260,7 @@ impl Default for Options {
             max_open_segments: DEFAULT_MAX_OPEN_SEGMENTS,
             recovery: RecoveryMode::TolerateTornTail,
             compression: Compression::None,
+            roll_after: None,
         }
     }
 }
@@ -276,6 +301,17 @@ impl Options {
             return Err(Error::InvalidOptions {
                 field: "max_open_segments",
                 reason: "must be at least 1".into(),
+            });
+        }
+        if let Some(d) = self.roll_after
+            && !(MIN_ROLL_AFTER..=MAX_ROLL_AFTER).contains(&d)
+        {
+            return Err(Error::InvalidOptions {
+                field: "roll_after",
+                reason: format!(
+                    "must be in {MIN_ROLL_AFTER:?}..={} days, got {d:?}",
+                    MAX_ROLL_AFTER.as_secs() / 86_400
+                ),
             });
         }
         Ok(self)

@@ -15,9 +15,10 @@ use krabka_protocol::batch::{
     set_base_offset, set_partition_leader_epoch,
 };
 
+use super::age::SegmentAge;
 use super::{Inner, Seg, SegFile};
 use crate::fault::Op;
-use crate::fsutil::{self, IoResultExt};
+
 use crate::index::IndexBuilder;
 use crate::layout::{seg_file, write_indexes};
 use crate::segment::raw::RawBatchInfo;
@@ -96,6 +97,8 @@ pub(super) struct Appender {
     /// Whether the first write has yet to remove what a close or a crash may have left: the
     /// clean-shutdown marker and the active segment's index files.
     pub(super) leftovers: bool,
+    /// Since when the active segment holds records (for [`Options::roll_after`](crate::Options::roll_after)).
+    pub(super) age: SegmentAge,
 }
 
 impl Appender {
@@ -114,11 +117,13 @@ impl Appender {
             leader_epoch: NO_PARTITION_LEADER_EPOCH,
             clean_marker: false,
             leftovers: true,
+            age: SegmentAge::found(active.size),
         })
     }
 
     /// Moves on to a new, empty active segment.
-    fn switch_to(&mut self, sf: Arc<SegFile>, file: Arc<File>, index_interval: u64) {
+    pub(super) fn switch_to(&mut self, sf: Arc<SegFile>, file: Arc<File>, index_interval: u64) {
+        self.age = SegmentAge::Empty;
         self.active = sf;
         self.file = file;
         self.size = 0;
@@ -152,6 +157,7 @@ impl Inner {
                 return Err(Error::SeqOutOfRange { seq: last });
             }
             self.invalidate_clean_shutdown(ap)?;
+            self.roll_if_due(ap)?;
         }
         let first = ap.next_seq;
         let mut i = 0;
@@ -278,6 +284,9 @@ impl Inner {
             return Err(e);
         }
         self.counters.written(ap, count, len);
+        if ap.size == 0 {
+            ap.age = SegmentAge::from_now();
+        }
         let last = ap.next_seq + count - 1;
         ap.size += len;
         ap.next_seq += count;
@@ -318,6 +327,7 @@ impl Inner {
             return Err(Error::SeqOutOfRange { seq: last });
         }
         self.invalidate_clean_shutdown(ap)?;
+        self.roll_if_due(ap)?;
         if ap.size > 0 && ap.size.saturating_add(len) > self.opts.max_bytes {
             self.roll_locked(ap)?;
         }
@@ -488,78 +498,6 @@ impl Inner {
         let mut ap = self.appender.lock();
         self.check_poisoned()?;
         self.roll_locked(&mut ap)
-    }
-
-    /// Makes `seq` the seq of the next append of a log without records (see
-    /// [`Log::start_at`](super::Log::start_at)).
-    pub(super) fn start_at(&self, seq: u64) -> Result<(), Error> {
-        let mut guard = self.appender.lock();
-        self.check_poisoned()?;
-        let ap = &mut *guard;
-        if !self.check_start(ap, seq)? {
-            return Ok(());
-        }
-        self.invalidate_clean_shutdown(ap)?;
-        // The old (empty) segment files go first: a crash in between leaves a directory with
-        // no segment, which opens as a new log the caller starts again.
-        let old: Vec<(u64, Arc<SegFile>)> = self
-            .state
-            .read()
-            .segs
-            .iter()
-            .filter(|s| s.hole.is_none())
-            .map(|s| (s.base_seq, Arc::clone(&s.file)))
-            .collect();
-        for (_, f) in &old {
-            for path in [&f.index_path, &f.time_index_path, &f.log_path] {
-                fsutil::remove_if_exists(path).at(path)?;
-            }
-        }
-        self.fsync_dir().inspect_err(|e| self.poison(e))?;
-        let file = self
-            .create_segment_file(seq)
-            .inspect_err(|e| self.poison(e))?;
-        self.fsync_dir().inspect_err(|e| self.poison(e))?;
-        let sf = seg_file(&self.dir, seq);
-        let file = Arc::new(file);
-        self.state.write().segs = vec![Seg::empty_active(seq, Arc::clone(&sf), Arc::clone(&file))];
-        for (base, _) in &old {
-            self.fds.remove(*base);
-        }
-        self.unsynced_closed.lock().clear();
-        self.sync_state.lock().restart_at(seq - 1);
-        ap.switch_to(sf, file, self.opts.index_interval_bytes);
-        ap.next_seq = seq;
-        self.write_recovery_point(seq - 1)
-            .inspect_err(|e| self.poison(e))?;
-        tracing::info!(dir = %self.dir.display(), seq, "empty log now starts at a new seq");
-        Ok(())
-    }
-
-    /// Whether the log may start at `seq`: `Ok(false)` when it already does, an error when it
-    /// holds records or `seq` is below its next seq.
-    fn check_start(&self, ap: &Appender, seq: u64) -> Result<bool, Error> {
-        let (has_records, last) = {
-            let st = self.state.read();
-            let has = st
-                .segs
-                .iter()
-                .any(|s| s.hole.is_none() && s.last_seq >= s.base_seq);
-            (has, st.last_seq())
-        };
-        if has_records {
-            return Err(Error::NotEmpty {
-                dir: self.dir.clone(),
-                last_seq: last,
-            });
-        }
-        if seq == 0 || seq < ap.next_seq {
-            return Err(Error::InvalidStart {
-                seq,
-                next_seq: ap.next_seq,
-            });
-        }
-        Ok(seq != ap.next_seq)
     }
 }
 

@@ -2,11 +2,13 @@
 //!
 //! - [`open`]: locking the directory and building the log from what recovery found;
 //! - [`append`]: appends, rolls and the index files of closed segments;
+//! - [`age`]: the active segment's age and the rolls it drives;
 //! - [`sync`]: group commit, poisoning and the background flusher;
 //! - [`read`]: reads, the descriptor cache of closed segments and timestamp lookups;
 //! - [`retention`]: dropping whole old segments;
 //! - [`stats`]: the counters behind [`Log::stats`].
 
+mod age;
 mod append;
 mod clean;
 mod holes;
@@ -15,6 +17,7 @@ mod open;
 mod raw;
 mod read;
 mod retention;
+mod start;
 mod stats;
 mod sync;
 
