@@ -217,7 +217,7 @@ fn a_stalled_bucket_fails_the_append_after_its_deadline_and_later_appends_recove
     let backend = Switchable::new(&root);
     let mut opts = options(Durability::Bucket);
     opts.config.tail = Some(TailConfig {
-        ack_deadline: Duration::from_millis(300),
+        ack_deadline: Duration::from_secs(1),
         ..tail()
     });
     let part = PartitionDir::open(&tmp.path().join("a"), &tier(&backend, &root), opts).unwrap();
@@ -257,7 +257,7 @@ fn many_partitions_share_one_tail_object_per_window() {
     let writer = TailWriter::start(
         backend.clone(),
         TailConfig {
-            interval: Duration::from_millis(200),
+            interval: Duration::from_secs(2),
             ..tail()
         },
     )
@@ -287,9 +287,10 @@ fn many_partitions_share_one_tail_object_per_window() {
         assert!(Instant::now() < deadline, "not in the bucket in time");
         std::thread::sleep(Duration::from_millis(20));
     }
-    // ...in a handful of objects, not one per partition.
+    // ...in one object per window, not one per partition: the 200 appends take far less
+    // than the 2 s window, so one or two windows hold them all.
     let objects = writer.stats().objects_written - before;
-    assert!(objects <= 3, "{objects} objects for 40 partitions");
+    assert!(objects <= 2, "{objects} objects for 40 partitions");
     let entries = tail_entries(backend.as_ref() as &dyn OwnershipStore, parts[0].topic());
     assert!(entries.iter().any(|(_, _, _, e)| e == &vec![(1, 5)]));
 }
@@ -333,4 +334,94 @@ fn tail_objects_are_deleted_once_finished_segments_hold_their_records_and_the_gr
     }
     // Everything still reads, from the segment and the local log.
     assert_eq!(part.log().read(1, 100).unwrap().len(), 11);
+}
+
+#[test]
+fn without_a_tail_a_quiet_partition_is_in_the_bucket_within_max_upload_lag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("remote");
+    let backend = Switchable::new(&root);
+    let mut opts = options(Durability::Local);
+    opts.config.tail = None;
+    opts.config.max_upload_lag = Some(Duration::from_millis(200));
+    let part = PartitionDir::open(&tmp.path().join("a"), &tier(&backend, &root), opts).unwrap();
+    for i in 1..=5 {
+        part.log().append(&Message::new(value("q", i))).unwrap();
+    }
+    // Younger than the bound: nothing is rolled, nothing copied.
+    let report = part.log().run_once().unwrap();
+    assert_eq!(report.segments_copied, 0, "{report:?}");
+    std::thread::sleep(Duration::from_millis(250));
+    // Older: the round rolls the active segment and copies it.
+    let report = part.log().run_once().unwrap();
+    assert_eq!(report.segments_copied, 1, "{report:?}");
+    assert_eq!(part.log().stats().copy_lag_segments, 0);
+    assert!(part.log().stats().remote_bytes > 0);
+}
+
+#[test]
+fn a_takeover_finds_the_tail_by_searching_the_chains_when_the_head_is_gone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("remote");
+    let backend = Switchable::new(&root);
+    let a = tmp.path().join("a");
+    let part = PartitionDir::open(&a, &tier(&backend, &root), options(Durability::Bucket)).unwrap();
+    let tp = part.topic().clone();
+    for i in 1..=20_u64 {
+        part.log().append(&Message::new(value("a", i))).unwrap();
+    }
+    drop(part);
+    std::fs::remove_dir_all(&a).unwrap();
+    // The head is deleted by hand, and a damaged one is no better.
+    let head = root
+        .join(krabka_remote_storage::layout::partition_dir(&tp).unwrap())
+        .join("_head");
+    std::fs::write(&head, b"not a head").unwrap();
+    let b = tmp.path().join("b");
+    recover_into(&b, &tier(&backend, &root), &tp);
+    std::fs::remove_file(&head).unwrap();
+    let part = PartitionDir::open(&b, &tier(&backend, &root), options(Durability::Bucket)).unwrap();
+    let records = part.log().read(1, 100).unwrap();
+    assert_eq!(records.len(), 20);
+    assert_eq!(
+        records[19].message.value.as_ref(),
+        value("a", 20).as_bytes()
+    );
+}
+
+#[test]
+fn a_damaged_tail_entry_the_takeover_needs_is_named_never_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("remote");
+    let backend = Switchable::new(&root);
+    let a = tmp.path().join("a");
+    let part = PartitionDir::open(&a, &tier(&backend, &root), options(Durability::Bucket)).unwrap();
+    let tp = part.topic().clone();
+    part.log()
+        .append_batch(
+            &(1..=10)
+                .map(|i| Message::new(value("a", i)))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    drop(part);
+    std::fs::remove_dir_all(&a).unwrap();
+    // Flip the last byte of the object holding the records: their entry's data.
+    let (chain_dir, number, _, _) = tail_entries(backend.as_ref() as &dyn OwnershipStore, &tp)
+        .into_iter()
+        .find(|(_, _, _, e)| !e.is_empty())
+        .unwrap();
+    let file = root.join(&chain_dir).join(format!("{number:020}"));
+    let mut bytes = std::fs::read(&file).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&file, &bytes).unwrap();
+    let b = tmp.path().join("b");
+    recover_into(&b, &tier(&backend, &root), &tp);
+    let e = PartitionDir::open(&b, &tier(&backend, &root), options(Durability::Bucket))
+        .expect_err("damaged");
+    assert!(
+        matches!(&e, Error::Tail(TailError::Damaged { seqs, .. }) if *seqs == (1..=10)),
+        "{e}"
+    );
 }

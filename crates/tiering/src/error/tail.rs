@@ -75,6 +75,18 @@ pub enum TailError {
         /// What disagrees.
         reason: String,
     },
+    /// A tail object's entry of this partition, needed above the local log, is damaged (its
+    /// data checksum fails): those seqs cannot be taken over. Recover the partition
+    /// (`krabka recover`), which names them as a hole.
+    #[error("tail object {key} holds seqs {}..={} damaged ({reason})", seqs.start(), seqs.end())]
+    Damaged {
+        /// The object's key.
+        key: String,
+        /// The seqs of the damaged entry.
+        seqs: RangeInclusive<u64>,
+        /// What is wrong.
+        reason: String,
+    },
     /// The configuration asks for something tail objects cannot give.
     #[error("tail objects: {0}")]
     Unsupported(String),

@@ -146,12 +146,23 @@ impl TieredLog {
         let Some(hw) = owner.head_writer() else {
             return Ok(());
         };
+        let head_key = layout::head_key(hw.partition_dir);
         let refs: Vec<TailRef> = match head::read_head(hw.store, hw.partition_dir, None)
-            .map_err(|e| object_error(layout::head_key(hw.partition_dir), e))?
+            .map_err(|e| object_error(head_key.clone(), e))?
         {
             HeadRead::Fresh { head, .. } => head.tail,
+            // A damaged head, or none where an earlier writer held the partition (deleted by
+            // hand or by a lifecycle rule): the chains it listed are unknown, so every chain
+            // in the bucket is searched for this partition's records.
             HeadRead::Damaged { error, .. } => {
-                return Err(object_error(layout::head_key(hw.partition_dir), error));
+                tracing::warn!(partition = %self.tp, key = %head_key, error = %error,
+                    "the partition head is damaged; searching every tail chain for this partition");
+                self.search_chains(hw.store)?
+            }
+            _ if owner.epoch() > 1 => {
+                tracing::warn!(partition = %self.tp, key = %head_key,
+                    "the partition head is missing; searching every tail chain for this partition");
+                self.search_chains(hw.store)?
             }
             _ => Vec::new(),
         };
@@ -162,6 +173,47 @@ impl TieredLog {
         }
         *self.inherited.lock() = inherited;
         Ok(())
+    }
+
+    /// Every chain in the bucket holding records of this partition, in the order of their
+    /// first seq, each from its first object holding one: a full search, for a head that
+    /// cannot say.
+    fn search_chains(
+        &self,
+        store: &dyn krabka_remote_storage::ownership::OwnershipStore,
+    ) -> Result<Vec<TailRef>, Error> {
+        let mut chains = Vec::new();
+        store
+            .list_partition_dirs(&mut |name| {
+                if let Some(c) = layout::parse_tail_chain_dir(&name) {
+                    chains.push(c);
+                }
+                Ok(())
+            })
+            .map_err(|e| object_error(layout::TAIL_CHAIN_PREFIX.to_owned(), e))?;
+        let mut found: Vec<(u64, TailRef)> = Vec::new();
+        for c in chains {
+            let numbers = chain::list_numbers(store, c)
+                .map_err(|e| object_error(layout::tail_chain_dir(c), e))?;
+            for n in numbers {
+                let object = match chain::read_object(store, c, n) {
+                    Ok(Some(o)) => o,
+                    Ok(None) => continue,
+                    // A damaged object may hold this partition's records: said, not guessed.
+                    Err(e) => return Err(object_error(layout::tail_object_key(c, n), e)),
+                };
+                let first = object
+                    .entry_for(self.tp.topic_id(), self.tp.partition())
+                    .and_then(|i| object.entries().get(i))
+                    .map(|e| e.first_seq);
+                if let Some(first) = first {
+                    found.push((first, TailRef { chain: c, from: n }));
+                    break;
+                }
+            }
+        }
+        found.sort_by_key(|(first, _)| *first);
+        Ok(found.into_iter().map(|(_, r)| r).collect())
     }
 
     /// Closes chain `r` and appends the records it holds above the local log.
@@ -212,9 +264,13 @@ impl TieredLog {
             if entry.last_seq <= self.log.last_seq() {
                 continue;
             }
-            let data = object
-                .entry_data(i)
-                .map_err(|e| object_error(key.clone(), e))?;
+            let data = object.entry_data(i).map_err(|e| {
+                Error::Tail(TailError::Damaged {
+                    key: key.clone(),
+                    seqs: entry.first_seq..=entry.last_seq,
+                    reason: e.to_string(),
+                })
+            })?;
             adopted += self.append_tail_batches(&key, data)?;
         }
         if adopted > 0 {

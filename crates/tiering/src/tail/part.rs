@@ -166,31 +166,23 @@ impl PartitionTail {
     }
 
     /// The tail refs a head written now lists, with the finished segments ending at
-    /// `finished_end`: every chain holding records above it (from the first such object),
-    /// and the chain records go to now.
+    /// `finished_end`: every chain still holding an object of this partition (from the first
+    /// one holding records above `finished_end`, else from the first not deleted yet, so that
+    /// a successor finds and deletes them too), and the chain records go to now.
     pub(crate) fn refs(&self, finished_end: u64) -> Vec<TailRef> {
         let s = self.state.lock();
         let mut out: Vec<TailRef> = Vec::new();
         for &(chain, joined_at) in &s.joined {
-            let needed = s
-                .held
-                .iter()
-                .filter(|h| h.chain == chain && h.last_seq > finished_end)
+            let numbers = || s.held.iter().filter(|h| h.chain == chain);
+            let from = numbers()
+                .filter(|h| h.last_seq > finished_end)
                 .map(|h| h.number)
-                .min();
-            let from = match needed {
-                Some(n) => n,
-                None if s.chain == Some(chain) => s
-                    .held
-                    .iter()
-                    .filter(|h| h.chain == chain)
-                    .map(|h| h.number + 1)
-                    .max()
-                    .unwrap_or(joined_at)
-                    .max(joined_at),
-                None => continue,
-            };
-            if !out.iter().any(|r| r.chain == chain) {
+                .min()
+                .or_else(|| numbers().map(|h| h.number).min())
+                .or_else(|| (s.chain == Some(chain)).then_some(joined_at));
+            if let Some(from) = from
+                && !out.iter().any(|r| r.chain == chain)
+            {
                 out.push(TailRef { chain, from });
             }
         }

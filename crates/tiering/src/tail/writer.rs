@@ -243,14 +243,20 @@ fn run(weak: &Weak<Shared>) {
         };
         let interval = shared.config.interval;
         if !more {
-            let mut s = shared.state.lock();
             let due = last + interval;
-            // Wait for the window's end; past it, for a nudge or another interval.
-            let now = Instant::now();
-            if now < due {
-                shared.wake.wait_for(&mut s, due - now);
-            } else if !s.nudged {
-                shared.wake.wait_for(&mut s, interval);
+            let mut s = shared.state.lock();
+            // At most one window per interval: a nudge before the window's end waits for it.
+            // Past it, a nudge (an append waiting for the bucket) starts the window at once;
+            // without one, the next interval does (appends that wait for nothing).
+            loop {
+                let now = Instant::now();
+                if now < due {
+                    shared.wake.wait_for(&mut s, due - now);
+                    continue;
+                }
+                if s.nudged || shared.wake.wait_for(&mut s, interval).timed_out() {
+                    break;
+                }
             }
             s.nudged = false;
         }

@@ -53,6 +53,20 @@ impl TieredLog {
             }
             report.failures.push(e);
         }
+        // Without a tail, a record leaves the local disk only with its segment: a segment
+        // older than the upload lag bound is rolled now, so this round copies it.
+        if self.config.tail.is_none()
+            && let Some(lag) = self.config.max_upload_lag
+        {
+            match self.log.roll_if_older(lag) {
+                Ok(true) => tracing::info!(partition = %self.tp, ?lag,
+                    "rolled the active segment: its first record waited longer than max_upload_lag"),
+                Ok(false) => {}
+                Err(e) => report
+                    .failures
+                    .push(Error::storage("rolling a segment past max_upload_lag", e)),
+            }
+        }
         // Read replicas must stop serving a segment before its data goes: a head the last
         // round could not write is written before any delete it left unfinished goes on.
         let head_current = match self.publish_head(false) {
