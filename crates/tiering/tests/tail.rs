@@ -425,3 +425,57 @@ fn a_damaged_tail_entry_the_takeover_needs_is_named_never_skipped() {
         "{e}"
     );
 }
+
+#[test]
+fn a_tiering_service_gives_its_partitions_one_tail_writer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("remote");
+    let backend = Switchable::new(&root);
+    let service =
+        krabka_tiering::TieringService::new(krabka_tiering::ServiceConfig::default()).unwrap();
+    let config = TailConfig {
+        interval: Duration::from_millis(500),
+        ..tail()
+    };
+    let writer = service
+        .tail_writer(backend.clone(), config.clone())
+        .unwrap();
+    let logs: Vec<Arc<krabka_tiering::TieredLog>> = (0..10)
+        .map(|i| {
+            let mut opts = options(Durability::Bucket);
+            opts.config.tail = Some(config.clone());
+            opts.tail_writer = Some(
+                service
+                    .tail_writer(backend.clone(), config.clone())
+                    .unwrap(),
+            );
+            let part = PartitionDir::open(
+                &tmp.path().join(format!("p{i}")),
+                &tier(&backend, &root),
+                opts,
+            )
+            .unwrap();
+            Arc::new(part.into_log())
+        })
+        .collect();
+    for log in &logs {
+        service.add(Arc::clone(log)).unwrap();
+    }
+    assert_eq!(writer.partitions(), 10);
+    // Ten appenders at once: one group commit holds them all.
+    let before = writer.stats().objects_written;
+    std::thread::scope(|s| {
+        for log in &logs {
+            s.spawn(move || log.append(&Message::new("x")).unwrap());
+        }
+    });
+    let objects = writer.stats().objects_written - before;
+    assert!(objects <= 2, "{objects} objects for 10 concurrent appends");
+    // Another config for the same service is refused.
+    let e = service
+        .tail_writer(backend.clone(), tail())
+        .expect_err("another config");
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    drop(logs);
+    service.shutdown(Duration::from_secs(5));
+}

@@ -81,6 +81,8 @@ pub struct ShutdownReport {
 pub struct TieringService {
     shared: Arc<Shared>,
     runtime: Option<Runtime>,
+    /// The one tail writer of the service's partitions ([`tail_writer`](Self::tail_writer)).
+    tail: Mutex<Option<crate::TailWriter>>,
 }
 
 impl std::fmt::Debug for TieringService {
@@ -136,6 +138,7 @@ impl TieringService {
         Ok(Self {
             shared,
             runtime: Some(runtime),
+            tail: Mutex::new(None),
         })
     }
 
@@ -157,6 +160,35 @@ impl TieringService {
     /// marks), read-ahead threads, time spent waiting for the GET budget.
     pub fn read_engine_stats(&self) -> crate::ReadEngineStats {
         self.shared.cache.read_engine_stats()
+    }
+
+    /// The service's one [`TailWriter`](crate::TailWriter) over `store`, started at the first
+    /// call: open every partition with it
+    /// ([`OpenOptions::tail_writer`](crate::partition::OpenOptions::tail_writer)) so that one
+    /// tail object per window holds the new records of all of them, and PUTs per second do not
+    /// grow with the number of partitions.
+    ///
+    /// # Errors
+    /// As [`TailWriter::start`](crate::TailWriter::start); [`Error::InvalidArgument`] when the
+    /// writer was started with another config.
+    pub fn tail_writer(
+        &self,
+        store: Arc<dyn krabka_remote_storage::ownership::OwnershipStore>,
+        config: crate::TailConfig,
+    ) -> Result<crate::TailWriter, Error> {
+        let mut tail = self.tail.lock();
+        if let Some(writer) = &*tail {
+            if writer.config() != &config {
+                return Err(Error::InvalidArgument(format!(
+                    "the service's tail writer runs with {:?}, not {config:?}",
+                    writer.config()
+                )));
+            }
+            return Ok(writer.clone());
+        }
+        let writer = crate::TailWriter::start(store, config)?;
+        *tail = Some(writer.clone());
+        Ok(writer)
     }
 
     /// Wraps a backend in [`Instrumented`] bound to the service's fetch quota (when one is
