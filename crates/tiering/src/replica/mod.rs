@@ -41,7 +41,7 @@ mod metadata;
 mod refresh;
 mod sample;
 mod serve;
-mod tail;
+pub(crate) mod tail;
 
 pub use group::{DEFAULT_REFRESH_THREADS, GroupRefresh, ReplicaGroup, ReplicaGroupConfig};
 pub use metadata::ReplicaMetadata;
