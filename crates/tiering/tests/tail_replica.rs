@@ -85,7 +85,10 @@ fn follow(replica: &ReadReplica, done: &AtomicBool, last: &AtomicU64) -> u64 {
     let mut reads = 0;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        assert!(Instant::now() < deadline, "the replica reached only seq {next}");
+        assert!(
+            Instant::now() < deadline,
+            "the replica reached only seq {next}"
+        );
         let finished = done.load(Ordering::SeqCst);
         let target = last.load(Ordering::SeqCst);
         if finished && next > target {
@@ -98,7 +101,10 @@ fn follow(replica: &ReadReplica, done: &AtomicBool, last: &AtomicU64) -> u64 {
                 .read(next, 500)
                 .unwrap_or_else(|e| panic!("read from {next}: {e}"));
             reads += 1;
-            assert!(!records.is_empty(), "nothing read from {next}, last_seq {end}");
+            assert!(
+                !records.is_empty(),
+                "nothing read from {next}, last_seq {end}"
+            );
             for r in &records {
                 assert_eq!(r.seq, next, "out of order");
                 assert_eq!(r.message.value.as_ref(), value(r.seq).as_bytes());
@@ -171,7 +177,10 @@ fn a_replica_following_a_writer_sees_every_tail_record_in_order_within_a_refresh
     // The writer's head holds its position as of its last head write; the replica is ahead.
     assert_eq!(stats.lag_seqs, 0);
     // Visible within one refresh: one more record, one refresh, and it reads.
-    let seq = part.log().append(&Message::new(value(appended + 1))).unwrap();
+    let seq = part
+        .log()
+        .append(&Message::new(value(appended + 1)))
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while part.log().tail_acked_seq() < Some(seq) {
         assert!(Instant::now() < deadline);
@@ -279,7 +288,10 @@ fn a_flipped_byte_in_a_tail_entry_is_a_named_gap_of_exactly_its_seqs() {
     assert_eq!(missing[0].objects, vec![key.clone()]);
     // The records before it read, a read stops short of it...
     let before = replica.read(1, 100).unwrap();
-    assert_eq!(before.iter().map(|r| r.seq).collect::<Vec<_>>(), (1..=10).collect::<Vec<_>>());
+    assert_eq!(
+        before.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        (1..=10).collect::<Vec<_>>()
+    );
     // ...a read of it names the object and the seqs...
     let e = replica.read(15, 100).expect_err("a named gap");
     match &e {

@@ -65,9 +65,7 @@ impl TailServed {
     /// The piece holding `seq`.
     pub(crate) fn piece_at(&self, seq: u64) -> Option<&TailPiece> {
         let i = self.pieces.partition_point(|p| p.first <= seq);
-        self.pieces
-            .get(i.checked_sub(1)?)
-            .filter(|p| p.last >= seq)
+        self.pieces.get(i.checked_sub(1)?).filter(|p| p.last >= seq)
     }
 
     /// The named gaps.
@@ -141,9 +139,8 @@ pub(crate) fn decode_for(object: &TailObject, tp: &TopicIdPartition) -> Cached {
 /// Checks that `bytes` are whole Kafka v2 batches of exactly seqs `first..=last`, each batch's
 /// CRC-32C and base offset included, every record decodable.
 pub(crate) fn check_batches(bytes: &Bytes, first: u64, last: u64) -> Result<(), String> {
-    let decoded = decode_records_at(bytes, first, first, usize::MAX).map_err(|e| {
-        format!("its batches do not prove seqs {first}..={last}: {e}")
-    })?;
+    let decoded = decode_records_at(bytes, first, first, usize::MAX)
+        .map_err(|e| format!("its batches do not prove seqs {first}..={last}: {e}"))?;
     if decoded.consumed != bytes.len() {
         return Err(format!(
             "its batches end at byte {} of {}: a batch is cut short",
@@ -268,13 +265,21 @@ pub(crate) fn build(found: &[Cached], finished_end: u64) -> TailServed {
             let why = if damaged.is_empty() {
                 "no tail object the partition head lists holds them".to_owned()
             } else {
-                format!("no readable tail object holds them ({})", damaged.join("; "))
+                format!(
+                    "no readable tail object holds them ({})",
+                    damaged.join("; ")
+                )
             };
-            pieces.push(gap(next, first - 1, vec![key.to_owned()], format!(
-                "seqs {next}..={} lie between the finished segments or tail entries and the \
+            pieces.push(gap(
+                next,
+                first - 1,
+                vec![key.to_owned()],
+                format!(
+                    "seqs {next}..={} lie between the finished segments or tail entries and the \
                  entry of {key}, but {why}",
-                first - 1
-            )));
+                    first - 1
+                ),
+            ));
             next = first;
         }
         match body {
@@ -286,9 +291,12 @@ pub(crate) fn build(found: &[Cached], finished_end: u64) -> TailServed {
                     bytes: bytes.clone(),
                 },
             }),
-            Err(why) => pieces.push(gap(next, last, vec![key.to_owned()], format!(
-                "the entry of {key} (seqs {first}..={last}) cannot be served: {why}"
-            ))),
+            Err(why) => pieces.push(gap(
+                next,
+                last,
+                vec![key.to_owned()],
+                format!("the entry of {key} (seqs {first}..={last}) cannot be served: {why}"),
+            )),
         }
         next = last.saturating_add(1);
     }

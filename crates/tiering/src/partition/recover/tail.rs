@@ -159,7 +159,8 @@ fn is_empty(log: &Log) -> bool {
 /// Marks `seqs` as an explicit hole of the local log in `dir` (a quarantine marker), then
 /// opens the log again so that its next append comes after them.
 fn mark_hole(dir: &Path, log: Log, seqs: &RangeInclusive<u64>) -> Result<Log, Error> {
-    log.close().map_err(|e| storage(dir, "closing the local log", e))?;
+    log.close()
+        .map_err(|e| storage(dir, "closing the local log", e))?;
     let qdir = dir.join(krabka_storage::segment::QUARANTINE_DIR);
     let io = |e: std::io::Error| {
         Error::storage(
@@ -211,9 +212,9 @@ fn append_batches(log: &Log, key: &str, base: u64, bytes: &[u8]) -> Result<u64, 
         if last <= log.last_seq() {
             continue;
         }
-        let range = log.append_raw_batch(batch).map_err(|e| {
-            Error::storage(format!("restoring seqs up to {last} from {key}"), e)
-        })?;
+        let range = log
+            .append_raw_batch(batch)
+            .map_err(|e| Error::storage(format!("restoring seqs up to {last} from {key}"), e))?;
         appended += range.end() - range.start() + 1;
     }
     Ok(appended)
@@ -279,12 +280,8 @@ pub(super) fn restore(dir: &Path, tail: &TailFound) -> Result<TailRecovery, Erro
                 let n = append_batches(&log, &key, *base, bytes)?;
                 if n > 0 {
                     let from = log.last_seq() + 1 - n;
-                    out.restored = Some(
-                        out.restored
-                            .as_ref()
-                            .map_or(from, |r| *r.start())
-                            ..=log.last_seq(),
-                    );
+                    out.restored =
+                        Some(out.restored.as_ref().map_or(from, |r| *r.start())..=log.last_seq());
                 }
                 out.records += n;
             }
