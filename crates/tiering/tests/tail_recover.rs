@@ -151,7 +151,7 @@ fn recover_closes_the_chains_the_head_lists_with_a_fence() {
     let recovered = recover(&tmp.path().join("b"), &tier(&backend, &root), &tp);
     assert_eq!(recovered.tail.records, 5);
     let listed = tail_entries(backend.as_ref() as &dyn OwnershipStore, &tp);
-    let last_of_chain = listed.iter().filter(|(c, ..)| c == &chain).last().unwrap();
+    let last_of_chain = listed.iter().rfind(|(c, ..)| c == &chain).unwrap();
     assert_eq!(last_of_chain.2, TailKind::Fence, "{listed:?}");
     drop(part);
 }
