@@ -37,7 +37,8 @@ use crate::metadata::DurableRemoteLogMetadataManager;
 use crate::{RemoteOwnership, TieredLog, TieringConfig};
 
 pub use recover::{
-    PartitionQuery, RecoverOptions, Recovered, find_partition, open_transformed_segment,
+    PartitionQuery, RecoverOptions, Recovered, TailRecovery, find_partition,
+    open_transformed_segment,
 };
 pub use remote::RemoteTier;
 pub use topic::TOPIC_FILE;

@@ -17,6 +17,10 @@ use crate::error::Error;
 use crate::metadata::DurableRemoteLogMetadataManager;
 use crate::recovery::{MapMetadata, Recovery, RecoveryOptions};
 
+mod tail;
+
+pub use tail::TailRecovery;
+
 /// Which partition to recover. Every field left out is taken from the directory's topic file
 /// when it has one, else from its name (the topic) and 0 (the partition); the topic id, when
 /// not given, must be the only one the remote holds for that topic and partition.
@@ -62,11 +66,18 @@ pub struct Recovered {
     pub missing_keys: BTreeSet<KeyId>,
     /// How many segments were left out for a missing key.
     pub missing_key_segments: usize,
+    /// What was done with the tail in the bucket: the chains closed, the records restored
+    /// from tail objects into the local log, and the seqs a writer used that no tier holds.
+    pub tail: TailRecovery,
 }
 
 impl PartitionDir {
     /// Rebuilds the partition directory `dir` (created when missing) from `remote` alone, after
-    /// its disk was lost: its durable metadata, its local log's start after the remote end, its
+    /// its disk was lost: the records its writer acknowledged in tail objects (the chains the
+    /// partition head lists are closed with a fence and their records above the finished
+    /// segments restored into the local log), its durable metadata, its local log's start
+    /// after every seq the bucket shows used (the head's `writer_last_seq`, the epoch records,
+    /// the segments, the tail objects; the seqs no tier holds are named holes), its
     /// binding (pending: it fences nobody until its first owned open) and its topic file; then
     /// opens it read-only and reads its first record, so a recovery that leaves a log no read
     /// can open fails instead of reporting success. Safe to run again.
@@ -101,6 +112,10 @@ impl PartitionDir {
                 reason: format!("cannot create the directory: {e}"),
             })
         })?;
+        // The tail first: its chains closed, its records above the head's finished segments
+        // restored into the empty local log before the recovery starts it after the segments.
+        let found = tail::find(&*store, &tp)?;
+        let mut tail = tail::restore(dir, &found)?;
         let metadata = DurableRemoteLogMetadataManager::open(dir.join(METADATA_DIR))
             .map_err(|e| Error::metadata("open", None, e))?;
         let missing = Arc::new(Mutex::new(Vec::new()));
@@ -120,6 +135,12 @@ impl PartitionDir {
         let report = crate::recovery::recover(&*store, &tp, &metadata, &recovery)
             .map_err(|e| Error::metadata("recovery", None, e))?;
         drop(metadata);
+        let recovered_end = report.seq_range.as_ref().map_or(0, |r| *r.end());
+        tail::settle(dir, &found, recovered_end, report.claimed_end, &mut tail)?;
+        if tail.records > 0 || !tail.holes.is_empty() {
+            tracing::warn!(partition = %tp, records = tail.records, holes = ?tail.holes,
+                "recovered records from the tail in the bucket");
+        }
         // Later opens find the partition here, as for a log tiered from this directory.
         topic::write_topic_file(dir, &tp)?;
         check_readable(dir, remote, &report)?;
@@ -128,6 +149,7 @@ impl PartitionDir {
             report,
             missing_key_segments: missing.len(),
             missing_keys: missing.into_iter().collect(),
+            tail,
         })
     }
 }

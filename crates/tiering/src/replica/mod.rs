@@ -41,6 +41,7 @@ mod metadata;
 mod refresh;
 mod sample;
 mod serve;
+pub(crate) mod tail;
 
 pub use group::{DEFAULT_REFRESH_THREADS, GroupRefresh, ReplicaGroup, ReplicaGroupConfig};
 pub use metadata::ReplicaMetadata;
@@ -163,13 +164,17 @@ pub struct MissingSeqs {
 pub struct ReplicaStats {
     /// The first seq served.
     pub first_seq: u64,
-    /// The last seq the view holds finished (`first_seq - 1` when none is): the end of the
-    /// last segment served, or of seqs shown finished that cannot be served
-    /// ([`missing`](Self::missing)), whichever is later.
+    /// The last seq the view holds (`first_seq - 1` when none is): the end of the last
+    /// segment served, of the records served from the tail objects the head lists, or of seqs
+    /// shown finished or written that cannot be served ([`missing`](Self::missing)), whichever
+    /// is later.
     pub last_seq: u64,
-    /// Seq ranges the bucket's records show finished that cannot be served (reads of them
-    /// fail naming the objects).
+    /// Seq ranges the bucket's records show finished, or its tail objects show written, that
+    /// cannot be served (reads of them fail naming the objects), by seq.
     pub missing: Vec<MissingSeqs>,
+    /// The seqs served from tail objects above the finished segments (named gaps among them
+    /// included), `None` when none is.
+    pub tail: Option<std::ops::RangeInclusive<u64>>,
     /// The whole-log retention point the view was built with: seqs below it are gone.
     pub retention_point: u64,
     /// The writer's last appended seq when it wrote the head applied (`None` without a head).
@@ -215,24 +220,44 @@ pub(crate) struct View {
     /// hole, and the view ends no earlier than they do (a lost newest segment is not "not
     /// copied yet").
     pub(crate) missing: Arc<Vec<MissingSeqs>>,
+    /// The records of the tail chains the head lists above the finished segments (and the
+    /// named gaps among them), by seq.
+    pub(crate) tail: tail::SharedTail,
 }
 
 impl View {
-    /// The seq after the last one the view holds finished: served, or shown finished and
-    /// missing (at least 1, never below the retention point).
+    /// The seq after the last one the view holds: served from a finished segment or the
+    /// tail, or shown finished and missing (at least 1, never below the retention point).
     pub(crate) fn next_seq(&self) -> u64 {
         self.segments
             .last()
             .map_or(0, |m| m.end_offset().saturating_add(1))
             .max(self.missing.last().map_or(0, |m| m.to.saturating_add(1)))
+            .max(self.tail.last().map_or(0, |t| t.saturating_add(1)))
             .max(self.retention_point)
             .max(1)
     }
 
-    /// The first seq served: the first segment's start (or missing range's, whichever is
-    /// lower; not below the retention point), or [`next_seq`](Self::next_seq) when none is.
+    /// The last seq the finished segments hold (or show finished and missing): where the
+    /// tail served starts after.
+    pub(crate) fn finished_end(&self) -> u64 {
+        self.segments
+            .last()
+            .map_or(0, RemoteLogSegmentMetadata::end_offset)
+            .max(self.missing.last().map_or(0, |m| m.to))
+    }
+
+    /// The first seq served: the first segment's start (or missing range's, or the tail's,
+    /// whichever is lowest; not below the retention point), or [`next_seq`](Self::next_seq)
+    /// when none is.
     pub(crate) fn first_seq(&self) -> u64 {
-        let served = self.segments.first().map(|m| m.start_offset());
+        let served = self
+            .segments
+            .first()
+            .map(|m| m.start_offset())
+            .into_iter()
+            .chain(self.tail.first())
+            .min();
         let missing = self.missing.first().map(|m| m.from);
         match (served, missing) {
             (Some(a), Some(b)) => a.min(b).max(self.retention_point),
@@ -373,6 +398,7 @@ impl ReadReplica {
                     head: HeadStatus::Missing,
                     refreshed_at: Instant::now(),
                     missing: Arc::default(),
+                    tail: Arc::default(),
                 }),
                 stats: ReplicaCounters::default(),
             },
@@ -406,9 +432,10 @@ impl ReadReplica {
     }
 
     /// Seq ranges the bucket's own records show finished that the view cannot serve (an
-    /// object of their segment is missing or damaged), by seq.
+    /// object of their segment is missing or damaged), and the named gaps of the tail (a
+    /// damaged tail entry, seqs no tail object holds), by seq.
     pub fn missing(&self) -> Vec<MissingSeqs> {
-        self.view.read().missing.as_ref().clone()
+        all_missing(&self.view.read())
     }
 
     /// The view's freshness and the counters.
@@ -426,7 +453,8 @@ impl ReadReplica {
         ReplicaStats {
             first_seq,
             last_seq,
-            missing: view.missing.as_ref().clone(),
+            missing: all_missing(&view),
+            tail: view.tail.first().zip(view.tail.last()).map(|(a, b)| a..=b),
             retention_point: view.retention_point,
             writer_last_seq: view.writer_last_seq,
             lag_seqs: view
@@ -447,6 +475,14 @@ impl ReadReplica {
                 + self.readahead.index_requests.load(Ordering::Relaxed),
         }
     }
+}
+
+/// The view's missing seqs and its tail's named gaps, by seq.
+fn all_missing(view: &View) -> Vec<MissingSeqs> {
+    let mut out = view.missing.as_ref().clone();
+    out.extend(view.tail.gaps().cloned());
+    out.sort_by_key(|m| m.from);
+    out
 }
 
 /// A [`ReadReplica`] before its first view: [`ReadReplica::builder`], then the optional

@@ -7,14 +7,15 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use krabka_remote_storage::head::{self, HeadRead, PartitionHead};
+use krabka_remote_storage::head::{self, HeadRead, PartitionHead, TailRef};
 use krabka_remote_storage::layout::MANIFEST_SUFFIX;
 use krabka_remote_storage::manifest::{self, ManifestState};
 use krabka_remote_storage::ownership::{self, EpochRecord};
 use krabka_remote_storage::recovery::{self, RemoteSegmentLister};
 use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteStorageError, Uuid, layout};
 
-use super::{HeadStatus, MissingSeqs, ReadReplica, View, judge};
+use super::tail::TailCache;
+use super::{HeadStatus, MissingSeqs, ReadReplica, View, judge, tail};
 use crate::error::Error;
 
 /// What refreshes remember between runs.
@@ -32,6 +33,10 @@ pub(crate) struct Known {
     manifests: HashMap<Uuid, RemoteLogSegmentMetadata>,
     /// When a due refresh (a read's, or a group's) last ended.
     attempted_at: Option<Instant>,
+    /// The tail chains the head last applied lists.
+    tail_refs: Vec<TailRef>,
+    /// The tail objects decoded so far.
+    tail: TailCache,
 }
 
 /// What one [`ReadReplica::refresh`] did.
@@ -138,7 +143,46 @@ impl ReadReplica {
         outcome
     }
 
+    /// The head (or a full listing), then the tail chains the head lists.
     fn refresh_inner(&self, known: &mut Known) -> Result<RefreshOutcome, Error> {
+        let outcome = self.refresh_head(known)?;
+        self.follow_tail(known)?;
+        Ok(outcome)
+    }
+
+    /// Reads the tail objects the head's chains hold that were not read yet, and serves their
+    /// records above the finished segments. An object gone under the reader, or seqs no
+    /// object holds, mean the head moved (the writer deletes only what a head lists finished):
+    /// the head is read again once, then what is still not held is a named gap.
+    fn follow_tail(&self, known: &mut Known) -> Result<(), Error> {
+        for attempt in 0..2 {
+            let refs = known.tail_refs.clone();
+            let scan = known
+                .tail
+                .scan(self.store.as_ref(), &refs, &self.tp)
+                .map_err(|(key, e)| self.refresh_error(&key, e))?;
+            let finished_end = self.view.read().finished_end();
+            let served = tail::build(&scan.found, finished_end);
+            let unexplained = !scan.vanished.is_empty() || served.unexplained;
+            if unexplained && attempt == 0 {
+                tracing::debug!(partition = %self.tp, vanished = ?scan.vanished,
+                    "the tail does not continue the finished segments; reading the head again");
+                self.refresh_head(known)?;
+                continue;
+            }
+            known.tail.trim(&known.tail_refs, finished_end);
+            for g in served.gaps() {
+                tracing::warn!(partition = %self.tp, from = g.from, to = g.to, reason = %g.reason,
+                    "tail seqs cannot be served");
+            }
+            self.view.write().tail = Arc::new(served);
+            break;
+        }
+        Ok(())
+    }
+
+    /// The head part of a refresh: the head object when it can, a full listing when it must.
+    fn refresh_head(&self, known: &mut Known) -> Result<RefreshOutcome, Error> {
         let key = layout::head_key(&self.dir);
         let read = head::read_head(
             self.store.as_ref(),
@@ -208,7 +252,7 @@ impl ReadReplica {
         if !matches!(self.view.read().head, HeadStatus::Damaged(_)) {
             known.head_version = version;
         }
-        Ok(())
+        self.follow_tail(&mut known)
     }
 
     /// Applies a head that changed: `Ok(Err(_))` when only a full listing can decide.
@@ -432,6 +476,9 @@ impl ReadReplica {
             }
         };
         let served = servable(known, segments, retention_point);
+        if let Some(h) = head {
+            known.tail_refs = h.tail.clone();
+        }
         missing.retain(|m| m.to >= retention_point);
         missing.sort_by_key(|m| m.from);
         self.metadata
@@ -449,7 +496,11 @@ impl ReadReplica {
                 .filter(|id| !known.manifests.contains_key(id))
                 .collect()
         };
+        // The tail is kept until the refresh reads it again (the reads serve finished
+        // segments first).
+        let tail = self.view.read().tail.clone();
         *self.view.write() = View {
+            tail,
             segments: Arc::new(served),
             retention_point,
             writer_last_seq,

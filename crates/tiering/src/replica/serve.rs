@@ -3,7 +3,9 @@
 
 use krabka_remote_storage::{RemoteLogSegmentMetadata, Uuid};
 use krabka_storage::Record;
+use krabka_storage::segment::decode_records_skipping;
 
+use super::tail::{PieceKind, TailPiece};
 use super::{ReadReplica, View};
 use crate::error::Error;
 use crate::read::RemoteReader;
@@ -35,8 +37,9 @@ impl ReadReplica {
         Ok(self.view.read().first_seq())
     }
 
-    /// The last seq served: the end of the last remote segment the view holds (`first_seq - 1`
-    /// when it holds none). The view is refreshed first when due.
+    /// The last seq served: the end of the last remote segment the view holds, or of the
+    /// records of the tail objects its head lists above them (`first_seq - 1` when it holds
+    /// none). The view is refreshed first when due.
     ///
     /// # Errors
     /// None yet (see [`first_seq`](Self::first_seq)).
@@ -88,7 +91,10 @@ impl ReadReplica {
             }
             let step = match segment_at(&view, seq) {
                 Some(meta) => self.reader().read_remote(meta, seq, max - out.len()),
-                None => Err(hole_at(self, &view, seq)),
+                None => match view.tail.piece_at(seq) {
+                    Some(piece) => self.read_tail(piece, seq, max - out.len()),
+                    None => Err(hole_at(self, &view, seq)),
+                },
             };
             match step {
                 Ok(records) => {
@@ -175,6 +181,38 @@ impl ReadReplica {
             }
         }
         Ok(Search::Done(None))
+    }
+}
+
+impl ReadReplica {
+    /// Up to `max` records from `seq` of a tail piece: its batches were checked when it was
+    /// read (CRC-32C, seqs), and are checked again as they are decoded.
+    fn read_tail(&self, piece: &TailPiece, seq: u64, max: usize) -> Result<Vec<Record>, Error> {
+        match &piece.kind {
+            PieceKind::Data { base, bytes } => decode_records_skipping(bytes, *base, seq, max)
+                .map(|d| {
+                    d.records
+                        .into_iter()
+                        .filter(|r| r.seq <= piece.last)
+                        .collect()
+                })
+                .map_err(|e| {
+                    Error::Read(crate::error::ReadError::RemoteHole {
+                        partition: Box::new(self.tp.clone()),
+                        from: piece.first,
+                        to: piece.last,
+                        objects: Vec::new(),
+                        reason: Some(format!("a tail entry checked when read fails now: {e}")),
+                    })
+                }),
+            PieceKind::Gap(m) => Err(Error::Read(crate::error::ReadError::RemoteHole {
+                partition: Box::new(self.tp.clone()),
+                from: m.from,
+                to: m.to,
+                objects: m.objects.clone(),
+                reason: Some(m.reason.clone()),
+            })),
+        }
     }
 }
 
