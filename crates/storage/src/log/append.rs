@@ -15,7 +15,7 @@ use krabka_protocol::batch::{
     set_base_offset, set_partition_leader_epoch,
 };
 
-use super::age::SegmentAge;
+use super::segment_age::SegmentAge;
 use super::{Inner, Seg, SegFile};
 use crate::fault::Op;
 

@@ -17,6 +17,7 @@ mod open;
 mod raw;
 mod read;
 mod retention;
+mod segment_age;
 mod start;
 mod stats;
 mod sync;

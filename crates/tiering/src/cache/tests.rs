@@ -1,7 +1,12 @@
 //! Unit tests of the cache and its single-flight fetches.
 
 use super::*;
+use crate::cache::byte_lru::Key;
+use bytes::Bytes;
 use proptest::prelude::*;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
 
 fn key(n: u64) -> Key {
     (Uuid::nil(), Part::Chunk(n))

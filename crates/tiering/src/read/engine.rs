@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::readahead::{self, Job};
+use super::job::{self, Job};
 use crate::quota::ByteRateQuota;
 
 /// Default [`ReadLimits::threads`]: fetches in flight (and engine threads) at once.
@@ -37,7 +37,7 @@ pub const DEFAULT_COALESCE_CHUNKS: u32 = 4;
 
 /// Read-ahead fetches one reader may have queued; more are not queued (the reader fetches
 /// those chunks itself when it gets there).
-const AHEAD_PER_READER: usize = 2 * readahead::DEPTH as usize;
+const AHEAD_PER_READER: usize = 2 * job::DEPTH as usize;
 /// How long an idle engine thread waits for work before it ends.
 const IDLE: Duration = Duration::from_secs(5);
 
@@ -491,7 +491,7 @@ impl Core {
                 core: Arc::clone(&self),
                 bytes,
             };
-            readahead::run(batch, || self.take_get());
+            job::run(batch, || self.take_get());
             drop(permit);
         }
     }

@@ -31,6 +31,7 @@ mod fetch;
 pub(crate) mod hints;
 pub(crate) mod holes;
 mod index;
+mod job;
 pub(crate) mod readahead;
 mod time;
 

@@ -27,7 +27,7 @@ pub(crate) struct Inherited {
     chain: krabka_remote_storage::Uuid,
     from: u64,
     held: Vec<Held>,
-    objects: Vec<(u64, Vec<(super::writer::PartKey, u64)>)>,
+    objects: Vec<(u64, Vec<(super::part::PartKey, u64)>)>,
 }
 
 /// Bytes of a Kafka v2 batch before its `batchLength` counts.
@@ -57,7 +57,7 @@ impl TieredLog {
             self.tp.clone(),
             self.log.clone(),
             owner,
-            writer.weak(),
+            writer.wake(),
         ));
         let slot = TailSlot { writer, part };
         if self.tail.set(slot).is_err() {
@@ -100,10 +100,14 @@ impl TieredLog {
                 }
             }
             // Everything in finished remote segments (or below the local log, which only
-            // keeps what is not safely remote) is in the bucket already.
+            // keeps what is not safely remote) is in the bucket already, and so is what the
+            // chains taken over hold.
             let finished = self.finished_end()?;
-            let floor = finished.max(self.log.first_seq().saturating_sub(1));
             let mut s = part.state.lock();
+            let taken_over = s.held.iter().map(|h| h.last_seq).max().unwrap_or(0);
+            let floor = finished
+                .max(self.log.first_seq().saturating_sub(1))
+                .max(taken_over.min(self.log.last_seq()));
             s.uploaded = s.uploaded.max(floor);
             s.acked = s.acked.max(floor);
         }
@@ -124,7 +128,7 @@ impl TieredLog {
             s.listed = true;
         }
         drop(s);
-        part.writer.nudge();
+        part.nudge();
         tracing::info!(partition = %self.tp, chain = %chain_id, "attached to tail chain");
         Ok(())
     }

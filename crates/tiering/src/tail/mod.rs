@@ -17,6 +17,7 @@ mod attach;
 pub mod config;
 mod gc;
 pub(crate) mod part;
+mod wake;
 mod writer;
 
 pub(crate) use attach::Inherited;

@@ -9,10 +9,19 @@ use krabka_remote_storage::head::TailRef;
 use krabka_remote_storage::{TopicIdPartition, Uuid};
 use krabka_storage::Log;
 use parking_lot::{Condvar, Mutex};
+use std::sync::Weak;
 
-use super::writer::WeakWriter;
+use super::wake::Wake;
 use crate::error::{Error, TailError};
 use crate::ownership::Owner;
+
+/// A partition as tail objects name it: topic id and partition number.
+pub(crate) type PartKey = (Uuid, i32);
+
+/// The [`PartKey`] of `tp`.
+pub(crate) fn key_of(tp: &TopicIdPartition) -> PartKey {
+    (tp.topic_id(), tp.partition())
+}
 
 /// Finished-end checkpoints kept per partition for the grace rule (older ones are merged).
 const MAX_PUBLISHED: usize = 64;
@@ -54,7 +63,7 @@ pub(crate) struct PartitionTail {
     pub(crate) tp: TopicIdPartition,
     pub(crate) log: Arc<Log>,
     pub(crate) owner: Arc<Owner>,
-    pub(crate) writer: WeakWriter,
+    pub(crate) wake: Weak<Wake>,
     pub(crate) state: Mutex<PartState>,
     acked: Condvar,
     /// Serializes attaches of this partition.
@@ -75,16 +84,23 @@ impl PartitionTail {
         tp: TopicIdPartition,
         log: Arc<Log>,
         owner: Arc<Owner>,
-        writer: WeakWriter,
+        wake: Weak<Wake>,
     ) -> Self {
         Self {
             tp,
             log,
             owner,
-            writer,
+            wake,
             state: Mutex::new(PartState::default()),
             acked: Condvar::new(),
             attaching: Mutex::new(()),
+        }
+    }
+
+    /// Asks the writer for a window (nothing when it is gone).
+    pub(crate) fn nudge(&self) {
+        if let Some(wake) = self.wake.upgrade() {
+            wake.nudge();
         }
     }
 
@@ -199,7 +215,7 @@ impl PartitionTail {
     ) -> Result<(), Error> {
         let started = Instant::now();
         let last = *seqs.end();
-        self.writer.nudge();
+        self.nudge();
         let mut s = self.state.lock();
         loop {
             if s.acked >= last {
@@ -220,7 +236,7 @@ impl PartitionTail {
                     }
                     self.failed(&e.to_string());
                 }
-                self.writer.nudge();
+                self.nudge();
                 s = self.state.lock();
                 continue;
             }

@@ -10,18 +10,13 @@ use krabka_protocol::batch::StoredHeader;
 use krabka_remote_storage::ownership::OwnershipStore;
 use krabka_remote_storage::tail::{self as chain, TailEntryHeader, TailObject, WriteOutcome};
 use krabka_remote_storage::{TopicIdPartition, Uuid, layout, now_ms};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use super::config::TailConfig;
-use super::part::PartitionTail;
+use super::gc;
+use super::part::{PartKey, PartitionTail, key_of};
+use super::wake::Wake;
 use crate::error::{Error, TailError};
-
-/// A partition as tail objects name it: topic id and partition number.
-pub(crate) type PartKey = (Uuid, i32);
-
-pub(crate) fn key_of(tp: &TopicIdPartition) -> PartKey {
-    (tp.topic_id(), tp.partition())
-}
 
 /// What a [`TailWriter`] did since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -62,7 +57,6 @@ pub(crate) struct State {
     /// Data objects written or adopted and not deleted: their partitions' last seqs.
     pub(crate) objects: BTreeMap<(Uuid, u64), Vec<(PartKey, u64)>>,
     pending: Option<Built>,
-    nudged: bool,
     rotate: usize,
 }
 
@@ -71,7 +65,7 @@ pub(crate) struct Shared {
     pub(crate) config: TailConfig,
     pub(crate) incarnation: Uuid,
     pub(crate) state: Mutex<State>,
-    wake: Condvar,
+    pub(crate) wake: Arc<Wake>,
     /// Held while a window is built and written: a partition leaving waits for it.
     window: Mutex<()>,
     pub(crate) counters: Counters,
@@ -119,10 +113,9 @@ impl TailWriter {
                 parts: Vec::new(),
                 objects: BTreeMap::new(),
                 pending: None,
-                nudged: false,
                 rotate: 0,
             }),
-            wake: Condvar::new(),
+            wake: Arc::new(Wake::default()),
             window: Mutex::new(()),
             counters: Counters::default(),
         });
@@ -166,9 +159,9 @@ impl TailWriter {
         }
     }
 
-    /// A handle that does not keep the writer alive (held by its partitions).
-    pub(crate) fn weak(&self) -> WeakWriter {
-        WeakWriter(Arc::downgrade(&self.shared))
+    /// The writer's wake-up, held by its partitions without keeping the writer alive.
+    pub(crate) fn wake(&self) -> std::sync::Weak<Wake> {
+        Arc::downgrade(&self.shared.wake)
     }
 
     /// Joins `part` to the current chain: returns the chain and the first number an object
@@ -214,26 +207,6 @@ impl TailWriter {
     }
 }
 
-/// A [`TailWriter`] handle that does not keep it alive.
-#[derive(Clone)]
-pub(crate) struct WeakWriter(Weak<Shared>);
-
-impl std::fmt::Debug for WeakWriter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WeakWriter")
-    }
-}
-
-impl WeakWriter {
-    /// Asks for a window as soon as the interval allows (a bucket-durable append waits).
-    pub(crate) fn nudge(&self) {
-        if let Some(shared) = self.0.upgrade() {
-            shared.state.lock().nudged = true;
-            shared.wake.notify_all();
-        }
-    }
-}
-
 fn run(weak: &Weak<Shared>) {
     let mut last = Instant::now();
     let mut more = false;
@@ -243,22 +216,10 @@ fn run(weak: &Weak<Shared>) {
         };
         let interval = shared.config.interval;
         if !more {
-            let due = last + interval;
-            let mut s = shared.state.lock();
             // At most one window per interval: a nudge before the window's end waits for it.
             // Past it, a nudge (an append waiting for the bucket) starts the window at once;
             // without one, the next interval does (appends that wait for nothing).
-            loop {
-                let now = Instant::now();
-                if now < due {
-                    shared.wake.wait_for(&mut s, due - now);
-                    continue;
-                }
-                if s.nudged || shared.wake.wait_for(&mut s, interval).timed_out() {
-                    break;
-                }
-            }
-            s.nudged = false;
+            shared.wake.wait(last + interval, interval);
         }
         last = Instant::now();
         more = match window(&shared) {
@@ -289,7 +250,7 @@ fn window(shared: &Shared) -> Result<bool, Error> {
         }
     };
     let Some(built) = built else {
-        super::gc::collect(shared);
+        collect(shared);
         return Ok(more);
     };
     let key = layout::tail_object_key(chain_id, number);
@@ -361,7 +322,7 @@ fn window(shared: &Shared) -> Result<bool, Error> {
             }));
         }
     }
-    super::gc::collect(shared);
+    collect(shared);
     Ok(more)
 }
 
@@ -473,10 +434,28 @@ fn read_new(
     let mut at = from;
     let mut max_ts = -1_i64;
     while at <= last && (data.is_empty() || data.len() < budget) {
-        let batches = part
+        let batches = match part
             .log
             .read_batches(at, budget.saturating_sub(data.len()).max(1))
-            .map_err(|e| Error::storage(format!("reading seq {at} for the tail"), e))?;
+        {
+            Ok(b) => b,
+            // A named hole of the local log (a recovery or a repair left it): no record was
+            // ever acknowledged there, and none will be. The entry ends before it; the next
+            // one starts after it.
+            Err(krabka_storage::Error::Quarantined { last_seq, .. }) if last_seq >= at => {
+                if !data.is_empty() {
+                    break;
+                }
+                let mut ps = part.state.lock();
+                ps.uploaded = ps.uploaded.max(last_seq);
+                ps.acked = ps.acked.max(last_seq);
+                drop(ps);
+                at = last_seq + 1;
+                from = at;
+                continue;
+            }
+            Err(e) => return Err(Error::storage(format!("reading seq {at} for the tail"), e)),
+        };
         if batches.is_empty() {
             break;
         }
@@ -515,4 +494,38 @@ struct NewBatches {
     first: u64,
     last: u64,
     max_timestamp: i64,
+}
+
+/// Deletes the objects no head needs any more ([`gc::unneeded`]).
+fn collect(shared: &Shared) {
+    let victims = {
+        let s = shared.state.lock();
+        let tip = (s.chain, s.next.saturating_sub(1));
+        gc::unneeded(
+            &s.objects,
+            &s.parts,
+            tip,
+            shared.config.grace,
+            Instant::now(),
+        )
+    };
+    for ((chain_id, number), holders) in victims {
+        let key = layout::tail_object_key(chain_id, number);
+        match shared.store.delete_object(&key) {
+            Ok(()) => {
+                shared.state.lock().objects.remove(&(chain_id, number));
+                for p in holders {
+                    p.forget(chain_id, number);
+                }
+                shared
+                    .counters
+                    .objects_deleted
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::warn!(key = %key, error = %e,
+                    "deleting an unneeded tail object failed; retried later");
+            }
+        }
+    }
 }
