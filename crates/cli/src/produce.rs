@@ -265,6 +265,9 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
     let sink = Sink::open(args)?;
     let started = Instant::now();
     let start_last = sink.last_seq();
+    // What opening wrote (records a previous writer acknowledged in the bucket, taken over)
+    // is not this command's.
+    let start_bytes = sink.appended_bytes();
     let mut appender = Appender {
         sink: &sink,
         dir: &args.dir,
@@ -284,7 +287,7 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
     };
     let appended = appender.appended();
     let acked = appender.acked();
-    let bytes = sink.appended_bytes();
+    let bytes = sink.appended_bytes().saturating_sub(start_bytes);
     let range = (appended > 0).then(|| (start_last + 1, sink.last_seq()));
     let bucket = sink.bucket();
     // Whatever happened, what was appended goes to stable storage before anything is reported.
