@@ -153,6 +153,19 @@ impl Sink {
         }
     }
 
+    /// With a tail under local durability: writes what the last window did not write yet to
+    /// the bucket and waits for it (as `tier` does before it exits 0). Under bucket durability
+    /// every batch is there already; without a tail there is nothing to write.
+    fn drain_tail(&self, dir: &Path) -> Result<()> {
+        match self {
+            Sink::Tiered {
+                tiered,
+                bucket: false,
+            } => crate::tier::drain_tail(tiered, dir),
+            _ => Ok(()),
+        }
+    }
+
     /// Syncs what was appended to stable storage, then closes the log.
     fn sync_and_close(self, dir: &Path) -> Result<()> {
         match self {
@@ -290,23 +303,33 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
     let bytes = sink.appended_bytes().saturating_sub(start_bytes);
     let range = (appended > 0).then(|| (start_last + 1, sink.last_seq()));
     let bucket = sink.bucket();
+    let drained = if stopped.is_ok() {
+        sink.drain_tail(&args.dir)
+    } else {
+        Ok(())
+    };
     // Whatever happened, what was appended goes to stable storage before anything is reported.
     let synced = sink.sync_and_close(&args.dir);
-    report(
-        stopped,
-        synced,
-        &Produced {
-            dir: &args.dir,
-            generated: args.generate,
-            all_or_nothing: args.all_or_nothing,
-            appended,
-            acked,
-            bucket,
-            bytes,
-            range,
-            started,
-        },
-    )
+    let produced = Produced {
+        dir: &args.dir,
+        generated: args.generate,
+        all_or_nothing: args.all_or_nothing,
+        appended,
+        acked,
+        bucket,
+        bytes,
+        range,
+        started,
+    };
+    match (drained, synced.is_ok() && stopped.is_ok()) {
+        // Appended and synced, but not all in the bucket's tail as the tail flags asked.
+        (Err(e), true) => Err(e.prefix(&format!(
+            "{} to {}, synced to disk, but the tail is not all in the bucket",
+            produced.appended_part(),
+            args.dir.display()
+        ))),
+        _ => report(stopped, synced, &produced),
+    }
 }
 
 /// What `produce` appended, for its last line.

@@ -331,7 +331,7 @@ pub fn run(args: &TierArgs) -> Result<()> {
 /// # Errors
 /// When the records are not all in the bucket by the deadline (naming the last failure, or a
 /// takeover), or the metadata cannot be listed.
-fn drain_tail(tiered: &tiered::Tiered, dir: &std::path::Path) -> Result<()> {
+pub(crate) fn drain_tail(tiered: &tiered::Tiered, dir: &std::path::Path) -> Result<()> {
     let Some(writer) = &tiered.tail else {
         return Ok(());
     };
