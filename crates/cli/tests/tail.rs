@@ -231,8 +231,11 @@ fn every_acknowledged_record_of_a_writer_killed_at_a_random_moment_is_taken_back
         // Generated records in even rounds, lines piped to stdin in odd ones.
         let tag = (round % 2 == 1).then(|| format!("round{round}"));
         let (writer, lines) = start_writer(&a, &remote, round, tag.as_deref());
-        std::thread::sleep(Duration::from_millis(rng.u64(50..1200)));
-        let printed = kill(writer, &lines);
+        // A random moment: after 0 to 3 acknowledged batches (so that a loaded machine's slow
+        // start does not leave every round with nothing acknowledged), then 0 to 500 ms more.
+        let mut printed = wait_for_acks(&lines, rng.usize(0..=3));
+        std::thread::sleep(Duration::from_millis(rng.u64(0..500)));
+        printed.extend(kill(writer, &lines));
         let acked = acknowledged(&printed);
         if acked > 0 {
             acknowledged_rounds += 1;
