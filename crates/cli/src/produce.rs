@@ -14,36 +14,178 @@
 
 mod input;
 
+use std::ops::RangeInclusive;
 use std::path::Path;
 use std::time::Instant;
 
 use krabka_protocol::Message;
 use krabka_storage::{Log, Options, SyncPolicy};
+use krabka_tiering::{Access, Durability, TieringConfig};
 
-use crate::args::ProduceArgs;
+use crate::args::{DurabilityArg, ProduceArgs};
 use crate::error::{CliError, Result, storage};
 use crate::generate::Generator;
 use crate::output::outln;
-use crate::{human, interrupt, output, progress};
+use crate::tiered::{self, Tiered, tiering_error};
+use crate::{human, interrupt, output, progress, remote};
 
-/// Records per `append_batch` call.
+/// Records per `append_batch` call: under `--durability bucket`, one group commit (the batch
+/// returns once one tail object holds it).
 const BATCH: usize = 1000;
 
-/// Opens (creating) the log at `dir` for appending with `segment_bytes` segments. Appends are
-/// written without fsync; [`run`] syncs once at the end ([`Log::sync`], then [`Log::close`]),
-/// which is what a bulk load wants. What recovery found is printed on stderr.
-///
-/// # Errors
-/// When the log cannot be opened (one line naming the file, byte and seqs of any damage).
-pub fn open_log(dir: &Path, segment_bytes: u64) -> Result<Log> {
-    let opts = Options {
+/// The local log's options: `segment_bytes` segments, written without fsync; [`run`] syncs
+/// once at the end, which is what a bulk load wants.
+fn log_options(segment_bytes: u64) -> Options {
+    Options {
         max_bytes: segment_bytes,
         sync: SyncPolicy::Never,
         ..Options::default()
-    };
-    let log = Log::open(dir, opts).map_err(|e| storage("cannot open log", dir, e))?;
+    }
+}
+
+/// Opens (creating) the log at `dir` for appending. What recovery found is printed on stderr.
+///
+/// # Errors
+/// When the log cannot be opened (one line naming the file, byte and seqs of any damage).
+fn open_log(dir: &Path, segment_bytes: u64) -> Result<Log> {
+    let log = Log::open(dir, log_options(segment_bytes))
+        .map_err(|e| storage("cannot open log", dir, e))?;
     crate::output::print_recovery(log.recovery_report());
     Ok(log)
+}
+
+/// Where `produce` appends.
+enum Sink {
+    /// A plain local log (no `--remote`).
+    Local(Log),
+    /// The partition directory, opened as its partition's writer in the remote (`--remote`):
+    /// its records go to the bucket's tail when a tail is on.
+    Tiered {
+        tiered: Box<Tiered>,
+        /// `--durability bucket`: an append returns once its records are in a tail object.
+        bucket: bool,
+    },
+}
+
+impl Sink {
+    /// Opens `args.dir` as `args` say.
+    fn open(args: &ProduceArgs) -> Result<Self> {
+        let Some(spec) = remote::spec(&args.remote)? else {
+            return open_log(&args.dir, args.segment_bytes).map(Sink::Local);
+        };
+        let bucket = args.durability == DurabilityArg::Bucket;
+        let tail = (bucket || args.tail.given()).then(|| args.tail.config());
+        let config = TieringConfig {
+            // Nothing of the remote is deleted by this command (it runs no tiering round).
+            retention_ms: None,
+            tail,
+            durability: if bucket {
+                Durability::Bucket
+            } else {
+                Durability::Local
+            },
+            ..TieringConfig::default()
+        };
+        let tiered = tiered::open(
+            &args.dir,
+            spec,
+            &args.remote,
+            log_options(args.segment_bytes),
+            config,
+            Access::Owner,
+            None,
+        )?;
+        Ok(Sink::Tiered {
+            tiered: Box::new(tiered),
+            bucket,
+        })
+    }
+
+    /// The remote whose tail acknowledges appends (`--durability bucket`).
+    fn bucket(&self) -> Option<String> {
+        match self {
+            Sink::Tiered {
+                tiered,
+                bucket: true,
+            } => Some(tiered.remote.describe()),
+            _ => None,
+        }
+    }
+
+    fn last_seq(&self) -> u64 {
+        match self {
+            Sink::Local(log) => log.last_seq(),
+            Sink::Tiered { tiered, .. } => tiered.part.log().last_seq(),
+        }
+    }
+
+    fn max_message_bytes(&self) -> u64 {
+        match self {
+            Sink::Local(log) => log.options().max_message_bytes,
+            Sink::Tiered { tiered, .. } => tiered.part.log().log().options().max_message_bytes,
+        }
+    }
+
+    /// The bytes the record batches took in the segment files (this handle's writes).
+    fn appended_bytes(&self) -> u64 {
+        match self {
+            Sink::Local(log) => log.stats().appended_bytes,
+            Sink::Tiered { tiered, .. } => tiered.part.log().log().stats().appended_bytes,
+        }
+    }
+
+    /// Appends `batch` as one batch (under `--durability bucket`, returning once it is in a
+    /// tail object); the error says why, as one line.
+    fn append_batch(
+        &self,
+        dir: &Path,
+        batch: &[Message],
+    ) -> std::result::Result<RangeInclusive<u64>, String> {
+        match self {
+            Sink::Local(log) => log
+                .append_batch(batch)
+                .map_err(|e| CliError::at("cannot append to", dir, e).to_string()),
+            Sink::Tiered { tiered, .. } => tiered
+                .part
+                .log()
+                .append_batch(batch)
+                .map_err(|e| tiering_error("cannot append to", dir, e).to_string()),
+        }
+    }
+
+    /// With a tail under local durability: writes what the last window did not write yet to
+    /// the bucket and waits for it (as `tier` does before it exits 0). Under bucket durability
+    /// every batch is there already; without a tail there is nothing to write.
+    fn drain_tail(&self, dir: &Path) -> Result<()> {
+        match self {
+            Sink::Tiered {
+                tiered,
+                bucket: false,
+            } => crate::tier::drain_tail(tiered, dir),
+            _ => Ok(()),
+        }
+    }
+
+    /// Syncs what was appended to stable storage, then closes the log.
+    fn sync_and_close(self, dir: &Path) -> Result<()> {
+        match self {
+            Sink::Local(log) => log
+                .sync()
+                .and_then(|()| log.close())
+                .map_err(|e| storage("cannot sync log", dir, e)),
+            Sink::Tiered { tiered, .. } => {
+                let Tiered { part, tail, .. } = *tiered;
+                let log = part.into_log();
+                let closed = log
+                    .sync()
+                    .and_then(|()| log.close())
+                    .map_err(|e| tiering_error("cannot sync log", dir, e));
+                // The writer's thread ends with its last handle.
+                drop(tail);
+                closed
+            }
+        }
+    }
 }
 
 /// Why a produce stopped before the end of its input.
@@ -61,17 +203,27 @@ enum Stop {
 
 /// What has been appended so far.
 struct Appender<'a> {
-    log: &'a Log,
+    sink: &'a Sink,
     dir: &'a Path,
     /// The log's last seq before this command appended anything.
     start_last: u64,
+    /// The last seq acknowledged: appended (`--durability local`) or in the bucket too
+    /// (`--durability bucket`).
+    acked_last: u64,
+    /// `--progress-lines`.
+    progress_lines: bool,
 }
 
 impl Appender<'_> {
     /// Records this command appended (including the part of a failed batch that the log kept).
     /// Input line (or generated record) `k` is the `k`-th record appended.
     fn appended(&self) -> u64 {
-        self.log.last_seq().saturating_sub(self.start_last)
+        self.sink.last_seq().saturating_sub(self.start_last)
+    }
+
+    /// Records this command appended and had acknowledged: the first `acked()` of them.
+    fn acked(&self) -> u64 {
+        self.acked_last.saturating_sub(self.start_last)
     }
 
     /// Appends `batch` whole, or reports what failed and the input line (or record) of the
@@ -80,13 +232,27 @@ impl Appender<'_> {
         if batch.is_empty() {
             return Ok(());
         }
-        match self.log.append_batch(batch) {
-            Ok(_) => {
+        match self.sink.append_batch(self.dir, batch) {
+            Ok(seqs) => {
                 batch.clear();
+                self.acked_last = self.acked_last.max(*seqs.end());
+                if self.progress_lines {
+                    let what = if self.sink.bucket().is_some() {
+                        "acknowledged"
+                    } else {
+                        "appended"
+                    };
+                    outln!("{what} seq {}..={}", seqs.start(), seqs.end()).map_err(|e| {
+                        Stop::Failed {
+                            what: e.to_string(),
+                            at: Some(self.appended().saturating_add(1)),
+                        }
+                    })?;
+                }
                 Ok(())
             }
-            Err(e) => Err(Stop::Failed {
-                what: CliError::at("cannot append to", self.dir, e).to_string(),
+            Err(what) => Err(Stop::Failed {
+                what,
                 at: Some(self.appended().saturating_add(1)),
             }),
         }
@@ -97,7 +263,8 @@ impl Appender<'_> {
 ///
 /// # Errors
 /// When the log cannot be opened, the input has a bad line, an append or the sync fails (after
-/// syncing and naming what was appended), a signal stops it, or stdout cannot be written.
+/// syncing and naming what was appended, and under `--durability bucket` what of it was
+/// acknowledged), a signal stops it, or stdout cannot be written.
 pub fn run(args: &ProduceArgs) -> Result<()> {
     if args.escaped
         && let Some(sep) = args.key_separator.as_deref().filter(|s| s.contains('\\'))
@@ -108,17 +275,23 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
         .hint("pick a separator without a backslash (read's output uses a tab)"));
     }
     interrupt::install();
-    let log = open_log(&args.dir, args.segment_bytes)?;
+    let sink = Sink::open(args)?;
     let started = Instant::now();
+    let start_last = sink.last_seq();
+    // What opening wrote (records a previous writer acknowledged in the bucket, taken over)
+    // is not this command's.
+    let start_bytes = sink.appended_bytes();
     let mut appender = Appender {
-        log: &log,
+        sink: &sink,
         dir: &args.dir,
-        start_last: log.last_seq(),
+        start_last,
+        acked_last: start_last,
+        progress_lines: args.progress_lines,
     };
     let format = input::LineFormat {
         key_separator: args.key_separator.as_deref(),
         escaped: args.escaped,
-        max_message_bytes: log.options().max_message_bytes,
+        max_message_bytes: sink.max_message_bytes(),
     };
     let stopped = match args.generate {
         Some(n) => generate(&mut appender, args.seed, n),
@@ -126,27 +299,37 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
         None => input::read_stdin(&mut appender, &format),
     };
     let appended = appender.appended();
-    // The bytes the record batches took in the segment files (this handle's writes).
-    let bytes = log.stats().appended_bytes;
-    let range = (appended > 0).then(|| (appender.start_last + 1, log.last_seq()));
+    let acked = appender.acked();
+    let bytes = sink.appended_bytes().saturating_sub(start_bytes);
+    let range = (appended > 0).then(|| (start_last + 1, sink.last_seq()));
+    let bucket = sink.bucket();
+    let drained = if stopped.is_ok() {
+        sink.drain_tail(&args.dir)
+    } else {
+        Ok(())
+    };
     // Whatever happened, what was appended goes to stable storage before anything is reported.
-    let synced = log
-        .sync()
-        .and_then(|()| log.close())
-        .map_err(|e| storage("cannot sync log", &args.dir, e));
-    report(
-        stopped,
-        synced,
-        &Produced {
-            dir: &args.dir,
-            generated: args.generate,
-            all_or_nothing: args.all_or_nothing,
-            appended,
-            bytes,
-            range,
-            started,
-        },
-    )
+    let synced = sink.sync_and_close(&args.dir);
+    let produced = Produced {
+        dir: &args.dir,
+        generated: args.generate,
+        all_or_nothing: args.all_or_nothing,
+        appended,
+        acked,
+        bucket,
+        bytes,
+        range,
+        started,
+    };
+    match (drained, synced.is_ok() && stopped.is_ok()) {
+        // Appended and synced, but not all in the bucket's tail as the tail flags asked.
+        (Err(e), true) => Err(e.prefix(&format!(
+            "{} to {}, synced to disk, but the tail is not all in the bucket",
+            produced.appended_part(),
+            args.dir.display()
+        ))),
+        _ => report(stopped, synced, &produced),
+    }
 }
 
 /// What `produce` appended, for its last line.
@@ -156,6 +339,10 @@ struct Produced<'a> {
     generated: Option<u64>,
     all_or_nothing: bool,
     appended: u64,
+    /// Of `appended`, the first this many were acknowledged (all, without a bucket).
+    acked: u64,
+    /// `--durability bucket`: the remote whose tail acknowledged them.
+    bucket: Option<String>,
     bytes: u64,
     /// The seqs appended, if any.
     range: Option<(u64, u64)>,
@@ -175,6 +362,33 @@ impl Produced<'_> {
     /// `appended 2,500 records (seq 1..=2500) from lines 1..=2500`, `appended 5 of 10 records
     /// (seq 1..=5)`, `appended no records`.
     fn done(&self) -> String {
+        let Some((a, _)) = self.range else {
+            return "appended no records".to_owned();
+        };
+        let mut done = self.appended_part();
+        if self.bucket.is_some() {
+            let (n, acked, unit) = (self.appended, self.acked.min(self.appended), self.unit());
+            if acked == n {
+                done.push_str(", all acknowledged in the bucket");
+            } else {
+                let acked_part = match acked {
+                    0 => "none".to_owned(),
+                    k => format!("seq {a}..={} ({unit}s 1..={k})", a + k - 1),
+                };
+                done.push_str(&format!(
+                    ", of which {acked_part} acknowledged in the bucket and seq {}..={} \
+                     ({unit}s {}..={n}) appended locally but not acknowledged",
+                    a + acked,
+                    a + n - 1,
+                    acked + 1
+                ));
+            }
+        }
+        done
+    }
+
+    /// `appended 2,500 records (seq 1..=2500) from lines 1..=2500`.
+    fn appended_part(&self) -> String {
         let n = self.appended;
         let Some((a, b)) = self.range else {
             return "appended no records".to_owned();
@@ -214,12 +428,15 @@ fn report(stopped: Result<(), Stop>, synced: Result<()>, p: &Produced<'_>) -> Re
             let line = match p.range {
                 Some((a, b)) => format!(
                     "appended {} records (seq {a}..={b}), {} in {} ({}, {:.0} records/s) to {dir}, \
-                     synced to disk",
+                     synced to disk{}",
                     human::count(p.appended),
                     human::bytes(p.bytes),
                     human::duration(elapsed),
                     human::rate(p.bytes, elapsed),
                     human::per_second(p.appended, elapsed),
+                    p.bucket.as_ref().map_or_else(String::new, |r| format!(
+                        " and acknowledged in the bucket (tail objects in {r})"
+                    )),
                 ),
                 None => format!("appended no records to {dir} (synced to disk)"),
             };

@@ -110,27 +110,30 @@ fn serve_metrics(addr: SocketAddr) -> Result<()> {
 /// change.
 #[derive(Default)]
 struct Watch {
-    last: Option<(u64, u64, u64, u64)>,
+    last: Option<(u64, u64, u64, u64, Option<u64>)>,
 }
 
 impl Watch {
-    fn show(&mut self, s: &TieringStats) -> Result<()> {
+    /// `tail`: the last seq in the bucket's tail (with a tail).
+    fn show(&mut self, s: &TieringStats, tail: Option<u64>) -> Result<()> {
         let now = (
             s.copy_lag_segments,
             s.copy_lag_bytes,
             s.remote_bytes,
             s.copy_failures,
+            tail,
         );
         if self.last == Some(now) {
             return Ok(());
         }
         self.last = Some(now);
         outln!(
-            "copy lag {} segment(s) ({}), remote {}, copy errors {}",
+            "copy lag {} segment(s) ({}), remote {}, copy errors {}{}",
             s.copy_lag_segments,
             human::bytes(s.copy_lag_bytes),
             human::bytes(s.remote_bytes),
-            s.copy_failures
+            s.copy_failures,
+            tail.map_or_else(String::new, |t| format!(", in the bucket up to seq {t}"))
         )
     }
 }
@@ -199,7 +202,10 @@ pub fn run(args: &TierArgs) -> Result<()> {
         sync: SyncPolicy::EveryAppend,
         ..Options::default()
     };
-    let config = tiered::config(&args.retention);
+    let mut config = tiered::config(&args.retention);
+    if args.tail.given() {
+        config.tail = Some(args.tail.config());
+    }
     let wrap: Option<remote::Wrap> = match args.metrics_addr {
         None => None,
         Some(addr) => {
@@ -241,7 +247,10 @@ pub fn run(args: &TierArgs) -> Result<()> {
         metrics::record_round(tiered.part.topic(), &report);
         metrics::publish_partition(tiered.part.log());
         if args.watch {
-            watch.show(&tiered.part.log().stats())?;
+            watch.show(
+                &tiered.part.log().stats(),
+                tiered.part.log().tail_acked_seq(),
+            )?;
         }
         let busy =
             report.segments_copied + report.local_segments_deleted + report.remote_segments_deleted
@@ -293,6 +302,8 @@ pub fn run(args: &TierArgs) -> Result<()> {
             break;
         }
     }
+    // Exit 0 says every record is in the bucket: the tail's too.
+    drain_tail(&tiered, &args.dir)?;
     for line in tiered::describe_placement(&tiered.placement()?) {
         outln!("  {line}")?;
     }
@@ -303,11 +314,113 @@ pub fn run(args: &TierArgs) -> Result<()> {
         human::bytes(stats.remote_bytes),
         stats.requests.total()
     )?;
-    tiered
+    let closed = tiered
         .part
         .into_log()
         .close()
-        .map_err(|e| tiering_error("cannot close", &args.dir, e))
+        .map_err(|e| tiering_error("cannot close", &args.dir, e));
+    // The tail writer's thread ends with its last handle.
+    drop(tiered.tail);
+    closed
+}
+
+/// With a tail: writes the log's records not yet in the bucket (above its finished segments)
+/// in tail objects now, waiting at most the tail's `ack_deadline`, and says which seqs the tail
+/// holds. Without a tail: nothing.
+///
+/// # Errors
+/// When the records are not all in the bucket by the deadline (naming the last failure, or a
+/// takeover), or the metadata cannot be listed.
+pub(crate) fn drain_tail(tiered: &tiered::Tiered, dir: &std::path::Path) -> Result<()> {
+    let Some(writer) = &tiered.tail else {
+        return Ok(());
+    };
+    let log = tiered.part.log();
+    let last = log.last_seq();
+    let deadline = Instant::now() + writer.config().ack_deadline;
+    let mut failure: Option<krabka_tiering::Error> = None;
+    // Bounded by the deadline; each pass writes one object (or fails, or finds nothing new).
+    loop {
+        let acked = log.tail_acked_seq().unwrap_or(0);
+        if acked >= last {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(tail_not_written(tiered, dir, acked, last, failure));
+        }
+        match writer.flush() {
+            Ok(true) => {}
+            Ok(false) => {
+                // Nothing new to write for now (the writer's own thread may hold the window):
+                // look again shortly rather than spin.
+                if log.tail_acked_seq().unwrap_or(0) == acked {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            Err(e) => {
+                failure = Some(e);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    let finished = tiered
+        .placement()?
+        .remote
+        .iter()
+        .map(|(_, end)| *end)
+        .max()
+        .unwrap_or(0);
+    let stats = writer.stats();
+    if last == 0 {
+        outln!("tail: the log holds no records")
+    } else if finished >= last {
+        outln!("tail: nothing to write: finished segments hold every seq up to {last}")
+    } else {
+        outln!(
+            "tail: seqs {}..={last} in the bucket ({} tail object(s) written, {}); every seq up \
+             to {last} is in the bucket",
+            finished + 1,
+            stats.objects_written,
+            human::bytes(stats.bytes_written)
+        )
+    }
+}
+
+/// The error of a tail that did not reach the bucket by its deadline: a takeover when the
+/// epoch check finds one, else the writer's last failure.
+fn tail_not_written(
+    tiered: &tiered::Tiered,
+    dir: &std::path::Path,
+    acked: u64,
+    last: u64,
+    failure: Option<krabka_tiering::Error>,
+) -> CliError {
+    if let Err(e) = tiered.part.log().check_owner()
+        && is_fenced(&e)
+    {
+        return tiering_error("writing the tail of", dir, e);
+    }
+    let deadline = tiered
+        .tail
+        .as_ref()
+        .map(|w| w.config().ack_deadline)
+        .unwrap_or_default();
+    let why = failure.map_or_else(
+        || "the tail writer wrote nothing for them".to_owned(),
+        |e| remote::brief(&e.to_string()).to_owned(),
+    );
+    CliError::new(format!(
+        "seqs {}..={last} of {} are not in the bucket ({}) after {} ({why}): the bucket holds \
+         the log up to seq {acked} only",
+        acked + 1,
+        dir.display(),
+        tiered.remote.describe(),
+        human::duration(deadline)
+    ))
+    .hint(
+        "check that the remote is reachable and writable (or give a longer --ack-deadline), \
+         then run `krabka tier` again; the records are in the local log",
+    )
 }
 
 /// On `tier` with encryption: a warning line on stderr when the key that encrypts new segments

@@ -158,3 +158,50 @@ pub(super) fn parse_segment_bytes(s: &str) -> Result<u64, String> {
         Ok(n)
     }
 }
+
+/// `--tail-interval`: the tail's window, within what the library accepts (10 ms to 60 s).
+pub(super) fn parse_tail_interval(s: &str) -> Result<Duration, String> {
+    use krabka_tiering::tail::config::{MAX_TAIL_INTERVAL, MIN_TAIL_INTERVAL};
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if !(MIN_TAIL_INTERVAL..=MAX_TAIL_INTERVAL).contains(&d) {
+        return Err(format!("a tail interval must be from 10ms to 60s, got {s}"));
+    }
+    Ok(d)
+}
+
+/// `--tail-bytes`: the most bytes of batches in one tail object, 4 KiB to 32 MiB.
+pub(super) fn parse_tail_bytes(s: &str) -> Result<usize, String> {
+    use krabka_tiering::tail::config::{MAX_TAIL_BYTES, MIN_TAIL_BYTES};
+    let n = human::parse_bytes(s)?;
+    match usize::try_from(n) {
+        Ok(n) if (MIN_TAIL_BYTES..=MAX_TAIL_BYTES).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "a tail object must hold from 4KiB to 32MiB ({MIN_TAIL_BYTES} to {MAX_TAIL_BYTES} \
+             bytes), got {n}"
+        )),
+    }
+}
+
+/// `--tail-grace`: how long an unneeded tail object stays, 1 s to 1 day.
+pub(super) fn parse_tail_grace(s: &str) -> Result<Duration, String> {
+    use krabka_tiering::tail::config::{MAX_TAIL_DURATION, MIN_TAIL_GRACE};
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if !(MIN_TAIL_GRACE..=MAX_TAIL_DURATION).contains(&d) {
+        return Err(format!(
+            "a tail grace must be from 1s to 1 day (24h), got {s}"
+        ));
+    }
+    Ok(d)
+}
+
+/// `--ack-deadline`: how long records may wait for their tail object, 10 ms to 1 day.
+pub(super) fn parse_ack_deadline(s: &str) -> Result<Duration, String> {
+    use krabka_tiering::tail::config::{MAX_TAIL_DURATION, MIN_ACK_DEADLINE};
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if !(MIN_ACK_DEADLINE..=MAX_TAIL_DURATION).contains(&d) {
+        return Err(format!(
+            "an acknowledgement deadline must be from 10ms to 1 day (24h), got {s}"
+        ));
+    }
+    Ok(d)
+}

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use krabka_storage::Options;
 use krabka_tiering::partition::{Access, OpenOptions, Placement};
-use krabka_tiering::{PartitionDir, TieringConfig};
+use krabka_tiering::{PartitionDir, TailWriter, TieringConfig};
 
 use crate::args::{RemoteArgs, RetentionArgs};
 use crate::error::{CliError, Result};
@@ -20,6 +20,9 @@ pub struct Tiered {
     pub remote: RemoteSpec,
     /// The remote, connected.
     pub tier: krabka_tiering::RemoteTier,
+    /// The writer of the log's tail objects, when the configuration has a tail and the log was
+    /// opened as the writer.
+    pub tail: Option<TailWriter>,
 }
 
 /// A tiering error on `dir` as one line (a log another process holds open says so; damage
@@ -146,6 +149,27 @@ pub fn tiering_error(action: &str, dir: &Path, e: krabka_tiering::Error) -> CliE
              prove it is the partition's writer copies and deletes nothing. Check the object it \
              names",
         ),
+        e @ E::Tail(krabka_tiering::TailError::Unsupported(_)) => CliError::at(action, dir, e).hint(
+            "tail objects are not encrypted: leave out the tail flags and --durability bucket \
+             with encryption keys (closed segments are still copied encrypted by `krabka tier`)",
+        ),
+        e @ E::Tail(krabka_tiering::TailError::NotAcknowledged { .. }) => {
+            CliError::at(action, dir, remote::brief(&e.to_string())).hint(
+                "the remote did not take the records in time: check that it is reachable and \
+                 writable (or give a longer --ack-deadline); the records are in the local log",
+            )
+        }
+        e @ E::Tail(
+            krabka_tiering::TailError::Gap { .. } | krabka_tiering::TailError::Contradiction { .. },
+        ) => CliError::at(action, dir, remote::brief(&e.to_string())).hint(format!(
+            "the records acknowledged in the remote's tail cannot continue this log: move {d} \
+             aside and rebuild the partition with `krabka recover NEWDIR --remote REMOTE`, which \
+             names what is lost"
+        )),
+        e @ E::Tail(_) => CliError::at(action, dir, remote::brief(&e.to_string())).hint(
+            "the tail objects in the remote could not be written or read: check that the remote \
+             is reachable and writable, then run the command again",
+        ),
         e @ E::Read(krabka_tiering::ReadError::CorruptRemote { .. }) => CliError::at(action, dir, remote::brief(&e.to_string()))
             .hint("the remote copy is damaged; restore it, or re-copy it from a local segment if one is left"),
         e => {
@@ -193,9 +217,19 @@ pub fn open(
     if let Some(wrap) = wrap {
         tier = tier.wrapped(wrap);
     }
+    // The log's tail writer is started here, not by the library, so that the command can
+    // flush it (`tier` makes sure every record is in the bucket before it exits).
+    let tail = match &config.tail {
+        Some(tail) if access == Access::Owner => Some(
+            TailWriter::start(tier.store(), tail.clone())
+                .map_err(|e| tiering_error("cannot start the tail writer of", log_dir, e))?,
+        ),
+        _ => None,
+    };
     let options = OpenOptions {
         log,
         config,
+        tail_writer: tail.clone(),
         ..OpenOptions::new(access)
     };
     let part = PartitionDir::open(log_dir, &tier, options).map_err(|e| match e {
@@ -227,6 +261,7 @@ pub fn open(
         part,
         remote: spec,
         tier,
+        tail,
     })
 }
 
