@@ -10,8 +10,6 @@ use std::time::{Duration, Instant};
 
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 
-use crate::report::Measurement;
-
 /// The global allocator of the bench binary: the system allocator, counting (two atomic adds
 /// per allocation, the same for every system measured).
 #[global_allocator]
@@ -173,7 +171,7 @@ fn fmt_cost(v: f64) -> String {
 
 /// `figure`, with its target beside it when it has one: `"1.02 (≤ 2 ✓)"`; `"-"` without a
 /// figure.
-fn with_goal(figure: Option<f64>, goal: Option<crate::storage::goal::Goal>) -> String {
+pub(crate) fn with_goal(figure: Option<f64>, goal: Option<crate::storage::goal::Goal>) -> String {
     use crate::storage::goal::Goal;
     let Some(v) = figure else {
         return "-".to_owned();
@@ -190,33 +188,6 @@ fn with_goal(figure: Option<f64>, goal: Option<crate::storage::goal::Goal>) -> S
         }
         _ => fmt_cost(v),
     }
-}
-
-/// The cost cells of a row: read and write calls per MiB, allocations and bytes allocated per
-/// record, CRC bytes per byte read, each with its target.
-pub fn cost_cells(m: &Measurement, g: &CostGoals) -> String {
-    use crate::storage::goal::Goal::{AtLeast, AtMost};
-    let per_op = |goal: Option<f64>| {
-        goal.and_then(|per_op| m.per_mib(m.ops).map(|ops_per_mib| per_op * ops_per_mib))
-    };
-    let read_goal = g
-        .read_calls_per_mib
-        .or_else(|| per_op(g.read_calls_per_op))
-        .map(AtMost);
-    let write_goal = per_op(g.write_calls_per_op).map(AtMost);
-    format!(
-        "{} | {} | {} | {} | {}",
-        with_goal(m.read_calls_per_mib(), read_goal),
-        with_goal(m.write_calls_per_mib(), write_goal),
-        with_goal(m.allocs_per_record(), g.allocs_per_record.map(AtMost)),
-        with_goal(
-            m.alloc_bytes_per_record(),
-            g.alloc_bytes_per_record.and_then(|(factor, plus)| {
-                m.per_record(m.bytes).map(|v| AtMost(factor * v + plus))
-            }),
-        ),
-        with_goal(m.crc_per_byte_read(), g.crc_per_byte_read.map(AtLeast)),
-    )
 }
 
 #[cfg(test)]
@@ -250,60 +221,5 @@ mod tests {
         }
         assert!(c.allocs >= 6, "{c:?}");
         assert!(c.alloc_bytes >= 5 * 100, "{c:?}");
-    }
-
-    #[test]
-    fn cost_columns_show_each_figure_per_mib_or_record_with_its_target() {
-        // 2 MiB of payload in 4 records, 2 ops (calls); 1 MiB read in 3 calls.
-        let m = Measurement {
-            bytes: 2 << 20,
-            records: 4,
-            secs: 1.0,
-            p50_ns: 1,
-            p99_ns: 1,
-            peak_rss_kib: 0,
-            disk_bytes: 0,
-            ops: 2,
-            costs: Costs {
-                read_calls: 6,
-                write_calls: 2,
-                read_bytes: 1 << 20,
-                allocs: 2,
-                alloc_bytes: 400,
-            },
-            crc_bytes: Some(1 << 19),
-        };
-        let goals = CostGoals {
-            read_calls_per_mib: Some(2.0),
-            write_calls_per_op: Some(1.0),
-            allocs_per_record: Some(1.0),
-            alloc_bytes_per_record: None,
-            crc_per_byte_read: Some(0.95),
-            read_calls_per_op: None,
-        };
-        assert_eq!(
-            cost_cells(&m, &goals),
-            "3.00 (≤ 2.00 ✗) | 1.00 (≤ 1.00 ✓) | 0.500 (≤ 1.00 ✓) | 100 | 0.500 (≥ 0.950 ✗)"
-        );
-        // Per op: 2 read calls per point read allowed, 2 ops per 2 MiB: at most 2 per MiB.
-        // 512 KiB of payload per record: at most 0.5 × that + 8 bytes allocated.
-        let point = CostGoals {
-            read_calls_per_op: Some(2.0),
-            alloc_bytes_per_record: Some((0.5, 8.0)),
-            ..CostGoals::default()
-        };
-        assert_eq!(
-            cost_cells(&m, &point),
-            "3.00 (≤ 2.00 ✗) | 1.00 | 0.500 | 100 (≤ 262152 ✓) | 0.500"
-        );
-        let none = Measurement {
-            records: 0,
-            crc_bytes: None,
-            ..m
-        };
-        assert_eq!(
-            cost_cells(&none, &CostGoals::default()),
-            "3.00 | 1.00 | - | - | -"
-        );
     }
 }

@@ -13,6 +13,7 @@
 //! system temp dir). See `docs/benchmarks.md`.
 
 mod cost;
+mod measurement;
 mod replica;
 mod report;
 mod scale;
