@@ -111,7 +111,8 @@ fn child(rest: &[String]) -> Result<()> {
 }
 
 fn main() -> std::process::ExitCode {
-    let result = parse_args().and_then(|a| match a.command.as_str() {
+    let result = parse_args().and_then(|a| {
+        match a.command.as_str() {
         "storage" => storage::run(a.quick, a.bytes, &a.rest),
         "tiering" => tiering::run(a.quick, a.bytes, &a.rest),
         "transform" => transform::run(a.quick, a.bytes),
@@ -123,6 +124,7 @@ fn main() -> std::process::ExitCode {
             "usage: krabka-bench storage|tiering|transform|scale|replica|tail [--quick] [--bytes N]"
                 .into(),
         ),
+    }
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

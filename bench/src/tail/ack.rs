@@ -38,7 +38,13 @@ pub fn rows(
     let body = crate::storage::value(VALUE);
     // One appender, each append followed by one bare PUT of the same bytes.
     let writer = TailWriter::start(t.store(), config.clone())?;
-    let log = open_log(&root.join("ack-1"), t, &ownership, p.segment, Some(mode(&writer)))?;
+    let log = open_log(
+        &root.join("ack-1"),
+        t,
+        &ownership,
+        p.segment,
+        Some(mode(&writer)),
+    )?;
     log.append(&Message::new(body.clone()))?;
     bare.put("warm", body.clone())?;
     let (mut one, mut put) = (Histogram::default(), Histogram::default());
@@ -63,7 +69,13 @@ pub fn rows(
 
     // Eight appenders, then eight bare PUTs in flight, for the same time.
     let writer = TailWriter::start(t.store(), config.clone())?;
-    let log = open_log(&root.join("ack-8"), t, &ownership, p.segment, Some(mode(&writer)))?;
+    let log = open_log(
+        &root.join("ack-8"),
+        t,
+        &ownership,
+        p.segment,
+        Some(mode(&writer)),
+    )?;
     log.append(&Message::new(body.clone()))?;
     let before = writer.stats().objects_written;
     let run = concurrent(&log, p.concurrent)?;

@@ -171,9 +171,11 @@ fn one(
     )?;
     let records = write(&log, p.cost_bytes)?;
     if writer.is_some() {
-        wait("every record in the bucket", Duration::from_secs(30), || {
-            log.tail_acked_seq() >= Some(log.last_seq())
-        })?;
+        wait(
+            "every record in the bucket",
+            Duration::from_secs(30),
+            || log.tail_acked_seq() >= Some(log.last_seq()),
+        )?;
     }
     log.roll()?;
     let report = log.run_once()?;

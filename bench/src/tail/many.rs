@@ -23,10 +23,7 @@ const TARGET_PUTS: f64 = 5.0;
 /// PutObjects the in-process server received so far (0 without one).
 fn server_puts(t: &Transport<'_>) -> usize {
     t.server.map_or(0, |s| {
-        s.requests_received()
-            .get("PutObject")
-            .copied()
-            .unwrap_or(0)
+        s.requests_received().get("PutObject").copied().unwrap_or(0)
     })
 }
 
@@ -205,7 +202,9 @@ fn append_loop(logs: &[TieredLog], k: usize, window: Duration, stop: &AtomicBool
         tick += window;
         // Sleep to the next window, in short steps so a stop is seen at once.
         while !stop.load(Ordering::Acquire) && Instant::now() < tick {
-            std::thread::sleep(Duration::from_millis(5).min(tick.saturating_duration_since(Instant::now())));
+            std::thread::sleep(
+                Duration::from_millis(5).min(tick.saturating_duration_since(Instant::now())),
+            );
         }
     }
     Ok(())

@@ -65,7 +65,9 @@ pub fn rows(
         let poller = scope.spawn(|| poll(&replica, &seen, &stop));
         let measured = measure(p, &log, &replica, &seen, bare);
         stop.store(true, Ordering::Release);
-        poller.join().map_err(|_| "the replica's thread panicked")??;
+        poller
+            .join()
+            .map_err(|_| "the replica's thread panicked")??;
         measured
     });
     log.close()?;
