@@ -107,6 +107,19 @@ pub fn rows(
         rate_3(mbps(base.bytes, base.secs)),
         Target::AtLeast(0.8),
     ));
+    let per_window = 1.0 / p.window.as_secs_f64();
+    lines.push(Line::cmp(
+        format!(
+            "diagnostic: tail objects written per second on {name} while the {APPENDERS} appenders ran (each a create-only PUT, written one after another); baseline: one per window (1 / {} ms)",
+            p.window.as_millis()
+        ),
+        (
+            format!("{:.1}", objects as f64 / run.secs),
+            objects as f64 / run.secs,
+        ),
+        (format!("{per_window:.1}"), per_window),
+        Target::None,
+    ));
     Ok(())
 }
 
@@ -146,6 +159,7 @@ fn check_acked(log: &TieredLog, seq: u64) -> Result<()> {
 struct Concurrent {
     latency: Histogram,
     mbps: f64,
+    secs: f64,
 }
 
 /// [`APPENDERS`] threads appending one record at a time to `log` for `secs`.
@@ -179,5 +193,6 @@ fn concurrent(log: &TieredLog, secs: Duration) -> Result<Concurrent> {
     Ok(Concurrent {
         latency,
         mbps: mbps(bytes, secs),
+        secs,
     })
 }
