@@ -6,6 +6,7 @@
 //! krabka-bench transform [--quick] [--bytes N] # compressed/encrypted remote tier vs untransformed
 //! krabka-bench scale [--quick] [--partitions N] # one tiering service over many partitions
 //! krabka-bench replica [--quick] [--bytes N] [--server env] [--partitions N]  # read replicas: scan, visibility, idle refreshes
+//! krabka-bench tail [--quick] [--bytes N] [--server env] [--window MS] [--partitions N]  # tail objects: bucket-durable acks, PUTs/s, cost
 //! ```
 //!
 //! Each case runs in a child process (this binary re-executed with `child ...`) so the peak
@@ -18,6 +19,7 @@ mod replica;
 mod report;
 mod scale;
 mod storage;
+mod tail;
 mod tiering;
 mod transform;
 
@@ -110,17 +112,20 @@ fn child(rest: &[String]) -> Result<()> {
 }
 
 fn main() -> std::process::ExitCode {
-    let result = parse_args().and_then(|a| match a.command.as_str() {
+    let result = parse_args().and_then(|a| {
+        match a.command.as_str() {
         "storage" => storage::run(a.quick, a.bytes, &a.rest),
         "tiering" => tiering::run(a.quick, a.bytes, &a.rest),
         "transform" => transform::run(a.quick, a.bytes),
         "scale" => scale::run(a.quick, &a.rest),
         "replica" => replica::run(a.quick, a.bytes, &a.rest),
+        "tail" => tail::run(a.quick, a.bytes, &a.rest),
         "child" => child(&a.rest),
         _ => Err(
-            "usage: krabka-bench storage|tiering|transform|scale|replica [--quick] [--bytes N]"
+            "usage: krabka-bench storage|tiering|transform|scale|replica|tail [--quick] [--bytes N]"
                 .into(),
         ),
+    }
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

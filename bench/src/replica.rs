@@ -15,7 +15,7 @@
 
 mod group;
 mod single;
-mod transport;
+pub(crate) mod transport;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -148,6 +148,14 @@ impl Line {
     }
 }
 
+impl Line {
+    /// The same row with `target` as its target cell (a target that is not a ratio).
+    pub(crate) fn with_target(mut self, target: String) -> Self {
+        self.target = target;
+        self
+    }
+}
+
 pub(crate) fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "not met" }
 }

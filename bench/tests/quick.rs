@@ -163,3 +163,40 @@ fn replica_quick_reports_every_row() {
         assert!(out.contains(row), "{row} missing:\n{out}");
     }
 }
+
+#[test]
+fn tail_quick_reports_every_row_with_its_target() {
+    let out = run(&[
+        "tail",
+        "--quick",
+        "--partitions",
+        "20",
+        "--bytes",
+        "4194304",
+    ]);
+    for row in [
+        "bucket-durable append on S3 (s3s-fs) (Durability::Bucket, window 50 ms), 1 appender",
+        "bucket-durable append on S3 (s3s-fs), 8 appenders",
+        "bucket-durable append throughput",
+        "20 partitions sharing one TailWriter at a 250 ms window",
+        "replica visibility on",
+        "request cost on S3 (s3s-fs), classic (segments only)",
+        "request cost on S3 (s3s-fs), tail, Durability::Local",
+        "request cost on S3 (s3s-fs), tail, Durability::Bucket",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.contains(row))
+            .unwrap_or_else(|| panic!("{row} missing:\n{out}"));
+        // Every compared row has a figure (the visibility row may say why it has none).
+        assert!(
+            line.contains("met") || line.contains("not available") || !line.contains("≤"),
+            "{line}"
+        );
+    }
+    // The targets: p99 bounds, the throughput ratio and the PUT rate, each met or not.
+    assert!(
+        out.matches(": met").count() + out.matches(": not met").count() >= 4,
+        "{out}"
+    );
+}
