@@ -1,7 +1,8 @@
 //! `krabka produce`: append stdin lines or generated records to a local log.
 //!
 //! One line of stdin is one record; lines are split at `\n` only (a `\r` before it stays in the
-//! value). Records are appended in batches of `BATCH`. A bad line (invalid UTF-8, too large,
+//! value). Records are appended in batches of `BATCH`, or of what stdin gave so far when its
+//! writer pauses (a slow stream's records are appended, and acknowledged, as they come). A bad line (invalid UTF-8, too large,
 //! a bad escape with `--escaped`) stops the command: every line before it is appended first
 //! (the pending batch is flushed up to the line before the bad one), nothing from it on. With
 //! `--all-or-nothing` the whole input is read and checked first (kept meanwhile in a temporary

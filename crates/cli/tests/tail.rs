@@ -537,3 +537,130 @@ fn bucket_durability_with_an_encryption_key_is_refused_naming_why_and_appends_no
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("appended"));
 }
+
+/// A producer process writing about 1,000 records a second with `--durability bucket`, and a
+/// replica process (`read --remote --topic --follow`) of the same partition on the bucket alone:
+/// the replica prints every acknowledged record, in order, with its bytes, each within a few
+/// tail windows and refreshes of its acknowledgement.
+#[test]
+fn a_following_replica_process_prints_every_record_a_bucket_durable_producer_acknowledged() {
+    let work = tempfile::tempdir().unwrap();
+    let log = work.path().join("clicks");
+    let remote = work.path().join("remote");
+    let mut producer = Command::new(env!("CARGO_BIN_EXE_krabka"))
+        .args([
+            "produce",
+            path(&log),
+            "--remote",
+            &fs_url(&remote),
+            "--durability",
+            "bucket",
+            "--progress-lines",
+            "--tail-interval",
+            "50ms",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = producer.stdin.take().unwrap();
+    let acks = lines_of(producer.stdout.take().unwrap());
+    let producer = Running(producer);
+    // The first record makes the partition exist in the bucket for the replica to find.
+    writeln!(stdin, "{}", line_value("r", 1)).unwrap();
+    stdin.flush().unwrap();
+    let first = acks.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(first, "acknowledged seq 1..=1");
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_krabka"))
+        .args([
+            "read",
+            "--remote",
+            &fs_url(&remote),
+            "--topic",
+            "clicks",
+            "--follow",
+            "--refresh-interval",
+            "50ms",
+            "--timeout",
+            "120s",
+            "--value-chars",
+            "100000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let printed = lines_of(follower.stdout.take().unwrap());
+    let follower = Running(follower);
+    // About 1,000 records a second for 3 s: 20 lines every 20 ms.
+    const TOTAL: u64 = 3_000;
+    let mut acked_at: BTreeMap<u64, Instant> = BTreeMap::from([(1, Instant::now())]);
+    let mut seen_at: BTreeMap<u64, (Instant, String)> = BTreeMap::new();
+    let mut order: Vec<u64> = Vec::new();
+    let mut drain = |acked_at: &mut BTreeMap<u64, Instant>,
+                     seen_at: &mut BTreeMap<u64, (Instant, String)>| {
+        while let Ok(l) = acks.try_recv() {
+            let (a, b) = l
+                .strip_prefix("acknowledged seq ")
+                .and_then(|r| r.split_once("..="))
+                .unwrap_or_else(|| panic!("unexpected producer line {l}"));
+            let (a, b): (u64, u64) = (a.parse().unwrap(), b.parse().unwrap());
+            for s in a..=b {
+                acked_at.insert(s, Instant::now());
+            }
+        }
+        while let Ok(l) = printed.try_recv() {
+            let seq: u64 = l.split('\t').next().unwrap().parse().unwrap();
+            order.push(seq);
+            seen_at.insert(seq, (Instant::now(), l));
+        }
+    };
+    let mut next = 2;
+    let started = Instant::now();
+    while next <= TOTAL {
+        for _ in 0..20 {
+            if next > TOTAL {
+                break;
+            }
+            writeln!(stdin, "{}", line_value("r", next)).unwrap();
+            next += 1;
+        }
+        stdin.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        drain(&mut acked_at, &mut seen_at);
+        assert!(started.elapsed() < Duration::from_secs(60), "producing took too long");
+    }
+    drop(stdin);
+    // Every record acknowledged, then printed by the replica (bounded wait).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked_at.len() < TOTAL as usize || seen_at.len() < TOTAL as usize {
+        assert!(
+            Instant::now() < deadline,
+            "acknowledged {} and printed {} of {TOTAL}",
+            acked_at.len(),
+            seen_at.len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        drain(&mut acked_at, &mut seen_at);
+    }
+    drop(producer);
+    drop(follower);
+    drop(drain);
+    assert_eq!(order, (1..=TOTAL).collect::<Vec<_>>(), "printed out of order or twice");
+    // In order, each once, with the producer's bytes; and never before its acknowledgement
+    // could have been known by more than a window (printed after the record was in the
+    // bucket, which its acknowledgement follows by at most the ack's own delivery).
+    let seqs: Vec<u64> = seen_at.keys().copied().collect();
+    assert_eq!(seqs, (1..=TOTAL).collect::<Vec<_>>());
+    let mut late = Vec::new();
+    for (seq, (at, line)) in &seen_at {
+        let cols: Vec<&str> = line.splitn(4, '\t').collect();
+        assert_eq!(cols.get(3).copied(), Some(line_value("r", *seq).as_str()), "{line}");
+        let acked = acked_at[seq];
+        if at.saturating_duration_since(acked) > Duration::from_secs(5) {
+            late.push(*seq);
+        }
+    }
+    assert!(late.is_empty(), "printed more than 5 s after their ack: {late:?}");
+}

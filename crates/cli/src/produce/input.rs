@@ -132,13 +132,42 @@ enum Input {
     Interrupted,
 }
 
-/// The next line of `lines` (`line_no` lines were read before it).
-fn next_line(lines: &Receiver<std::io::Result<Vec<u8>>>, line_no: u64) -> Result<Input, Stop> {
+/// A line read ahead by [`input_paused`], handed out by the next [`next_line`].
+type Stash = Option<std::io::Result<Vec<u8>>>;
+
+/// Whether stdin has no line ready now (its writer paused): what was read so far is appended
+/// then, without waiting for a full batch, so that a slow stream's records are appended (and
+/// acknowledged) as they come. A line that is ready is kept in `stash`.
+fn input_paused(lines: &Receiver<std::io::Result<Vec<u8>>>, stash: &mut Stash) -> bool {
+    if stash.is_some() {
+        return false;
+    }
+    match lines.try_recv() {
+        Ok(item) => {
+            *stash = Some(item);
+            false
+        }
+        Err(std::sync::mpsc::TryRecvError::Empty) => true,
+        // The end: the caller appends what it holds when it reads it.
+        Err(std::sync::mpsc::TryRecvError::Disconnected) => false,
+    }
+}
+
+/// The next line of `lines` (`line_no` lines were read before it), the stashed one first.
+fn next_line(
+    lines: &Receiver<std::io::Result<Vec<u8>>>,
+    stash: &mut Stash,
+    line_no: u64,
+) -> Result<Input, Stop> {
     loop {
         if interrupt::requested() {
             return Ok(Input::Interrupted);
         }
-        match lines.recv_timeout(POLL) {
+        let received = match stash.take() {
+            Some(item) => Ok(item),
+            None => lines.recv_timeout(POLL),
+        };
+        match received {
             Ok(Ok(mut raw)) => {
                 // Split at `\n` only: a `\r` before it belongs to the value.
                 if raw.last() == Some(&b'\n') {
@@ -165,8 +194,9 @@ pub fn read_stdin(appender: &mut Appender<'_>, format: &LineFormat<'_>) -> Resul
     let mut batch: Vec<Message> = Vec::with_capacity(BATCH);
     let mut batch_bytes = 0usize;
     let mut line_no = 0u64;
+    let mut stash: Stash = None;
     let stop = loop {
-        match next_line(&lines, line_no) {
+        match next_line(&lines, &mut stash, line_no) {
             Ok(Input::Line(raw)) => {
                 line_no = line_no.saturating_add(1);
                 match format.message(&raw) {
@@ -181,7 +211,10 @@ pub fn read_stdin(appender: &mut Appender<'_>, format: &LineFormat<'_>) -> Resul
                         };
                     }
                 }
-                if batch.len() == BATCH || batch_bytes >= BATCH_BYTES {
+                if batch.len() == BATCH
+                    || batch_bytes >= BATCH_BYTES
+                    || input_paused(&lines, &mut stash)
+                {
                     appender.flush(&mut batch)?;
                     batch_bytes = 0;
                 }
@@ -212,10 +245,11 @@ pub fn read_all_or_nothing(
     let mut spool = tempfile::tempfile().map_err(|e| spool_error(e, None))?;
     let lines = stdin_lines(max_line(format.max_message_bytes));
     let mut line_no = 0u64;
+    let mut stash: Stash = None;
     {
         let mut copy = BufWriter::new(&mut spool);
         loop {
-            match next_line(&lines, line_no)? {
+            match next_line(&lines, &mut stash, line_no)? {
                 Input::Line(raw) => {
                     line_no = line_no.saturating_add(1);
                     format.message(&raw).map_err(|what| Stop::Invalid {

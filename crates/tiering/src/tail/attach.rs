@@ -335,6 +335,24 @@ impl TieredLog {
             let batch = &rest[..len];
             at += len;
             let local_last = self.log.last_seq();
+            if let Some(hole) = self
+                .log
+                .holes()
+                .into_iter()
+                .find(|h| h.first_seq <= last && base <= h.last_seq)
+            {
+                // Acknowledged records where this log has a named hole: its writer went on
+                // after this directory was recovered beside it. Serving the hole would hide
+                // them.
+                return Err(contradiction(
+                    key,
+                    base.max(hole.first_seq),
+                    format!(
+                        "it holds acknowledged seqs {base}..={last}, but this log has a hole at                          seqs {}..={} (recovered while the old writer still acknowledged                          records): recover the partition again",
+                        hole.first_seq, hole.last_seq
+                    ),
+                ));
+            }
             if last <= local_last {
                 continue;
             }
