@@ -12,6 +12,8 @@
 //!   throttling, and after each partition round the sampled gauges of [`publish_partition`];
 //! - [`publish_cache`]: the shared cache's counters; [`publish_read_engine`]: its read
 //!   engine's.
+//! - each [`TailWriter`](crate::TailWriter), after every window: what its
+//!   [`stats`](crate::TailWriter::stats) gained in it, and the latency of its tail object write.
 //!
 //! Every name is listed in docs/tiering.md ("Metrics").
 //!
@@ -148,6 +150,22 @@ pub const REPLICA_STALENESS_SECONDS: &str = "krabka_replica_staleness_seconds";
 pub const REPLICA_HEAD_AGE_SECONDS: &str = "krabka_replica_head_age_seconds";
 /// Requests a read replica's refreshes sent (counter).
 pub const REPLICA_REFRESH_REQUESTS: &str = "krabka_replica_refresh_requests_total";
+/// Tail objects written: create-only PUTs that succeeded (counter, no labels: one object holds
+/// every partition of its writer; summed over the process's tail writers).
+pub const TAIL_OBJECTS_WRITTEN: &str = "krabka_tail_objects_written_total";
+/// Bytes of record batches in the tail objects written (counter, no labels).
+pub const TAIL_BYTES_WRITTEN: &str = "krabka_tail_bytes_written_total";
+/// Tail object writes that failed and wait to be retried with the same bytes (counter, no
+/// labels).
+pub const TAIL_WRITE_FAILURES: &str = "krabka_tail_write_failures_total";
+/// Tail chains closed under their writer by another one: a takeover or a restart elsewhere
+/// (counter, no labels).
+pub const TAIL_CHAINS_CLOSED: &str = "krabka_tail_chains_closed_total";
+/// Tail objects deleted once no head needed them for the grace (counter, no labels).
+pub const TAIL_OBJECTS_DELETED: &str = "krabka_tail_objects_deleted_total";
+/// Latency of one tail object write (the create-only PUT, and the read back a refused create
+/// costs), failed ones included, seconds (histogram, no labels).
+pub const TAIL_PUT_SECONDS: &str = "krabka_tail_put_seconds";
 
 /// Every metric name above, for documentation and tests.
 pub const ALL: &[&str] = &[
@@ -206,6 +224,12 @@ pub const ALL: &[&str] = &[
     REPLICA_STALENESS_SECONDS,
     REPLICA_HEAD_AGE_SECONDS,
     REPLICA_REFRESH_REQUESTS,
+    TAIL_OBJECTS_WRITTEN,
+    TAIL_BYTES_WRITTEN,
+    TAIL_WRITE_FAILURES,
+    TAIL_CHAINS_CLOSED,
+    TAIL_OBJECTS_DELETED,
+    TAIL_PUT_SECONDS,
 ];
 
 /// The `topic` and `partition` labels of `tp`.
@@ -287,6 +311,8 @@ fn help(name: &str) -> &'static str {
         LOCAL_LOG_FSYNC_SECONDS => "local log segment fsync latency",
         _ if name.starts_with("krabka_local_log_recovery_") => "local log recovery at open",
         _ if name.starts_with("krabka_local_") => "local log",
+        TAIL_PUT_SECONDS => "tail object write latency",
+        _ if name.starts_with("krabka_tail_") => "tail objects in the bucket",
         _ => "remote tier calls",
     }
 }
@@ -417,4 +443,113 @@ pub fn publish_read_engine(stats: &ReadEngineStats) {
     gauge!(READ_ENGINE_BYTES_IN_FLIGHT).set(stats.bytes_in_flight as f64);
     gauge!(READ_ENGINE_BYTES_IN_FLIGHT_HIGH_WATER).set(stats.bytes_in_flight_high_water as f64);
     gauge!(READ_ENGINE_THREADS).set(stats.threads as f64);
+}
+
+/// What a tail writer's counters say at one moment (a `TailStats` converts where it is
+/// defined).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TailSample {
+    pub(crate) objects_written: u64,
+    pub(crate) bytes_written: u64,
+    pub(crate) write_failures: u64,
+    pub(crate) chains_closed: u64,
+    pub(crate) objects_deleted: u64,
+}
+
+/// Adds what a tail writer's counters gained from `before` to `now` to the tail counters.
+/// Increments, not absolute values: a process runs one writer per standalone log and one per
+/// service, and the counters sum over all of them.
+pub(crate) fn publish_tail(before: TailSample, now: TailSample) {
+    let gained = |name: &'static str, b: u64, n: u64| {
+        let by = n.saturating_sub(b);
+        if by > 0 {
+            counter!(name).increment(by);
+        }
+    };
+    gained(
+        TAIL_OBJECTS_WRITTEN,
+        before.objects_written,
+        now.objects_written,
+    );
+    gained(TAIL_BYTES_WRITTEN, before.bytes_written, now.bytes_written);
+    gained(
+        TAIL_WRITE_FAILURES,
+        before.write_failures,
+        now.write_failures,
+    );
+    gained(TAIL_CHAINS_CLOSED, before.chains_closed, now.chains_closed);
+    gained(
+        TAIL_OBJECTS_DELETED,
+        before.objects_deleted,
+        now.objects_deleted,
+    );
+}
+
+/// Records the latency of one tail object write.
+pub(crate) fn time_tail_put(elapsed: Duration) {
+    histogram!(TAIL_PUT_SECONDS).record(elapsed.as_secs_f64());
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    use super::*;
+
+    /// The counters and histogram samples one call records, by name.
+    fn recorded(f: impl FnOnce()) -> Vec<(String, f64)> {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, f);
+        let mut out: Vec<(String, f64)> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| {
+                let v = match value {
+                    DebugValue::Counter(c) => c as f64,
+                    DebugValue::Gauge(g) => g.into_inner(),
+                    DebugValue::Histogram(h) => h.len() as f64,
+                };
+                (key.key().name().to_owned(), v)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    #[test]
+    fn the_tail_counters_grow_by_what_a_window_added_and_unchanged_ones_record_nothing() {
+        let before = TailSample {
+            objects_written: 10,
+            bytes_written: 5_000,
+            write_failures: 2,
+            chains_closed: 1,
+            objects_deleted: 4,
+        };
+        let now = TailSample {
+            objects_written: 11,
+            bytes_written: 5_700,
+            objects_deleted: 6,
+            ..before
+        };
+        let got = recorded(|| {
+            publish_tail(before, now);
+            time_tail_put(Duration::from_millis(3));
+        });
+        assert_eq!(
+            got,
+            [
+                (TAIL_BYTES_WRITTEN.to_owned(), 700.0),
+                (TAIL_OBJECTS_DELETED.to_owned(), 2.0),
+                (TAIL_OBJECTS_WRITTEN.to_owned(), 1.0),
+                (TAIL_PUT_SECONDS.to_owned(), 1.0),
+            ]
+        );
+        // Nothing gained, nothing recorded (and never a negative step).
+        assert!(recorded(|| publish_tail(now, now)).is_empty());
+        assert!(recorded(|| publish_tail(now, TailSample::default())).is_empty());
+    }
 }

@@ -43,6 +43,30 @@ pub(crate) struct Counters {
     pub(crate) objects_deleted: AtomicU64,
 }
 
+impl Counters {
+    fn stats(&self) -> TailStats {
+        TailStats {
+            objects_written: self.objects_written.load(Ordering::Relaxed),
+            bytes_written: self.bytes_written.load(Ordering::Relaxed),
+            write_failures: self.write_failures.load(Ordering::Relaxed),
+            chains_closed: self.chains_closed.load(Ordering::Relaxed),
+            objects_deleted: self.objects_deleted.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl From<TailStats> for crate::metrics::TailSample {
+    fn from(s: TailStats) -> Self {
+        Self {
+            objects_written: s.objects_written,
+            bytes_written: s.bytes_written,
+            write_failures: s.write_failures,
+            chains_closed: s.chains_closed,
+            objects_deleted: s.objects_deleted,
+        }
+    }
+}
+
 /// An object built for a window, kept to be written again byte for byte after a failure.
 struct Built {
     object: TailObject,
@@ -149,14 +173,7 @@ impl TailWriter {
 
     /// What it did so far.
     pub fn stats(&self) -> TailStats {
-        let c = &self.shared.counters;
-        TailStats {
-            objects_written: c.objects_written.load(Ordering::Relaxed),
-            bytes_written: c.bytes_written.load(Ordering::Relaxed),
-            write_failures: c.write_failures.load(Ordering::Relaxed),
-            chains_closed: c.chains_closed.load(Ordering::Relaxed),
-            objects_deleted: c.objects_deleted.load(Ordering::Relaxed),
-        }
+        self.shared.counters.stats()
     }
 
     /// The writer's wake-up, held by its partitions without keeping the writer alive.
@@ -233,10 +250,20 @@ fn run(weak: &Weak<Shared>) {
     }
 }
 
-/// One window: builds (or takes back the failed) object, writes it, applies the outcome,
-/// deletes what no head needs. Returns whether more records wait than one object held.
+/// One window ([`write_window`]), then what it added to the counters published as metrics.
 fn window(shared: &Shared) -> Result<bool, Error> {
     let _window = shared.window.lock();
+    // The counters move only in windows, under this lock: the difference is this window's.
+    let before = shared.counters.stats();
+    let result = write_window(shared);
+    crate::metrics::publish_tail(before.into(), shared.counters.stats().into());
+    result
+}
+
+/// One window, under the window lock: builds (or takes back the failed) object, writes it,
+/// applies the outcome, deletes what no head needs. Returns whether more records wait than one
+/// object held.
+fn write_window(shared: &Shared) -> Result<bool, Error> {
     let (built, chain_id, number, more) = {
         let mut s = shared.state.lock();
         let chain_id = s.chain;
@@ -254,7 +281,10 @@ fn window(shared: &Shared) -> Result<bool, Error> {
         return Ok(more);
     };
     let key = layout::tail_object_key(chain_id, number);
-    match chain::write_object(shared.store.as_ref(), &built.object) {
+    let put = Instant::now();
+    let outcome = chain::write_object(shared.store.as_ref(), &built.object);
+    crate::metrics::time_tail_put(put.elapsed());
+    match outcome {
         Ok(WriteOutcome::Created | WriteOutcome::AlreadyIdentical) => {
             let mut entries = Vec::with_capacity(built.parts.len());
             for (part, last) in &built.parts {
