@@ -19,11 +19,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use krabka_protocol::Message;
-use krabka_remote_storage::{
-    CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata,
-    RemoteStorageError, RemoteStorageManager, TopicIdPartition, Uuid,
-};
 use krabka_remote_storage::metadata::RemoteLogMetadataManager;
+use krabka_remote_storage::{
+    CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageError,
+    RemoteStorageManager, TopicIdPartition, Uuid,
+};
 use krabka_storage::{Options, SyncPolicy};
 use krabka_tiering::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_tiering::s3::S3RemoteStorage;
@@ -301,7 +301,12 @@ fn fill(log: &TieredLog, bytes: u64) -> Result<()> {
 }
 
 /// Opens the partitions, fills and uploads the scanned ones, then measures.
-fn measure(shape: &Shape, dir: &Path, storage: &Arc<S3RemoteStorage>, bare: &Bare) -> Result<Vec<Line>> {
+fn measure(
+    shape: &Shape,
+    dir: &Path,
+    storage: &Arc<S3RemoteStorage>,
+    bare: &Bare,
+) -> Result<Vec<Line>> {
     let sampler = Sampler::start()?;
     let d = ServiceConfig::default();
     let config = ServiceConfig {

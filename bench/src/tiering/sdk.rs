@@ -163,10 +163,9 @@ impl Bare {
                             let to = (from + GET_BYTES).min(size);
                             let got = get_range(&client, &bucket, &key, from, to).await?;
                             if got != to - from {
-                                return Err(format!(
-                                    "GET {key} {from}..{to} returned {got} bytes"
-                                )
-                                .into());
+                                return Err(
+                                    format!("GET {key} {from}..{to} returned {got} bytes").into()
+                                );
                             }
                             bytes += got;
                         }
