@@ -5,6 +5,7 @@
 //! krabka-bench tiering [--quick] [--bytes N] [--server env]  # uploads, cold/cached remote reads, remote scans, ownership cost
 //! krabka-bench transform [--quick] [--bytes N] # compressed/encrypted remote tier vs untransformed
 //! krabka-bench scale [--quick] [--partitions N] # one tiering service over many partitions
+//! krabka-bench scale reads [--quick] [--server env] [--partitions N] [--consumers N]  # many lagging consumers' cold reads through one service
 //! krabka-bench replica [--quick] [--bytes N] [--server env] [--partitions N]  # read replicas: scan, visibility, idle refreshes
 //! krabka-bench tail [--quick] [--bytes N] [--server env] [--window MS] [--partitions N]  # tail objects: bucket-durable acks, PUTs/s, cost
 //! ```

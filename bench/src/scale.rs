@@ -1,5 +1,6 @@
 //! `krabka-bench scale [--quick] [--partitions N]`: one `TieringService` tiering many small
-//! partitions to remote-fs.
+//! partitions to remote-fs. `krabka-bench scale reads ...`: cold reads of many lagging
+//! consumers through one service ([`reads`]).
 //!
 //! Reports the time to tier everything, peak and per-partition RSS, the thread count and open
 //! descriptors at their peak, the p99 of a remote `read` on one partition during the storm
@@ -24,6 +25,8 @@ use krabka_tiering::{ServiceConfig, TieredLog, TieringConfig, TieringService};
 use parking_lot_free::Mutex;
 
 use crate::Result;
+
+mod reads;
 
 /// `std::sync::Mutex` without poisoning surprises: a poisoned lock still yields its data.
 mod parking_lot_free {
@@ -50,6 +53,11 @@ const READ_THREADS: usize = 2;
 
 /// Runs the measurement in a child with a raised descriptor limit and prints its report.
 pub fn run(quick: bool, rest: &[String]) -> Result<()> {
+    if let Some((first, reads_args)) = rest.split_first()
+        && first == "reads"
+    {
+        return reads::run(quick, reads_args);
+    }
     let partitions = match rest.iter().position(|a| a == "--partitions") {
         Some(i) => rest
             .get(i + 1)

@@ -146,6 +146,51 @@ impl Bare {
         Ok(mbps(bytes, start.elapsed().as_secs_f64()))
     }
 
+    /// Fetches `streams` at once, each stream its objects (key, size) in order in
+    /// [`GET_BYTES`] ranged GETs, one GET in flight per stream (as many lagging consumers, each
+    /// scanning its own partition); returns the bytes, the wall seconds and each stream's bytes and seconds.
+    pub fn scan_streams(&self, streams: &[Vec<(String, u64)>]) -> Result<StreamScan> {
+        let start = Instant::now();
+        let (bytes, each) = self.rt.block_on(async {
+            let mut set = JoinSet::new();
+            for (i, objects) in streams.iter().enumerate() {
+                let (client, bucket) = (self.client.clone(), self.bucket.clone());
+                let objects = objects.clone();
+                set.spawn(async move {
+                    let mut bytes = 0u64;
+                    for (key, size) in objects {
+                        for from in (0..size).step_by(GET_BYTES as usize) {
+                            let to = (from + GET_BYTES).min(size);
+                            let got = get_range(&client, &bucket, &key, from, to).await?;
+                            if got != to - from {
+                                return Err(
+                                    format!("GET {key} {from}..{to} returned {got} bytes").into()
+                                );
+                            }
+                            bytes += got;
+                        }
+                    }
+                    Ok::<_, crate::BoxError>((i, bytes, start.elapsed().as_secs_f64()))
+                });
+            }
+            let mut each = vec![(0, 0.0); streams.len()];
+            let mut total = 0u64;
+            while let Some(r) = set.join_next().await {
+                let (i, bytes, secs) = r??;
+                total += bytes;
+                if let Some(slot) = each.get_mut(i) {
+                    *slot = (bytes, secs);
+                }
+            }
+            Ok::<_, crate::BoxError>((total, each))
+        })?;
+        Ok(StreamScan {
+            bytes,
+            secs: start.elapsed().as_secs_f64(),
+            each,
+        })
+    }
+
     /// Deletes every object under this run's prefix; returns how many.
     pub fn delete_all(&self) -> Result<usize> {
         self.rt.block_on(async {
@@ -178,6 +223,16 @@ impl Bare {
             }
         })
     }
+}
+
+/// What [`Bare::scan_streams`] measured.
+pub struct StreamScan {
+    /// Bytes received over every stream.
+    pub bytes: u64,
+    /// Wall seconds from the start to the last stream's end.
+    pub secs: f64,
+    /// Each stream's bytes and seconds from the common start to its own end, in stream order.
+    pub each: Vec<(u64, f64)>,
 }
 
 /// GETs `from..to` of `key`; returns the bytes received (collected without per-byte copies).
