@@ -135,21 +135,25 @@ enum Input {
 /// A line read ahead by [`input_paused`], handed out by the next [`next_line`].
 type Stash = Option<std::io::Result<Vec<u8>>>;
 
-/// Whether stdin has no line ready now (its writer paused): what was read so far is appended
-/// then, without waiting for a full batch, so that a slow stream's records are appended (and
-/// acknowledged) as they come. A line that is ready is kept in `stash`.
+/// How long stdin may give no line before what was read so far is appended: a pipe being
+/// written in bulk gives its next line far sooner.
+const PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Whether stdin gave no line for [`PAUSE`] (its writer paused): what was read so far is
+/// appended then, without waiting for a full batch, so that a slow stream's records are
+/// appended (and acknowledged) as they come. A line that came is kept in `stash`.
 fn input_paused(lines: &Receiver<std::io::Result<Vec<u8>>>, stash: &mut Stash) -> bool {
     if stash.is_some() {
         return false;
     }
-    match lines.try_recv() {
+    match lines.recv_timeout(PAUSE) {
         Ok(item) => {
             *stash = Some(item);
             false
         }
-        Err(std::sync::mpsc::TryRecvError::Empty) => true,
+        Err(RecvTimeoutError::Timeout) => true,
         // The end: the caller appends what it holds when it reads it.
-        Err(std::sync::mpsc::TryRecvError::Disconnected) => false,
+        Err(RecvTimeoutError::Disconnected) => false,
     }
 }
 
