@@ -653,7 +653,6 @@ fn a_following_replica_process_prints_every_record_a_bucket_durable_producer_ack
     }
     drop(producer);
     drop(follower);
-    drop(drain);
     assert_eq!(
         order,
         (1..=TOTAL).collect::<Vec<_>>(),
