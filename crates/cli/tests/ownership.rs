@@ -189,10 +189,19 @@ fn an_empty_directory_over_a_remote_that_holds_its_partition_is_refused_and_name
         // No new identity was written for it.
         assert!(!lost.join("topic").exists());
     }
-    // recover then finds the partition by the name, and every remote record reads back (the
-    // original's active segment was never tiered: it lives only on the lost disk).
+    // recover then finds the partition by the name, and every remote record reads back. The
+    // original's active segment was never tiered (it lives only on the lost disk): its seqs,
+    // which the partition head says were used, are a named hole, never handed out again, and
+    // the read says so (exit 1).
     ok(&["recover", lost_s, "--remote", &remote]);
-    let read = ok(&["read", lost_s, "--remote", &remote]);
+    let out = krabka(&["read", lost_s, "--remote", &remote]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("are lost: no tier holds them") && stderr.contains("..=3000"),
+        "{stderr}"
+    );
+    let read = String::from_utf8_lossy(&out.stdout).into_owned();
     let original = ok(&["read", log_s, "--remote", &remote]);
     assert!(
         read.lines().count() > 2000,
