@@ -487,3 +487,54 @@ fn a_tiering_service_gives_its_partitions_one_tail_writer() {
     drop(logs);
     service.shutdown(Duration::from_secs(5));
 }
+
+#[test]
+fn a_bucket_wiped_under_a_live_writer_gets_its_head_again_before_more_is_acknowledged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("remote");
+    let backend = Switchable::new(&root);
+    let mut opts = options(Durability::Bucket);
+    opts.config.tail = Some(TailConfig {
+        verify_interval: Duration::from_secs(1),
+        ..tail()
+    });
+    let a = tmp.path().join("a");
+    let part = PartitionDir::open(&a, &tier(&backend, &root), opts.clone()).unwrap();
+    let tp = part.topic().clone();
+    for i in 1..=10_u64 {
+        part.log().append(&Message::new(value("w", i))).unwrap();
+    }
+    // Everything in the bucket is deleted (a wrong lifecycle rule, an operator's mistake).
+    for e in std::fs::read_dir(&root).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            std::fs::remove_dir_all(&p).unwrap();
+        } else {
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+    // The writer goes on for a few verify intervals; what it acknowledges is found again.
+    let started = Instant::now();
+    let mut last = 10_u64;
+    while started.elapsed() < Duration::from_millis(2_500) {
+        last = part.log().append(&Message::new(value("w", last + 1))).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(part);
+    std::fs::remove_dir_all(&a).unwrap();
+    let b = tmp.path().join("b");
+    recover_into(&b, &tier(&backend, &root), &tp);
+    let part = PartitionDir::open(&b, &tier(&backend, &root), opts).unwrap();
+    // The records before the wipe are gone with the bucket (and the disk); every one
+    // acknowledged after the head was written again reads back, and no seq is handed out
+    // twice.
+    let next = part.log().append(&Message::new("next")).unwrap();
+    assert!(next > last, "appended at {next}, acknowledged up to {last}");
+    let records = part.log().read_over_holes(1, 100_000).unwrap();
+    let got: Vec<u64> = records.records.iter().map(|r| r.seq).collect();
+    let tail_end = *got.iter().rev().find(|s| **s <= last).unwrap();
+    assert_eq!(tail_end, last, "the last acknowledged record is back");
+    for r in records.records.iter().filter(|r| r.seq <= last) {
+        assert_eq!(r.message.value.as_ref(), value("w", r.seq).as_bytes());
+    }
+}

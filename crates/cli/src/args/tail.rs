@@ -48,6 +48,7 @@ impl TailArgs {
             max_bytes: self.tail_bytes.unwrap_or(d.max_bytes),
             grace: self.tail_grace.unwrap_or(d.grace),
             ack_deadline: self.ack_deadline.unwrap_or(d.ack_deadline),
+            verify_interval: d.verify_interval,
         }
     }
 }

@@ -393,9 +393,23 @@ impl TieredLog {
             .unwrap_or(0))
     }
 
-    /// Under [`Durability::Bucket`], waits until `seqs` are in a tail object.
+    /// After an append: under [`Durability::Bucket`], waits until `seqs` are in a tail
+    /// object; otherwise joins a chain again when the writer detached this log (its chain was
+    /// closed, or its head lost), so that its records keep going to the bucket.
     pub(crate) fn wait_in_bucket(&self, seqs: RangeInclusive<u64>) -> Result<(), Error> {
         if self.config.durability != Durability::Bucket || seqs.is_empty() {
+            if let Some(slot) = self.tail.get()
+                && slot.part.detached()
+            {
+                match self.join_tail(false) {
+                    Ok(()) => {}
+                    Err(e @ Error::Ownership(_)) => return Err(e),
+                    Err(e) => {
+                        tracing::warn!(partition = %self.tp, error = %e,
+                            "cannot join a tail chain again; the next append or round retries");
+                    }
+                }
+            }
             return Ok(());
         }
         let Some(slot) = self.tail.get() else {

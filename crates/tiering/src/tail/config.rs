@@ -18,6 +18,8 @@ pub const MAX_TAIL_BYTES: usize = 32 << 20;
 pub const MIN_TAIL_GRACE: Duration = Duration::from_secs(1);
 /// Longest [`TailConfig::grace`] and [`TailConfig::ack_deadline`]: one day.
 pub const MAX_TAIL_DURATION: Duration = Duration::from_secs(24 * 3600);
+/// Shortest [`TailConfig::verify_interval`]: 1 s.
+pub const MIN_VERIFY_INTERVAL: Duration = Duration::from_secs(1);
 /// Shortest [`TailConfig::ack_deadline`]: 10 ms.
 pub const MIN_ACK_DEADLINE: Duration = Duration::from_millis(10);
 
@@ -52,6 +54,12 @@ pub struct TailConfig {
     /// it fails with [`TailError::NotAcknowledged`](crate::TailError::NotAcknowledged)
     /// (default 10 s; [`MIN_ACK_DEADLINE`]..=[`MAX_TAIL_DURATION`]).
     pub ack_deadline: Duration,
+    /// How often the writer checks, for each partition it wrote since, that what its
+    /// acknowledgements rest on is still in the bucket: its epoch record (written again when
+    /// lost) and its head listing the chain (a head deleted or overwritten is written again
+    /// before anything more is acknowledged). Three small reads per partition (default 30 s;
+    /// [`MIN_VERIFY_INTERVAL`]..=[`MAX_TAIL_DURATION`]).
+    pub verify_interval: Duration,
 }
 
 impl Default for TailConfig {
@@ -61,6 +69,7 @@ impl Default for TailConfig {
             max_bytes: 8 << 20,
             grace: Duration::from_secs(60),
             ack_deadline: Duration::from_secs(10),
+            verify_interval: Duration::from_secs(30),
         }
     }
 }
@@ -106,6 +115,15 @@ impl TailConfig {
                 format!(
                     "{:?} is outside {MIN_ACK_DEADLINE:?}..={MAX_TAIL_DURATION:?}",
                     self.ack_deadline
+                ),
+            );
+        }
+        if !(MIN_VERIFY_INTERVAL..=MAX_TAIL_DURATION).contains(&self.verify_interval) {
+            return bad(
+                "tail.verify_interval",
+                format!(
+                    "{:?} is outside {MIN_VERIFY_INTERVAL:?}..={MAX_TAIL_DURATION:?}",
+                    self.verify_interval
                 ),
             );
         }

@@ -17,6 +17,7 @@ mod attach;
 pub mod config;
 mod gc;
 pub(crate) mod part;
+mod verify;
 mod wake;
 mod writer;
 

@@ -54,6 +54,8 @@ pub(crate) struct PartState {
     /// Whether the head lists `chain` and the epoch was checked after: only then may the
     /// writer put this partition's records in it.
     pub(crate) listed: bool,
+    /// Written since the writer last verified the head and epoch ([`super::verify`]).
+    pub(crate) written_since_verify: bool,
     /// `(finished end, when a head first listed it)`, ends increasing.
     pub(crate) published: Vec<(u64, Instant)>,
 }
@@ -117,9 +119,30 @@ impl PartitionTail {
             number,
             last_seq,
         });
+        s.written_since_verify = true;
         s.last_error = None;
         drop(s);
         self.acked.notify_all();
+    }
+
+    /// The chain it is listed in, when it was written since the last verification (which this
+    /// call starts).
+    pub(crate) fn take_written_since_verify(&self) -> Option<Uuid> {
+        let mut s = self.state.lock();
+        if !std::mem::take(&mut s.written_since_verify) || !s.listed {
+            return None;
+        }
+        s.chain
+    }
+
+    /// Marks it to be verified again at the next look (this one could not tell).
+    pub(crate) fn mark_written(&self) {
+        self.state.lock().written_since_verify = true;
+    }
+
+    /// Whether it must join a chain again before more is acknowledged.
+    pub(crate) fn detached(&self) -> bool {
+        self.state.lock().chain.is_none()
     }
 
     /// Records a failure every waiter's error names.

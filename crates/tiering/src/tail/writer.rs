@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use super::config::TailConfig;
 use super::gc;
 use super::part::{PartKey, PartitionTail, key_of};
+use super::verify;
 use super::wake::Wake;
 use crate::error::{Error, TailError};
 
@@ -82,6 +83,8 @@ pub(crate) struct State {
     pub(crate) objects: BTreeMap<(Uuid, u64), Vec<(PartKey, u64)>>,
     pending: Option<Built>,
     rotate: usize,
+    /// When the partitions were last verified ([`verify`]).
+    verified: Instant,
 }
 
 pub(crate) struct Shared {
@@ -138,6 +141,7 @@ impl TailWriter {
                 objects: BTreeMap::new(),
                 pending: None,
                 rotate: 0,
+                verified: Instant::now(),
             }),
             wake: Arc::new(Wake::default()),
             window: Mutex::new(()),
@@ -257,6 +261,17 @@ fn window(shared: &Shared) -> Result<bool, Error> {
     let before = shared.counters.stats();
     let result = write_window(shared);
     crate::metrics::publish_tail(before.into(), shared.counters.stats().into());
+    let due = {
+        let mut s = shared.state.lock();
+        let due = s.verified.elapsed() >= shared.config.verify_interval;
+        if due {
+            s.verified = Instant::now();
+        }
+        due.then(|| s.parts.clone())
+    };
+    if let Some(parts) = due {
+        verify::verify(&parts);
+    }
     result
 }
 
