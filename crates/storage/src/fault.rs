@@ -21,6 +21,13 @@ pub(crate) enum Op {
     Create,
 }
 
+/// With the `fault-injection` feature (every test build of this crate), an environment
+/// variable that, when set, turns [`Options::preallocate`](crate::Options::preallocate) on for
+/// every log opened: `KRABKA_TEST_PREALLOCATE=1 cargo test -p krabka-storage` runs every
+/// suite (crash, power loss, corruption and repair included) on preallocated segments.
+#[cfg(feature = "fault-injection")]
+pub const PREALLOCATE_ENV: &str = "KRABKA_TEST_PREALLOCATE";
+
 #[cfg(feature = "fault-injection")]
 pub use enabled::FaultInjector;
 

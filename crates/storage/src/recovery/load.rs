@@ -13,7 +13,7 @@ use crate::index::{IndexBuilder, OffsetIndex, TimeIndex};
 use crate::layout::clean::Marker;
 use crate::layout::{Seg, SegFile, load_indexes, seg_file};
 use crate::segment::{
-    SegmentProblem, batch_len, find_valid_batch_after, last_seq_allowed, scan_file,
+    SegmentProblem, batch_len, find_valid_batch_after, last_seq_allowed, nonzero_end, scan_file,
 };
 use crate::{Error, RecoveryMode, TruncatedTail};
 
@@ -83,7 +83,7 @@ impl Recoverer<'_> {
         // A closed segment ends where the next one starts: a batch past that is damage of this
         // file (bytes appended to it), never a reason to doubt the next one that holds it.
         let last_allowed = last_seq_allowed(self.dir, next_base)?;
-        let scan = scan_file(
+        let mut scan = scan_file(
             &file,
             &log_path,
             file_len,
@@ -91,6 +91,10 @@ impl Recoverer<'_> {
             last_allowed,
             self.opts.index_interval_bytes,
         )?;
+        if next_base.is_none() {
+            // Zeros after the last batch of the newest segment are its preallocated space.
+            scan.accept_zero_tail(&file, &log_path, file_len)?;
+        }
         self.report.scanned_bytes += scan.valid_len.min(file_len);
         let mut builder = scan.index;
         let (offsets, times) = builder.take();
@@ -324,7 +328,9 @@ impl Recoverer<'_> {
     /// the segment stays the active one.
     fn cut_torn_tail(&mut self, mut seg: Seg, file: File, d: Damage) -> Result<(), Error> {
         let sf = Arc::clone(&seg.file);
-        let (position, file_len) = (d.problem.position, d.file_len);
+        // The zeros after the torn bytes are preallocated space: nothing to save of them.
+        let file_len = nonzero_end(&file, &sf.log_path, d.problem.position, d.file_len)?;
+        let position = d.problem.position;
         tracing::warn!(
             path = %sf.log_path.display(),
             position,

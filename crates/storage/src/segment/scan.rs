@@ -63,6 +63,55 @@ pub(crate) fn scan_file(
     )
 }
 
+impl Scan {
+    /// Takes a problem at the end of the valid batches for the end of the data when every byte
+    /// from there to `file_len` is zero: the preallocated tail of an active segment
+    /// ([`Options::preallocate`](crate::Options::preallocate)), which holds nothing. A zero
+    /// run followed by anything else stays a problem (damage, or a torn write). Only for the
+    /// newest segment of a log: a closed segment's file ends at its last batch.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the tail cannot be read.
+    pub(crate) fn accept_zero_tail(
+        &mut self,
+        file: &File,
+        path: &Path,
+        file_len: u64,
+    ) -> Result<(), Error> {
+        let at_end = self
+            .problem
+            .as_ref()
+            .is_some_and(|p| p.position == self.valid_len);
+        if at_end && nonzero_end(file, path, self.valid_len, file_len)? == self.valid_len {
+            self.problem = None;
+        }
+        Ok(())
+    }
+}
+
+/// The byte after the last non-zero byte of `file` in `from..file_len` (`from` when they are
+/// all zero): where the data of a preallocated file ends. Reads in 1 MiB steps from the end,
+/// stopping at the first non-zero byte.
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be read.
+pub(crate) fn nonzero_end(file: &File, path: &Path, from: u64, file_len: u64) -> Result<u64, Error> {
+    let mut buf = vec![0u8; SCAN_CHUNK];
+    let mut end = file_len;
+    while end > from {
+        let step = (end - from).min(SCAN_CHUNK as u64);
+        let start = end - step;
+        let part = buf.get_mut(..step as usize).unwrap_or_default();
+        file.read_exact_at(part, start)
+            .map_err(|e| Error::io(path, e))?;
+        if let Some(i) = part.iter().rposition(|&b| b != 0) {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(from)
+}
+
 /// One valid batch seen by a scan: its first seq, byte position, and the largest
 /// timestamp of the batches scanned before it (`i64::MIN` for the first).
 #[derive(Clone, Copy, Debug)]
