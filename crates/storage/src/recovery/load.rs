@@ -328,13 +328,20 @@ impl Recoverer<'_> {
     /// the segment stays the active one.
     fn cut_torn_tail(&mut self, mut seg: Seg, file: File, d: Damage) -> Result<(), Error> {
         let sf = Arc::clone(&seg.file);
-        // The zeros after the torn bytes are preallocated space: nothing to save of them.
-        let file_len = nonzero_end(&file, &sf.log_path, d.problem.position, d.file_len)?;
-        let position = d.problem.position;
+        let (position, file_len) = (d.problem.position, d.file_len);
+        // A file of a whole segment's length was preallocated (a log never writes one that
+        // long but for a batch of its own): the zeros ending it are that space, not torn
+        // bytes, and are not copied. Anything shorter is saved whole, zeros and all.
+        let saved_end = if file_len >= self.opts.max_bytes {
+            nonzero_end(&file, &sf.log_path, position, file_len)?
+        } else {
+            file_len
+        };
         tracing::warn!(
             path = %sf.log_path.display(),
             position,
             bytes_removed = file_len - position,
+            bytes_saved = saved_end - position,
             reason = %d.problem.reason,
             "cutting the active segment's torn tail (saved in the quarantine directory)"
         );
@@ -342,7 +349,7 @@ impl Recoverer<'_> {
             Some(&file),
             &sf.log_path,
             position,
-            file_len,
+            saved_end,
             None,
             &format!("torn tail: {}", d.problem.reason),
         )?;

@@ -68,7 +68,8 @@ impl Scan {
     /// from there to `file_len` is zero: the preallocated tail of an active segment
     /// ([`Options::preallocate`](crate::Options::preallocate)), which holds nothing. A zero
     /// run followed by anything else stays a problem (damage, or a torn write). Only for the
-    /// newest segment of a log: a closed segment's file ends at its last batch.
+    /// newest segment of a log: a closed segment's file ends at its last batch. Zeros shorter
+    /// than a batch header stay a problem.
     ///
     /// # Errors
     /// [`Error::Io`] when the tail cannot be read.
@@ -82,7 +83,11 @@ impl Scan {
             .problem
             .as_ref()
             .is_some_and(|p| p.position == self.valid_len);
-        if at_end && nonzero_end(file, path, self.valid_len, file_len)? == self.valid_len {
+        // Fewer zeros than a batch header are what a write torn inside a header leaves (its
+        // high bytes of `baseOffset` are zeros): still a torn tail. Preallocated space that
+        // short (a segment within a header of full) is then cut as one: nothing but zeros.
+        let long_enough = file_len.saturating_sub(self.valid_len) >= BATCH_HEADER_LEN as u64;
+        if at_end && long_enough && nonzero_end(file, path, self.valid_len, file_len)? == self.valid_len {
             self.problem = None;
         }
         Ok(())
