@@ -87,7 +87,10 @@ impl Scan {
         // high bytes of `baseOffset` are zeros): still a torn tail. Preallocated space that
         // short (a segment within a header of full) is then cut as one: nothing but zeros.
         let long_enough = file_len.saturating_sub(self.valid_len) >= BATCH_HEADER_LEN as u64;
-        if at_end && long_enough && nonzero_end(file, path, self.valid_len, file_len)? == self.valid_len {
+        if at_end
+            && long_enough
+            && nonzero_end(file, path, self.valid_len, file_len)? == self.valid_len
+        {
             self.problem = None;
         }
         Ok(())
@@ -100,7 +103,12 @@ impl Scan {
 ///
 /// # Errors
 /// [`Error::Io`] when the file cannot be read.
-pub(crate) fn nonzero_end(file: &File, path: &Path, from: u64, file_len: u64) -> Result<u64, Error> {
+pub(crate) fn nonzero_end(
+    file: &File,
+    path: &Path,
+    from: u64,
+    file_len: u64,
+) -> Result<u64, Error> {
     let mut buf = vec![0u8; SCAN_CHUNK];
     let mut end = file_len;
     while end > from {
