@@ -261,6 +261,10 @@ pub struct Options {
     /// segment for the preallocated tail they are, not for damage (a run of zeros followed by
     /// anything else, or in a closed segment, is damage as before). Where the filesystem
     /// cannot preallocate, the file grows with each append as without this option.
+    ///
+    /// Off by default: each log holds `max_bytes` of disk for its active segment, and a
+    /// [`view::LogReader`] following a live preallocated log reports its zeros as a bad batch
+    /// (it is not yet taught the preallocated space).
     pub preallocate: bool,
 }
 
