@@ -125,6 +125,58 @@ pub(crate) fn nonzero_end(
     Ok(from)
 }
 
+/// The first non-zero byte of `file` in `from..len`, `None` when every byte there is zero (the
+/// preallocated space of an active segment, [`Options::preallocate`](crate::Options::preallocate)).
+/// Ranges the filesystem reports as holes (`SEEK_DATA`/`SEEK_HOLE`: on most, space preallocated
+/// and never written) are skipped unread; the rest is read in 1 MiB steps. A filesystem that
+/// does not report holes has every byte read. The seeks move `file`'s offset: only for a handle
+/// that does positional reads alone.
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be read.
+pub(crate) fn first_nonzero(
+    file: &File,
+    path: &Path,
+    from: u64,
+    len: u64,
+) -> Result<Option<u64>, Error> {
+    use rustix::fs::{SeekFrom, seek};
+    use rustix::io::Errno;
+    let mut buf = Vec::new();
+    let mut pos = from;
+    // Each round moves `pos` forward by at least one byte: bounded by the range's length.
+    while pos < len {
+        let data = match seek(file, SeekFrom::Data(pos)) {
+            Ok(d) => d,
+            // Nothing but a hole from `pos` to the end of the file.
+            Err(Errno::NXIO) => return Ok(None),
+            // No hole reporting here: read it all.
+            Err(_) => pos,
+        };
+        if data >= len {
+            return Ok(None);
+        }
+        let data = data.max(pos);
+        let hole = seek(file, SeekFrom::Hole(data))
+            .ok()
+            .filter(|h| *h > data)
+            .map_or(len, |h| h.min(len));
+        let mut at = data;
+        while at < hole {
+            let step = (hole - at).min(SCAN_CHUNK as u64);
+            buf.resize(step as usize, 0);
+            file.read_exact_at(&mut buf, at)
+                .map_err(|e| Error::io(path, e))?;
+            if let Some(i) = buf.iter().position(|&b| b != 0) {
+                return Ok(Some(at + i as u64));
+            }
+            at += step;
+        }
+        pos = hole;
+    }
+    Ok(None)
+}
+
 /// One valid batch seen by a scan: its first seq, byte position, and the largest
 /// timestamp of the batches scanned before it (`i64::MIN` for the first).
 #[derive(Clone, Copy, Debug)]
