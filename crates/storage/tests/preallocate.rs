@@ -212,6 +212,15 @@ fn a_zero_run_between_valid_batches_of_a_preallocated_segment_is_damage() {
         .unwrap();
     let report = LogView::new(dir.path()).verify().unwrap();
     assert!(!report.is_ok(), "{report:?}");
+    // A reader hands out the first record, then names the zeros as the bad batch they are.
+    let mut reader = LogView::new(dir.path()).reader(1);
+    let first = reader.poll(100).unwrap();
+    assert_eq!(first.iter().map(|r| r.seq).collect::<Vec<_>>(), [1]);
+    let bad = reader.poll(100);
+    assert!(
+        matches!(&bad, Err(Error::BadBatch { position, seq: 2, .. }) if *position == second.position),
+        "{bad:?}"
+    );
     let opened = Log::open(dir.path(), options());
     assert!(
         matches!(&opened, Err(Error::Damaged { position, .. }) if *position == second.position),
@@ -251,4 +260,56 @@ fn non_zero_garbage_in_the_preallocated_tail_is_a_torn_tail_saved_without_the_ze
     assert_eq!(log.last_seq(), 5);
     log.close().unwrap();
     assert_eq!(file_len(&path), end);
+}
+
+#[test]
+fn a_reader_follows_a_live_preallocated_log_across_rolls_and_stops_at_its_true_end() {
+    const N: u64 = 3000;
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(
+        dir.path(),
+        Options {
+            sync: SyncPolicy::Never,
+            ..options()
+        },
+    )
+    .unwrap();
+    let mut reader = LogView::new(dir.path()).reader(1);
+    let writer = std::thread::spawn(move || {
+        for s in 1..=N {
+            assert_eq!(log.append(&message_for(s)).unwrap(), s);
+        }
+        log
+    });
+    let mut next = 1;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for _ in 0..1_000_000 {
+        if next > N || std::time::Instant::now() > deadline {
+            break;
+        }
+        let records = reader.poll(50).unwrap();
+        for r in &records {
+            assert_eq!((r.seq, &r.message), (next, &message_for(next)));
+            next += 1;
+        }
+        if records.is_empty() {
+            assert_eq!(reader.incomplete_tail(), None);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    assert_eq!(next, N + 1, "read every record the writer appended");
+    let log = writer.join().unwrap();
+    let segs = log.segments();
+    assert!(segs.len() > 3, "the writer rolled: {}", segs.len());
+    let active = segs.last().unwrap();
+    // Caught up at the true end of a file still preallocated: nothing more, nothing torn.
+    assert_eq!(file_len(&active.log_path), MAX_BYTES);
+    assert!(reader.poll(50).unwrap().is_empty());
+    assert_eq!(reader.incomplete_tail(), None);
+    log.append(&message_for(N + 1)).unwrap();
+    let more = reader.poll(50).unwrap();
+    assert_eq!(more.iter().map(|r| r.seq).collect::<Vec<_>>(), [N + 1]);
+    log.close().unwrap();
+    assert!(reader.poll(50).unwrap().is_empty());
+    assert_eq!(reader.incomplete_tail(), None);
 }
