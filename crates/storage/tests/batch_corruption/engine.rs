@@ -341,7 +341,7 @@ fn check_open(dir: &Path, mode: RecoveryMode, t: &Target, case: &str) {
             let damaged = &before.iter().find(|(p, _)| *p == f.path).unwrap().1;
             let cut = &damaged[f.position as usize..];
             let saved = fs::read(&piece.to).unwrap();
-            if std::env::var_os(krabka_storage::fault::PREALLOCATE_ENV).is_some() {
+            if krabka_storage::fault::preallocate_by_default() {
                 // A preallocated file's zeros after the torn bytes are its space, not saved.
                 let (head, zeros) = cut.split_at(saved.len().min(cut.len()));
                 assert_eq!(saved, head, "{case}");
