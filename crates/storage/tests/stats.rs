@@ -3,7 +3,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::fs::OpenOptions;
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
