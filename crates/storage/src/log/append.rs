@@ -85,7 +85,8 @@ pub(super) struct Appender {
     pub(super) size: u64,
     /// The length of its file, at least `size` (more when preallocated).
     pub(super) file_len: u64,
-    /// Whether preallocating the file was tried (see [`Inner::preallocate`]).
+    /// Whether preallocating failed for this segment (not tried again; see
+    /// [`Inner::preallocate`]).
     pub(super) preallocated: bool,
     pub(super) next_seq: u64,
     builder: IndexBuilder,
@@ -270,7 +271,7 @@ impl Inner {
         count: u64,
         max_ts: i64,
     ) -> Result<(), Error> {
-        self.preallocate(ap);
+        self.preallocate(ap, len);
         let written = if ap.pieces.iter().any(|p| matches!(p, BatchPiece::Value(_))) {
             let slices: Vec<IoSlice<'_>> = ap
                 .pieces

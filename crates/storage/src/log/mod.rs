@@ -15,6 +15,7 @@ mod holes;
 mod lock;
 mod open;
 mod prealloc;
+pub use prealloc::PREALLOCATE_STEP;
 mod raw;
 mod read;
 mod retention;
