@@ -82,6 +82,16 @@ pub const CASES: &[Case] = &[
         "raw-batch-frame",
     ),
     krabka(G_SYNC1, "krabka append, EveryAppend", "krabka-sync1"),
+    case(
+        G_SYNC1,
+        "krabka append, EveryAppend, preallocate: true",
+        "krabka-sync1-prealloc",
+    ),
+    case(
+        G_SYNC1,
+        "krabka append, EveryAppend, preallocate: false",
+        "krabka-sync1-grow",
+    ),
     case(G_SYNC1, "okaywal entry commit", "okaywal-sync1"),
     case(
         G_SYNC1,
@@ -91,10 +101,20 @@ pub const CASES: &[Case] = &[
     raw(G_SYNC1, "raw write + sync_data", "raw-sync1"),
     case(
         G_SYNC1,
-        "raw pwrite into preallocated file + sync_data",
+        "raw pwrite into fallocated file + sync_data",
         "raw-sync1-prealloc",
     ),
     krabka(G_SYNC4, "krabka append, EveryAppend", "krabka-sync4"),
+    case(
+        G_SYNC4,
+        "krabka append, EveryAppend, preallocate: true",
+        "krabka-sync4-prealloc",
+    ),
+    case(
+        G_SYNC4,
+        "krabka append, EveryAppend, preallocate: false",
+        "krabka-sync4-grow",
+    ),
     case(G_SYNC4, "okaywal entry commit", "okaywal-sync4"),
     raw(
         G_SYNC4,
@@ -231,7 +251,13 @@ pub fn goals(id: &str) -> CostGoals {
     };
     match id {
         "krabka-append" | "krabka-batch" | "krabka-raw-batch" => append,
-        "krabka-sync1" | "krabka-sync4" | "krabka-batch-sync" => CostGoals {
+        "krabka-sync1"
+        | "krabka-sync4"
+        | "krabka-sync1-prealloc"
+        | "krabka-sync1-grow"
+        | "krabka-sync4-prealloc"
+        | "krabka-sync4-grow"
+        | "krabka-batch-sync" => CostGoals {
             allocs_per_record: Some(0.25),
             ..append
         },

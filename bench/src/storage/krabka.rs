@@ -37,6 +37,14 @@ fn krabka_options(sync: SyncPolicy) -> Options {
     }
 }
 
+/// [`krabka_options`] with `SyncPolicy::EveryAppend` and `preallocate` as given.
+fn prealloc_options(preallocate: bool) -> Options {
+    Options {
+        preallocate,
+        ..krabka_options(SyncPolicy::EveryAppend)
+    }
+}
+
 /// Builds a krabka log of `w.records` records (untimed) with `opts`.
 fn fill_krabka_with(dir: &Path, w: &Workload, v: &Bytes, opts: Options) -> Result<Log> {
     let log = Log::open(dir, opts)?;
@@ -208,6 +216,20 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
         }
         "krabka-sync4" => {
             let log = krabka_log(dir, SyncPolicy::EveryAppend)?;
+            timed_threads(sync_n, vlen, |_, i| {
+                Ok(log.append(&message(v, i)).map(drop)?)
+            })
+        }
+        // The same with the segment file preallocated (`fallocate` to its `max_bytes` at its
+        // first write), or explicitly not, whatever the default.
+        "krabka-sync1-prealloc" | "krabka-sync1-grow" => {
+            let log = Log::open(dir, prealloc_options(id.ends_with("-prealloc")))?;
+            timed(sync_n, 1, vlen, |i| {
+                Ok(log.append(&message(v, i)).map(drop)?)
+            })
+        }
+        "krabka-sync4-prealloc" | "krabka-sync4-grow" => {
+            let log = Log::open(dir, prealloc_options(id.ends_with("-prealloc")))?;
             timed_threads(sync_n, vlen, |_, i| {
                 Ok(log.append(&message(v, i)).map(drop)?)
             })

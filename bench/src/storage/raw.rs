@@ -10,6 +10,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use krabka_protocol::batch::{Compression, crc32c, encode_messages};
 use krabka_storage::segment::{MAX_BATCH_RECORD_BYTES, encode_batch_of_one};
+use rustix::fs::{FallocateFlags, fallocate};
 
 use super::files::Segments;
 use super::krabka::{fill_krabka, fill_single};
@@ -65,14 +66,15 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
             })
         }
         "raw-sync1-prealloc" => {
-            // As okaywal does: the file already has its final size, so fdatasync need not
-            // commit a size change to the file system journal.
+            // As krabka's `preallocate` does: the file's blocks are allocated up front
+            // (`fallocate`), so fdatasync need not commit a size change to the file system
+            // journal (a sparse `set_len` would leave each write a block to allocate).
             let f = OpenOptions::new()
                 .create(true)
                 .write(true)
                 .truncate(true)
                 .open(dir.join("raw"))?;
-            f.set_len(sync_n * vlen as u64)?;
+            fallocate(&f, FallocateFlags::empty(), 0, sync_n * vlen as u64)?;
             f.sync_all()?;
             timed(sync_n, 1, vlen, |i| {
                 f.write_all_at(v, i * vlen as u64)?;

@@ -88,9 +88,15 @@ fn kp_decode_dir(dir: &std::path::Path) -> Vec<KpRecord> {
         .collect();
     logs.sort();
     let mut out = Vec::new();
+    let newest = logs.last().cloned();
     for path in logs {
         let mut bytes = Bytes::from(fs::read(&path).unwrap());
+        // The newest segment's preallocated space (`Options::preallocate`): zeros to the end.
+        let is_newest = Some(&path) == newest.as_ref();
         while !bytes.is_empty() {
+            if is_newest && bytes.iter().all(|&b| b == 0) {
+                break;
+            }
             let set = RecordBatchDecoder::decode(&mut bytes)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             out.extend(set.records);

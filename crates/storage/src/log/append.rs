@@ -81,7 +81,13 @@ pub(super) struct Appender {
     pub(super) active: Arc<SegFile>,
     /// The active segment's `.log`, open for writing.
     pub(super) file: Arc<File>,
-    size: u64,
+    /// The true end of the active segment: the bytes of its batches.
+    pub(super) size: u64,
+    /// The length of its file, at least `size` (more when preallocated).
+    pub(super) file_len: u64,
+    /// Whether preallocating failed for this segment (not tried again; see
+    /// [`Inner::preallocate`]).
+    pub(super) preallocated: bool,
     pub(super) next_seq: u64,
     builder: IndexBuilder,
     /// The record batches being appended (reused).
@@ -110,6 +116,8 @@ impl Appender {
             active: Arc::clone(&active.file),
             file: active.open.clone()?,
             size: active.size,
+            file_len: active.size,
+            preallocated: false,
             next_seq: active.last_seq + 1,
             builder,
             buf: Vec::new(),
@@ -127,6 +135,8 @@ impl Appender {
         self.active = sf;
         self.file = file;
         self.size = 0;
+        self.file_len = 0;
+        self.preallocated = false;
         self.builder = IndexBuilder::new(index_interval);
     }
 }
@@ -261,6 +271,7 @@ impl Inner {
         count: u64,
         max_ts: i64,
     ) -> Result<(), Error> {
+        self.preallocate(ap, len);
         let written = if ap.pieces.iter().any(|p| matches!(p, BatchPiece::Value(_))) {
             let slices: Vec<IoSlice<'_>> = ap
                 .pieces
@@ -280,9 +291,12 @@ impl Inner {
             let e = Error::io(&ap.active.log_path, e);
             self.poison(&e);
             // Best effort: drop a partial write so the file ends at a batch boundary.
-            let _ = ap.file.set_len(ap.size);
+            if ap.file.set_len(ap.size).is_ok() {
+                ap.file_len = ap.size;
+            }
             return Err(e);
         }
+        ap.file_len = ap.file_len.max(ap.size + len);
         self.counters.written(ap, count, len);
         if ap.size == 0 {
             ap.age = SegmentAge::from_now();
@@ -407,6 +421,8 @@ impl Inner {
             return Ok(());
         }
         self.invalidate_clean_shutdown(ap)?;
+        // Synced, indexed and tiered as its batches only: its preallocated space goes first.
+        self.trim_active(ap)?;
         let sync = self.opts.sync != SyncPolicy::Never;
         let index_bytes = self.close_active(ap, sync)?;
         let base = ap.next_seq;

@@ -14,6 +14,8 @@ mod clean;
 mod holes;
 mod lock;
 mod open;
+mod prealloc;
+pub use prealloc::PREALLOCATE_STEP;
 mod raw;
 mod read;
 mod retention;
@@ -488,6 +490,14 @@ impl Log {
     /// As [`Log::sync`]; the log is closed either way.
     pub fn close(mut self) -> Result<(), Error> {
         self.stop_flusher();
+        {
+            // The active segment's preallocated space goes before the sync, so that the
+            // synced file (and the clean-shutdown marker) holds its batches only.
+            let mut ap = self.inner.appender.lock();
+            if self.inner.check_poisoned().is_ok() {
+                self.inner.trim_active(&mut ap)?;
+            }
+        }
         self.inner.sync()?;
         let ap = self.inner.appender.lock();
         self.inner.check_poisoned()?;

@@ -41,6 +41,13 @@ impl Inner {
         let mut appender =
             Appender::on_active(&segs, builder).ok_or_else(|| no_active_segment(&dir))?;
         appender.clean_marker = clean_marker;
+        // Longer than the segment's batches when a crash left its preallocated space.
+        appender.file_len = appender
+            .file
+            .metadata()
+            .at(&appender.active.log_path)?
+            .len()
+            .max(appender.size);
         let last = appender.next_seq - 1;
         let accepted = crate::read_accepted_holes(&dir)?;
         report.holes = with_acceptance(std::mem::take(&mut report.holes), &accepted);

@@ -13,7 +13,7 @@ use crate::index::{IndexBuilder, OffsetIndex, TimeIndex};
 use crate::layout::clean::Marker;
 use crate::layout::{Seg, SegFile, load_indexes, seg_file};
 use crate::segment::{
-    SegmentProblem, batch_len, find_valid_batch_after, last_seq_allowed, scan_file,
+    SegmentProblem, batch_len, find_valid_batch_after, last_seq_allowed, nonzero_end, scan_file,
 };
 use crate::{Error, RecoveryMode, TruncatedTail};
 
@@ -83,7 +83,7 @@ impl Recoverer<'_> {
         // A closed segment ends where the next one starts: a batch past that is damage of this
         // file (bytes appended to it), never a reason to doubt the next one that holds it.
         let last_allowed = last_seq_allowed(self.dir, next_base)?;
-        let scan = scan_file(
+        let mut scan = scan_file(
             &file,
             &log_path,
             file_len,
@@ -91,6 +91,10 @@ impl Recoverer<'_> {
             last_allowed,
             self.opts.index_interval_bytes,
         )?;
+        if next_base.is_none() {
+            // Zeros after the last batch of the newest segment are its preallocated space.
+            scan.accept_zero_tail(&file, &log_path, file_len)?;
+        }
         self.report.scanned_bytes += scan.valid_len.min(file_len);
         let mut builder = scan.index;
         let (offsets, times) = builder.take();
@@ -325,10 +329,19 @@ impl Recoverer<'_> {
     fn cut_torn_tail(&mut self, mut seg: Seg, file: File, d: Damage) -> Result<(), Error> {
         let sf = Arc::clone(&seg.file);
         let (position, file_len) = (d.problem.position, d.file_len);
+        // A file of a whole segment's length was preallocated (a log never writes one that
+        // long but for a batch of its own): the zeros ending it are that space, not torn
+        // bytes, and are not copied. Anything shorter is saved whole, zeros and all.
+        let saved_end = if file_len >= self.opts.max_bytes {
+            nonzero_end(&file, &sf.log_path, position, file_len)?
+        } else {
+            file_len
+        };
         tracing::warn!(
             path = %sf.log_path.display(),
             position,
             bytes_removed = file_len - position,
+            bytes_saved = saved_end - position,
             reason = %d.problem.reason,
             "cutting the active segment's torn tail (saved in the quarantine directory)"
         );
@@ -336,7 +349,7 @@ impl Recoverer<'_> {
             Some(&file),
             &sf.log_path,
             position,
-            file_len,
+            saved_end,
             None,
             &format!("torn tail: {}", d.problem.reason),
         )?;

@@ -85,7 +85,11 @@ pub struct DumpBatches {
 
 /// Walks every batch of a segment's bytes, reporting each batch's seqs, CRC status and
 /// records, for tools such as a `dump` command. A batch with a bad CRC is reported and skipped
-/// by its length; the walk ends after a batch whose length is invalid or runs past the buffer.
+/// by its length; the walk ends after a batch whose length is invalid or runs past the buffer,
+/// and before bytes that are all zeros to the end of the buffer (the preallocated space of an
+/// active segment, [`Options::preallocate`](crate::Options::preallocate), walked as no batch,
+/// as [`DumpFile`](super::DumpFile) walks it; a zero run followed by anything else is a batch
+/// with a problem).
 ///
 /// ```
 /// use krabka_protocol::{Bytes, Message};
@@ -130,6 +134,11 @@ impl Iterator for DumpBatches {
             return None;
         }
         let rest = self.buf.slice(self.pos..);
+        if rest.iter().all(|&b| b == 0) {
+            // Zeros to the end: an active segment's preallocated space, not a batch.
+            self.done = true;
+            return None;
+        }
         let mut out = DumpedBatch::at(self.pos as u64, &rest);
         match batch_len(&rest) {
             Some(n) if n >= MIN_BATCH_LEN && n <= rest.len() => {

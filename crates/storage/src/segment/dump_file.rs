@@ -37,6 +37,8 @@ pub struct DumpFile {
     check_seqs: bool,
     /// The seq the next batch must start at, when known.
     expect: Option<u64>,
+    /// Where the zeros ending the file start, once the walk reached them.
+    zero_tail: Option<u64>,
 }
 
 impl DumpFile {
@@ -97,6 +99,7 @@ impl DumpFile {
             done: false,
             check_seqs: false,
             expect: None,
+            zero_tail: None,
         })
     }
 
@@ -139,6 +142,14 @@ impl DumpFile {
         self.expect = batch.last_seq.or(batch.seq).and_then(|s| s.checked_add(1));
     }
 
+    /// Where the zeros that end the file start, once the walk reached them: from there to the
+    /// end every byte is zero (the preallocated space of an active segment,
+    /// [`Options::preallocate`](crate::Options::preallocate)), walked as no batch. A run of
+    /// zeros followed by anything else is a batch with a problem, as any damage.
+    pub fn zero_tail(&self) -> Option<u64> {
+        self.zero_tail
+    }
+
     /// The file's length when it was opened: the bytes the walk covers.
     pub fn len(&self) -> u64 {
         self.len
@@ -177,6 +188,14 @@ impl DumpFile {
         }
         let rest = self.len - self.pos;
         let head = self.bytes_at(rest.min(BATCH_HEADER_LEN as u64))?;
+        if head.iter().all(|&b| b == 0)
+            && super::scan::nonzero_end(&self.file, &self.path, self.pos, self.len)? == self.pos
+        {
+            // Zeros to the end: an active segment's preallocated space, not a batch.
+            self.zero_tail = Some(self.pos);
+            self.done = true;
+            return Ok(None);
+        }
         let mut out = DumpedBatch::at(self.pos, &head);
         out.batch_len = rest;
         let total = batch_len(&head).map(|n| n as u64);
@@ -325,8 +344,10 @@ mod tests {
             bad.problem.as_ref().unwrap().contains("length field"),
             "{bad:?}"
         );
-        // Zeros: one batch of length 12, then the end.
-        let zeros = walk(&[0u8; 100]);
+        // Zeros followed by a non-zero byte: one batch of length 12, then the end.
+        let mut zeros = [0u8; 100];
+        zeros[99] = 1;
+        let zeros = walk(&zeros);
         assert_eq!(zeros.len(), 1);
         assert!(
             zeros[0]

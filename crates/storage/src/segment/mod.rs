@@ -72,7 +72,8 @@ pub use self::renamed::{
 };
 #[doc(hidden)]
 pub(crate) use self::scan::{
-    ValidRun, find_valid_batch_after, last_seq_allowed, scan_file, scan_file_from,
+    ValidRun, find_valid_batch_after, first_nonzero, last_seq_allowed, nonzero_end, scan_file,
+    scan_file_from,
 };
 pub use self::verify::{
     SegmentVerification, verify_segment, verify_segment_files, verify_segment_in_log,

@@ -63,6 +63,120 @@ pub(crate) fn scan_file(
     )
 }
 
+impl Scan {
+    /// Takes a problem at the end of the valid batches for the end of the data when every byte
+    /// from there to `file_len` is zero: the preallocated tail of an active segment
+    /// ([`Options::preallocate`](crate::Options::preallocate)), which holds nothing. A zero
+    /// run followed by anything else stays a problem (damage, or a torn write). Only for the
+    /// newest segment of a log: a closed segment's file ends at its last batch. Zeros shorter
+    /// than a batch header stay a problem.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the tail cannot be read.
+    pub(crate) fn accept_zero_tail(
+        &mut self,
+        file: &File,
+        path: &Path,
+        file_len: u64,
+    ) -> Result<(), Error> {
+        let at_end = self
+            .problem
+            .as_ref()
+            .is_some_and(|p| p.position == self.valid_len);
+        // Fewer zeros than a batch header are what a write torn inside a header leaves (its
+        // high bytes of `baseOffset` are zeros): still a torn tail. Preallocated space that
+        // short (a segment within a header of full) is then cut as one: nothing but zeros.
+        let long_enough = file_len.saturating_sub(self.valid_len) >= BATCH_HEADER_LEN as u64;
+        if at_end
+            && long_enough
+            && nonzero_end(file, path, self.valid_len, file_len)? == self.valid_len
+        {
+            self.problem = None;
+        }
+        Ok(())
+    }
+}
+
+/// The byte after the last non-zero byte of `file` in `from..file_len` (`from` when they are
+/// all zero): where the data of a preallocated file ends. Reads in 1 MiB steps from the end,
+/// stopping at the first non-zero byte.
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be read.
+pub(crate) fn nonzero_end(
+    file: &File,
+    path: &Path,
+    from: u64,
+    file_len: u64,
+) -> Result<u64, Error> {
+    let mut buf = vec![0u8; SCAN_CHUNK];
+    let mut end = file_len;
+    while end > from {
+        let step = (end - from).min(SCAN_CHUNK as u64);
+        let start = end - step;
+        let part = buf.get_mut(..step as usize).unwrap_or_default();
+        file.read_exact_at(part, start)
+            .map_err(|e| Error::io(path, e))?;
+        if let Some(i) = part.iter().rposition(|&b| b != 0) {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(from)
+}
+
+/// The first non-zero byte of `file` in `from..len`, `None` when every byte there is zero (the
+/// preallocated space of an active segment, [`Options::preallocate`](crate::Options::preallocate)).
+/// Ranges the filesystem reports as holes (`SEEK_DATA`/`SEEK_HOLE`: on most, space preallocated
+/// and never written) are skipped unread; the rest is read in 1 MiB steps. A filesystem that
+/// does not report holes has every byte read. The seeks move `file`'s offset: only for a handle
+/// that does positional reads alone.
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be read.
+pub(crate) fn first_nonzero(
+    file: &File,
+    path: &Path,
+    from: u64,
+    len: u64,
+) -> Result<Option<u64>, Error> {
+    use rustix::fs::{SeekFrom, seek};
+    use rustix::io::Errno;
+    let mut buf = Vec::new();
+    let mut pos = from;
+    // Each round moves `pos` forward by at least one byte: bounded by the range's length.
+    while pos < len {
+        let data = match seek(file, SeekFrom::Data(pos)) {
+            Ok(d) => d,
+            // Nothing but a hole from `pos` to the end of the file.
+            Err(Errno::NXIO) => return Ok(None),
+            // No hole reporting here: read it all.
+            Err(_) => pos,
+        };
+        if data >= len {
+            return Ok(None);
+        }
+        let data = data.max(pos);
+        let hole = seek(file, SeekFrom::Hole(data))
+            .ok()
+            .filter(|h| *h > data)
+            .map_or(len, |h| h.min(len));
+        let mut at = data;
+        while at < hole {
+            let step = (hole - at).min(SCAN_CHUNK as u64);
+            buf.resize(step as usize, 0);
+            file.read_exact_at(&mut buf, at)
+                .map_err(|e| Error::io(path, e))?;
+            if let Some(i) = buf.iter().position(|&b| b != 0) {
+                return Ok(Some(at + i as u64));
+            }
+            at += step;
+        }
+        pos = hole;
+    }
+    Ok(None)
+}
+
 /// One valid batch seen by a scan: its first seq, byte position, and the largest
 /// timestamp of the batches scanned before it (`i64::MIN` for the first).
 #[derive(Clone, Copy, Debug)]

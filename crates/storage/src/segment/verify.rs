@@ -77,7 +77,9 @@ pub fn verify_segment_files(
 }
 
 /// [`verify_segment_files`] of one segment of a log, whose next segment file (in the same
-/// directory) starts at `next_base` (`None` for the newest segment): a closed segment ends
+/// directory) starts at `next_base` (`None` for the newest segment, whose zeros after its
+/// last batch are preallocated space, not a problem, as [`Log::open`](crate::Log::open)
+/// takes them; [`SegmentVerification::valid_bytes`] is then its true end): a closed segment ends
 /// where the next one starts, so when that file starts with an intact batch of `next_base`, a
 /// batch holding a seq from `next_base` on is this file's problem at its byte (bytes appended
 /// to the closed segment), not a seq overlap of the next segment; a repair moves those bytes
@@ -117,7 +119,7 @@ pub fn verify_segment_in_log(
             next_entry += 1;
         }
     };
-    let scan = scan_file_from(
+    let mut scan = scan_file_from(
         &file,
         log_path,
         0,
@@ -126,6 +128,10 @@ pub fn verify_segment_in_log(
         u64::MAX,
         &mut on_batch,
     )?;
+    if next_base.is_none() {
+        // The newest segment's preallocated space, as recovery takes it.
+        scan.accept_zero_tail(&file, log_path, file_len)?;
+    }
     let mut v = verification_of(scan, log_path, file_len, base_seq);
     if v.problem.is_some() {
         return Ok(v);

@@ -67,7 +67,8 @@ pub struct SegmentCheck {
     pub last_seq: Option<u64>,
     /// Valid records.
     pub records: u64,
-    /// Size of the `.log` file.
+    /// Size of the `.log` file; for the newest segment without a problem, the bytes of its
+    /// batches (the zeros of its preallocated space after them left out).
     pub bytes: u64,
     /// Its index files.
     pub index: IndexState,
@@ -218,7 +219,13 @@ impl Walk<'_> {
             )
         }?;
         self.report.records += v.records;
-        self.report.bytes += v.file_bytes;
+        // The newest segment's preallocated zeros after its last batch are no part of it.
+        let bytes = if newest && v.problem.is_none() {
+            v.valid_bytes
+        } else {
+            v.file_bytes
+        };
+        self.report.bytes += bytes;
         let before = self.report.problems.len();
         self.seam(base, &log_path);
         let empty_closed = !newest && v.file_bytes == 0;
@@ -293,7 +300,7 @@ impl Walk<'_> {
         Ok(check(
             base,
             log_path,
-            &v,
+            (&v, bytes),
             index,
             self.report.problems.len() > before,
         ))
@@ -336,7 +343,7 @@ impl Walk<'_> {
 fn check(
     base: u64,
     log_path: PathBuf,
-    v: &SegmentVerification,
+    (v, bytes): (&SegmentVerification, u64),
     index: IndexState,
     corrupt: bool,
 ) -> SegmentCheck {
@@ -346,7 +353,7 @@ fn check(
         first_seq: v.first_seq,
         last_seq: v.last_seq,
         records: v.records,
-        bytes: v.file_bytes,
+        bytes,
         index,
         corrupt,
     }

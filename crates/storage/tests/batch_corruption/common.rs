@@ -70,6 +70,10 @@ pub fn batches(path: &Path) -> Vec<Batch> {
     let mut out = Vec::new();
     let mut pos = 0usize;
     while pos < bytes.len() {
+        if bytes[pos..].iter().all(|&b| b == 0) {
+            // The preallocated space of an active segment (`Options::preallocate`).
+            break;
+        }
         let (first, last, len) = segment::peek_batch(&bytes[pos..]).expect("an intact batch");
         out.push(Batch {
             path: path.to_path_buf(),

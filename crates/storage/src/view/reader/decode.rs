@@ -32,7 +32,17 @@ impl LogReader {
             }
             return self.decode_old(cursor, file, path, len, max, last_allowed);
         }
-        let buf = segment::read_chunk(file, path, cursor.position, len, CHUNK)?;
+        // The newest segment may end before its file does (preallocated space).
+        let newest = last_allowed == u64::MAX;
+        if newest && self.known_zeros(file, path, cursor.base, cursor.position, len)? {
+            return Ok(Chunk::AtEnd(cursor.position));
+        }
+        let buf = match segment::read_chunk(file, path, cursor.position, len, CHUNK) {
+            Ok(buf) => buf,
+            // Cut back under the read: a roll trimmed its preallocated space. Look again.
+            Err(_) if Self::shorter_than(file, len) => return Ok(Chunk::Again),
+            Err(e) => return Err(e),
+        };
         let decoded = segment::decode_within(
             &buf,
             Some(cursor.expect),
@@ -100,10 +110,24 @@ impl LogReader {
                     self.cursor = Some(Cursor::start_of(cursor.base));
                     return Ok(Chunk::Again);
                 }
+                if newest {
+                    if let Some(chunk) = self.live_end(&buf, cursor, max, at, (file, path, len))? {
+                        return Ok(chunk);
+                    }
+                    // A batch being written into preallocated space reads as a whole batch
+                    // that fails its CRC until the write is done: one more read, after a
+                    // pause longer than such a write, decides.
+                    let here = (cursor.base, cursor.position + at);
+                    if self.looked_again != Some(here) {
+                        self.looked_again = Some(here);
+                        std::thread::sleep(super::LOOK_AGAIN_AFTER);
+                        return Ok(Chunk::Again);
+                    }
+                }
                 return self.good_then_bad(&buf, cursor, max, at, reason, path);
             }
         }
-        Ok(Chunk::AtEnd)
+        Ok(Chunk::AtEnd(len))
     }
 
     /// The records of `buf` before the bad batch at `at` (they are valid: returned now), and
@@ -117,8 +141,40 @@ impl LogReader {
         reason: String,
         path: &Path,
     ) -> Result<Chunk, Error> {
-        let last_allowed = self.last_allowed(cursor.base)?;
         let position = cursor.position + at;
+        let (got, expect) = self.good_before(buf, cursor, max, at, path)?;
+        self.cursor = Some(Cursor {
+            base: cursor.base,
+            position,
+            expect,
+            from_index: false,
+        });
+        let error = Error::BadBatch {
+            path: path.to_path_buf(),
+            position,
+            seq: expect,
+            reason,
+        };
+        match got {
+            None => Err(error),
+            Some(got) => {
+                self.pending = Some(error);
+                Ok(Chunk::Got(got))
+            }
+        }
+    }
+
+    /// The records of `buf` (read at `cursor`) before byte `at` of it, decoded again (they are
+    /// valid), and the seq of the batch at `at`. Moves the next seq to read past them.
+    pub(super) fn good_before(
+        &mut self,
+        buf: &Bytes,
+        cursor: Cursor,
+        max: usize,
+        at: u64,
+        path: &Path,
+    ) -> Result<(Option<Got>, u64), Error> {
+        let last_allowed = self.last_allowed(cursor.base)?;
         let n = usize::try_from(at).ok().filter(|n| *n > 0);
         let good = n.and_then(|n| {
             let before = buf.slice(..n.min(buf.len()));
@@ -148,24 +204,6 @@ impl LogReader {
                 ));
             }
         }
-        self.cursor = Some(Cursor {
-            base: cursor.base,
-            position,
-            expect,
-            from_index: false,
-        });
-        let error = Error::BadBatch {
-            path: path.to_path_buf(),
-            position,
-            seq: expect,
-            reason,
-        };
-        match got {
-            None => Err(error),
-            Some(got) => {
-                self.pending = Some(error);
-                Ok(Chunk::Got(got))
-            }
-        }
+        Ok((got, expect))
     }
 }

@@ -105,19 +105,12 @@ impl LogReader {
         // The log held every seq up to its recovery point, synced, when it was last closed
         // or rolled: ending below it is lost data, not a write in progress.
         if let Some(point) = self.view.recovery_point()?.filter(|p| cursor.expect <= *p) {
-            // A writer appends (and rolls) before it records the point: if the file grew or a
-            // newer segment appeared since `len` was taken, the records are there; look again.
-            let grown = match std::fs::metadata(path) {
-                Ok(m) => m.len() > len,
-                // Deleted since (retention): locate the seq again.
-                Err(_) => true,
-            };
-            let rolled = self
-                .view
-                .segment_bases()?
-                .into_iter()
-                .any(|b| b > cursor.base);
-            if grown || rolled {
+            // A writer appends (and rolls) before it records the point, so a read of the
+            // segment made after this read of the point holds the records, in this file (grown,
+            // or written into its preallocated space) or a newer one: look once more.
+            let here = (cursor.base, cursor.position);
+            if self.looked_again != Some(here) {
+                self.looked_again = Some(here);
                 return Ok(Step::Again);
             }
             return Err(Error::EndsBelowRecoveryPoint {

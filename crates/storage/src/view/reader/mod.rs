@@ -14,11 +14,16 @@ use crate::{Error, Record};
 
 mod decode;
 mod follow;
+mod live;
 mod locate;
 mod old;
 
 /// Bytes read from a segment file per step.
 const CHUNK: usize = 4 << 20;
+
+/// How long the reader waits before it reads again a batch of the newest segment that does not
+/// check (see [`LogReader`]): far longer than the write of a batch into the page cache takes.
+const LOOK_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Where the reader is: a segment, a byte position in its `.log` and the seq of the batch there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +64,16 @@ impl Cursor {
 /// below the recovery point ([`Error::EndsBelowRecoveryPoint`]). An incomplete batch at the end
 /// of the newest segment is a write in progress, not damage: the reader stops before it
 /// ([`incomplete_tail`](Self::incomplete_tail)).
+///
+/// A newest segment that was preallocated ([`Options::preallocate`](crate::Options::preallocate))
+/// is a file longer than its batches, zeros after them: the reader takes the first byte of
+/// those zeros for its end, exactly as recovery does, never the file's size. Zeros followed by
+/// other bytes are damage ([`Error::BadBatch`]). A batch being written into that space reads
+/// as a whole batch failing its CRC until the write is done, so a batch of the newest segment
+/// that does not check is read once more after a short pause before it is reported; one still
+/// failing then is [`Error::BadBatch`], a batch torn by a crash included (its bytes cannot be
+/// told from damage; [`Log::open`](crate::Log::open) cuts it as a torn tail when no valid
+/// batch follows it).
 #[derive(Debug)]
 pub struct LogReader {
     view: LogView,
@@ -73,6 +88,22 @@ pub struct LogReader {
     pending: Option<Error>,
     tail: Option<IncompleteTail>,
     fallbacks: Vec<IndexFallback>,
+    /// Zeros to the end of a newest segment's file, as last checked (see [`ZeroRun`]).
+    zeros: Option<ZeroRun>,
+    /// A segment and byte this step already looked at twice (once more after a finding that a
+    /// concurrent write could explain): the second look decides.
+    looked_again: Option<(u64, u64)>,
+}
+
+/// Bytes `from..len` of segment `base`'s file (while it is `len` bytes long) were all zero
+/// when last read: its preallocated space. The writer only ever writes at its true end, so
+/// once the reader stands at a byte past `from` whose batch header is still zeros, it is at
+/// that end without reading the rest again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ZeroRun {
+    base: u64,
+    len: u64,
+    from: u64,
 }
 
 /// What one step of the reader returns: records and the bytes of their batches.
@@ -124,6 +155,8 @@ impl LogReader {
             pending: None,
             tail: None,
             fallbacks: Vec::new(),
+            zeros: None,
+            looked_again: None,
         }
     }
 
@@ -222,6 +255,7 @@ impl LogReader {
             return Err(e);
         }
         self.tail = None;
+        self.looked_again = None;
         if max == 0 {
             return Ok(None);
         }
@@ -255,17 +289,20 @@ impl LogReader {
                     position: cursor.position,
                 });
             }
+            // The end of the segment's bytes: its file's length, unless the decoder found the
+            // zeros of preallocated space (or a batch still being written into it) first.
+            let mut end = len;
             if len > cursor.position {
                 match self.decode_from(cursor, &file, &path, len, max, batches)? {
                     Chunk::Got(got) => return Ok(Some(got)),
                     Chunk::Again => continue,
-                    Chunk::AtEnd => {}
+                    Chunk::AtEnd(at) => end = at,
                 }
             }
             // At the end of the bytes there (or at an incomplete batch): go on to the next
             // segment once the writer has rolled to it, and check the seams.
             let Some(cursor) = self.cursor else { continue };
-            match self.next_segment(cursor, len, &path)? {
+            match self.next_segment(cursor, end, &path)? {
                 Step::Again => continue,
                 Step::Next(next) => self.cursor = Some(next),
                 Step::CaughtUp => return Ok(None),
@@ -280,8 +317,8 @@ enum Chunk {
     Got(Got),
     /// Look again (moved past bytes without a record, or back to the start of the segment).
     Again,
-    /// At the end of the readable bytes (or at an incomplete batch).
-    AtEnd,
+    /// At the end of the readable bytes (or at an incomplete batch), which end at this byte.
+    AtEnd(u64),
 }
 
 /// What comes after the end of a segment's readable bytes.

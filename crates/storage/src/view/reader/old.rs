@@ -100,7 +100,7 @@ impl LogReader {
                 }))
             }
             (true, None) if consumed > 0 => Ok(Chunk::Again),
-            (true, None) => Ok(Chunk::AtEnd),
+            (true, None) => Ok(Chunk::AtEnd(len)),
         }
     }
 }
