@@ -560,3 +560,23 @@ fn a_bucket_wiped_under_a_live_writer_gets_its_head_again_before_more_is_acknowl
         assert_eq!(r.message.value.as_ref(), value("w", r.seq).as_bytes());
     }
 }
+
+#[test]
+fn a_full_object_s_worth_of_appends_is_written_before_the_window_ends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("remote");
+    let backend = Switchable::new(&root);
+    let mut opts = options(Durability::Bucket);
+    // A window far longer than the deadline: only the bytes can start it in time.
+    opts.config.tail = Some(TailConfig {
+        interval: Duration::from_secs(60),
+        max_bytes: 4096,
+        ack_deadline: Duration::from_secs(20),
+        ..tail()
+    });
+    let part = PartitionDir::open(&tmp.path().join("a"), &tier(&backend, &root), opts).unwrap();
+    let batch: Vec<Message> = (0..8).map(|i| Message::new(vec![b'x'; 1000 + i])).collect();
+    let seqs = part.log().append_batch(&batch).unwrap();
+    assert_eq!(seqs, 1..=8);
+    assert!(part.log().tail_acked_seq() >= Some(8));
+}

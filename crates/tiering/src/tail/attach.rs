@@ -396,7 +396,14 @@ impl TieredLog {
     /// After an append: under [`Durability::Bucket`], waits until `seqs` are in a tail
     /// object; otherwise joins a chain again when the writer detached this log (its chain was
     /// closed, or its head lost), so that its records keep going to the bucket.
-    pub(crate) fn wait_in_bucket(&self, seqs: RangeInclusive<u64>) -> Result<(), Error> {
+    pub(crate) fn wait_in_bucket(
+        &self,
+        seqs: RangeInclusive<u64>,
+        bytes: u64,
+    ) -> Result<(), Error> {
+        if let Some(slot) = self.tail.get() {
+            slot.part.appended(bytes);
+        }
         if self.config.durability != Durability::Bucket || seqs.is_empty() {
             if let Some(slot) = self.tail.get()
                 && slot.part.detached()

@@ -99,6 +99,14 @@ impl PartitionTail {
         }
     }
 
+    /// Counts `bytes` appended for the writer's next window (a full object's worth starts it
+    /// early).
+    pub(crate) fn appended(&self, bytes: u64) {
+        if let Some(wake) = self.wake.upgrade() {
+            wake.add(bytes);
+        }
+    }
+
     /// Asks the writer for a window (nothing when it is gone).
     pub(crate) fn nudge(&self) {
         if let Some(wake) = self.wake.upgrade() {

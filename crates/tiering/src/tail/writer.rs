@@ -130,6 +130,7 @@ impl TailWriter {
     /// [`TailError::Stopped`] when the thread cannot be started.
     pub fn start(store: Arc<dyn OwnershipStore>, config: TailConfig) -> Result<Self, Error> {
         config.validate()?;
+        let full = u64::try_from(config.max_bytes).unwrap_or(u64::MAX);
         let shared = Arc::new(Shared {
             store,
             config,
@@ -143,7 +144,7 @@ impl TailWriter {
                 rotate: 0,
                 verified: Instant::now(),
             }),
-            wake: Arc::new(Wake::default()),
+            wake: Arc::new(Wake::new(full)),
             window: Mutex::new(()),
             counters: Counters::default(),
         });
@@ -286,6 +287,8 @@ fn write_window(shared: &Shared) -> Result<bool, Error> {
         match s.pending.take() {
             Some(b) => (Some(b), chain_id, number, false),
             None => {
+                // What waits from now on goes into the next window.
+                shared.wake.begin_window();
                 let (b, more) = build(shared, &mut s, chain_id, number);
                 (b, chain_id, number, more)
             }

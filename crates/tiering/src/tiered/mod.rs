@@ -196,7 +196,7 @@ impl TieredLog {
             .log
             .append(msg)
             .map_err(|e| Error::storage("appending", e))?;
-        self.wait_in_bucket(seq..=seq)?;
+        self.wait_in_bucket(seq..=seq, msg.encoded_len() as u64)?;
         Ok(seq)
     }
 
@@ -211,7 +211,8 @@ impl TieredLog {
             .log
             .append_batch(msgs)
             .map_err(|e| Error::storage("appending a batch", e))?;
-        self.wait_in_bucket(seqs.clone())?;
+        let bytes = msgs.iter().map(|m| m.encoded_len() as u64).sum();
+        self.wait_in_bucket(seqs.clone(), bytes)?;
         Ok(seqs)
     }
 
@@ -229,7 +230,7 @@ impl TieredLog {
             .log
             .append_raw_batch(batch)
             .map_err(|e| Error::storage("appending a raw batch", e))?;
-        self.wait_in_bucket(seqs.clone())?;
+        self.wait_in_bucket(seqs.clone(), batch.len() as u64)?;
         Ok(seqs)
     }
 
