@@ -24,20 +24,22 @@ pub(crate) enum Op {
 /// With the `fault-injection` feature (every test build of this crate), an environment
 /// variable that sets the default of [`Options::preallocate`](crate::Options::preallocate)
 /// (`Options::default()`; a log whose options say it explicitly keeps it): `0` turns it off,
-/// anything else on. `KRABKA_TEST_PREALLOCATE=0 cargo test -p krabka-storage` runs every suite
-/// (crash, power loss, corruption and repair included) on segment files that grow with each
-/// append, `=1` (or unset: the default) on preallocated ones.
+/// anything else on. `KRABKA_TEST_PREALLOCATE=1 cargo test -p krabka-storage` runs every suite
+/// (crash, power loss, corruption and repair included) on preallocated segment files, `=0` (or
+/// unset: the default) on files that grow with each append.
 #[cfg(feature = "fault-injection")]
 pub const PREALLOCATE_ENV: &str = "KRABKA_TEST_PREALLOCATE";
 
-/// The default of [`Options::preallocate`](crate::Options::preallocate): `true`, unless
-/// [`PREALLOCATE_ENV`] (test builds) says `0`.
+/// The default of [`Options::preallocate`](crate::Options::preallocate): `false` (a reader of
+/// a segment file that is not this crate's, as a backup tool or the remote metadata's own
+/// generation check, would meet the preallocated zeros), unless [`PREALLOCATE_ENV`] (test
+/// builds) says otherwise.
 pub fn preallocate_by_default() -> bool {
     #[cfg(feature = "fault-injection")]
     if let Some(v) = std::env::var_os(PREALLOCATE_ENV) {
         return v != "0";
     }
-    true
+    false
 }
 
 #[cfg(feature = "fault-injection")]

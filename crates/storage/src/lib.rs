@@ -253,7 +253,9 @@ pub struct Options {
     /// batch needs it, as Kafka's `file.preallocate` does with the whole segment: an append then
     /// writes into space the file already has, so a synced append's `fdatasync` commits a change
     /// of the file's size only once per step (ext4, 2026-12-04, whole-segment preallocation: 1.1–1.4× the synced appends per second of a growing file with one
-    /// thread, 1.1–1.25× with four, docs/benchmarks.md). Default: `true`.
+    /// thread, 1.1–1.25× with four, docs/benchmarks.md). Default: `false`: a program other than this
+    /// crate reading a live segment file would meet the preallocated zeros after its batches
+    /// (the remote metadata manager checks its own generations that way).
     ///
     /// The true end of the segment is what the log holds in memory, never the file's size:
     /// a roll and [`Log::close`] truncate the file to its last batch before it is synced and
