@@ -8,7 +8,7 @@ use krabka_remote_storage::RemoteLogSegmentMetadata;
 use krabka_storage::segment::{MAX_BATCH_RECORD_BYTES, batch_len};
 
 use super::index::prefetched_index;
-use super::{RemoteReader, log_corrupt, object_key};
+use super::{RemoteReader, log_corrupt, not_cached, object_key};
 use crate::cache::{FetchError, Part};
 use crate::error::Error;
 use crate::read::chunkmap::backend_view;
@@ -52,6 +52,9 @@ pub(super) struct Walk<'r, 'a> {
     /// A point read (every chunk is fetched with a little of the next one), and where the
     /// batch it reads ends at the latest, when known: its first chunk is fetched up to there.
     point: Option<Option<u64>>,
+    /// The chunk holding the start of the last buffer given: once a sequential walk has gone
+    /// past it, it is marked the cache's next to evict.
+    last_chunk: Option<u64>,
 }
 
 impl<'r, 'a> Walk<'r, 'a> {
@@ -85,6 +88,7 @@ impl<'r, 'a> Walk<'r, 'a> {
             boundary: start,
             sequential: reader.readahead.continues(seq),
             point,
+            last_chunk: None,
         })
     }
 
@@ -97,6 +101,18 @@ impl<'r, 'a> Walk<'r, 'a> {
             return Ok(None);
         }
         let chunk = u64::from(reader.config.chunk_bytes);
+        let at = self.pos / chunk;
+        if self.sequential
+            && let Some(passed) = self.last_chunk
+        {
+            // The chunks this walk has gone past are not read again by it: they go before any
+            // chunk read ahead for a reader that has not got there yet.
+            let segment = meta.remote_log_segment_id().id();
+            for n in passed..at {
+                reader.cache.lru().demote(&(segment, Part::Chunk(n)));
+            }
+        }
+        self.last_chunk = Some(at);
         if self.sequential && reader.config.prefetch {
             let next = || reader.next_remote(meta);
             reader.readahead.schedule(
@@ -220,7 +236,8 @@ impl RemoteReader<'_> {
     /// read-ahead: a fetch of the same entry in progress is waited for, at most
     /// [`TieringConfig::fetch_deadline`](crate::TieringConfig::fetch_deadline)
     /// ([`ReadError::FetchWaitExceeded`](crate::ReadError::FetchWaitExceeded) past it), and its result taken; when it failed, `fetch`
-    /// runs here and reports its own error. `fetch` returns only checked bytes.
+    /// runs here and reports its own error. `fetch` returns only checked bytes. A
+    /// [`cached_only`](RemoteReader::cached_only) reader takes the entry only when cached.
     pub(super) fn single_flight(
         &self,
         meta: &RemoteLogSegmentMetadata,
@@ -229,6 +246,13 @@ impl RemoteReader<'_> {
         fetch: impl FnOnce() -> Result<Bytes, Error>,
     ) -> Result<Bytes, Error> {
         let id = meta.remote_log_segment_id();
+        if self.cached_only {
+            return self
+                .cache
+                .lru()
+                .lookup(&(id.id(), part))
+                .ok_or_else(|| not_cached(meta, part, seq));
+        }
         let wait = self.config.fetch_deadline;
         self.cache
             .lru()

@@ -3,7 +3,11 @@
 //! ([`engine`](super::engine)) of the log's cache while the reader decodes.
 //!
 //! A read that continues where an earlier read of the same segment stopped (or that crosses a
-//! chunk boundary) is sequential: the next [`DEPTH`] chunks are queued. Each is fetched at most
+//! chunk boundary) is sequential: the next chunks are queued, as many as its fair share of the
+//! cache allows ([`fair_depth`]: the cache's chunks divided between the readers reading
+//! sequentially through it, less the chunk the reader is in; at least 1, at most [`DEPTH`]), so
+//! that the chunks read ahead for many readers at once fit in the cache together and none is
+//! evicted before its reader gets there. Each is fetched at most
 //! once (the cache's single-flight fetch: a reader reaching a chunk still being fetched waits
 //! for it) and checked like a reader's fetch (the exact range asked for). Nothing is queued
 //! when the cache could not hold the chunks until the reader gets there. Adjacent chunks the
@@ -23,6 +27,19 @@ use crate::cache::byte_lru::Part;
 
 /// Readers' positions remembered.
 const STREAMS: usize = 32;
+
+/// Chunks to read ahead for one of `readers` sequential readers sharing a cache of
+/// `cache_chunks` chunks: its share of the cache less the chunk it is reading (which its next
+/// read starts in), at least 1, at most [`DEPTH`] and half the cache; 0 (no read-ahead) for a
+/// cache of less than two chunks.
+pub(crate) fn fair_depth(cache_chunks: u64, readers: u64) -> u64 {
+    let room = cache_chunks / 2;
+    if room == 0 {
+        return 0;
+    }
+    let share = (cache_chunks / readers.max(1)).saturating_sub(1);
+    share.clamp(1, DEPTH).min(room)
+}
 
 /// A reader's position: the segment attempt, the seq its next read starts at, the last
 /// chunk queued for it, and what was queued of the next segment (its metadata and last
@@ -104,8 +121,8 @@ impl ReadAhead {
         streams.push_back(stream);
     }
 
-    /// Queues the [`DEPTH`] chunks after chunk `after` of `meta` for the reader reading
-    /// `from_seq` (those not queued for it yet). When the window reaches past the segment's
+    /// Queues the chunks after chunk `after` of `meta` for the reader reading `from_seq`
+    /// (those not queued for it yet), as many as [`fair_depth`] gives. When the window reaches past the segment's
     /// end, `next` gives the next remote segment, whose offset index (checked by `check`)
     /// and first chunks are queued too.
     #[allow(clippy::too_many_arguments)]
@@ -121,12 +138,14 @@ impl ReadAhead {
         check: IndexCheck,
     ) {
         let last_chunk = meta.segment_size_in_bytes().saturating_sub(1) / chunk_bytes;
-        // The chunks ahead must stay cached until the reader gets there.
-        let room = cache.capacity_bytes() / chunk_bytes / 2;
-        let depth = DEPTH.min(room);
-        if depth == 0 {
+        // The chunks ahead must stay cached until the reader gets there, beside those of every
+        // other reader reading ahead through the same cache.
+        let cache_chunks = cache.capacity_bytes() / chunk_bytes;
+        if fair_depth(cache_chunks, 1) == 0 {
             return;
         }
+        let readers = cache.engine().sequential_readers(self.id) as u64;
+        let depth = fair_depth(cache_chunks, readers);
         let segment = meta.remote_log_segment_id().id();
         let (queued, ahead) = {
             let mut streams = self.streams.lock();
@@ -204,4 +223,34 @@ fn send_chunks(
         upto = chunk + 1;
     }
     upto
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DEPTH, fair_depth};
+
+    #[test]
+    fn read_ahead_depth_is_each_readers_share_of_the_cache_within_one_and_depth() {
+        // One reader of the default 64-chunk cache: the full depth.
+        assert_eq!(fair_depth(64, 1), DEPTH);
+        // 20 readers: 3 chunks each, one of them the chunk being read.
+        assert_eq!(fair_depth(64, 20), 2);
+        // 100 readers in 64 chunks: still one chunk ahead each.
+        assert_eq!(fair_depth(64, 100), 1);
+        // 1,024 chunks for 100 readers: 10 each, capped at the depth.
+        assert_eq!(fair_depth(1024, 100), DEPTH);
+        // The readers' chunks ahead fit in the cache whenever a share holds two.
+        for readers in 1..=32 {
+            assert!(
+                readers * (fair_depth(64, readers) + 1) <= 64,
+                "{readers} readers"
+            );
+        }
+        // A cache of less than two chunks reads nothing ahead; of two, one chunk.
+        assert_eq!(fair_depth(1, 1), 0);
+        assert_eq!(fair_depth(0, 5), 0);
+        assert_eq!(fair_depth(2, 1), 1);
+        // Zero readers is taken as one.
+        assert_eq!(fair_depth(64, 0), DEPTH);
+    }
 }
