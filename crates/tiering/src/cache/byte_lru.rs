@@ -197,7 +197,8 @@ impl ByteLru {
 
     /// The entry for `key` when cached, marking it most recently used; counts a hit when found
     /// and nothing when not (a read serving only what is cached: its read again counts the
-    /// miss).
+    /// miss). A fetch of it in progress is not waited for: that read would hold a thread
+    /// outside the reader slots while a fetch it does not own runs.
     pub(crate) fn lookup(&self, key: &Key) -> Option<Bytes> {
         let found = Self::touch(&mut self.inner.lock(), key);
         if found.is_some() {

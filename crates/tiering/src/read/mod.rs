@@ -303,7 +303,7 @@ impl RemoteReader<'_> {
         };
         let (mut expect, start) = at;
         let point = (max == 1).then_some(until);
-        let mut walk = Walk::new(self, meta, seq, start, point)?;
+        let mut walk = Walk::new(self, meta, seq, start, point)?.wanting(max);
         while read.out.len() < max {
             let next = match walk.next() {
                 // A cached-only read ends at the first chunk not cached, with what it has.

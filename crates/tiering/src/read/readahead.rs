@@ -122,7 +122,11 @@ impl ReadAhead {
     }
 
     /// Queues the chunks after chunk `after` of `meta` for the reader reading `from_seq`
-    /// (those not queued for it yet), as many as [`fair_depth`] gives. When the window reaches past the segment's
+    /// (those not queued for it yet), as many as [`fair_depth`] gives. When the cache cannot
+    /// hold each sequential reader's chunk and one more, only up to `extent`, the last chunk
+    /// (counted on from this segment's chunks) the read in progress is expected to reach, when
+    /// known: a chunk for the reader's next read would be evicted by the others' before it
+    /// comes back, and fetched twice. When the window reaches past the segment's
     /// end, `next` gives the next remote segment, whose offset index (checked by `check`)
     /// and first chunks are queued too.
     #[allow(clippy::too_many_arguments)]
@@ -132,7 +136,7 @@ impl ReadAhead {
         cache: &RemoteReadCache,
         meta: &RemoteLogSegmentMetadata,
         from_seq: u64,
-        after: u64,
+        (after, extent): (u64, Option<u64>),
         chunk_bytes: u64,
         next: impl FnOnce() -> Option<RemoteLogSegmentMetadata>,
         check: IndexCheck,
@@ -145,7 +149,15 @@ impl ReadAhead {
             return;
         }
         let readers = cache.engine().sequential_readers(self.id) as u64;
-        let depth = fair_depth(cache_chunks, readers);
+        let mut depth = fair_depth(cache_chunks, readers);
+        if cache_chunks < 2 * readers
+            && let Some(extent) = extent
+        {
+            depth = depth.min(extent.saturating_sub(after));
+        }
+        if depth == 0 {
+            return;
+        }
         let segment = meta.remote_log_segment_id().id();
         let (queued, ahead) = {
             let mut streams = self.streams.lock();
