@@ -355,6 +355,11 @@ impl ByteLru {
         self.misses.load(Ordering::Relaxed)
     }
 
+    /// Bytes of indexes and hints held now.
+    pub(crate) fn index_bytes(&self) -> u64 {
+        self.inner.lock().index_bytes
+    }
+
     /// Bytes held now.
     pub(crate) fn bytes(&self) -> u64 {
         self.inner.lock().bytes

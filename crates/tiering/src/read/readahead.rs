@@ -5,7 +5,8 @@
 //! A read that continues where an earlier read of the same segment stopped (or that crosses a
 //! chunk boundary) is sequential: the next chunks are queued, as many as its fair share of the
 //! cache allows ([`fair_depth`]: the cache's chunks divided between the readers reading
-//! sequentially through it, less the chunk the reader is in; at least 1, at most [`DEPTH`]), so
+//! sequentially through it (beside the indexes it keeps), less the chunk the reader is in; at
+//! least 1, at most [`DEPTH`]), so
 //! that the chunks read ahead for many readers at once fit in the cache together and none is
 //! evicted before its reader gets there. Each is fetched at most
 //! once (the cache's single-flight fetch: a reader reaching a chunk still being fetched waits
@@ -149,8 +150,15 @@ impl ReadAhead {
             return;
         }
         let readers = cache.engine().sequential_readers(self.id) as u64;
-        let mut depth = fair_depth(cache_chunks, readers);
-        if cache_chunks < 2 * readers
+        // The chunks the cache holds beside the indexes it keeps: a share counted on more
+        // would overflow it, and a cyclic overflow evicts each reader's chunks just before it
+        // comes back.
+        let chunk_room = cache
+            .capacity_bytes()
+            .saturating_sub(cache.lru().index_bytes())
+            / chunk_bytes;
+        let mut depth = fair_depth(chunk_room, readers).max(1);
+        if chunk_room < 2 * readers
             && let Some(extent) = extent
         {
             depth = depth.min(extent.saturating_sub(after));
