@@ -165,7 +165,7 @@ impl<'r, 'a> Walk<'r, 'a> {
             && self.point.is_none()
             && self.carry.is_empty()
             && !self.walked
-            && self.pos % chunk != 0
+            && !self.pos.is_multiple_of(chunk)
             && !reader.cache.lru().contains(&(segment, Part::Chunk(at)));
         self.walked = true;
         if resumes {
