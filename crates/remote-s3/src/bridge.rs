@@ -20,10 +20,12 @@ pub(crate) struct Bridge {
 }
 
 impl Bridge {
-    /// A bridge over a new multi-thread runtime with `threads` workers.
-    pub(crate) fn owned(threads: usize) -> Result<Self, RemoteStorageError> {
+    /// A bridge over a new multi-thread runtime with `threads` workers and at most `blocking`
+    /// blocking threads: `threads + blocking` threads in all, whatever the calls in flight.
+    pub(crate) fn owned(threads: usize, blocking: usize) -> Result<Self, RemoteStorageError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
+            .max_blocking_threads(blocking)
             .thread_name("krabka-s3")
             .enable_all()
             .build()

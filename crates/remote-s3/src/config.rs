@@ -129,6 +129,10 @@ pub struct S3Config {
     /// Worker threads of the runtime the backend owns when not handed a
     /// [`tokio::runtime::Handle`]. Default 2; minimum 1.
     pub runtime_threads: usize,
+    /// Most blocking-pool threads of that runtime (the SDK's name resolution and file reads run
+    /// there; more such calls wait for one). Default 2; minimum 1. The backend's own threads
+    /// are at most [`max_threads`](Self::max_threads).
+    pub runtime_blocking_threads: usize,
 }
 
 impl S3Config {
@@ -149,7 +153,27 @@ impl S3Config {
             operation_timeout: Duration::from_secs(300),
             max_attempts: 3,
             runtime_threads: 2,
+            runtime_blocking_threads: 2,
         }
+    }
+
+    /// The most threads the backend starts when it owns its runtime (built with
+    /// [`S3RemoteStorage::new`](crate::S3RemoteStorage::new)): `runtime_threads` workers plus
+    /// `runtime_blocking_threads` blocking threads, whatever the number of calls in flight
+    /// (none of its own with [`S3RemoteStorage::with_handle`](crate::S3RemoteStorage::with_handle)).
+    /// A tiering service counts them in its thread bound through
+    /// `ServiceConfig::backend_threads`.
+    pub fn max_threads(&self) -> usize {
+        self.runtime_threads + self.runtime_blocking_threads
+    }
+
+    /// Sets the owned runtime's worker and blocking threads ([`runtime_threads`](Self::runtime_threads),
+    /// [`runtime_blocking_threads`](Self::runtime_blocking_threads)).
+    #[must_use]
+    pub fn with_runtime_threads(mut self, workers: usize, blocking: usize) -> Self {
+        self.runtime_threads = workers;
+        self.runtime_blocking_threads = blocking;
+        self
     }
 
     /// Sets the key prefix (leading and trailing `/` are trimmed).
@@ -326,10 +350,14 @@ impl S3Config {
                 self.multipart_threshold
             ));
         }
-        if self.upload_concurrency == 0 || self.max_attempts == 0 || self.runtime_threads == 0 {
-            return bad(
-                "upload_concurrency, max_attempts and runtime_threads must be at least 1".into(),
-            );
+        if self.upload_concurrency == 0
+            || self.max_attempts == 0
+            || self.runtime_threads == 0
+            || self.runtime_blocking_threads == 0
+        {
+            return bad("upload_concurrency, max_attempts, runtime_threads and \
+                 runtime_blocking_threads must be at least 1"
+                .into());
         }
         for (name, t) in [
             ("connect_timeout", self.connect_timeout),
@@ -501,8 +529,8 @@ mod tests {
             small_threshold.starts_with(&format!("multipart_threshold {MIB} is below")),
             "{small_threshold}"
         );
-        let at_least_one =
-            "upload_concurrency, max_attempts and runtime_threads must be at least 1";
+        let at_least_one = "upload_concurrency, max_attempts, runtime_threads and \
+             runtime_blocking_threads must be at least 1";
         assert_eq!(
             invalid_argument(S3Config::new("b").with_upload_concurrency(0).validate()),
             at_least_one
@@ -510,6 +538,15 @@ mod tests {
         assert_eq!(
             invalid_argument(S3Config::new("b").with_max_attempts(0).validate()),
             at_least_one
+        );
+        assert_eq!(
+            invalid_argument(S3Config::new("b").with_runtime_threads(2, 0).validate()),
+            at_least_one
+        );
+        assert_eq!(S3Config::new("b").max_threads(), 4);
+        assert_eq!(
+            S3Config::new("b").with_runtime_threads(3, 5).max_threads(),
+            8
         );
         let longest = "p".repeat(MAX_PREFIX_LEN);
         assert!(S3Config::new("b").with_prefix(&*longest).validate().is_ok());

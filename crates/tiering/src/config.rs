@@ -248,9 +248,10 @@ pub const SPARE_BLOCKING_THREADS: usize = 4;
 /// Thread budget: `worker_threads` async workers (the scheduler and timers; they never block)
 /// plus at most `copy_threads + read_threads +` [`SPARE_BLOCKING_THREADS`] blocking threads,
 /// plus at most `read_fetch_threads` read-ahead threads of the read engine of
-/// [`TieringService::cache`](crate::TieringService::cache), whatever the number of partitions
-/// ([`max_threads`](Self::max_threads)). Each local log may add one `krabka-flusher` thread
-/// under `SyncPolicy::Interval`.
+/// [`TieringService::cache`](crate::TieringService::cache), plus the `backend_threads` the
+/// remote backend runs of its own (the S3 backend's runtime: `S3Config::max_threads()`),
+/// whatever the number of partitions ([`max_threads`](Self::max_threads)). Each local log may
+/// add one `krabka-flusher` thread under `SyncPolicy::Interval`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceConfig {
     /// Copies, stale cleanups and retention deletes running at once, over all partitions.
@@ -302,6 +303,13 @@ pub struct ServiceConfig {
     /// [`ReadEngineStats::get_budget_wait`](crate::ReadEngineStats::get_budget_wait). `None`:
     /// unlimited. Default: `None`. Minimum: 1.
     pub max_gets_per_sec: Option<u32>,
+    /// Threads the partitions' remote backend runs of its own, outside the service's pools,
+    /// counted in [`max_threads`](Self::max_threads): for the S3 backend with its own runtime
+    /// (`S3RemoteStorage::new`), its `S3Config::max_threads()` (workers plus its bounded
+    /// blocking pool; 4 by default); 0 for a backend that runs on its caller's thread (the fs
+    /// backend) or on a runtime already counted. The service does not start them: this only
+    /// states the bound the backend's own configuration enforces. Default: 0.
+    pub backend_threads: usize,
 }
 
 impl Default for ServiceConfig {
@@ -321,19 +329,22 @@ impl Default for ServiceConfig {
             read_fetch_threads: crate::read::engine::DEFAULT_READ_FETCH_THREADS,
             read_bytes_in_flight: crate::read::engine::DEFAULT_READ_BYTES_IN_FLIGHT,
             max_gets_per_sec: None,
+            backend_threads: 0,
         }
     }
 }
 
 impl ServiceConfig {
-    /// The most threads the service starts: its runtime's workers, both pools and the spare,
-    /// and its read engine's read-ahead threads.
+    /// The most threads the service and its backend run: the service's runtime's workers, both
+    /// pools and the spare, its read engine's read-ahead threads, and the backend's own
+    /// [`backend_threads`](Self::backend_threads).
     pub fn max_threads(&self) -> usize {
         self.worker_threads
             + self.copy_threads
             + self.read_threads
             + SPARE_BLOCKING_THREADS
             + self.read_fetch_threads
+            + self.backend_threads
     }
 
     /// The bounds of the service's read engine.

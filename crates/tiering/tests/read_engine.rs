@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use krabka_remote_fs::FsRemoteStorage;
 use krabka_remote_storage::RemoteStorageManager;
 use krabka_remote_storage::testkit::{Counting, Method};
+use krabka_tiering::metadata::RemoteLogMetadataManager;
 use krabka_tiering::{ReadLimits, RemoteReadCache, TieredLog, TieringConfig};
 use service_util::{World, append, options, tp, value};
 
@@ -204,5 +205,94 @@ fn the_get_budget_caps_fetches_per_second_and_its_wait_is_counted() {
             >= Duration::from_secs_f64((made as f64 - 2.0) / f64::from(rate) * 0.8),
         "{made} GETs waited only {:?} for the budget",
         stats.get_budget_wait
+    );
+}
+
+#[test]
+fn many_sequential_readers_of_a_small_shared_cache_fetch_each_index_once_and_little_twice() {
+    const READERS: i32 = 10;
+    const PAGE: usize = 40;
+    let world = World::new();
+    let rsm: Counted = Arc::new(Counting::new(world.fs.clone()));
+    // 40 chunks for 10 sequential readers (a page each a little more than a chunk): 4 chunks
+    // each, where each reading 8 ahead would evict the others' chunks before they got there.
+    let cache = RemoteReadCache::new(40 << 10);
+    let logs: Vec<TieredLog> = (0..READERS)
+        .map(|i| {
+            let config = TieringConfig {
+                local_retention_bytes: Some(0),
+                chunk_bytes: 1024,
+                ..TieringConfig::default()
+            };
+            let backend: Arc<dyn RemoteStorageManager> = rsm.clone();
+            // Indexes as sparse, against the segment, as the default's 4 KiB in 64 MiB.
+            let local = krabka_storage::Options {
+                index_interval_bytes: 2048,
+                ..options(8192)
+            };
+            let log = TieredLog::open(
+                world.dir.path().join(format!("p{i}")),
+                local,
+                backend,
+                world.rlmm.clone(),
+                tp(i),
+                config,
+            )
+            .unwrap()
+            .with_cache(cache.clone());
+            append(&log, i, 800);
+            log.sync().unwrap();
+            log.run_once().unwrap();
+            assert!(log.local_first_seq() > 100, "partition {i} tiered little");
+            log
+        })
+        .collect();
+    let segments: u64 = (0..READERS)
+        .map(|i| world.rlmm.list_remote_log_segments(&tp(i)).unwrap().len() as u64)
+        .sum();
+    let remote_bytes: u64 = (0..READERS)
+        .flat_map(|i| world.rlmm.list_remote_log_segments(&tp(i)).unwrap())
+        .map(|m| m.segment_size_in_bytes())
+        .sum();
+    rsm.take();
+
+    // The readers take turns, a page each, as lagging consumers of one broker do.
+    let mut next: Vec<u64> = vec![1; logs.len()];
+    for _ in 0..10_000 {
+        let mut active = false;
+        for (i, log) in logs.iter().enumerate() {
+            let end = log.local_first_seq();
+            if next[i] >= end {
+                continue;
+            }
+            active = true;
+            let page = log.read(next[i], PAGE).unwrap();
+            assert!(!page.is_empty(), "reader {i}: no progress at {}", next[i]);
+            for r in &page {
+                assert_eq!(r.seq, next[i]);
+                let v = value(i32::try_from(i).unwrap(), r.seq);
+                assert_eq!(r.message.value.as_ref(), v.as_bytes());
+                next[i] += 1;
+            }
+        }
+        if !active {
+            break;
+        }
+    }
+    assert!(
+        next.iter()
+            .zip(&logs)
+            .all(|(n, l)| *n >= l.local_first_seq())
+    );
+    let counts = rsm.counts();
+    assert_eq!(
+        counts.fetch_index, segments,
+        "each segment's offset index fetched once while its reader scans it: {counts:?}"
+    );
+    assert!(
+        counts.fetch_log_bytes <= remote_bytes * 2,
+        "data fetched {} bytes for {remote_bytes} scanned: {counts:?}, cache {:?}",
+        counts.fetch_log_bytes,
+        cache.stats()
     );
 }

@@ -334,7 +334,17 @@ fn reads_beyond_the_reader_queue_are_refused_and_slow_reads_time_out() {
     assert!(wait_until(Duration::from_secs(5), || svc
         .reader_queue_size()
         == 0));
-    assert_eq!(svc.read(&tp(0), 1, 100).unwrap().len(), 100);
+    // Reads work again (a read the cache serves may end where the cached bytes do).
+    let mut seq = 1;
+    for _ in 0..100 {
+        if seq > 100 {
+            break;
+        }
+        let page = svc.read(&tp(0), seq, 100).unwrap();
+        assert_eq!(page.first().map(|r| r.seq), Some(seq));
+        seq += page.len() as u64;
+    }
+    assert_eq!(seq, 101);
 }
 
 #[test]
@@ -371,4 +381,66 @@ fn partitions_share_one_byte_bounded_cache() {
     assert!(stats.bytes <= 8 << 10, "{stats:?}");
     assert!(stats.misses > 0 && stats.evictions > 0, "{stats:?}");
     svc.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn a_read_the_cache_serves_does_not_wait_for_the_reader_slot_a_fetch_holds() {
+    let world = World::new();
+    let stalled = Arc::new(FaultInjecting::new(world.fs.clone(), Faults::none()));
+    let slow: Arc<dyn RemoteStorageManager> = stalled.clone();
+    let svc = Arc::new(service(ServiceConfig {
+        read_threads: 1,
+        read_queue: 4,
+        ..ServiceConfig::default()
+    }));
+    let cached = world.partition(0, world.fs.clone(), 400, 100);
+    let fetching = world.partition(1, slow, 400, 100);
+    svc.add(cached.clone()).unwrap();
+    svc.add(fetching.clone()).unwrap();
+    assert!(wait_until(Duration::from_secs(20), || all_copied(&[
+        cached.clone(),
+        fetching.clone()
+    ])));
+    // Partition 0's remote range, read once: now in its cache.
+    let first = cached.local_first_seq();
+    assert!(first > 50, "most of partition 0 is remote only");
+    let want = usize::try_from(first - 1).unwrap();
+    assert_eq!(svc.read(&tp(0), 1, want).unwrap().len(), want);
+    let fetches = cached.stats().requests;
+
+    // Partition 1's read holds the only reader slot while its fetch stalls.
+    let stall = Duration::from_secs(5);
+    stalled.set_faults(Faults::stall(stall).on(&[Method::FetchLogSegment, Method::FetchIndex]));
+    let blocked = {
+        let svc = svc.clone();
+        std::thread::spawn(move || svc.read(&tp(1), 30, 5))
+    };
+    assert!(wait_until(Duration::from_secs(2), || svc
+        .reader_queue_size()
+        == 1));
+    std::thread::sleep(Duration::from_millis(200));
+
+    let start = Instant::now();
+    let page = svc.read(&tp(0), 1, want).unwrap();
+    let took = start.elapsed();
+    assert_eq!(page.len(), want);
+    for (r, seq) in page.iter().zip(1..) {
+        assert_eq!(r.seq, seq);
+        assert_eq!(
+            r.message.value.as_ref(),
+            service_util::value(0, seq).as_bytes()
+        );
+    }
+    assert!(
+        took < stall / 2,
+        "the cached read took {took:?}, waiting behind the stalled fetch ({stall:?})"
+    );
+    assert_eq!(
+        svc.reader_queue_size(),
+        1,
+        "the stalled read still holds its slot"
+    );
+    assert_eq!(cached.stats().requests, fetches, "served without a fetch");
+    let slow_page = blocked.join().unwrap().unwrap();
+    assert_eq!(slow_page.first().map(|r| r.seq), Some(30));
 }

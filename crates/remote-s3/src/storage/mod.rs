@@ -51,8 +51,9 @@ impl std::fmt::Debug for S3RemoteStorage {
 }
 
 impl S3RemoteStorage {
-    /// Connects with a small runtime of its own ([`S3Config::runtime_threads`] workers) and
-    /// checks the bucket with HeadBucket.
+    /// Connects with a small runtime of its own ([`S3Config::runtime_threads`] workers, at most
+    /// [`S3Config::runtime_blocking_threads`] blocking threads: [`S3Config::max_threads`] in
+    /// all) and checks the bucket with HeadBucket.
     ///
     /// # Errors
     /// [`RemoteStorageError::InvalidArgument`] for a config below its minimums,
@@ -60,7 +61,7 @@ impl S3RemoteStorage {
     /// does not answer, [`RemoteStorageError::AccessDenied`] when the credentials are refused.
     pub fn new(config: S3Config) -> Result<Self, RemoteStorageError> {
         config.validate()?;
-        let bridge = Bridge::owned(config.runtime_threads)?;
+        let bridge = Bridge::owned(config.runtime_threads, config.runtime_blocking_threads)?;
         Self::connect(config, bridge)
     }
 

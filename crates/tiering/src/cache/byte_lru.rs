@@ -27,6 +27,14 @@ pub(crate) enum Part {
 }
 
 impl Part {
+    /// Whether the part is a segment's index (offset or time) or hints: a small entry every
+    /// read of the segment starts from, kept apart from the data chunks ([`ByteLru`]).
+    fn is_index(self) -> bool {
+        !matches!(self, Part::Chunk(_))
+    }
+}
+
+impl Part {
     /// The index a part holds (`None`: data of the `.log`, or hints learnt from it).
     pub(crate) fn index_type(self) -> Option<krabka_remote_storage::IndexType> {
         match self {
@@ -40,13 +48,72 @@ impl Part {
 /// The key of a cached entry: the remote segment attempt and the part.
 pub(crate) type Key = (Uuid, Part);
 
+/// The most of the budget indexes (and hints) keep from the chunks' eviction: a quarter.
+const INDEX_SHARE_DIVISOR: u64 = 4;
+
 pub(super) struct Inner {
-    /// The entries, least recently used first out.
+    /// The data chunks, least recently used first out.
     pub(super) entries: LruCache<Key, Bytes>,
-    /// The sum of the entries' lengths.
+    /// The indexes and hints, least recently used first out: evicted only once they hold more
+    /// than their share of the budget (or no chunk is left), so that a flood of chunks (many
+    /// readers' read-ahead) does not evict the index every read of a segment starts from.
+    pub(super) indexes: LruCache<Key, Bytes>,
+    /// The sum of the entries' lengths (both lists).
     pub(super) bytes: u64,
+    /// The sum of the indexes' and hints' lengths.
+    pub(super) index_bytes: u64,
     /// Entries being fetched now.
     pub(super) flights: HashMap<Key, Arc<Flight>>,
+}
+
+impl Inner {
+    fn list(&mut self, key: &Key) -> &mut LruCache<Key, Bytes> {
+        if key.1.is_index() {
+            &mut self.indexes
+        } else {
+            &mut self.entries
+        }
+    }
+
+    fn contains(&self, key: &Key) -> bool {
+        if key.1.is_index() {
+            self.indexes.contains(key)
+        } else {
+            self.entries.contains(key)
+        }
+    }
+
+    /// Removes `key`'s entry, keeping the byte counts.
+    fn pop(&mut self, key: &Key) -> Option<Bytes> {
+        let old = self.list(key).pop(key)?;
+        self.forget(key, old.len() as u64);
+        Some(old)
+    }
+
+    fn forget(&mut self, key: &Key, len: u64) {
+        self.bytes -= len;
+        if key.1.is_index() {
+            self.index_bytes -= len;
+        }
+    }
+
+    /// Evicts the least recently used chunk, or index when the indexes hold more than `share`
+    /// bytes or no chunk is left; `false` when nothing is left.
+    fn evict_one(&mut self, share: u64) -> bool {
+        let from_indexes = self.entries.is_empty() || self.index_bytes > share;
+        let popped = if from_indexes {
+            self.indexes.pop_lru().or_else(|| self.entries.pop_lru())
+        } else {
+            self.entries.pop_lru()
+        };
+        match popped {
+            Some((key, old)) => {
+                self.forget(&key, old.len() as u64);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// The cache behind a [`RemoteReadCache`]. Thread safe; counts hits, misses and evictions.
@@ -91,7 +158,9 @@ impl ByteLru {
             capacity,
             inner: Mutex::new(Inner {
                 entries: LruCache::unbounded(),
+                indexes: LruCache::unbounded(),
                 bytes: 0,
+                index_bytes: 0,
                 flights: HashMap::new(),
             }),
             hits: AtomicU64::new(0),
@@ -116,7 +185,26 @@ impl ByteLru {
     }
 
     fn touch(inner: &mut Inner, key: &Key) -> Option<Bytes> {
-        inner.entries.get(key).cloned()
+        inner.list(key).get(key).cloned()
+    }
+
+    /// Marks a data chunk a sequential reader has gone past as the next to evict: it is
+    /// unlikely to be read again soon, and every chunk read ahead for a reader that has not
+    /// got there yet stays cached before it.
+    pub(crate) fn demote(&self, key: &Key) {
+        self.inner.lock().list(key).demote(key);
+    }
+
+    /// The entry for `key` when cached, marking it most recently used; counts a hit when found
+    /// and nothing when not (a read serving only what is cached: its read again counts the
+    /// miss). A fetch of it in progress is not waited for: that read would hold a thread
+    /// outside the reader slots while a fetch it does not own runs.
+    pub(crate) fn lookup(&self, key: &Key) -> Option<Bytes> {
+        let found = Self::touch(&mut self.inner.lock(), key);
+        if found.is_some() {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        found
     }
 
     /// The entry for `key`, marking it most recently used, without counting a lookup (for
@@ -182,7 +270,7 @@ impl ByteLru {
     /// read-ahead: neither counts as a lookup nor changes the use order).
     pub(crate) fn begin_fetch(&self, key: Key) -> Option<FetchGuard<'_>> {
         let mut inner = self.inner.lock();
-        if inner.entries.contains(&key) || inner.flights.contains_key(&key) {
+        if inner.contains(&key) || inner.flights.contains_key(&key) {
             return None;
         }
         Some(self.register(&mut inner, key))
@@ -202,29 +290,28 @@ impl ByteLru {
     /// Whether `key` is cached or being fetched (no lookup counted, use order unchanged).
     pub(crate) fn contains(&self, key: &Key) -> bool {
         let inner = self.inner.lock();
-        inner.entries.contains(key) || inner.flights.contains_key(key)
+        inner.contains(key) || inner.flights.contains_key(key)
     }
 
-    /// Stores `value` under `key`, evicting least recently used entries to stay in budget.
+    /// Stores `value` under `key`, evicting least recently used entries to stay in budget:
+    /// chunks first, indexes and hints only beyond their share (a quarter of the budget).
     pub(crate) fn insert(&self, key: Key, value: Bytes) {
         let len = value.len() as u64;
         if len > self.capacity {
             return;
         }
+        let share = self.capacity / INDEX_SHARE_DIVISOR;
         let mut inner = self.inner.lock();
-        if let Some(old) = inner.entries.pop(&key) {
-            inner.bytes -= old.len() as u64;
-        }
+        inner.pop(&key);
         let mut evicted = 0;
-        while inner.bytes + len > self.capacity {
-            let Some((_, old)) = inner.entries.pop_lru() else {
-                break;
-            };
-            inner.bytes -= old.len() as u64;
+        while inner.bytes + len > self.capacity && inner.evict_one(share) {
             evicted += 1;
         }
         inner.bytes += len;
-        inner.entries.put(key, value);
+        if key.1.is_index() {
+            inner.index_bytes += len;
+        }
+        inner.list(&key).put(key, value);
         drop(inner);
         if evicted > 0 {
             self.evictions.fetch_add(evicted, Ordering::Relaxed);
@@ -234,11 +321,25 @@ impl ByteLru {
     /// Drops every entry of one remote segment attempt (after it is deleted).
     pub(crate) fn remove_segment(&self, id: Uuid) {
         let mut inner = self.inner.lock();
-        let Inner { entries, bytes, .. } = &mut *inner;
+        let Inner {
+            entries,
+            indexes,
+            bytes,
+            index_bytes,
+            ..
+        } = &mut *inner;
         entries.retain(|key, value| {
             let keep = key.0 != id;
             if !keep {
                 *bytes -= value.len() as u64;
+            }
+            keep
+        });
+        indexes.retain(|key, value| {
+            let keep = key.0 != id;
+            if !keep {
+                *bytes -= value.len() as u64;
+                *index_bytes -= value.len() as u64;
             }
             keep
         });
@@ -254,6 +355,11 @@ impl ByteLru {
         self.misses.load(Ordering::Relaxed)
     }
 
+    /// Bytes of indexes and hints held now.
+    pub(crate) fn index_bytes(&self) -> u64 {
+        self.inner.lock().index_bytes
+    }
+
     /// Bytes held now.
     pub(crate) fn bytes(&self) -> u64 {
         self.inner.lock().bytes
@@ -262,6 +368,9 @@ impl ByteLru {
     /// Bytes and entries held now.
     pub(super) fn size(&self) -> (u64, u64) {
         let inner = self.inner.lock();
-        (inner.bytes, inner.entries.len() as u64)
+        (
+            inner.bytes,
+            (inner.entries.len() + inner.indexes.len()) as u64,
+        )
     }
 }

@@ -13,6 +13,62 @@ fn key(n: u64) -> Key {
 }
 
 #[test]
+fn a_flood_of_chunks_evicts_older_chunks_before_a_segments_index() {
+    let c = ByteLru::new(100);
+    let index = (Uuid::nil(), Part::OffsetIndex);
+    c.insert(index, Bytes::from(vec![0; 10]));
+    // Ten times the budget of chunks, all used after the index.
+    for n in 0..100 {
+        c.insert(key(n), Bytes::from(vec![0; 10]));
+    }
+    assert!(c.get(&index).is_some(), "the index stays within its share");
+    assert!(c.get(&key(99)).is_some());
+    assert!(c.get(&key(90)).is_none(), "older chunks went first");
+    assert!(c.bytes() <= 100);
+}
+
+#[test]
+fn indexes_beyond_their_share_of_the_budget_are_evicted() {
+    let c = ByteLru::new(100);
+    // Indexes of 10 segments, 20 bytes each: more than a quarter of the budget.
+    let index = |n: u128| (Uuid::from_u128(n), Part::OffsetIndex);
+    for n in 0..10 {
+        c.insert(index(n), Bytes::from(vec![0; 20]));
+    }
+    c.insert(key(1), Bytes::from(vec![0; 10]));
+    assert!(c.bytes() <= 100);
+    assert!(c.get(&index(0)).is_none(), "the oldest index was evicted");
+    assert!(c.get(&index(9)).is_some());
+    assert!(c.get(&key(1)).is_some());
+    c.remove_segment(Uuid::from_u128(9));
+    assert!(c.get(&index(9)).is_none(), "removed with its segment");
+    let (bytes, entries) = c.size();
+    let held: u64 = c
+        .inner
+        .lock()
+        .indexes
+        .iter()
+        .map(|(_, v)| v.len() as u64)
+        .sum();
+    assert_eq!(c.inner.lock().index_bytes, held);
+    assert!(bytes >= held && entries >= 1);
+}
+
+#[test]
+fn a_demoted_chunk_is_evicted_before_older_ones() {
+    let c = ByteLru::new(30);
+    c.insert(key(1), Bytes::from(vec![0; 10]));
+    c.insert(key(2), Bytes::from(vec![0; 10]));
+    c.insert(key(3), Bytes::from(vec![0; 10]));
+    // A reader went past chunk 3: it goes first, before chunk 1 read ahead for another.
+    c.demote(&key(3));
+    c.insert(key(4), Bytes::from(vec![0; 10]));
+    assert!(c.get(&key(3)).is_none());
+    assert!(c.get(&key(1)).is_some());
+    assert!(c.get(&key(2)).is_some());
+}
+
+#[test]
 fn least_recently_used_entry_is_evicted_first() {
     let c = ByteLru::new(30);
     c.insert(key(1), Bytes::from(vec![0; 10]));
@@ -187,7 +243,10 @@ proptest! {
         for (k, len) in ops {
             c.insert(key(k), Bytes::from(vec![0; len]));
             prop_assert!(c.bytes() <= cap);
-            let held: u64 = c.inner.lock().entries.iter().map(|(_, v)| v.len() as u64).sum();
+            let inner = c.inner.lock();
+            let held: u64 = inner.entries.iter().chain(inner.indexes.iter())
+                .map(|(_, v)| v.len() as u64).sum();
+            drop(inner);
             prop_assert_eq!(held, c.bytes());
         }
     }

@@ -40,6 +40,10 @@ pub const DEFAULT_COALESCE_CHUNKS: u32 = 4;
 const AHEAD_PER_READER: usize = 2 * job::DEPTH as usize;
 /// How long an idle engine thread waits for work before it ends.
 const IDLE: Duration = Duration::from_secs(5);
+/// How long a reader counts as a sequential reader after it last asked for read-ahead: longer
+/// than a lagging consumer's pause between reads on a loaded machine, so that the readers
+/// sharing the cache are not undercounted (an overcount only shortens the read-ahead).
+const SEQUENTIAL_FOR: Duration = Duration::from_secs(5);
 
 /// The bounds of a read engine: the one every log sharing a
 /// [`RemoteReadCache`](crate::RemoteReadCache) reads through (docs/tiering.md, "Reads").
@@ -146,6 +150,15 @@ struct Core {
     fetches: AtomicU64,
     coalesced: AtomicU64,
     get_wait_nanos: AtomicU64,
+    /// The readers that asked for read-ahead lately, with when they last did.
+    sequential: Mutex<Sequential>,
+}
+
+/// The readers reading sequentially now ([`ReadEngine::sequential_readers`]).
+struct Sequential {
+    last_seen: HashMap<u64, Instant>,
+    /// When readers not seen for [`SEQUENTIAL_FOR`] were last dropped.
+    pruned: Instant,
 }
 
 /// A handle on a read engine; its threads end once the last handle is dropped (and they have
@@ -205,8 +218,28 @@ impl ReadEngine {
                 fetches: AtomicU64::new(0),
                 coalesced: AtomicU64::new(0),
                 get_wait_nanos: AtomicU64::new(0),
+                sequential: Mutex::new(Sequential {
+                    last_seen: HashMap::new(),
+                    pruned: Instant::now(),
+                }),
             }),
         }
+    }
+
+    /// Notes that `reader` reads sequentially (it asks for read-ahead) and returns how many
+    /// readers of the engine did so within the last [`SEQUENTIAL_FOR`], itself included: the
+    /// readers a shared cache's read-ahead is divided between.
+    pub(crate) fn sequential_readers(&self, reader: u64) -> usize {
+        let now = Instant::now();
+        let mut seq = self.core.sequential.lock();
+        seq.last_seen.insert(reader, now);
+        // Dropping the readers gone quiet walks them all: at most once a second.
+        if now.duration_since(seq.pruned) >= Duration::from_secs(1) {
+            seq.last_seen
+                .retain(|_, seen| now.duration_since(*seen) < SEQUENTIAL_FOR);
+            seq.pruned = now;
+        }
+        seq.last_seen.len()
     }
 
     /// The limits.

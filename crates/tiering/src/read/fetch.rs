@@ -8,7 +8,7 @@ use krabka_remote_storage::RemoteLogSegmentMetadata;
 use krabka_storage::segment::{MAX_BATCH_RECORD_BYTES, batch_len};
 
 use super::index::prefetched_index;
-use super::{RemoteReader, log_corrupt, object_key};
+use super::{RemoteReader, log_corrupt, not_cached, object_key};
 use crate::cache::{FetchError, Part};
 use crate::error::Error;
 use crate::read::chunkmap::backend_view;
@@ -52,6 +52,15 @@ pub(super) struct Walk<'r, 'a> {
     /// A point read (every chunk is fetched with a little of the next one), and where the
     /// batch it reads ends at the latest, when known: its first chunk is fetched up to there.
     point: Option<Option<u64>>,
+    /// The chunk holding the start of the last buffer given: once a sequential walk has gone
+    /// past it, it is marked the cache's next to evict.
+    last_chunk: Option<u64>,
+    /// Whether [`next`](Self::next) has given a buffer yet.
+    walked: bool,
+    /// The segment byte the read is expected to reach (from the records it wants and the
+    /// segment's mean record size), when known: the read-ahead under cache pressure stays
+    /// within it.
+    extent: Option<u64>,
 }
 
 impl<'r, 'a> Walk<'r, 'a> {
@@ -85,7 +94,23 @@ impl<'r, 'a> Walk<'r, 'a> {
             boundary: start,
             sequential: reader.readahead.continues(seq),
             point,
+            last_chunk: None,
+            walked: false,
+            extent: None,
         })
+    }
+
+    /// Notes that the walk serves a read of `records` records: where it is expected to end.
+    pub(super) fn wanting(mut self, records: usize) -> Self {
+        let meta = self.meta;
+        let count = meta
+            .end_offset()
+            .saturating_sub(meta.start_offset())
+            .saturating_add(1);
+        let mean = meta.segment_size_in_bytes().div_ceil(count.max(1));
+        let records = u64::try_from(records).unwrap_or(u64::MAX);
+        self.extent = Some(self.pos.saturating_add(records.saturating_mul(mean)));
+        self
     }
 
     /// The segment's bytes from the first not consumed yet, and the segment byte where they
@@ -97,6 +122,18 @@ impl<'r, 'a> Walk<'r, 'a> {
             return Ok(None);
         }
         let chunk = u64::from(reader.config.chunk_bytes);
+        let at = self.pos / chunk;
+        if self.sequential
+            && let Some(passed) = self.last_chunk
+        {
+            // The chunks this walk has gone past are not read again by it: they go before any
+            // chunk read ahead for a reader that has not got there yet.
+            let segment = meta.remote_log_segment_id().id();
+            for n in passed..at {
+                reader.cache.lru().demote(&(segment, Part::Chunk(n)));
+            }
+        }
+        self.last_chunk = Some(at);
         if self.sequential && reader.config.prefetch {
             let next = || reader.next_remote(meta);
             reader.readahead.schedule(
@@ -104,7 +141,7 @@ impl<'r, 'a> Walk<'r, 'a> {
                 reader.cache,
                 meta,
                 self.seq,
-                self.pos / chunk,
+                (at, self.extent.map(|e| e / chunk)),
                 chunk,
                 next,
                 prefetched_index,
@@ -123,6 +160,22 @@ impl<'r, 'a> Walk<'r, 'a> {
             None if !self.sequential => RUN_ON_BYTES.min(chunk),
             None => 0,
         };
+        let segment = meta.remote_log_segment_id().id();
+        let resumes = self.sequential
+            && self.point.is_none()
+            && self.carry.is_empty()
+            && !self.walked
+            && !self.pos.is_multiple_of(chunk)
+            && !reader.cache.lru().contains(&(segment, Part::Chunk(at)));
+        self.walked = true;
+        if resumes {
+            // A read resuming where the last one stopped, whose chunk was evicted since: only
+            // the rest of the chunk is fetched (its head was read already), and not cached.
+            let end = ((at + 1) * chunk).min(meta.segment_size_in_bytes());
+            let buf = reader.fetch_range(meta, self.pos, end, self.seq)?;
+            self.boundary = end;
+            return Ok(Some((buf, buf_start)));
+        }
         let (buf, boundary) = reader.bytes_from(meta, self.seq, self.pos, &self.carry, run_on)?;
         self.boundary = boundary;
         Ok(Some((buf, buf_start)))
@@ -220,7 +273,8 @@ impl RemoteReader<'_> {
     /// read-ahead: a fetch of the same entry in progress is waited for, at most
     /// [`TieringConfig::fetch_deadline`](crate::TieringConfig::fetch_deadline)
     /// ([`ReadError::FetchWaitExceeded`](crate::ReadError::FetchWaitExceeded) past it), and its result taken; when it failed, `fetch`
-    /// runs here and reports its own error. `fetch` returns only checked bytes.
+    /// runs here and reports its own error. `fetch` returns only checked bytes. A
+    /// [`cached_only`](RemoteReader::cached_only) reader takes the entry only when cached.
     pub(super) fn single_flight(
         &self,
         meta: &RemoteLogSegmentMetadata,
@@ -229,6 +283,13 @@ impl RemoteReader<'_> {
         fetch: impl FnOnce() -> Result<Bytes, Error>,
     ) -> Result<Bytes, Error> {
         let id = meta.remote_log_segment_id();
+        if self.cached_only {
+            return self
+                .cache
+                .lru()
+                .lookup(&(id.id(), part))
+                .ok_or_else(|| not_cached(meta, part, seq));
+        }
         let wait = self.config.fetch_deadline;
         self.cache
             .lru()
@@ -300,6 +361,47 @@ impl RemoteReader<'_> {
         self.single_flight(meta, Part::Chunk(n), seq, || {
             self.fetch_chunk(meta, n, seq, run_on)
         })
+    }
+
+    /// Fetches bytes `start..end` of a segment's `.log` (within one chunk) without caching
+    /// them; exactly that range, else [`ReadError::CorruptRemote`](crate::ReadError::CorruptRemote).
+    fn fetch_range(
+        &self,
+        meta: &RemoteLogSegmentMetadata,
+        start: u64,
+        end: u64,
+        seq: u64,
+    ) -> Result<Bytes, Error> {
+        if self.cached_only {
+            return Err(super::not_cached(
+                meta,
+                Part::Chunk(start / u64::from(self.config.chunk_bytes)),
+                seq,
+            ));
+        }
+        let id = meta.remote_log_segment_id();
+        let corrupt = |reason: String| log_corrupt(meta, seq, Some(start), reason);
+        let (Ok(first), Ok(last)) = (u32::try_from(start), u32::try_from(end.saturating_sub(1)))
+        else {
+            return Err(corrupt(format!(
+                "bytes {start}..{end} lie beyond u32 positions"
+            )));
+        };
+        let _slot = self.fetch_slot(meta, None, end - start, seq)?;
+        bump(&self.counters.fetch_log, 1);
+        let bytes = self
+            .rsm
+            .fetch_log_segment(&backend_view(meta), first, Some(last))
+            .map_err(|e| Error::remote("fetch_log_segment", id, Some(seq), e))?;
+        if bytes.len() as u64 != end - start {
+            return Err(corrupt(format!(
+                "fetching bytes {start}..{end} returned {} bytes: the object is shorter than \
+                 the segment's {} bytes",
+                bytes.len(),
+                meta.segment_size_in_bytes()
+            )));
+        }
+        Ok(Bytes::from(bytes))
     }
 
     /// Fetches chunk `n` of a segment, and also up to `run_on` bytes past it (the cached

@@ -226,6 +226,22 @@ pub(crate) struct RemoteReader<'a> {
     /// The read-ahead goes on into the next remote segment only below this seq (where the
     /// local log starts; `u64::MAX` without one).
     pub(crate) remote_below: u64,
+    /// Serve only what the cache holds: no fetch, no wait for another's fetch. A read meeting
+    /// an entry not cached returns the records before it, or, with none,
+    /// [`not_cached`]'s error (the service's reads then take a reader slot and read again).
+    pub(crate) cached_only: bool,
+}
+
+/// The error of a cached-only read ([`RemoteReader::cached_only`]) whose first entry is not
+/// cached: [`ReadError::FetchWaitExceeded`](crate::ReadError::FetchWaitExceeded) having waited
+/// nothing. Never handed to a caller: the read is made again, fetching.
+fn not_cached(meta: &RemoteLogSegmentMetadata, part: Part, seq: u64) -> Error {
+    Error::Read(crate::error::ReadError::FetchWaitExceeded {
+        segment: Box::new(meta.remote_log_segment_id().clone()),
+        object: object_key(meta, part.index_type()),
+        seq,
+        waited: std::time::Duration::ZERO,
+    })
 }
 
 impl RemoteReader<'_> {
@@ -287,9 +303,14 @@ impl RemoteReader<'_> {
         };
         let (mut expect, start) = at;
         let point = (max == 1).then_some(until);
-        let mut walk = Walk::new(self, meta, seq, start, point)?;
+        let mut walk = Walk::new(self, meta, seq, start, point)?.wanting(max);
         while read.out.len() < max {
-            let Some((buf, buf_start)) = walk.next()? else {
+            let next = match walk.next() {
+                // A cached-only read ends at the first chunk not cached, with what it has.
+                Err(_) if self.cached_only && !read.out.is_empty() => break,
+                other => other?,
+            };
+            let Some((buf, buf_start)) = next else {
                 break;
             };
             // The bytes start at the batch starting with `expect` (the index entry's seq, then

@@ -3,7 +3,12 @@
 //! ([`engine`](super::engine)) of the log's cache while the reader decodes.
 //!
 //! A read that continues where an earlier read of the same segment stopped (or that crosses a
-//! chunk boundary) is sequential: the next [`DEPTH`] chunks are queued. Each is fetched at most
+//! chunk boundary) is sequential: the next chunks are queued, as many as its fair share of the
+//! cache allows ([`fair_depth`]: the cache's chunks divided between the readers reading
+//! sequentially through it (beside the indexes it keeps), less the chunk the reader is in; at
+//! least 1, at most [`DEPTH`]), so
+//! that the chunks read ahead for many readers at once fit in the cache together and none is
+//! evicted before its reader gets there. Each is fetched at most
 //! once (the cache's single-flight fetch: a reader reaching a chunk still being fetched waits
 //! for it) and checked like a reader's fetch (the exact range asked for). Nothing is queued
 //! when the cache could not hold the chunks until the reader gets there. Adjacent chunks the
@@ -23,6 +28,19 @@ use crate::cache::byte_lru::Part;
 
 /// Readers' positions remembered.
 const STREAMS: usize = 32;
+
+/// Chunks to read ahead for one of `readers` sequential readers sharing a cache of
+/// `cache_chunks` chunks: its share of the cache less the chunk it is reading (which its next
+/// read starts in), at least 1, at most [`DEPTH`] and half the cache; 0 (no read-ahead) for a
+/// cache of less than two chunks.
+pub(crate) fn fair_depth(cache_chunks: u64, readers: u64) -> u64 {
+    let room = cache_chunks / 2;
+    if room == 0 {
+        return 0;
+    }
+    let share = (cache_chunks / readers.max(1)).saturating_sub(1);
+    share.clamp(1, DEPTH).min(room)
+}
 
 /// A reader's position: the segment attempt, the seq its next read starts at, the last
 /// chunk queued for it, and what was queued of the next segment (its metadata and last
@@ -104,8 +122,12 @@ impl ReadAhead {
         streams.push_back(stream);
     }
 
-    /// Queues the [`DEPTH`] chunks after chunk `after` of `meta` for the reader reading
-    /// `from_seq` (those not queued for it yet). When the window reaches past the segment's
+    /// Queues the chunks after chunk `after` of `meta` for the reader reading `from_seq`
+    /// (those not queued for it yet), as many as [`fair_depth`] gives. When the cache cannot
+    /// hold each sequential reader's chunk and one more, only up to `extent`, the last chunk
+    /// (counted on from this segment's chunks) the read in progress is expected to reach, when
+    /// known: a chunk for the reader's next read would be evicted by the others' before it
+    /// comes back, and fetched twice. When the window reaches past the segment's
     /// end, `next` gives the next remote segment, whose offset index (checked by `check`)
     /// and first chunks are queued too.
     #[allow(clippy::too_many_arguments)]
@@ -115,15 +137,32 @@ impl ReadAhead {
         cache: &RemoteReadCache,
         meta: &RemoteLogSegmentMetadata,
         from_seq: u64,
-        after: u64,
+        (after, extent): (u64, Option<u64>),
         chunk_bytes: u64,
         next: impl FnOnce() -> Option<RemoteLogSegmentMetadata>,
         check: IndexCheck,
     ) {
         let last_chunk = meta.segment_size_in_bytes().saturating_sub(1) / chunk_bytes;
-        // The chunks ahead must stay cached until the reader gets there.
-        let room = cache.capacity_bytes() / chunk_bytes / 2;
-        let depth = DEPTH.min(room);
+        // The chunks ahead must stay cached until the reader gets there, beside those of every
+        // other reader reading ahead through the same cache.
+        let cache_chunks = cache.capacity_bytes() / chunk_bytes;
+        if fair_depth(cache_chunks, 1) == 0 {
+            return;
+        }
+        let readers = cache.engine().sequential_readers(self.id) as u64;
+        // The chunks the cache holds beside the indexes it keeps: a share counted on more
+        // would overflow it, and a cyclic overflow evicts each reader's chunks just before it
+        // comes back.
+        let chunk_room = cache
+            .capacity_bytes()
+            .saturating_sub(cache.lru().index_bytes())
+            / chunk_bytes;
+        let mut depth = fair_depth(chunk_room, readers).max(1);
+        if chunk_room < 2 * readers
+            && let Some(extent) = extent
+        {
+            depth = depth.min(extent.saturating_sub(after));
+        }
         if depth == 0 {
             return;
         }
@@ -204,4 +243,34 @@ fn send_chunks(
         upto = chunk + 1;
     }
     upto
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DEPTH, fair_depth};
+
+    #[test]
+    fn read_ahead_depth_is_each_readers_share_of_the_cache_within_one_and_depth() {
+        // One reader of the default 64-chunk cache: the full depth.
+        assert_eq!(fair_depth(64, 1), DEPTH);
+        // 20 readers: 3 chunks each, one of them the chunk being read.
+        assert_eq!(fair_depth(64, 20), 2);
+        // 100 readers in 64 chunks: still one chunk ahead each.
+        assert_eq!(fair_depth(64, 100), 1);
+        // 1,024 chunks for 100 readers: 10 each, capped at the depth.
+        assert_eq!(fair_depth(1024, 100), DEPTH);
+        // The readers' chunks ahead fit in the cache whenever a share holds two.
+        for readers in 1..=32 {
+            assert!(
+                readers * (fair_depth(64, readers) + 1) <= 64,
+                "{readers} readers"
+            );
+        }
+        // A cache of less than two chunks reads nothing ahead; of two, one chunk.
+        assert_eq!(fair_depth(1, 1), 0);
+        assert_eq!(fair_depth(0, 5), 0);
+        assert_eq!(fair_depth(2, 1), 1);
+        // Zero readers is taken as one.
+        assert_eq!(fair_depth(64, 0), DEPTH);
+    }
 }

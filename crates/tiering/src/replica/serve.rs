@@ -22,6 +22,7 @@ impl ReadReplica {
             counters: &self.counters,
             readahead: &self.readahead,
             remote_below: u64::MAX,
+            cached_only: false,
         }
     }
 

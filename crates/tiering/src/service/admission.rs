@@ -1,5 +1,7 @@
 //! Reads through the service: admission against the reader queue, a reader slot, the read on
-//! the blocking pool, the reply.
+//! the blocking pool, the reply. A read the local log or the shared cache serves (at least its
+//! first records: it ends at the first entry not cached) takes no reader slot: the slots bound
+//! the reads that fetch, and a read served from memory does not queue behind them.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -72,7 +74,9 @@ pub(crate) fn submit(
     Ok(())
 }
 
-/// Waits for a reader slot, then reads on the blocking pool. A read still waiting when its
+/// Serves the read from the local log and the cache when they hold its first records (on the
+/// blocking pool, whose size bounds these reads' threads, but without a reader slot); else
+/// waits for a reader slot, then reads on the blocking pool. A read still waiting when its
 /// deadline has passed is not started (its caller has given up).
 async fn run(
     shared: &Shared,
@@ -82,6 +86,20 @@ async fn run(
     submitted: Instant,
 ) -> ReadResult {
     let tp = part.log.topic_id_partition().clone();
+    {
+        let Some(_op) = part.op() else {
+            return Err(Error::Service(
+                crate::error::ServiceError::UnknownPartition(tp),
+            ));
+        };
+        let log = part.log.clone();
+        // Any failure (a fetch needed, or an error) is left to the read below, which reports it.
+        if let Ok(Ok(records)) = blocking(move || Ok(log.read_cached(from_seq, max))).await
+            && !records.is_empty()
+        {
+            return Ok(records);
+        }
+    }
     let _slot = shared
         .read_slots
         .clone()

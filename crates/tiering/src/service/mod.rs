@@ -264,6 +264,11 @@ impl TieringService {
     /// Reads up to `max` records from `from_seq` of partition `tp` ([`TieredLog::read`]) on
     /// the reader pool, blocking the calling thread (which need not belong to a runtime).
     ///
+    /// A read whose first records the local log or the shared cache holds is served at once,
+    /// without waiting for a reader slot (those bound the reads that fetch): it then ends where
+    /// the cached bytes do, with fewer than `max` records when the rest is not cached yet (the
+    /// next read, from where it ended, fetches it).
+    ///
     /// # Errors
     /// [`ServiceError::UnknownPartition`](crate::ServiceError::UnknownPartition); [`ReadError::ReaderQueueFull`](crate::ReadError::ReaderQueueFull) when `read_threads +
     /// read_queue` reads are already running or waiting; [`ReadError::FetchDeadlineExceeded`](crate::ReadError::FetchDeadlineExceeded)

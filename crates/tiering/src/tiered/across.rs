@@ -42,6 +42,22 @@ impl TieredLog {
     /// (records before either are returned first); [`ReadError::RemoteHole`](crate::ReadError::RemoteHole) for a seq in a hole a
     /// recovery reported (records before it in the same call are returned first).
     pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
+        self.read_with(from_seq, max, false)
+    }
+
+    /// [`read`](Self::read) without any remote fetch: the local log and what the cache holds.
+    /// Ends at the first remote entry not cached with the records before it; with none, an
+    /// error (any error: the caller reads again with [`read`](Self::read), which reports it).
+    pub(crate) fn read_cached(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
+        self.read_with(from_seq, max, true)
+    }
+
+    fn read_with(
+        &self,
+        from_seq: u64,
+        max: usize,
+        cached_only: bool,
+    ) -> Result<Vec<Record>, Error> {
         let last = self.log.last_seq();
         // Only failures list the remote segments (for the error's first seq): a read never
         // clones every segment's metadata.
@@ -58,7 +74,7 @@ impl TieredLog {
         // Retention may move either tier's start while we read; a few retries settle it.
         let mut misses = 0;
         while out.len() < max && seq <= last {
-            match self.read_step(seq, max - out.len(), last, &mut misses) {
+            match self.read_step(seq, max - out.len(), last, &mut misses, cached_only) {
                 Ok(Some(records)) => {
                     let Some(next) = records.last().map(|r| r.seq + 1) else {
                         break;
@@ -93,6 +109,7 @@ impl TieredLog {
         want: usize,
         last: u64,
         misses: &mut u32,
+        cached_only: bool,
     ) -> Result<Option<Vec<Record>>, Error> {
         let mut local_failure = None;
         if seq >= self.log.first_seq() {
@@ -121,7 +138,9 @@ impl TieredLog {
                 Some(meta) => {
                     tracing::warn!(partition = %self.tp, seq, error = %failure,
                         "local read failed; reading the finished remote copy instead");
-                    self.remote().read_remote(&meta, seq, want).map(Some)
+                    self.remote_reader(cached_only)
+                        .read_remote(&meta, seq, want)
+                        .map(Some)
                 }
                 None => Err(failure),
             };
@@ -129,7 +148,10 @@ impl TieredLog {
         // `None`: not remote (any more). A fetch finding no object: retention deleted the
         // segment between the lookup and the fetch. Either way, re-check the start.
         let gone = match found {
-            Some(meta) => match self.remote().read_remote(&meta, seq, want) {
+            Some(meta) => match self
+                .remote_reader(cached_only)
+                .read_remote(&meta, seq, want)
+            {
                 Ok(records) => return Ok(Some(records)),
                 Err(e) if e.is_remote_not_found() => Some(e),
                 Err(e) => return Err(e),

@@ -147,6 +147,11 @@ impl TieredLog {
 
     /// The reader of this log's finished remote segments, for one call.
     pub(crate) fn remote(&self) -> crate::read::RemoteReader<'_> {
+        self.remote_reader(false)
+    }
+
+    /// [`remote`](Self::remote), serving only what the cache holds when `cached_only`.
+    pub(crate) fn remote_reader(&self, cached_only: bool) -> crate::read::RemoteReader<'_> {
         crate::read::RemoteReader {
             rsm: &self.rsm,
             rlmm: self.rlmm.as_ref(),
@@ -156,6 +161,7 @@ impl TieredLog {
             counters: &self.counters,
             readahead: &self.readahead,
             remote_below: self.log.first_seq(),
+            cached_only,
         }
     }
 
