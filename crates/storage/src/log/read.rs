@@ -8,20 +8,43 @@ use std::num::NonZeroUsize;
 use std::path::Path;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use lru::LruCache;
 use parking_lot::Mutex;
 
 use super::LazyIndex;
 use super::{Inner, Seg, SegFile};
-use crate::segment::{decode_chunk, read_batch_chunk};
+use crate::segment::{batch_len, decode_chunk};
 use crate::{Error, Record};
 
 /// Read-only file descriptors of closed segments, at most `cap` of them, least recently used
-/// evicted first.
+/// evicted first; and the bytes the last read left over (see [`Carry`]).
 #[derive(Debug)]
 pub(super) struct FdCache {
     /// Base seq → file.
     files: Mutex<LruCache<u64, Arc<File>>>,
+    /// What the last [`Log::read`](super::Log::read) read past the records it returned.
+    carry: Mutex<Option<Carry>>,
+}
+
+/// The bytes a read read but did not consume, from a batch boundary on: the batch its `max`
+/// stopped inside (whose records after the last one returned the next sequential read wants
+/// first) and whatever followed it in the chunk. The next read, when it continues where this
+/// one stopped (a sequential reader), starts from these bytes instead of reading them again; they are checked (CRC, seq) again as any chunk is. Bytes of a segment below
+/// its published size never change while it is in the log, and the segment is matched by its
+/// file identity, so a segment dropped and another made with the same base is never mixed up.
+#[derive(Debug)]
+struct Carry {
+    /// The segment's base seq.
+    base: u64,
+    file: Arc<SegFile>,
+    /// The file position of `bytes`.
+    pos: u64,
+    /// The seq the batch at `pos` starts with.
+    expect: u64,
+    /// The seq after the last record the read returned: only a read from there uses the carry.
+    resume: u64,
+    bytes: Bytes,
 }
 
 impl FdCache {
@@ -30,7 +53,28 @@ impl FdCache {
             files: Mutex::new(LruCache::new(
                 NonZeroUsize::new(cap).unwrap_or(NonZeroUsize::MIN),
             )),
+            carry: Mutex::new(None),
         }
+    }
+
+    /// The bytes the last read left over when a read of `from_seq` by `plan` continues where
+    /// it stopped (they start at a batch at or before `from_seq`, at or after the plan's index
+    /// floor); taken either way (a read leaves its own).
+    fn take_carry(&self, plan: &ReadPlan, from_seq: u64) -> Option<Carry> {
+        let c = self.carry.lock().take()?;
+        let fits = c.base == plan.base
+            && Arc::ptr_eq(&c.file, &plan.file)
+            && c.pos >= plan.pos
+            && c.expect >= plan.start_seq
+            && c.expect <= from_seq
+            && c.resume == from_seq
+            && c.pos.saturating_add(c.bytes.len() as u64) <= plan.size;
+        fits.then_some(c)
+    }
+
+    /// Keeps what a read left over for the next one.
+    fn put_carry(&self, carry: Carry) {
+        *self.carry.lock() = Some(carry);
     }
 
     /// The open `.log` of the closed segment `base`, opening it (and evicting the least
@@ -48,6 +92,10 @@ impl FdCache {
     /// Closes the cached file of segment `base` (dropped by retention).
     pub(super) fn remove(&self, base: u64) {
         self.files.lock().pop(&base);
+        let mut carry = self.carry.lock();
+        if carry.as_ref().is_some_and(|c| c.base == base) {
+            *carry = None;
+        }
     }
 
     #[cfg(test)]
@@ -55,6 +103,9 @@ impl FdCache {
         self.files.lock().len()
     }
 }
+
+/// The longest chunk a read asks for at once (a batch longer than that is still read whole).
+const MAX_CHUNK: u64 = 2 << 20;
 
 /// An index interval up to this long is read whole by a read that ends within it.
 const WHOLE_INTERVAL_BYTES: u64 = 16 << 10;
@@ -245,6 +296,12 @@ impl Inner {
     }
 
     /// Reads records `seq..` of one segment into `out`; returns the seq after the last one read.
+    ///
+    /// Each byte is read once: a chunk that ends inside a batch keeps that batch's first bytes
+    /// and the next chunk reads only what follows them, and the bytes a read leaves over (the
+    /// batch its `max` stopped inside, and what followed it) are where the next sequential
+    /// read starts (see [`Carry`]). Every batch a record comes from is checked (CRC, seq) in
+    /// the read that returns it.
     fn read_segment(
         &self,
         plan: &ReadPlan,
@@ -259,21 +316,25 @@ impl Inner {
         };
         let mut pos = plan.pos;
         let mut expect = plan.start_seq;
+        // Bytes at `pos` already read, from a batch boundary on.
+        let mut carried = Bytes::new();
+        if let Some(c) = self.fds.take_carry(plan, from_seq) {
+            pos = c.pos;
+            expect = c.expect;
+            carried = c.bytes;
+        }
         let mut need = max;
         // The seq after the last record read (a batch `need` stopped inside is read again
         // from its start, so `expect` may lag behind it).
         let mut read_to = from_seq;
-        let skip = from_seq.saturating_sub(plan.start_seq);
+        let skip = from_seq.saturating_sub(expect);
         // Batches to reach: when batches are about `avg_batch` long, the chunk ends just past
         // the last one asked for (a little slack, not a whole extra batch: a short chunk only
-        // costs one more read).
+        // costs one more read, of what follows the bytes already read).
         let mut want_frames = (need as u64).saturating_add(skip);
         // When every batch asked for comes before the next index entry, the first chunk need
         // not go past that entry's position, and ends exactly there when the last batch asked
         // for is the one just before it (a point read through a dense index reads one batch).
-        // An entry that lies only costs another read: a batch cut off by the chunk is read
-        // again from its start (at least 64 bytes are read, so its length is always seen, and
-        // at most 2 MiB, as any chunk).
         //
         // The chunk also ends at the entry when the interval is short (up to
         // `WHOLE_INTERVAL_BYTES`: a few pages cost less than a second read, which a batch cut
@@ -289,7 +350,7 @@ impl Inner {
             .or(Some((plan.last_seq.saturating_add(1), plan.size)));
         let mut bound = next.and_then(|(next_seq, next_pos)| {
             let past_wanted = from_seq.saturating_add(need as u64);
-            if past_wanted > next_seq || next_pos <= pos {
+            if past_wanted > next_seq || next_pos <= pos || pos != plan.pos {
                 return None;
             }
             let to_next = next_pos - pos;
@@ -308,22 +369,47 @@ impl Inner {
         });
         while need > 0 && pos < plan.size {
             let left = plan.size - pos;
-            let avg = plan.avg_batch.max(64);
-            let bytes = want_frames.saturating_mul(avg);
-            let estimate = bytes
-                .saturating_add((bytes / 8).min(avg) + 256)
-                .clamp(1 << 10, 2 << 20);
-            let want = match bound.take() {
-                Some(first) => first.clamp(64, 2 << 20),
-                None => estimate,
-            }
-            .min(left);
-            let chunk = read_batch_chunk(
-                pos,
-                plan.size,
-                usize::try_from(want).unwrap_or(usize::MAX),
-                |at, len| self.bufs.read_available(&fd, path, at, len),
-            )?;
+            let have = carried.len();
+            let first_len = batch_len(&carried);
+            let chunk = if first_len.is_some_and(|n| n <= have) {
+                // At least one whole batch is already read: decode it before reading more.
+                bound = None;
+                std::mem::take(&mut carried)
+            } else {
+                let avg = plan.avg_batch.max(64);
+                let bytes = want_frames.saturating_mul(avg);
+                let estimate = bytes
+                    .saturating_add((bytes / 8).min(avg) + 256)
+                    .clamp(1 << 10, MAX_CHUNK);
+                let want = match bound.take() {
+                    Some(first) => first.clamp(64, MAX_CHUNK),
+                    // Ends at the last batch boundary the index knows within the estimate,
+                    // when that is not much shorter: the next chunk then starts at a batch.
+                    None => self
+                        .boundary_within(plan.base, pos, pos.saturating_add(estimate))
+                        .map(|end| end - pos)
+                        .filter(|&to| to >= estimate / 2)
+                        .unwrap_or(estimate),
+                };
+                // The batch whose start was carried is read whole.
+                let want = first_len
+                    .map_or(want, |n| want.max(n as u64))
+                    .max(have as u64)
+                    .min(left);
+                let more = usize::try_from(want).unwrap_or(usize::MAX) - have;
+                let chunk = self
+                    .bufs
+                    .read_after(&carried, &fd, path, pos + have as u64, more)?;
+                match batch_len(&chunk) {
+                    // A batch longer than the chunk: read the rest of it.
+                    Some(n) if n > chunk.len() && n as u64 <= left => {
+                        let more = n - chunk.len();
+                        let at = pos + chunk.len() as u64;
+                        self.bufs.read_after(&chunk, &fd, path, at, more)?
+                    }
+                    _ => chunk,
+                }
+            };
             let before = out.len();
             let (consumed, next_seq) = decode_chunk(
                 &chunk,
@@ -350,6 +436,7 @@ impl Inner {
             if let Some(n) = next_seq {
                 expect = n;
             }
+            carried = chunk.slice(consumed.min(chunk.len())..);
             need -= got;
             want_frames = need as u64;
         }
@@ -361,6 +448,16 @@ impl Inner {
                     "segment data ends before seq {expect} (its last seq is {})",
                     plan.last_seq
                 ),
+            });
+        }
+        if !carried.is_empty() {
+            self.fds.put_carry(Carry {
+                base: plan.base,
+                file: Arc::clone(&plan.file),
+                pos,
+                expect,
+                resume: read_to.max(expect),
+                bytes: carried,
             });
         }
         Ok(read_to.max(expect))
