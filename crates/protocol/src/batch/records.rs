@@ -34,7 +34,9 @@ pub struct RecordRef {
 /// largest record timestamp. Those last checks run only when the iterator is driven to its end;
 /// the first error ends the iteration.
 pub struct RecordIter {
+    /// The records section is `data[start..]` (a batch's own bytes start it with the header).
     data: Bytes,
+    start: usize,
     walk: Walk,
 }
 
@@ -161,7 +163,7 @@ impl std::fmt::Debug for RecordIter {
         // The records' bytes are left out: they may be megabytes.
         f.debug_struct("RecordIter")
             .field("header", &self.walk.header)
-            .field("bytes", &self.data.len())
+            .field("bytes", &self.section().len())
             .field("pos", &self.walk.pos)
             .field("index", &self.walk.index)
             .field("done", &self.walk.done)
@@ -170,22 +172,35 @@ impl std::fmt::Debug for RecordIter {
 }
 
 impl RecordIter {
-    pub(crate) fn new(header: BatchHeader, data: Bytes) -> Self {
+    /// The records of `data[start..]`, a batch's records section.
+    pub(crate) fn new(header: BatchHeader, data: Bytes, start: usize) -> Self {
         Self {
             data,
+            start,
             walk: Walk::new(header),
         }
     }
 
+    /// The records section.
+    fn section(&self) -> &[u8] {
+        self.data.get(self.start..).unwrap_or_default()
+    }
+
+    /// A view of `range` of the records section.
+    fn view(&self, range: Range<usize>) -> Bytes {
+        self.data
+            .slice(self.start + range.start..self.start + range.end)
+    }
+
     fn read_next(&mut self) -> Result<RecordRef, BatchError> {
-        if let Some(plain) = self.walk.plain_record(&self.data) {
+        if let Some(plain) = self.walk.plain_record(self.section()) {
             // The common shape, checked in place: no layout, no header list to build.
             self.walk.pass(&plain);
             return Ok(RecordRef {
                 offset: plain.offset,
                 timestamp: self.walk.stamped(plain.timestamp),
-                key: plain.key.map(|k| self.data.slice(k)),
-                value: Some(self.data.slice(plain.value)),
+                key: plain.key.map(|k| self.view(k)),
+                value: Some(self.view(plain.value)),
                 headers: Vec::new(),
             });
         }
@@ -194,8 +209,11 @@ impl RecordIter {
 
     /// [`read_next`](Self::read_next) without the fast path: every record's layout parsed.
     fn read_general(&mut self) -> Result<RecordRef, BatchError> {
-        let (layout, offset, timestamp) = self.walk.advance(&self.data)?;
-        let slice = |r: Range<usize>| self.data.slice(r);
+        let start = self.start;
+        let (layout, offset, timestamp) = self
+            .walk
+            .advance(self.data.get(start..).unwrap_or_default())?;
+        let slice = |r: Range<usize>| self.view(r);
         Ok(RecordRef {
             offset,
             timestamp: self.walk.stamped(timestamp),
@@ -244,7 +262,9 @@ impl RecordIter {
     /// made): `Some(Ok(offset))`, `Some(Err)` with the fault, or `None` after the last record
     /// once the header checked out against all of them, as [`next`](Iterator::next) does.
     pub fn skip_record(&mut self) -> Option<Result<i64, BatchError>> {
-        self.walk.skip_record(&self.data)
+        let start = self.start;
+        self.walk
+            .skip_record(self.data.get(start..).unwrap_or_default())
     }
 
     /// Reads and checks every record left, and the header against all of them, returning how
@@ -254,18 +274,20 @@ impl RecordIter {
     /// # Errors
     /// The first fault, as [`next`](Iterator::next) would return it.
     pub fn check_rest(&mut self) -> Result<usize, BatchError> {
-        self.walk.check_rest(&self.data)
+        let start = self.start;
+        self.walk
+            .check_rest(self.data.get(start..).unwrap_or_default())
     }
 
     /// The record at `pos` as a message when it has the common shape (see
     /// [`Walk::plain_record`]), moving past it.
     fn plain_message(&mut self) -> Option<(i64, crate::Message)> {
-        let plain = self.walk.plain_record(&self.data)?;
+        let plain = self.walk.plain_record(self.section())?;
         self.walk.pass(&plain);
         let message = crate::Message {
             timestamp: self.walk.stamped(plain.timestamp),
-            key: plain.key.map(|k| self.data.slice(k)),
-            value: self.data.slice(plain.value),
+            key: plain.key.map(|k| self.view(k)),
+            value: self.view(plain.value),
             headers: Vec::new(),
         };
         Some((plain.offset, message))
@@ -481,7 +503,7 @@ impl RecordIter {
         let result = if self.walk.index < self.walk.header.record_count {
             read(self).map(Some)
         } else {
-            self.walk.finish(&self.data).map(|()| None)
+            self.walk.finish(self.section()).map(|()| None)
         };
         match result {
             Ok(Some(record)) => Some(Ok(record)),

@@ -212,9 +212,18 @@ impl BatchView {
     /// [`BatchError::BadMagic`], [`BatchError::Truncated`], [`BatchError::Length`],
     /// [`BatchError::BadCrc`] or [`BatchError::UnsupportedCompression`].
     pub fn parse(bytes: &Bytes) -> Result<BatchView, BatchError> {
-        let header = parse_header(bytes)?;
+        Self::parse_at(bytes, 0)
+    }
+
+    /// [`parse`](Self::parse) of the batch at byte `at` of `bytes` (without a handle on the
+    /// bytes before it). An `at` past the end is [`BatchError::Truncated`].
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse).
+    pub fn parse_at(bytes: &Bytes, at: usize) -> Result<BatchView, BatchError> {
+        let header = parse_header(bytes.get(at..).unwrap_or_default())?;
         Ok(BatchView {
-            bytes: bytes.slice(..header.size()),
+            bytes: bytes.slice(at..at + header.size()),
             header,
         })
     }
@@ -309,12 +318,26 @@ impl BatchView {
     /// [`BatchError::TooLarge`] when the records decompress past `max_uncompressed`,
     /// [`BatchError::Decompress`] when they do not decompress.
     pub fn records(&self, max_uncompressed: usize) -> Result<RecordIter, BatchError> {
-        let payload = self.payload();
-        let data = match self.header.compression {
-            Compression::None => payload,
-            codec => Bytes::from(codec::decompress(codec, &payload, max_uncompressed)?),
-        };
-        Ok(RecordIter::new(self.header, data))
+        self.clone().into_records(max_uncompressed)
+    }
+
+    /// [`records`](Self::records), taking the view: an uncompressed batch's records are read
+    /// from its bytes without another handle on them.
+    ///
+    /// # Errors
+    /// As [`records`](Self::records).
+    pub fn into_records(self, max_uncompressed: usize) -> Result<RecordIter, BatchError> {
+        match self.header.compression {
+            Compression::None => {
+                let start = HEADER_LEN.min(self.bytes.len());
+                Ok(RecordIter::new(self.header, self.bytes, start))
+            }
+            codec => {
+                let payload = self.bytes.get(HEADER_LEN..).unwrap_or_default();
+                let data = Bytes::from(codec::decompress(codec, payload, max_uncompressed)?);
+                Ok(RecordIter::new(self.header, data, 0))
+            }
+        }
     }
 }
 

@@ -267,7 +267,7 @@ impl Inner {
 impl Inner {
     /// [`Seg::boundary_within`](crate::layout::Seg::boundary_within) of segment `base`, which
     /// retention may have dropped meanwhile (then `None`).
-    pub(super) fn boundary_within(&self, base: u64, pos: u64, limit: u64) -> Option<u64> {
+    fn boundary_within(&self, base: u64, pos: u64, limit: u64) -> Option<u64> {
         let st = self.state.read();
         let i = st.segs.partition_point(|s| s.base_seq < base);
         st.segs
