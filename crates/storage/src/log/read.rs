@@ -30,9 +30,11 @@ pub(super) struct FdCache {
 /// The bytes a read read but did not consume, from a batch boundary on: the batch its `max`
 /// stopped inside (whose records after the last one returned the next sequential read wants
 /// first) and whatever followed it in the chunk. The next read, when it continues where this
-/// one stopped (a sequential reader), starts from these bytes instead of reading them again; they are checked (CRC, seq) again as any chunk is. Bytes of a segment below
-/// its published size never change while it is in the log, and the segment is matched by its
-/// file identity, so a segment dropped and another made with the same base is never mixed up.
+/// one stopped (a sequential reader), starts from these bytes instead of reading them again;
+/// they are checked (CRC, seq) again as any chunk is. Bytes of a segment below its published
+/// size never change while it is in the log, and the segment is matched by its file identity,
+/// so a segment dropped and another made with the same base is never mixed up. One slot for
+/// the whole log: readers taking turns only miss it (and read from the index, as without it).
 #[derive(Debug)]
 struct Carry {
     /// The segment's base seq.
