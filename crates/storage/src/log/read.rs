@@ -610,6 +610,7 @@ mod tests {
         // 1,050 records a call: every call but the last stops inside a batch.
         while seq <= log.last_seq() {
             let got = log.read(seq, 1050).unwrap();
+            assert!(!got.is_empty(), "nothing read at seq {seq}");
             for (i, r) in got.iter().enumerate() {
                 assert_eq!(r.seq, seq + i as u64);
                 assert_eq!(r.message.value[..8], r.seq.to_be_bytes());
