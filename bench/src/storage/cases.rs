@@ -48,6 +48,7 @@ const G_SYNC4: &str = "append + fsync each, 4 threads";
 const G_BATCH_SYNC: &str = "append batch of 100 + fsync";
 const G_SEQ_RAW: &str = "sequential read of all, whole batches";
 const G_SEQ: &str = "sequential read of all, decoded";
+const G_SEQ1: &str = "sequential read of all, decoded, log appended one record at a time";
 const G_RANDOM: &str = "random point read, log appended in batches of 100";
 const G_RANDOM1: &str = "random point read, log appended one record at a time";
 
@@ -169,6 +170,17 @@ pub const CASES: &[Case] = &[
         "raw read, 1 MiB, of krabka's segment files",
         "raw-read-seq",
     ),
+    krabka(
+        G_SEQ1,
+        "krabka read(seq, 1 MiB worth)",
+        "krabka-read-seq-single",
+    ),
+    case(G_SEQ1, "commitlog read(off, 1 MiB)", "commitlog-read-seq"),
+    raw(
+        G_SEQ1,
+        "raw read, 1 MiB + CRC-32C per batch + a Bytes view per record, of these files",
+        "raw-read-seq-views-single",
+    ),
     krabka(G_RANDOM, "krabka read(seq, 1)", "krabka-read-random"),
     case(
         G_RANDOM,
@@ -266,7 +278,7 @@ pub fn goals(id: &str) -> CostGoals {
             alloc_bytes_per_record: Some((1.0, 64.0)),
             ..seq
         },
-        "krabka-read-seq" | "krabka-batches-records" => seq,
+        "krabka-read-seq" | "krabka-read-seq-single" | "krabka-batches-records" => seq,
         "krabka-read-random"
         | "krabka-read-random-dense"
         | "krabka-read-random-single"

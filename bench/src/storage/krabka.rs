@@ -154,6 +154,13 @@ fn read_seq(log: &Log, per_read: usize) -> Result<Measurement> {
     Ok(Measurement::new(bytes, records, start.stop(), &hist))
 }
 
+/// The decoded sequential read of a log of single appends (a batch per record).
+fn read_seq_single(dir: &Path, w: &Workload, v: &Bytes, per_read: usize) -> Result<Measurement> {
+    let log = fill_single(dir, w, v)?;
+    let m = read_seq(&log, per_read)?;
+    Ok(m.with_crc_bytes(Segments::of(log)?.crc_bytes()?))
+}
+
 /// Point reads of random seqs of `log`, timed one by one.
 fn random_reads(log: &Log, reads: u64, vlen: usize) -> Result<Measurement> {
     let last = log.last_seq();
@@ -250,6 +257,7 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
             let m = read_seq(&log, per_read)?;
             Ok(m.with_crc_bytes(Segments::of(log)?.crc_bytes()?))
         }
+        "krabka-read-seq-single" => read_seq_single(dir, w, v, per_read),
         "krabka-batches-seq" | "krabka-batches-records" => {
             let log = fill_krabka(dir, w, v)?;
             let m = read_batches(&log, vlen, id == "krabka-batches-records")?;

@@ -146,6 +146,9 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
         "raw-read-seq-views" => {
             read_segments_checked(&Segments::of(fill_krabka(dir, w, v)?)?, vlen, true)
         }
+        "raw-read-seq-views-single" => {
+            read_segments_checked(&Segments::of(fill_single(dir, w, v)?)?, vlen, true)
+        }
         "raw-read-random-single" => read_batches_at(&Segments::of(fill_single(dir, w, v)?)?, p),
         "raw-read-random-single-span" => {
             read_index_spans(&Segments::of(fill_single(dir, w, v)?)?, p)

@@ -38,16 +38,35 @@ impl ReadBufs {
         pos: u64,
         len: usize,
     ) -> Result<Bytes, Error> {
-        let mut buf = self.take(len);
-        if buf.len() >= len {
+        self.read_after(&[], file, path, pos, len)
+    }
+
+    /// `prefix` followed by up to `len` bytes at `pos` of `file` (fewer only where the file
+    /// ends), in one buffer: a chunked reader that met the start of a batch at the end of its
+    /// last chunk keeps those bytes and reads only what follows them.
+    pub(crate) fn read_after(
+        &self,
+        prefix: &[u8],
+        file: &File,
+        path: &Path,
+        pos: u64,
+        len: usize,
+    ) -> Result<Bytes, Error> {
+        let total = prefix.len().saturating_add(len);
+        let mut buf = self.take(total);
+        if buf.len() >= total {
             // Already initialized by an earlier read: no zero-fill needed.
-            buf.truncate(len);
+            buf.truncate(total);
         } else {
-            buf.resize(len, 0);
+            buf.resize(total, 0);
         }
-        let mut filled = 0;
+        let mut filled = prefix.len();
+        if let Some(head) = buf.get_mut(..filled) {
+            head.copy_from_slice(prefix);
+        }
         while let Some(rest) = buf.get_mut(filled..).filter(|r| !r.is_empty()) {
-            match file.read_at(rest, pos + filled as u64) {
+            let at = pos + (filled - prefix.len()) as u64;
+            match file.read_at(rest, at) {
                 Ok(0) => break,
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}

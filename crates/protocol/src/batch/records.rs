@@ -34,8 +34,17 @@ pub struct RecordRef {
 /// largest record timestamp. Those last checks run only when the iterator is driven to its end;
 /// the first error ends the iteration.
 pub struct RecordIter {
-    header: BatchHeader,
+    /// The records section is `data[start..]` (a batch's own bytes start it with the header).
     data: Bytes,
+    start: usize,
+    walk: Walk,
+}
+
+/// Where a walk through a batch's records stands; the records' bytes are passed to each step,
+/// so the same checks run over a batch held as `Bytes` ([`RecordIter`]) or borrowed
+/// ([`check_records`]).
+struct Walk {
+    header: BatchHeader,
     pos: usize,
     index: i32,
     max_timestamp: Option<i64>,
@@ -153,36 +162,45 @@ impl std::fmt::Debug for RecordIter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The records' bytes are left out: they may be megabytes.
         f.debug_struct("RecordIter")
-            .field("header", &self.header)
-            .field("bytes", &self.data.len())
-            .field("pos", &self.pos)
-            .field("index", &self.index)
-            .field("done", &self.done)
+            .field("header", &self.walk.header)
+            .field("bytes", &self.section().len())
+            .field("pos", &self.walk.pos)
+            .field("index", &self.walk.index)
+            .field("done", &self.walk.done)
             .finish()
     }
 }
 
 impl RecordIter {
-    pub(crate) fn new(header: BatchHeader, data: Bytes) -> Self {
+    /// The records of `data[start..]`, a batch's records section.
+    pub(crate) fn new(header: BatchHeader, data: Bytes, start: usize) -> Self {
         Self {
-            header,
             data,
-            pos: 0,
-            index: 0,
-            max_timestamp: None,
-            done: false,
+            start,
+            walk: Walk::new(header),
         }
     }
 
+    /// The records section.
+    fn section(&self) -> &[u8] {
+        self.data.get(self.start..).unwrap_or_default()
+    }
+
+    /// A view of `range` of the records section.
+    fn view(&self, range: Range<usize>) -> Bytes {
+        self.data
+            .slice(self.start + range.start..self.start + range.end)
+    }
+
     fn read_next(&mut self) -> Result<RecordRef, BatchError> {
-        if let Some(plain) = self.plain_record() {
+        if let Some(plain) = self.walk.plain_record(self.section()) {
             // The common shape, checked in place: no layout, no header list to build.
-            self.pass(&plain);
+            self.walk.pass(&plain);
             return Ok(RecordRef {
                 offset: plain.offset,
-                timestamp: self.stamped(plain.timestamp),
-                key: plain.key.map(|k| self.data.slice(k)),
-                value: Some(self.data.slice(plain.value)),
+                timestamp: self.walk.stamped(plain.timestamp),
+                key: plain.key.map(|k| self.view(k)),
+                value: Some(self.view(plain.value)),
                 headers: Vec::new(),
             });
         }
@@ -191,11 +209,14 @@ impl RecordIter {
 
     /// [`read_next`](Self::read_next) without the fast path: every record's layout parsed.
     fn read_general(&mut self) -> Result<RecordRef, BatchError> {
-        let (layout, offset, timestamp) = self.advance()?;
-        let slice = |r: Range<usize>| self.data.slice(r);
+        let start = self.start;
+        let (layout, offset, timestamp) = self
+            .walk
+            .advance(self.data.get(start..).unwrap_or_default())?;
+        let slice = |r: Range<usize>| self.view(r);
         Ok(RecordRef {
             offset,
-            timestamp: self.stamped(timestamp),
+            timestamp: self.walk.stamped(timestamp),
             key: layout.key.map(slice),
             value: layout.value.map(slice),
             headers: layout
@@ -204,6 +225,91 @@ impl RecordIter {
                 .map(|(name, value)| (name, value.map(slice)))
                 .collect(),
         })
+    }
+
+    /// The next record as a [`Message`](crate::Message) with its offset: what
+    /// [`next`](Iterator::next) and `Message::try_from` give together, with the same checks
+    /// and errors (a record a `Message` cannot hold is [`BatchError::NotAMessage`]), but
+    /// without the intermediate [`RecordRef`] for the common record without headers.
+    ///
+    /// ```
+    /// use krabka_protocol::batch::{encode_batch, BatchSpec, BatchView, RecordSpec};
+    ///
+    /// let bytes = encode_batch(&BatchSpec::new(5), &[RecordSpec::new(1, "a").with_key("k")])?;
+    /// let mut records = BatchView::parse(&bytes)?.records(1 << 20)?;
+    /// let (offset, msg) = records.next_message().unwrap()?;
+    /// assert_eq!((offset, msg.value.as_ref()), (5, &b"a"[..]));
+    /// assert!(records.next_message().is_none());
+    /// # Ok::<(), krabka_protocol::batch::BatchError>(())
+    /// ```
+    pub fn next_message(&mut self) -> Option<Result<(i64, crate::Message), BatchError>> {
+        if !self.walk.done
+            && self.walk.index < self.walk.header.record_count
+            && let Some(fast) = self.plain_message()
+        {
+            return Some(Ok(fast));
+        }
+        match self.next()? {
+            Ok(r) => {
+                let offset = r.offset;
+                Some(crate::Message::try_from(r).map(|m| (offset, m)))
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Reads and checks the next record without returning it (no views of its bytes are
+    /// made): `Some(Ok(offset))`, `Some(Err)` with the fault, or `None` after the last record
+    /// once the header checked out against all of them, as [`next`](Iterator::next) does.
+    pub fn skip_record(&mut self) -> Option<Result<i64, BatchError>> {
+        let start = self.start;
+        self.walk
+            .skip_record(self.data.get(start..).unwrap_or_default())
+    }
+
+    /// Reads and checks every record left, and the header against all of them, returning how
+    /// many there were: what driving [`next`](Iterator::next) to its end checks, without
+    /// building the records.
+    ///
+    /// # Errors
+    /// The first fault, as [`next`](Iterator::next) would return it.
+    pub fn check_rest(&mut self) -> Result<usize, BatchError> {
+        let start = self.start;
+        self.walk
+            .check_rest(self.data.get(start..).unwrap_or_default())
+    }
+
+    /// The record at `pos` as a message when it has the common shape (see
+    /// [`Walk::plain_record`]), moving past it.
+    fn plain_message(&mut self) -> Option<(i64, crate::Message)> {
+        let plain = self.walk.plain_record(self.section())?;
+        self.walk.pass(&plain);
+        let message = crate::Message {
+            timestamp: self.walk.stamped(plain.timestamp),
+            key: plain.key.map(|k| self.view(k)),
+            value: self.view(plain.value),
+            headers: Vec::new(),
+        };
+        Some((plain.offset, message))
+    }
+}
+
+/// Reads and checks every record of a batch's records section `data` (uncompressed) against
+/// `header`, as driving a [`RecordIter`] to its end does, without making a view of any of
+/// them; returns how many there were.
+pub(crate) fn check_records(header: BatchHeader, data: &[u8]) -> Result<usize, BatchError> {
+    Walk::new(header).check_rest(data)
+}
+
+impl Walk {
+    fn new(header: BatchHeader) -> Self {
+        Self {
+            header,
+            pos: 0,
+            index: 0,
+            max_timestamp: None,
+            done: false,
+        }
     }
 
     /// A record's timestamp as read: `stored`, or `maxTimestamp` in a log-append-time batch.
@@ -216,14 +322,14 @@ impl RecordIter {
 
     /// Reads and checks the record at `pos` and moves past it: its layout, offset and
     /// timestamp (as stored, before a log-append-time batch's override).
-    fn advance(&mut self) -> Result<(Layout, i64, i64), BatchError> {
-        if self.pos >= self.data.len() {
+    fn advance(&mut self, data: &[u8]) -> Result<(Layout, i64, i64), BatchError> {
+        if self.pos >= data.len() {
             return Err(BatchError::RecordCount {
                 header: self.header.record_count,
                 found: usize::try_from(self.index).unwrap_or(0),
             });
         }
-        let layout = parse_record(&self.data, self.pos)?;
+        let layout = parse_record(data, self.pos)?;
         if layout.offset_delta != self.index {
             return Err(BatchError::OffsetDelta {
                 expected: self.index,
@@ -253,14 +359,14 @@ impl RecordIter {
     }
 
     /// The checks of the header against all the records, once they are read.
-    fn finish(&self) -> Result<(), BatchError> {
+    fn finish(&self, data: &[u8]) -> Result<(), BatchError> {
         let header = &self.header;
-        if self.pos < self.data.len() {
+        if self.pos < data.len() {
             // More records than the header says: count them (each takes at least one byte).
             let mut found = usize::try_from(self.index).unwrap_or(0);
             let mut pos = self.pos;
-            while pos < self.data.len() {
-                pos = parse_record(&self.data, pos)?.next;
+            while pos < data.len() {
+                pos = parse_record(data, pos)?.next;
                 found += 1;
             }
             return Err(BatchError::RecordCount {
@@ -286,57 +392,22 @@ impl RecordIter {
         }
         Ok(())
     }
-}
 
-impl RecordIter {
-    /// The next record as a [`Message`](crate::Message) with its offset: what
-    /// [`next`](Iterator::next) and `Message::try_from` give together, with the same checks
-    /// and errors (a record a `Message` cannot hold is [`BatchError::NotAMessage`]), but
-    /// without the intermediate [`RecordRef`] for the common record without headers.
-    ///
-    /// ```
-    /// use krabka_protocol::batch::{encode_batch, BatchSpec, BatchView, RecordSpec};
-    ///
-    /// let bytes = encode_batch(&BatchSpec::new(5), &[RecordSpec::new(1, "a").with_key("k")])?;
-    /// let mut records = BatchView::parse(&bytes)?.records(1 << 20)?;
-    /// let (offset, msg) = records.next_message().unwrap()?;
-    /// assert_eq!((offset, msg.value.as_ref()), (5, &b"a"[..]));
-    /// assert!(records.next_message().is_none());
-    /// # Ok::<(), krabka_protocol::batch::BatchError>(())
-    /// ```
-    pub fn next_message(&mut self) -> Option<Result<(i64, crate::Message), BatchError>> {
-        if !self.done
-            && self.index < self.header.record_count
-            && let Some(fast) = self.plain_message()
-        {
-            return Some(Ok(fast));
-        }
-        match self.next()? {
-            Ok(r) => {
-                let offset = r.offset;
-                Some(crate::Message::try_from(r).map(|m| (offset, m)))
-            }
-            Err(e) => Some(Err(e)),
-        }
-    }
-
-    /// Reads and checks the next record without returning it (no views of its bytes are
-    /// made): `Some(Ok(offset))`, `Some(Err)` with the fault, or `None` after the last record
-    /// once the header checked out against all of them, as [`next`](Iterator::next) does.
-    pub fn skip_record(&mut self) -> Option<Result<i64, BatchError>> {
+    /// See [`RecordIter::skip_record`].
+    fn skip_record(&mut self, data: &[u8]) -> Option<Result<i64, BatchError>> {
         if self.done {
             return None;
         }
         if self.index >= self.header.record_count {
             self.done = true;
-            return self.finish().err().map(Err);
+            return self.finish(data).err().map(Err);
         }
-        if let Some(plain) = self.plain_record() {
+        if let Some(plain) = self.plain_record(data) {
             self.pass(&plain);
             return Some(Ok(plain.offset));
         }
-        match self.check_next() {
-            Ok(offset) => Some(Ok(offset)),
+        match self.advance(data) {
+            Ok((_, offset, _)) => Some(Ok(offset)),
             Err(e) => {
                 self.done = true;
                 Some(Err(e))
@@ -344,32 +415,21 @@ impl RecordIter {
         }
     }
 
-    /// Reads and checks every record left, and the header against all of them, returning how
-    /// many there were: what driving [`next`](Iterator::next) to its end checks, without
-    /// building the records.
-    ///
-    /// # Errors
-    /// The first fault, as [`next`](Iterator::next) would return it.
-    pub fn check_rest(&mut self) -> Result<usize, BatchError> {
+    /// See [`RecordIter::check_rest`].
+    fn check_rest(&mut self, data: &[u8]) -> Result<usize, BatchError> {
         let mut left = 0usize;
-        while let Some(r) = self.skip_record() {
+        while let Some(r) = self.skip_record(data) {
             r?;
             left += 1;
         }
         Ok(left)
     }
 
-    /// [`read_next`](Self::read_next) without the record.
-    fn check_next(&mut self) -> Result<i64, BatchError> {
-        self.advance().map(|(_, offset, _)| offset)
-    }
-
-    /// The record at `pos` when it has the common shape (a value, no headers) and every check
-    /// passes: where it ends, its offset and stored timestamp, its key's and value's bytes;
-    /// `None` for anything else, which the general path then reads (and fails on, naming the
-    /// fault). Reads nothing past the record's own length; moves nothing.
-    fn plain_record(&self) -> Option<Plain> {
-        let data: &[u8] = &self.data;
+    /// The record at `pos` of `data` when it has the common shape (a value, no headers) and
+    /// every check passes: where it ends, its offset and stored timestamp, its key's and
+    /// value's bytes; `None` for anything else, which the general path then reads (and fails
+    /// on, naming the fault). Reads nothing past the record's own length; moves nothing.
+    fn plain_record(&self, data: &[u8]) -> Option<Plain> {
         let (len, body) = read_varint(data, self.pos).ok()?;
         let end = body.checked_add(usize::try_from(len).ok()?)?;
         let record = data.get(..end)?;
@@ -409,23 +469,9 @@ impl RecordIter {
         self.pos = plain.end;
         self.index += 1;
     }
-
-    /// The record at `pos` as a message when it has the common shape (see
-    /// [`plain_record`](Self::plain_record)), moving past it.
-    fn plain_message(&mut self) -> Option<(i64, crate::Message)> {
-        let plain = self.plain_record()?;
-        self.pass(&plain);
-        let message = crate::Message {
-            timestamp: self.stamped(plain.timestamp),
-            key: plain.key.map(|k| self.data.slice(k)),
-            value: self.data.slice(plain.value),
-            headers: Vec::new(),
-        };
-        Some((plain.offset, message))
-    }
 }
 
-/// A record of the common shape, read and checked in place (see [`RecordIter::plain_record`]).
+/// A record of the common shape, read and checked in place (see [`Walk::plain_record`]).
 struct Plain {
     /// Where the record ends in the records section.
     end: usize,
@@ -451,22 +497,22 @@ impl RecordIter {
         &mut self,
         read: fn(&mut Self) -> Result<RecordRef, BatchError>,
     ) -> Option<Result<RecordRef, BatchError>> {
-        if self.done {
+        if self.walk.done {
             return None;
         }
-        let result = if self.index < self.header.record_count {
+        let result = if self.walk.index < self.walk.header.record_count {
             read(self).map(Some)
         } else {
-            self.finish().map(|()| None)
+            self.walk.finish(self.section()).map(|()| None)
         };
         match result {
             Ok(Some(record)) => Some(Ok(record)),
             Ok(None) => {
-                self.done = true;
+                self.walk.done = true;
                 None
             }
             Err(e) => {
-                self.done = true;
+                self.walk.done = true;
                 Some(Err(e))
             }
         }

@@ -58,10 +58,24 @@ pub(super) fn expected(base_offset: i64, records: &[RecordSpec]) -> Vec<RecordRe
 }
 
 /// Parses a batch and reads all its records.
+/// Every record of the batch in `bytes`, read through its view; checks on the way that the
+/// in-place check (`BatchView::check`) agrees with the reading, so every batch a test builds,
+/// valid or hostile, tests both.
 pub(super) fn read_all(bytes: &Bytes) -> Result<(BatchHeader, Vec<RecordRef>), BatchError> {
-    let view = BatchView::parse(bytes)?;
-    let records = view.records(64 << 20)?.collect::<Result<Vec<_>, _>>()?;
-    Ok((*view.header(), records))
+    let read: Result<(BatchHeader, Vec<RecordRef>), BatchError> = (|| {
+        let view = BatchView::parse(bytes)?;
+        let records = view.records(64 << 20)?.collect::<Result<Vec<_>, _>>()?;
+        Ok((*view.header(), records))
+    })();
+    let checked = BatchView::check(bytes, 64 << 20);
+    match (&read, &checked) {
+        (Ok((header, records)), Ok((checked_header, count))) => {
+            assert_eq!((header, records.len()), (checked_header, *count));
+        }
+        (Err(e), Err(c)) => assert_eq!(e.to_string(), c.to_string()),
+        _ => panic!("the in-place check {checked:?} disagrees with reading: {read:?}"),
+    }
+    read
 }
 
 /// Recomputes the CRC of the batch in `buf` after an edit.

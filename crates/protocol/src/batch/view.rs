@@ -3,7 +3,7 @@
 use bytes::Bytes;
 
 use super::encode::{ATTRIBUTES_AT, CRC_AT, MAX_TIMESTAMP_AT};
-use super::records::RecordIter;
+use super::records::{RecordIter, check_records};
 use super::{
     ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL, BatchError,
     Compression, HEADER_LEN, LOG_OVERHEAD, MAGIC, TimestampType, codec,
@@ -130,6 +130,66 @@ fn check_header(buf: &[u8]) -> Result<(), BatchError> {
     Ok(())
 }
 
+/// The checks of [`BatchView::parse`] on the batch at the start of `bytes`: its header.
+fn parse_header(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+    check_header(bytes)?;
+    let batch_length = i32_at(bytes, 8)?;
+    let size = usize::try_from(batch_length)
+        .ok()
+        .filter(|&len| len >= HEADER_LEN - LOG_OVERHEAD)
+        .map(|len| len + LOG_OVERHEAD)
+        .ok_or(BatchError::Length {
+            field: "batchLength",
+            value: i64::from(batch_length),
+            at: 8,
+        })?;
+    if size > bytes.len() {
+        return Err(BatchError::Truncated {
+            needed: size,
+            at: 0,
+        });
+    }
+    let stored = u32::from_be_bytes(array(bytes, CRC_AT)?);
+    let computed = super::crc32c(bytes.get(ATTRIBUTES_AT..size).unwrap_or_default());
+    if stored != computed {
+        return Err(BatchError::BadCrc { stored, computed });
+    }
+    let attributes = i16_at(bytes, ATTRIBUTES_AT)?;
+    let compression = Compression::from_code((attributes & ATTR_COMPRESSION_MASK) as u8)?;
+    let header = BatchHeader {
+        base_offset: i64_at(bytes, 0)?,
+        batch_length,
+        partition_leader_epoch: i32_at(bytes, LEADER_EPOCH_AT)?,
+        magic: MAGIC,
+        crc: stored,
+        attributes,
+        compression,
+        last_offset_delta: i32_at(bytes, 23)?,
+        base_timestamp: i64_at(bytes, 27)?,
+        max_timestamp: i64_at(bytes, 35)?,
+        producer_id: i64_at(bytes, 43)?,
+        producer_epoch: i16_at(bytes, 51)?,
+        base_sequence: i32_at(bytes, 53)?,
+        record_count: i32_at(bytes, 57)?,
+    };
+    if header.record_count < 0 {
+        return Err(BatchError::Length {
+            field: "recordCount",
+            value: i64::from(header.record_count),
+            at: 57,
+        });
+    }
+    let delta = header.last_offset_delta;
+    if delta < -1 || header.base_offset.checked_add(i64::from(delta)).is_none() {
+        return Err(BatchError::Length {
+            field: "lastOffsetDelta",
+            value: i64::from(delta),
+            at: 23,
+        });
+    }
+    Ok(header)
+}
+
 impl BatchView {
     /// Parses the batch at the start of `bytes` (bytes after it are left alone: the view's
     /// [`size`](Self::size) tells where the next one starts). Checks, in order: the magic, the
@@ -152,65 +212,79 @@ impl BatchView {
     /// [`BatchError::BadMagic`], [`BatchError::Truncated`], [`BatchError::Length`],
     /// [`BatchError::BadCrc`] or [`BatchError::UnsupportedCompression`].
     pub fn parse(bytes: &Bytes) -> Result<BatchView, BatchError> {
-        check_header(bytes)?;
-        let batch_length = i32_at(bytes, 8)?;
-        let size = usize::try_from(batch_length)
-            .ok()
-            .filter(|&len| len >= HEADER_LEN - LOG_OVERHEAD)
-            .map(|len| len + LOG_OVERHEAD)
-            .ok_or(BatchError::Length {
-                field: "batchLength",
-                value: i64::from(batch_length),
-                at: 8,
-            })?;
-        if size > bytes.len() {
-            return Err(BatchError::Truncated {
-                needed: size,
-                at: 0,
-            });
-        }
-        let stored = u32::from_be_bytes(array(bytes, CRC_AT)?);
-        let computed = super::crc32c(bytes.get(ATTRIBUTES_AT..size).unwrap_or_default());
-        if stored != computed {
-            return Err(BatchError::BadCrc { stored, computed });
-        }
-        let attributes = i16_at(bytes, ATTRIBUTES_AT)?;
-        let compression = Compression::from_code((attributes & ATTR_COMPRESSION_MASK) as u8)?;
-        let header = BatchHeader {
-            base_offset: i64_at(bytes, 0)?,
-            batch_length,
-            partition_leader_epoch: i32_at(bytes, LEADER_EPOCH_AT)?,
-            magic: MAGIC,
-            crc: stored,
-            attributes,
-            compression,
-            last_offset_delta: i32_at(bytes, 23)?,
-            base_timestamp: i64_at(bytes, 27)?,
-            max_timestamp: i64_at(bytes, 35)?,
-            producer_id: i64_at(bytes, 43)?,
-            producer_epoch: i16_at(bytes, 51)?,
-            base_sequence: i32_at(bytes, 53)?,
-            record_count: i32_at(bytes, 57)?,
-        };
-        if header.record_count < 0 {
-            return Err(BatchError::Length {
-                field: "recordCount",
-                value: i64::from(header.record_count),
-                at: 57,
-            });
-        }
-        let delta = header.last_offset_delta;
-        if delta < -1 || header.base_offset.checked_add(i64::from(delta)).is_none() {
-            return Err(BatchError::Length {
-                field: "lastOffsetDelta",
-                value: i64::from(delta),
-                at: 23,
-            });
-        }
+        Self::parse_at(bytes, 0)
+    }
+
+    /// [`parse`](Self::parse) of the batch at byte `at` of `bytes` (without a handle on the
+    /// bytes before it). An `at` past the end is [`BatchError::Truncated`].
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse).
+    pub fn parse_at(bytes: &Bytes, at: usize) -> Result<BatchView, BatchError> {
+        let header = parse_header(bytes.get(at..).unwrap_or_default())?;
         Ok(BatchView {
-            bytes: bytes.slice(..size),
+            bytes: bytes.slice(at..at + header.size()),
             header,
         })
+    }
+
+    /// Checks the batch at the start of `buf` as [`parse`](Self::parse) does, then reads
+    /// every record as driving [`records`](Self::records) to its end does (decompressed within
+    /// `max_uncompressed`), without copying or viewing the bytes of an uncompressed batch;
+    /// returns its header and how many records it holds. The batch is
+    /// [`BatchHeader::size`] bytes; bytes after it are left alone.
+    ///
+    /// ```
+    /// use krabka_protocol::batch::{encode_batch, BatchSpec, BatchView, RecordSpec};
+    ///
+    /// let bytes = encode_batch(&BatchSpec::new(3), &[RecordSpec::new(1, "a"), RecordSpec::new(2, "b")])?;
+    /// let (header, records) = BatchView::check(&bytes, 1 << 20)?;
+    /// assert_eq!((header.base_offset, header.size(), records), (3, bytes.len(), 2));
+    /// # Ok::<(), krabka_protocol::batch::BatchError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// Those of [`parse`](Self::parse), of [`records`](Self::records), and the first fault of
+    /// a record or of the header against the records, as the iterator returns them.
+    pub fn check(buf: &[u8], max_uncompressed: usize) -> Result<(BatchHeader, usize), BatchError> {
+        let header = Self::check_header(buf)?;
+        let count = Self::check_records(&header, buf, max_uncompressed)?;
+        Ok((header, count))
+    }
+
+    /// The first half of [`check`](Self::check): the checks of [`parse`](Self::parse) on the
+    /// batch at the start of `buf` (its CRC included), without taking a view of it.
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse).
+    pub fn check_header(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+        parse_header(buf)
+    }
+
+    /// The second half of [`check`](Self::check): reads every record of the batch at the
+    /// start of `buf`, whose header [`check_header`](Self::check_header) returned, as
+    /// driving [`records`](Self::records) to its end does; returns how many there are.
+    ///
+    /// # Errors
+    /// As [`records`](Self::records) and its iterator.
+    pub fn check_records(
+        header: &BatchHeader,
+        buf: &[u8],
+        max_uncompressed: usize,
+    ) -> Result<usize, BatchError> {
+        let payload = buf
+            .get(HEADER_LEN..header.size())
+            .ok_or(BatchError::Truncated {
+                needed: header.size(),
+                at: 0,
+            })?;
+        match header.compression {
+            Compression::None => check_records(*header, payload),
+            codec => check_records(
+                *header,
+                &codec::decompress(codec, payload, max_uncompressed)?,
+            ),
+        }
     }
 
     /// The header fields.
@@ -244,12 +318,26 @@ impl BatchView {
     /// [`BatchError::TooLarge`] when the records decompress past `max_uncompressed`,
     /// [`BatchError::Decompress`] when they do not decompress.
     pub fn records(&self, max_uncompressed: usize) -> Result<RecordIter, BatchError> {
-        let payload = self.payload();
-        let data = match self.header.compression {
-            Compression::None => payload,
-            codec => Bytes::from(codec::decompress(codec, &payload, max_uncompressed)?),
-        };
-        Ok(RecordIter::new(self.header, data))
+        self.clone().into_records(max_uncompressed)
+    }
+
+    /// [`records`](Self::records), taking the view: an uncompressed batch's records are read
+    /// from its bytes without another handle on them.
+    ///
+    /// # Errors
+    /// As [`records`](Self::records).
+    pub fn into_records(self, max_uncompressed: usize) -> Result<RecordIter, BatchError> {
+        match self.header.compression {
+            Compression::None => {
+                let start = HEADER_LEN.min(self.bytes.len());
+                Ok(RecordIter::new(self.header, self.bytes, start))
+            }
+            codec => {
+                let payload = self.bytes.get(HEADER_LEN..).unwrap_or_default();
+                let data = Bytes::from(codec::decompress(codec, payload, max_uncompressed)?);
+                Ok(RecordIter::new(self.header, data, 0))
+            }
+        }
     }
 }
 

@@ -14,6 +14,7 @@ use krabka_protocol::batch::{
     BatchPiece, Compression, NO_PARTITION_LEADER_EPOCH, max_timestamp_of, record_size,
     set_base_offset, set_partition_leader_epoch,
 };
+use smallvec::SmallVec;
 
 use super::segment_age::SegmentAge;
 use super::{Inner, Seg, SegFile};
@@ -243,7 +244,7 @@ impl Inner {
                 continue;
             }
             let count = (i - start) as u64;
-            self.write_and_publish(ap, msgs, pending, count, max_ts)?;
+            self.write_and_publish(ap, msgs, &[], pending, count, max_ts)?;
         }
         let last = ap.next_seq - 1;
         if !msgs.is_empty() {
@@ -260,20 +261,27 @@ impl Inner {
     }
 
     /// Writes the batches encoded in `ap.buf` and `ap.pieces` (`len` bytes; with pieces, the
-    /// values they name are `msgs`'), `count` records, the largest timestamp `max_ts`, at the
+    /// values they name are `msgs`'; with `raw_rest` not empty, `ap.buf` holds a raw batch's
+    /// header and `raw_rest` the bytes after it), `count` records, the largest timestamp `max_ts`, at the
     /// end of the active segment and publishes them to readers. A failed write poisons the log
     /// and cuts the partial write off (best effort).
     fn write_and_publish(
         &self,
         ap: &mut Appender,
         msgs: &[Message],
+        raw_rest: &[u8],
         len: u64,
         count: u64,
         max_ts: i64,
     ) -> Result<(), Error> {
         self.preallocate(ap, len);
-        let written = if ap.pieces.iter().any(|p| matches!(p, BatchPiece::Value(_))) {
-            let slices: Vec<IoSlice<'_>> = ap
+        // The slices of a vectored write: on the stack for a raw batch or a single append's
+        // few pieces, so an append allocates nothing for them.
+        let written = if !raw_rest.is_empty() {
+            let mut slices = [IoSlice::new(&ap.buf), IoSlice::new(raw_rest)];
+            self.write_vectored_at(&ap.file, &mut slices, ap.size, len)
+        } else if ap.pieces.iter().any(|p| matches!(p, BatchPiece::Value(_))) {
+            let mut slices: SmallVec<[IoSlice<'_>; 8]> = ap
                 .pieces
                 .iter()
                 .map(|p| match p {
@@ -283,7 +291,7 @@ impl Inner {
                     }
                 })
                 .collect();
-            self.write_vectored_at(&ap.file, slices, ap.size, len)
+            self.write_vectored_at(&ap.file, &mut slices, ap.size, len)
         } else {
             self.write_at(&ap.file, &ap.buf, ap.size)
         };
@@ -345,8 +353,11 @@ impl Inner {
         if ap.size > 0 && ap.size.saturating_add(len) > self.opts.max_bytes {
             self.roll_locked(ap)?;
         }
+        // Only the header is copied (its base offset and leader epoch rewritten); the rest
+        // of the caller's bytes go to the kernel where they lie.
+        let (header, rest) = batch.split_at(BATCH_HEADER_LEN.min(batch.len()));
         ap.buf.clear();
-        ap.buf.extend_from_slice(batch);
+        ap.buf.extend_from_slice(header);
         let stamped = set_base_offset(&mut ap.buf, base)
             .and_then(|()| set_partition_leader_epoch(&mut ap.buf, ap.leader_epoch));
         if let Err(e) = stamped {
@@ -358,7 +369,7 @@ impl Inner {
         }
         ap.pieces.clear();
         ap.builder.observe(first, ap.size, len, info.max_timestamp);
-        self.write_and_publish(ap, &[], len, info.count, info.max_timestamp)?;
+        self.write_and_publish(ap, &[], rest, len, info.count, info.max_timestamp)?;
         self.counters.batch(ap);
         drop(guard);
         drop(writing);
@@ -371,7 +382,7 @@ impl Inner {
     fn write_vectored_at(
         &self,
         f: &File,
-        mut slices: Vec<IoSlice<'_>>,
+        slices: &mut [IoSlice<'_>],
         pos: u64,
         len: u64,
     ) -> io::Result<()> {
@@ -379,7 +390,7 @@ impl Inner {
             // A torn write: the first half of the bytes land.
             let mut left = len / 2;
             let mut at = pos;
-            for s in &slices {
+            for s in slices.iter() {
                 let n = (s.len() as u64).min(left);
                 let part = s.get(..n as usize).unwrap_or_default();
                 let _ = f.write_all_at(part, at);
@@ -388,7 +399,7 @@ impl Inner {
             }
             return Err(e);
         }
-        let mut rest = &mut slices[..];
+        let mut rest = slices;
         let mut at = pos;
         while !rest.is_empty() {
             let upto = rest.len().min(IOV_MAX);

@@ -19,9 +19,9 @@ use crate::segment::{
 impl Inner {
     /// See [`Log::append_raw_batch`](super::Log::append_raw_batch).
     pub(super) fn append_raw_batch(&self, batch: &[u8]) -> Result<RangeInclusive<u64>, Error> {
-        let bytes = Bytes::copy_from_slice(batch);
-        let info = check_raw_batch(&bytes)?;
-        self.append_raw(&bytes, info)
+        // Checked and written from the caller's bytes: no copy of the batch.
+        let info = check_raw_batch(batch)?;
+        self.append_raw(batch, info)
     }
 
     /// See [`Log::read_batches`](super::Log::read_batches).

@@ -8,20 +8,45 @@ use std::num::NonZeroUsize;
 use std::path::Path;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use lru::LruCache;
 use parking_lot::Mutex;
 
 use super::LazyIndex;
 use super::{Inner, Seg, SegFile};
-use crate::segment::{decode_chunk, read_batch_chunk};
+use crate::segment::{batch_len, decode_chunk};
 use crate::{Error, Record};
 
 /// Read-only file descriptors of closed segments, at most `cap` of them, least recently used
-/// evicted first.
+/// evicted first; and the bytes the last read left over (see [`Carry`]).
 #[derive(Debug)]
 pub(super) struct FdCache {
     /// Base seq → file.
     files: Mutex<LruCache<u64, Arc<File>>>,
+    /// What the last [`Log::read`](super::Log::read) read past the records it returned.
+    carry: Mutex<Option<Carry>>,
+}
+
+/// The bytes a read read but did not consume, from a batch boundary on: the batch its `max`
+/// stopped inside (whose records after the last one returned the next sequential read wants
+/// first) and whatever followed it in the chunk. The next read, when it continues where this
+/// one stopped (a sequential reader), starts from these bytes instead of reading them again;
+/// they are checked (CRC, seq) again as any chunk is. Bytes of a segment below its published
+/// size never change while it is in the log, and the segment is matched by its file identity,
+/// so a segment dropped and another made with the same base is never mixed up. One slot for
+/// the whole log: readers taking turns only miss it (and read from the index, as without it).
+#[derive(Debug)]
+struct Carry {
+    /// The segment's base seq.
+    base: u64,
+    file: Arc<SegFile>,
+    /// The file position of `bytes`.
+    pos: u64,
+    /// The seq the batch at `pos` starts with.
+    expect: u64,
+    /// The seq after the last record the read returned: only a read from there uses the carry.
+    resume: u64,
+    bytes: Bytes,
 }
 
 impl FdCache {
@@ -30,7 +55,28 @@ impl FdCache {
             files: Mutex::new(LruCache::new(
                 NonZeroUsize::new(cap).unwrap_or(NonZeroUsize::MIN),
             )),
+            carry: Mutex::new(None),
         }
+    }
+
+    /// The bytes the last read left over when a read of `from_seq` by `plan` continues where
+    /// it stopped (they start at a batch at or before `from_seq`, at or after the plan's index
+    /// floor); taken either way (a read leaves its own).
+    fn take_carry(&self, plan: &ReadPlan, from_seq: u64) -> Option<Carry> {
+        let c = self.carry.lock().take()?;
+        let fits = c.base == plan.base
+            && Arc::ptr_eq(&c.file, &plan.file)
+            && c.pos >= plan.pos
+            && c.expect >= plan.start_seq
+            && c.expect <= from_seq
+            && c.resume == from_seq
+            && c.pos.saturating_add(c.bytes.len() as u64) <= plan.size;
+        fits.then_some(c)
+    }
+
+    /// Keeps what a read left over for the next one.
+    fn put_carry(&self, carry: Carry) {
+        *self.carry.lock() = Some(carry);
     }
 
     /// The open `.log` of the closed segment `base`, opening it (and evicting the least
@@ -48,6 +94,10 @@ impl FdCache {
     /// Closes the cached file of segment `base` (dropped by retention).
     pub(super) fn remove(&self, base: u64) {
         self.files.lock().pop(&base);
+        let mut carry = self.carry.lock();
+        if carry.as_ref().is_some_and(|c| c.base == base) {
+            *carry = None;
+        }
     }
 
     #[cfg(test)]
@@ -55,6 +105,9 @@ impl FdCache {
         self.files.lock().len()
     }
 }
+
+/// The longest chunk a read asks for at once (a batch longer than that is still read whole).
+const MAX_CHUNK: u64 = 2 << 20;
 
 /// An index interval up to this long is read whole by a read that ends within it.
 const WHOLE_INTERVAL_BYTES: u64 = 16 << 10;
@@ -245,6 +298,12 @@ impl Inner {
     }
 
     /// Reads records `seq..` of one segment into `out`; returns the seq after the last one read.
+    ///
+    /// Each byte is read once: a chunk that ends inside a batch keeps that batch's first bytes
+    /// and the next chunk reads only what follows them, and the bytes a read leaves over (the
+    /// batch its `max` stopped inside, and what followed it) are where the next sequential
+    /// read starts (see [`Carry`]). Every batch a record comes from is checked (CRC, seq) in
+    /// the read that returns it.
     fn read_segment(
         &self,
         plan: &ReadPlan,
@@ -259,21 +318,25 @@ impl Inner {
         };
         let mut pos = plan.pos;
         let mut expect = plan.start_seq;
+        // Bytes at `pos` already read, from a batch boundary on.
+        let mut carried = Bytes::new();
+        if let Some(c) = self.fds.take_carry(plan, from_seq) {
+            pos = c.pos;
+            expect = c.expect;
+            carried = c.bytes;
+        }
         let mut need = max;
         // The seq after the last record read (a batch `need` stopped inside is read again
         // from its start, so `expect` may lag behind it).
         let mut read_to = from_seq;
-        let skip = from_seq.saturating_sub(plan.start_seq);
+        let skip = from_seq.saturating_sub(expect);
         // Batches to reach: when batches are about `avg_batch` long, the chunk ends just past
         // the last one asked for (a little slack, not a whole extra batch: a short chunk only
-        // costs one more read).
+        // costs one more read, of what follows the bytes already read).
         let mut want_frames = (need as u64).saturating_add(skip);
         // When every batch asked for comes before the next index entry, the first chunk need
         // not go past that entry's position, and ends exactly there when the last batch asked
         // for is the one just before it (a point read through a dense index reads one batch).
-        // An entry that lies only costs another read: a batch cut off by the chunk is read
-        // again from its start (at least 64 bytes are read, so its length is always seen, and
-        // at most 2 MiB, as any chunk).
         //
         // The chunk also ends at the entry when the interval is short (up to
         // `WHOLE_INTERVAL_BYTES`: a few pages cost less than a second read, which a batch cut
@@ -289,7 +352,7 @@ impl Inner {
             .or(Some((plan.last_seq.saturating_add(1), plan.size)));
         let mut bound = next.and_then(|(next_seq, next_pos)| {
             let past_wanted = from_seq.saturating_add(need as u64);
-            if past_wanted > next_seq || next_pos <= pos {
+            if past_wanted > next_seq || next_pos <= pos || pos != plan.pos {
                 return None;
             }
             let to_next = next_pos - pos;
@@ -308,22 +371,49 @@ impl Inner {
         });
         while need > 0 && pos < plan.size {
             let left = plan.size - pos;
-            let avg = plan.avg_batch.max(64);
-            let bytes = want_frames.saturating_mul(avg);
-            let estimate = bytes
-                .saturating_add((bytes / 8).min(avg) + 256)
-                .clamp(1 << 10, 2 << 20);
-            let want = match bound.take() {
-                Some(first) => first.clamp(64, 2 << 20),
-                None => estimate,
-            }
-            .min(left);
-            let chunk = read_batch_chunk(
-                pos,
-                plan.size,
-                usize::try_from(want).unwrap_or(usize::MAX),
-                |at, len| self.bufs.read_available(&fd, path, at, len),
-            )?;
+            let have = carried.len();
+            let first_len = batch_len(&carried);
+            let chunk = if first_len.is_some_and(|n| n <= have) {
+                // At least one whole batch is already read: decode it before reading more.
+                bound = None;
+                std::mem::take(&mut carried)
+            } else {
+                let avg = plan.avg_batch.max(64);
+                let bytes = want_frames.saturating_mul(avg);
+                let estimate = bytes
+                    .saturating_add((bytes / 8).min(avg) + 256)
+                    .clamp(1 << 10, MAX_CHUNK);
+                let want = match bound.take() {
+                    Some(first) => first.clamp(64, MAX_CHUNK),
+                    // Ends at the first batch boundary the index knows past the estimate
+                    // (at most an interval and a batch further), so the batch holding the
+                    // last record asked for is read whole, in this one read; what it reads
+                    // past that is what a sequential reader's next read starts from.
+                    None => self
+                        .boundary_from(plan.base, pos, pos.saturating_add(estimate))
+                        .map(|end| end - pos)
+                        .filter(|&to| to <= MAX_CHUNK.max(estimate))
+                        .unwrap_or(estimate),
+                };
+                // The batch whose start was carried is read whole.
+                let want = first_len
+                    .map_or(want, |n| want.max(n as u64))
+                    .max(have as u64)
+                    .min(left);
+                let more = usize::try_from(want).unwrap_or(usize::MAX) - have;
+                let chunk = self
+                    .bufs
+                    .read_after(&carried, &fd, path, pos + have as u64, more)?;
+                match batch_len(&chunk) {
+                    // A batch longer than the chunk: read the rest of it.
+                    Some(n) if n > chunk.len() && n as u64 <= left => {
+                        let more = n - chunk.len();
+                        let at = pos + chunk.len() as u64;
+                        self.bufs.read_after(&chunk, &fd, path, at, more)?
+                    }
+                    _ => chunk,
+                }
+            };
             let before = out.len();
             let (consumed, next_seq) = decode_chunk(
                 &chunk,
@@ -350,6 +440,7 @@ impl Inner {
             if let Some(n) = next_seq {
                 expect = n;
             }
+            carried = chunk.slice(consumed.min(chunk.len())..);
             need -= got;
             want_frames = need as u64;
         }
@@ -363,7 +454,46 @@ impl Inner {
                 ),
             });
         }
+        if !carried.is_empty() {
+            self.fds.put_carry(Carry {
+                base: plan.base,
+                file: Arc::clone(&plan.file),
+                pos,
+                expect,
+                resume: read_to.max(expect),
+                bytes: carried,
+            });
+        }
         Ok(read_to.max(expect))
+    }
+
+    /// The first batch boundary at or after byte `limit` of segment `base`, past `pos`,
+    /// known without reading the file: the position of the first indexed batch there, or the
+    /// end of the segment's published batches. `None` when the segment is gone or its index
+    /// entries are not loaded (a later entry could be far past the first boundary).
+    fn boundary_from(&self, base: u64, pos: u64, limit: u64) -> Option<u64> {
+        let st = self.state.read();
+        let i = st.segs.partition_point(|s| s.base_seq < base);
+        let seg = st
+            .segs
+            .get(i)
+            .filter(|s| s.base_seq == base && s.hole.is_none())?;
+        if seg.size <= limit {
+            return Some(seg.size).filter(|&end| end > pos);
+        }
+        let first_from = |entries: &[(u64, u64)]| {
+            let i = entries.partition_point(|&(_, at)| at < limit);
+            entries.get(i).map(|&(_, at)| at)
+        };
+        let loaded = match &seg.lazy {
+            None => None,
+            Some(lazy) => Some(first_from(&lazy.get()?.offsets)),
+        };
+        loaded
+            .flatten()
+            .or_else(|| first_from(&seg.offsets))
+            .or(Some(seg.size))
+            .filter(|&end| end > pos)
     }
 
     /// The first seq with a timestamp `>= ts` (see
@@ -432,7 +562,102 @@ mod tests {
     use std::fs;
     use std::path::PathBuf;
 
+    use krabka_protocol::Message;
+
     use super::*;
+    use crate::{Log, Options};
+
+    /// The thread's read calls and bytes read so far (`/proc/thread-self/io`).
+    fn thread_reads() -> (u64, u64) {
+        let io = fs::read_to_string("/proc/thread-self/io").unwrap();
+        let field = |name: &str| -> u64 {
+            let line = io.lines().find(|l| l.starts_with(name)).unwrap();
+            line[name.len()..].trim().parse().unwrap()
+        };
+        (field("syscr:"), field("rchar:"))
+    }
+
+    /// A log of 4 MiB segments of batches of 100 records of `len`-byte values, seqs in
+    /// order; the value of seq `s` starts with its bytes.
+    fn batched_log(dir: &Path, batches: u64, len: usize) -> Log {
+        let opts = Options {
+            max_bytes: 4 << 20,
+            ..Options::default()
+        };
+        let log = Log::open(dir, opts).unwrap();
+        for b in 0..batches {
+            let msgs: Vec<Message> = (0..100u64)
+                .map(|i| {
+                    let mut v = (b * 100 + i + 1).to_be_bytes().to_vec();
+                    v.resize(len, 7);
+                    Message::new(v)
+                })
+                .collect();
+            log.append_batch(&msgs).unwrap();
+        }
+        log
+    }
+
+    #[test]
+    fn a_sequential_reader_reads_each_byte_once_in_about_one_read_a_call() {
+        let dir = tempfile::tempdir().unwrap();
+        // 100 batches of about 100 KiB: two closed segments and the active one.
+        let log = batched_log(dir.path(), 100, 1000);
+        let file_bytes: u64 = log.segments().iter().map(|s| s.size).sum();
+        assert!(log.segments().len() >= 3);
+        let (calls_before, bytes_before) = thread_reads();
+        let (mut seq, mut calls) = (1u64, 0u64);
+        // 1,050 records a call: every call but the last stops inside a batch.
+        while seq <= log.last_seq() {
+            let got = log.read(seq, 1050).unwrap();
+            assert!(!got.is_empty(), "nothing read at seq {seq}");
+            for (i, r) in got.iter().enumerate() {
+                assert_eq!(r.seq, seq + i as u64);
+                assert_eq!(r.message.value[..8], r.seq.to_be_bytes());
+            }
+            seq += got.len() as u64;
+            calls += 1;
+        }
+        assert_eq!(seq, 10_001);
+        let (calls_after, bytes_after) = thread_reads();
+        // Less what reading the figures itself costs.
+        let (calls_again, bytes_again) = thread_reads();
+        let (own_calls, own_bytes) = (calls_again - calls_after, bytes_again - bytes_after);
+        let read_calls = calls_after - calls_before - own_calls;
+        let read_bytes = bytes_after - bytes_before - own_bytes;
+        // No byte is read twice (a batch cut by a chunk, or one a call stopped inside); the
+        // figures' own size may differ by a digit or two between readings.
+        assert!(
+            read_bytes.abs_diff(file_bytes) < 16,
+            "{read_bytes} bytes read of {file_bytes}, in {read_calls} read calls"
+        );
+        // One read a call, and one more where a call crosses into the next segment.
+        assert!(
+            read_calls <= calls + 2,
+            "{read_calls} read calls for {calls} reads"
+        );
+    }
+
+    #[test]
+    fn a_read_that_does_not_continue_the_last_one_reads_from_the_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = batched_log(dir.path(), 20, 100);
+        // Leaves the rest of the batch of seqs 1..=100 over.
+        assert_eq!(log.read(1, 50).unwrap().len(), 50);
+        // Not where it stopped: the leftover bytes are not used, and the records are right.
+        let got = log.read(1_234, 3).unwrap();
+        let seqs: Vec<u64> = got.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, [1_234, 1_235, 1_236]);
+        assert_eq!(got[0].message.value[..8], 1_234u64.to_be_bytes());
+        // Going back is not continuing either.
+        let got = log.read(10, 2).unwrap();
+        assert_eq!(got[1].message.value[..8], 11u64.to_be_bytes());
+        // Continuing where the last read stopped uses what it left, with the same records.
+        let got = log.read(12, 200).unwrap();
+        assert_eq!(got.len(), 200);
+        assert!(got.iter().enumerate().all(|(i, r)| r.seq == 12 + i as u64
+            && r.message.value[..8] == r.seq.to_be_bytes()));
+    }
 
     #[test]
     fn fd_cache_keeps_at_most_cap_files_and_evicts_the_least_recently_used() {

@@ -277,7 +277,14 @@ pub(crate) enum Parsed {
 /// The records themselves are checked as they are read. Bytes of the old format are merely
 /// bad here; [`parse_batch`](super::format::parse_batch) names them.
 pub(crate) fn parse_v2_batch(buf: &Bytes) -> Parsed {
-    let Some(len) = batch_len(buf) else {
+    parse_v2_batch_at(buf, 0)
+}
+
+/// [`parse_v2_batch`] of the batch at byte `at` of `buf` (no handle on `buf` is taken for a
+/// batch that does not check out, and only one, the view's, for one that does).
+pub(crate) fn parse_v2_batch_at(buf: &Bytes, at: usize) -> Parsed {
+    let rest = buf.get(at..).unwrap_or_default();
+    let Some(len) = batch_len(rest) else {
         return Parsed::Incomplete;
     };
     if len < MIN_BATCH_LEN {
@@ -285,9 +292,9 @@ pub(crate) fn parse_v2_batch(buf: &Bytes) -> Parsed {
             "batch length {len} is below the minimum {MIN_BATCH_LEN}"
         ));
     }
-    if buf.len() < len {
+    if rest.len() < len {
         // A magic byte that is not 2 is damage even before the batch is complete.
-        if let Some(&magic) = buf.get(16)
+        if let Some(&magic) = rest.get(16)
             && magic as i8 != batch::MAGIC
         {
             return Parsed::Bad(format!(
@@ -296,7 +303,7 @@ pub(crate) fn parse_v2_batch(buf: &Bytes) -> Parsed {
         }
         return Parsed::Incomplete;
     }
-    let view = match BatchView::parse(&buf.slice(..len)) {
+    let view = match BatchView::parse_at(buf, at) {
         Ok(v) => v,
         Err(e) => return Parsed::Bad(batch_reason(&e)),
     };

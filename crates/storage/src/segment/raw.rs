@@ -54,20 +54,19 @@ fn invalid(e: &BatchError) -> Error {
 /// `0..n-1`, and `recordCount`, `lastOffsetDelta` and (create time) `maxTimestamp` agreeing
 /// with the records; a `partitionLeaderEpoch` of -1 or more. The base offset is not checked:
 /// the log writes its own.
-pub(crate) fn check_raw_batch(bytes: &Bytes) -> Result<RawBatchInfo, Error> {
-    let view = BatchView::parse(bytes).map_err(|e| invalid(&e))?;
-    if view.size() != bytes.len() {
+pub(crate) fn check_raw_batch(bytes: &[u8]) -> Result<RawBatchInfo, Error> {
+    let h = BatchView::check_header(bytes).map_err(|e| invalid(&e))?;
+    if h.size() != bytes.len() {
         return Err(Error::InvalidBatch {
             field: "batchLength",
             at: 8,
             reason: format!(
                 "the batch is {} bytes but {} were given: append one batch at a time",
-                view.size(),
+                h.size(),
                 bytes.len()
             ),
         });
     }
-    let h = *view.header();
     if h.record_count < 1 {
         return Err(Error::InvalidBatch {
             field: "recordCount",
@@ -85,16 +84,11 @@ pub(crate) fn check_raw_batch(bytes: &Bytes) -> Result<RawBatchInfo, Error> {
             reason: format!("{} is below -1", h.partition_leader_epoch),
         });
     }
-    let records = view
-        .records(MAX_UNCOMPRESSED_BATCH)
-        .map_err(|e| invalid(&e))?;
-    let mut count = 0u64;
-    for record in records {
-        record.map_err(|e| invalid(&e))?;
-        count += 1;
-    }
+    // Read in place: no copy of the caller's bytes.
+    let count =
+        BatchView::check_records(&h, bytes, MAX_UNCOMPRESSED_BATCH).map_err(|e| invalid(&e))?;
     Ok(RawBatchInfo {
-        count,
+        count: count as u64,
         max_timestamp: h.max_timestamp,
     })
 }

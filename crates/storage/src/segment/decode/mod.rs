@@ -4,8 +4,8 @@ use std::path::Path;
 
 use bytes::Bytes;
 
-use super::batch::{BadBytes, Parsed, peek_batch};
-use super::format::{old_frame_reason, parse_batch};
+use super::batch::{BadBytes, Parsed, parse_v2_batch_at, peek_batch};
+use super::format::old_frame_reason;
 use super::old::is_old_frame;
 use crate::{Error, Record};
 
@@ -199,9 +199,9 @@ pub(crate) fn decode_chunk(
             next_seq = expect;
             continue;
         }
-        let batch = match parse_batch(&buf.slice(pos..)) {
+        let batch = match parse_v2_batch_at(buf, pos) {
             Parsed::Incomplete => break,
-            Parsed::Bad(_) if is_old_frame(rest, expect) => {
+            Parsed::Bad(_) if is_old_frame(rest, expect) || is_old_frame(rest, None) => {
                 return Err(BadBytes::bad(pos, old_frame_reason()));
             }
             Parsed::Bad(reason) => return Err(BadBytes::bad(pos, reason)),
@@ -222,11 +222,12 @@ pub(crate) fn decode_chunk(
             .last
             .checked_add(1)
             .ok_or_else(|| BadBytes::bad(pos, "seq overflows u64"))?;
-        if batch.last >= from_seq && !decode_batch(&batch, pos, from_seq, &mut left, out)? {
+        let (seq, len) = (batch.seq, batch.len);
+        if batch.last >= from_seq && !decode_batch(batch, pos, from_seq, &mut left, out)? {
             // `max` stopped inside this batch: it is read again from its start.
-            return Ok((pos, Some(batch.seq)));
+            return Ok((pos, Some(seq)));
         }
-        pos += batch.len;
+        pos += len;
         expect = Some(after);
         next_seq = Some(after);
     }

@@ -23,13 +23,13 @@ pub(crate) fn batch_records(batch: &CheckedBatch, pos: usize) -> Result<RecordIt
 /// taken back off `out`). A record a `Message` cannot hold in an otherwise valid batch gives
 /// the records before it, then [`Fault::NotAMessage`].
 pub(super) fn decode_batch(
-    batch: &CheckedBatch,
+    batch: CheckedBatch,
     pos: usize,
     from_seq: u64,
     left: &mut usize,
     out: &mut Vec<Record>,
 ) -> Result<bool, BadBytes> {
-    let header = batch.view.header();
+    let header = *batch.view.header();
     let refuse = |reason: &str| BadBytes {
         position: pos,
         reason: reason.to_owned(),
@@ -44,8 +44,13 @@ pub(super) fn decode_batch(
         ));
     }
     let before = out.len();
-    let mut records = batch_records(batch, pos)?;
-    let result = read_batch(&mut records, batch.seq, pos, from_seq, left, out);
+    let seq = batch.seq;
+    // The view's handle on the bytes goes to the records: no other is taken.
+    let mut records = batch
+        .view
+        .into_records(MAX_UNCOMPRESSED_BATCH)
+        .map_err(|e| BadBytes::of_batch(pos, &e))?;
+    let result = read_batch(&mut records, seq, pos, from_seq, left, out);
     match &result {
         Err(e) if matches!(e.fault, Fault::NotAMessage(_)) => {
             // Valid records before it stand only if the whole batch is valid.
