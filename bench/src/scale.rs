@@ -27,6 +27,7 @@ use parking_lot_free::Mutex;
 use crate::Result;
 
 mod reads;
+mod threads;
 
 /// `std::sync::Mutex` without poisoning surprises: a poisoned lock still yields its data.
 mod parking_lot_free {

@@ -12,10 +12,9 @@
 //! `ServiceConfig::max_threads`, the slowest consumer's MB/s against the fastest's, and GETs per
 //! MiB (a counting wrapper around the backend) with the read engine's and cache's counters.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use krabka_protocol::Message;
@@ -29,6 +28,7 @@ use krabka_tiering::metadata::InMemoryRemoteLogMetadataManager;
 use krabka_tiering::s3::S3RemoteStorage;
 use krabka_tiering::{ServiceConfig, TieredLog, TieringConfig, TieringService};
 
+use super::threads::Sampler;
 use crate::Result;
 use crate::storage::{BATCH, value};
 use crate::tiering::sdk::Bare;
@@ -179,104 +179,6 @@ impl RemoteStorageManager for Counted {
         m: &RemoteLogSegmentMetadata,
     ) -> std::result::Result<(), RemoteStorageError> {
         self.inner.delete_log_segment_data(m)
-    }
-}
-
-/// Thread names of the service: its runtime's workers and blocking pool, and its read engine's
-/// read-ahead threads (`comm` holds at most 15 bytes).
-fn is_service_thread(comm: &str) -> bool {
-    comm.starts_with("krabka-tiering") || comm.starts_with("krabka-read-ahe")
-}
-
-/// The bench's own threads: main, the sampler, and the bare SDK's runtime (tokio's default
-/// name), none of them the service's or its backend's.
-fn is_bench_thread(comm: &str) -> bool {
-    comm == "krabka-bench" || comm.starts_with("bench-sampler") || comm.starts_with("tokio-rt-")
-}
-
-/// The in-process S3 server's threads (`--server in-process`): the server's, not the
-/// client's, so not counted (a broker talks to a server in another process).
-fn is_server_thread(comm: &str) -> bool {
-    comm.starts_with("krabka-test-s3")
-}
-
-/// The process's threads now, by name, but the in-process S3 server's.
-fn threads_by_name() -> BTreeMap<String, usize> {
-    let mut by = BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return by;
-    };
-    for t in tasks.flatten() {
-        let name = std::fs::read_to_string(t.path().join("comm"))
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_default();
-        if !is_server_thread(&name) {
-            *by.entry(name).or_insert(0) += 1;
-        }
-    }
-    by
-}
-
-/// High-water marks of the process's threads.
-#[derive(Default)]
-struct ThreadPeak {
-    total: usize,
-    service: usize,
-    /// The threads of the service and its backend (all but the bench's own).
-    counted: usize,
-    /// The threads by name when the total peaked.
-    at_total: BTreeMap<String, usize>,
-    samples: u64,
-}
-
-/// Samples `/proc/self/task` every 5 ms on a thread of its own until stopped.
-struct Sampler {
-    stop: Arc<AtomicBool>,
-    handle: std::thread::JoinHandle<ThreadPeak>,
-}
-
-impl Sampler {
-    fn start() -> Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("bench-sampler".into())
-            .spawn(move || {
-                let mut peak = ThreadPeak::default();
-                loop {
-                    let by = threads_by_name();
-                    let total: usize = by.values().sum();
-                    let service = by
-                        .iter()
-                        .filter(|(n, _)| is_service_thread(n))
-                        .map(|(_, c)| c)
-                        .sum();
-                    peak.service = peak.service.max(service);
-                    let counted = by
-                        .iter()
-                        .filter(|(n, _)| !is_bench_thread(n))
-                        .map(|(_, c)| c)
-                        .sum();
-                    peak.counted = peak.counted.max(counted);
-                    if total > peak.total {
-                        peak.total = total;
-                        peak.at_total = by;
-                    }
-                    peak.samples += 1;
-                    if flag.load(Ordering::Relaxed) {
-                        return peak;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            })?;
-        Ok(Self { stop, handle })
-    }
-
-    fn finish(self) -> Result<ThreadPeak> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle
-            .join()
-            .map_err(|_| "the thread sampler panicked".into())
     }
 }
 

@@ -185,6 +185,11 @@ fn seqs_appended_but_never_acknowledged_are_a_named_hole_and_never_reused() {
         );
     }
     drop(part);
+    // The writer's thread ends with its last handle (within a window); until then the bucket
+    // stays stalled, so its object holding seq 11, never acknowledged, does not land late
+    // (a writer still running would write it once the bucket answers: appended, never
+    // acknowledged, and then restored by a recovery like any record the tail holds).
+    std::thread::sleep(Duration::from_millis(300));
     backend.stalled.store(false, Ordering::SeqCst);
     // The writer opens once more without a tail of its own: its head records that it
     // appended up to seq 15; then its disk is lost.

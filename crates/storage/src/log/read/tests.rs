@@ -1,0 +1,137 @@
+//! Unit tests of the read path.
+use std::fs;
+use std::path::PathBuf;
+
+use krabka_protocol::Message;
+
+use super::*;
+use crate::{Log, Options};
+
+/// The thread's read calls and bytes read so far (`/proc/thread-self/io`).
+fn thread_reads() -> (u64, u64) {
+    let io = fs::read_to_string("/proc/thread-self/io").unwrap();
+    let field = |name: &str| -> u64 {
+        let line = io.lines().find(|l| l.starts_with(name)).unwrap();
+        line[name.len()..].trim().parse().unwrap()
+    };
+    (field("syscr:"), field("rchar:"))
+}
+
+/// A log of 4 MiB segments of batches of 100 records of `len`-byte values, seqs in
+/// order; the value of seq `s` starts with its bytes.
+fn batched_log(dir: &Path, batches: u64, len: usize) -> Log {
+    let opts = Options {
+        max_bytes: 4 << 20,
+        ..Options::default()
+    };
+    let log = Log::open(dir, opts).unwrap();
+    for b in 0..batches {
+        let msgs: Vec<Message> = (0..100u64)
+            .map(|i| {
+                let mut v = (b * 100 + i + 1).to_be_bytes().to_vec();
+                v.resize(len, 7);
+                Message::new(v)
+            })
+            .collect();
+        log.append_batch(&msgs).unwrap();
+    }
+    log
+}
+
+#[test]
+fn a_sequential_reader_reads_each_byte_once_in_about_one_read_a_call() {
+    let dir = tempfile::tempdir().unwrap();
+    // 100 batches of about 100 KiB: two closed segments and the active one.
+    let log = batched_log(dir.path(), 100, 1000);
+    let file_bytes: u64 = log.segments().iter().map(|s| s.size).sum();
+    assert!(log.segments().len() >= 3);
+    let (calls_before, bytes_before) = thread_reads();
+    let (mut seq, mut calls) = (1u64, 0u64);
+    // 1,050 records a call: every call but the last stops inside a batch.
+    while seq <= log.last_seq() {
+        let got = log.read(seq, 1050).unwrap();
+        assert!(!got.is_empty(), "nothing read at seq {seq}");
+        for (i, r) in got.iter().enumerate() {
+            assert_eq!(r.seq, seq + i as u64);
+            assert_eq!(r.message.value[..8], r.seq.to_be_bytes());
+        }
+        seq += got.len() as u64;
+        calls += 1;
+    }
+    assert_eq!(seq, 10_001);
+    let (calls_after, bytes_after) = thread_reads();
+    // Less what reading the figures itself costs.
+    let (calls_again, bytes_again) = thread_reads();
+    let (own_calls, own_bytes) = (calls_again - calls_after, bytes_again - bytes_after);
+    let read_calls = calls_after - calls_before - own_calls;
+    let read_bytes = bytes_after - bytes_before - own_bytes;
+    // No byte is read twice (a batch cut by a chunk, or one a call stopped inside); the
+    // figures' own size may differ by a digit or two between readings.
+    assert!(
+        read_bytes.abs_diff(file_bytes) < 16,
+        "{read_bytes} bytes read of {file_bytes}, in {read_calls} read calls"
+    );
+    // One read a call, and one more where a call crosses into the next segment.
+    assert!(
+        read_calls <= calls + 2,
+        "{read_calls} read calls for {calls} reads"
+    );
+}
+
+#[test]
+fn a_read_that_does_not_continue_the_last_one_reads_from_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = batched_log(dir.path(), 20, 100);
+    // Leaves the rest of the batch of seqs 1..=100 over.
+    assert_eq!(log.read(1, 50).unwrap().len(), 50);
+    // Not where it stopped: the leftover bytes are not used, and the records are right.
+    let got = log.read(1_234, 3).unwrap();
+    let seqs: Vec<u64> = got.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, [1_234, 1_235, 1_236]);
+    assert_eq!(got[0].message.value[..8], 1_234u64.to_be_bytes());
+    // Going back is not continuing either.
+    let got = log.read(10, 2).unwrap();
+    assert_eq!(got[1].message.value[..8], 11u64.to_be_bytes());
+    // Continuing where the last read stopped uses what it left, with the same records.
+    let got = log.read(12, 200).unwrap();
+    assert_eq!(got.len(), 200);
+    assert!(
+        got.iter()
+            .enumerate()
+            .all(|(i, r)| r.seq == 12 + i as u64 && r.message.value[..8] == r.seq.to_be_bytes())
+    );
+}
+
+#[test]
+fn fd_cache_keeps_at_most_cap_files_and_evicts_the_least_recently_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths: Vec<PathBuf> = (1..=5u64)
+        .map(|b| {
+            let p = dir.path().join(format!("{b}"));
+            fs::write(&p, b"x").unwrap();
+            p
+        })
+        .collect();
+    let cache = FdCache::new(3);
+    for (b, p) in (1..=3u64).zip(&paths) {
+        cache.get(b, p).unwrap();
+    }
+    // 1 is used again, so 2 is the least recently used when 4 comes in.
+    let one = cache.get(1, &paths[0]).unwrap();
+    cache.get(4, &paths[3]).unwrap();
+    assert_eq!(cache.len(), 3);
+    let cached: Vec<u64> = {
+        let mut v: Vec<u64> = cache.files.lock().iter().map(|(b, _)| *b).collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(cached, vec![1, 3, 4]);
+    // A hit returns the same open file.
+    assert!(Arc::ptr_eq(&one, &cache.get(1, &paths[0]).unwrap()));
+    cache.remove(1);
+    assert_eq!(cache.len(), 2);
+    // A missing file is an I/O error, and nothing is cached for it.
+    let missing = dir.path().join("missing");
+    assert!(matches!(cache.get(9, &missing), Err(Error::Io { .. })));
+    assert_eq!(cache.len(), 2);
+}
