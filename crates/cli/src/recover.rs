@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use krabka_tiering::PartitionDir;
-use krabka_tiering::partition::{PartitionQuery, RecoverOptions};
+use krabka_tiering::partition::{PartitionQuery, RecoverOptions, TailRecovery};
 use krabka_tiering::recovery::{LocalLogOutcome, Recovery};
 
 use crate::args::RecoverArgs;
@@ -60,7 +60,13 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
         .hint("nothing was deleted; fix the cause and run recover again (it is safe to repeat)"),
         e => crate::tiered::tiering_error("cannot recover", dir, e),
     })?;
-    print(&recovered.report, &spec.describe(), dir, started.elapsed())?;
+    print(
+        &recovered.report,
+        &recovered.tail,
+        &spec.describe(),
+        dir,
+        started.elapsed(),
+    )?;
     let missing = &recovered.missing_keys;
     if missing.is_empty() {
         return Ok(());
@@ -88,6 +94,7 @@ pub fn run(args: &RecoverArgs) -> Result<()> {
 
 fn print(
     report: &Recovery,
+    tail: &TailRecovery,
     remote: &str,
     dir: &std::path::Path,
     took: std::time::Duration,
@@ -136,14 +143,50 @@ fn print(
             outln!("                    {}", cause.reason)?;
         }
     }
+    if let Some(restored) = &tail.restored {
+        outln!(
+            "  tail            {} records restored from tail objects, seq {}..={}",
+            human::count(tail.records),
+            restored.start(),
+            restored.end()
+        )?;
+    }
+    // Seqs the writer used that no tier holds (its active segment never copied, a damaged
+    // tail entry): the log continues after them, and reads name them.
+    for (seqs, why) in tail.holes.iter().filter(|(seqs, _)| {
+        !report
+            .holes
+            .iter()
+            .any(|h| h.start() <= seqs.start() && seqs.end() <= h.end())
+    }) {
+        outln!(
+            "  hole            seqs {}..={} are lost ({} records): {why}",
+            seqs.start(),
+            seqs.end(),
+            human::count(seqs.end().saturating_sub(*seqs.start()).saturating_add(1))
+        )?;
+    }
+    // The recovery started the local log after the segments; the tail may have moved it on.
+    let after_tail = |seq: u64| {
+        tail.holes
+            .iter()
+            .map(|(seqs, _)| seqs.end().saturating_add(1))
+            .chain(tail.restored.iter().map(|r| r.end().saturating_add(1)))
+            .fold(seq, u64::max)
+    };
     match &report.local_log {
         LocalLogOutcome::StartedAt(seq) => {
-            outln!("  local log       {} continues at seq {seq}", dir.display())?;
+            outln!(
+                "  local log       {} continues at seq {}",
+                dir.display(),
+                after_tail(*seq)
+            )?;
         }
         LocalLogOutcome::AlreadyAt(seq) => {
             outln!(
-                "  local log       {} is empty and starts at seq {seq}",
-                dir.display()
+                "  local log       {} is empty and starts at seq {}",
+                dir.display(),
+                after_tail(*seq)
             )?;
         }
         LocalLogOutcome::HoldsRecords { first, last } => outln!(

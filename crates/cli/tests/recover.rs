@@ -18,6 +18,31 @@ fn krabka(args: &[&str]) -> Output {
     out
 }
 
+/// Runs krabka without asserting its exit status.
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_krabka"))
+        .args(args)
+        .output()
+        .expect("run krabka")
+}
+
+/// The `(A, B)` of every `hole  seqs A..=B are lost` line of a recover report, in order.
+fn holes(stdout: &str) -> Vec<(u64, u64)> {
+    stdout
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("hole "))
+        .map(|l| {
+            let (a, b) = l
+                .split("seqs ")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|r| r.split_once("..="))
+                .unwrap_or_else(|| panic!("a hole line without seqs: {l}"));
+            (a.parse().unwrap(), b.parse().unwrap())
+        })
+        .collect()
+}
+
 #[test]
 fn demo_wipe_recover_read() {
     let work = tempfile::tempdir().unwrap();
@@ -43,7 +68,17 @@ fn demo_wipe_recover_read() {
         .unwrap_or_else(|| panic!("no seq range in {stdout}"));
     assert!(line.contains("seq 1..="), "{stdout}");
     assert!(stdout.contains("ignored         nothing"), "{stdout}");
-    let read = krabka(&["read", &log, "--remote", &remote]);
+    // The demo's active segment never reached the remote: its seqs, up to the last of the
+    // 5,000 written, are a named hole, and the log continues after them.
+    assert_eq!(holes(&stdout), [(end + 1, 5000)], "{stdout}");
+    assert!(stdout.contains("continues at seq 5001"), "{stdout}");
+    let read = run(&["read", &log, "--remote", &remote]);
+    let stderr = String::from_utf8_lossy(&read.stderr);
+    assert_eq!(read.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("seqs {}..=5000 are lost", end + 1)),
+        "{stderr}"
+    );
     let lines: Vec<String> = String::from_utf8_lossy(&read.stdout)
         .lines()
         .map(str::to_owned)
@@ -57,6 +92,9 @@ fn demo_wipe_recover_read() {
     let again = String::from_utf8_lossy(&again.stdout);
     assert!(again.contains(&format!("seq 1..={end}")), "{again}");
     assert!(again.contains("already recorded"), "{again}");
+    let reread = run(&["read", &log, "--remote", &remote]);
+    assert_eq!(reread.status.code(), Some(1));
+    assert_eq!(reread.stdout, read.stdout);
 }
 
 #[test]
@@ -235,6 +273,14 @@ fn a_damaged_last_remote_segment_is_a_hole_and_its_seqs_are_never_given_again() 
         .unwrap();
     assert_eq!(to + 1, tiered_end, "{stdout}");
     assert!(from <= to && from > 1, "{stdout}");
+    // The seqs after it up to the last acknowledged (the active segment, never tiered) are
+    // lost with the disk too: one hole from the damaged segment's first seq to seq 2000.
+    let written = 2000;
+    assert_eq!(holes(&stdout), [(from, to), (from, written)], "{stdout}");
+    assert!(
+        stdout.contains(&format!("continues at seq {}", written + 1)),
+        "{stdout}"
+    );
     // A record appended to the recovered log gets the seq after the lost ones: never reused.
     let mut produce = Command::new(env!("CARGO_BIN_EXE_krabka"))
         .args(["produce", lost_s])
@@ -260,12 +306,12 @@ fn a_damaged_last_remote_segment_is_a_hole_and_its_seqs_are_never_given_again() 
     let stderr = String::from_utf8_lossy(&read.stderr);
     assert_eq!(read.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains(&format!("seqs {from}..={to} are lost")),
+        stderr.contains(&format!("seqs {from}..={written} are lost")),
         "{stderr}"
     );
     let printed = String::from_utf8_lossy(&read.stdout);
     let last = printed.lines().last().unwrap();
-    assert!(last.starts_with(&format!("{}\t", to + 1)), "{last}");
+    assert!(last.starts_with(&format!("{}\t", written + 1)), "{last}");
     assert!(last.ends_with("\tafter"), "{last}");
     assert_eq!(printed.lines().count() as u64, from, "{printed}");
 }
@@ -311,11 +357,19 @@ fn recover_into_a_directory_of_any_name_by_topic_or_topic_id() {
         let out = krabka(&args);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.contains(&format!("topic id {id}")), "{stdout}");
-        let read = krabka(&["read", dir_s, "--remote", &remote]);
+        let read = run(&["read", dir_s, "--remote", &remote]);
+        let stderr = String::from_utf8_lossy(&read.stderr);
         let read = String::from_utf8_lossy(&read.stdout);
         // The local active segment of the demo never reached the remote: the recovered log
-        // holds the remote range, a prefix of what the original reads.
+        // holds the remote range, a prefix of what the original reads, and the read names
+        // the rest (up to the last of the 3,000 written) as lost, exiting 1.
         assert!(!read.is_empty() && reference.starts_with(&*read), "{name}");
+        let next = read.lines().count() + 1;
+        assert!(
+            stderr.contains(&format!("seqs {next}..=3000 are lost")),
+            "{name}: {stderr}"
+        );
+        assert!(stderr.contains("the log is incomplete"), "{name}: {stderr}");
         // The directory now records the partition: asking for another is refused.
         let out = Command::new(env!("CARGO_BIN_EXE_krabka"))
             .args(["recover", dir_s, "--remote", &remote, "--topic", "other"])
@@ -362,6 +416,9 @@ struct Bucket {
     stems: Vec<String>,
     /// The last seq tiered (the newest segment's end).
     end: u64,
+    /// The last seq written (the partition head's `writer_last_seq`): the seqs above `end`
+    /// were in the local active segment only.
+    written: u64,
 }
 
 fn tiered_bucket() -> Bucket {
@@ -397,6 +454,7 @@ fn tiered_bucket() -> Bucket {
         part,
         stems,
         end,
+        written: 3000,
     }
 }
 
@@ -438,14 +496,16 @@ impl Bucket {
     }
 }
 
-/// What `recover` must say and leave when the newest segment's seqs `from..=to` are lost: a
-/// named hole, the local log after it, reads failing naming it, and appends above it.
+/// What `recover` must say and leave when the newest segment's seqs `from..=end` are lost,
+/// and with them the never-tiered active segment's up to `written`: named holes, the local
+/// log after them, reads failing naming them, and appends above them.
 fn assert_newest_lost_and_never_reused(b: &Bucket, dir: &std::path::Path, stdout: &str) {
-    let (from, to) = (b.newest_start(), b.end);
+    let (from, end, to) = (b.newest_start(), b.end, b.written);
     assert!(
-        stdout.contains(&format!("hole            seqs {from}..={to} are lost")),
+        stdout.contains(&format!("hole            seqs {from}..={end} are lost")),
         "{stdout}"
     );
+    assert_eq!(holes(stdout), [(from, end), (from, to)], "{stdout}");
     assert!(
         stdout.contains(&format!("continues at seq {}", to + 1)),
         "{stdout}"
@@ -526,13 +586,16 @@ fn a_newest_manifest_replaced_by_the_previous_one_is_a_hole_past_which_the_log_c
     assert_newest_lost_and_never_reused(&b, &dir, &stdout);
 }
 
+/// A stray object beyond everything written costs no seq: the only hole is the active
+/// segment's, never tiered (up to the partition head's `writer_last_seq`), and the log
+/// continues right after it, not after the stray's seqs.
 #[test]
-fn a_stray_log_object_beyond_everything_written_is_ignored_and_reads_exit_zero() {
+fn a_stray_log_object_beyond_everything_written_is_ignored_and_costs_no_seq() {
     let b = tiered_bucket();
     let stray = "00000000000000009999-11111111-2222-4333-8444-555555555555.log";
     std::fs::copy(b.newest().with_extension("log"), b.part.join(stray)).unwrap();
     let (dir, stdout) = b.recover("n");
-    assert!(!stdout.contains("hole "), "{stdout}");
+    assert_eq!(holes(&stdout), [(b.end + 1, b.written)], "{stdout}");
     assert!(
         stdout.contains(&format!(
             "recovered       {} segments, seq 1..={}",
@@ -542,7 +605,7 @@ fn a_stray_log_object_beyond_everything_written_is_ignored_and_reads_exit_zero()
         "{stdout}"
     );
     assert!(
-        stdout.contains(&format!("continues at seq {}", b.end + 1)),
+        stdout.contains(&format!("continues at seq {}", b.written + 1)),
         "{stdout}"
     );
     let part_name = b.part.file_name().unwrap().to_str().unwrap();
@@ -551,6 +614,10 @@ fn a_stray_log_object_beyond_everything_written_is_ignored_and_reads_exit_zero()
         "{stdout}"
     );
     let (code, printed, stderr) = b.read(&dir);
-    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("seqs {}..={} are lost", b.end + 1, b.written)),
+        "{stderr}"
+    );
     assert_eq!(printed.lines().count() as u64, b.end);
 }

@@ -204,14 +204,20 @@ fn a_compressed_and_encrypted_log_is_recovered_from_the_bucket_alone() {
     ]);
     assert!(out.status.success(), "{}", show(&out));
     let after = read_remote(&log, &url, &flags[2..]);
-    assert!(after.status.success(), "{}", show(&after));
     let (b, a) = (
         String::from_utf8(before.stdout).unwrap(),
-        String::from_utf8(after.stdout).unwrap(),
+        String::from_utf8(after.stdout.clone()).unwrap(),
     );
-    // Everything the remote held comes back identical (the last, active segment was local only).
+    // Everything the remote held comes back identical; the last, active segment was local
+    // only: its seqs, up to the last of the 3,000 written, are named lost and the read exits 1.
     assert!(a.lines().count() > 2500, "{} records", a.lines().count());
     assert!(b.starts_with(&a), "recovered records differ");
+    assert_eq!(after.status.code(), Some(1), "{}", show(&after));
+    let err = String::from_utf8_lossy(&after.stderr);
+    assert!(
+        err.contains(&format!("seqs {}..=3000 are lost", a.lines().count() + 1)),
+        "{err}"
+    );
 }
 
 /// Runs `krabka ARGS` with at most `limit_kib` KiB of address space and at most `wait`
@@ -439,16 +445,25 @@ fn rotated_keys_warn_read_with_every_key_and_recover_names_what_it_cannot_open()
     ]);
     assert!(out.status.success(), "{}", show(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("ignored         nothing"));
-    let back = read_remote(&again, &url, &["--encryption-key-dir", s(&keys)]);
-    assert!(back.status.success(), "{}", show(&back));
-    // Every remote record (the last, active segment was local only).
-    let back = String::from_utf8(back.stdout).unwrap();
+    let read = read_remote(&again, &url, &["--encryption-key-dir", s(&keys)]);
+    // Every remote record; the last, active segment was local only: its seqs, up to the last
+    // of the 3,000 written, are named lost and the read exits 1.
+    let back = String::from_utf8(read.stdout.clone()).unwrap();
     assert!(
         back.lines().count() > 2900,
         "{} records",
         back.lines().count()
     );
     assert!(all.starts_with(&back), "recovered records differ");
+    assert_eq!(read.status.code(), Some(1), "{}", show(&read));
+    let err = String::from_utf8_lossy(&read.stderr);
+    assert!(
+        err.contains(&format!(
+            "seqs {}..=3000 are lost",
+            back.lines().count() + 1
+        )),
+        "{err}"
+    );
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -529,7 +544,11 @@ fn a_damaged_encrypted_segment_header_costs_only_its_own_seqs_in_recover() {
         })
         .map(|(a, b)| (a.parse().unwrap(), b.parse().unwrap()))
         .collect();
-    assert_eq!(holes.len(), 2, "{stdout}");
+    // The two damaged segments, then the active segment's seqs, never tiered, up to the last
+    // of the 3,000 written.
+    assert_eq!(holes.len(), 3, "{stdout}");
+    assert_eq!(holes[2].1, 3000, "{stdout}");
+    assert!(holes[1].1 < holes[2].0, "{stdout}");
     for ((from, _), path) in holes.iter().zip([flipped, magic]) {
         assert!(
             name(path).starts_with(&format!("{from:020}-")),

@@ -80,8 +80,29 @@ fn verify_right_after_a_clean_recover_is_ok_and_says_where_the_older_records_are
         "{}",
         show(&out)
     );
-    // And the records below the local start are indeed there, in the remote tier.
-    let read = ok(&[
+    // And the records below the local start are indeed there, in the remote tier, but for
+    // the never-tiered active segment's: the seqs after the recovered range up to the last
+    // of the 3,000 written, which the recovery named lost and the read names too (exit 1).
+    let recovered_end: u64 = text
+        .lines()
+        .find_map(|l| {
+            l.trim_start()
+                .strip_prefix("recovered")?
+                .split("seq 1..=")
+                .nth(1)
+        })
+        .and_then(|r| r.split(',').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no recovered range in {text}"));
+    assert_eq!(start, 3001, "{text}");
+    assert!(recovered_end < 3000, "{text}");
+    assert!(
+        text.contains(&format!(
+            "hole            seqs {}..=3000 are lost",
+            recovered_end + 1
+        )),
+        "{text}"
+    );
+    let read = krabka(&[
         "read",
         s(&log),
         "--remote",
@@ -91,10 +112,19 @@ fn verify_right_after_a_clean_recover_is_ok_and_says_where_the_older_records_are
         "--max",
         "5000",
     ]);
-    assert_eq!(
-        String::from_utf8_lossy(&read.stdout).lines().count() as u64,
-        start - 1
+    assert_eq!(read.status.code(), Some(1), "{}", show(&read));
+    assert!(
+        String::from_utf8_lossy(&read.stderr)
+            .contains(&format!("seqs {}..=3000 are lost", recovered_end + 1)),
+        "{}",
+        show(&read)
     );
+    let printed = String::from_utf8_lossy(&read.stdout);
+    let seqs: Vec<u64> = printed
+        .lines()
+        .map(|l| l.split('\t').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=recovered_end).collect::<Vec<_>>());
 }
 
 /// The closed segment files of `log`, oldest first.

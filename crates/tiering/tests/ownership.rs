@@ -647,3 +647,64 @@ fn a_partition_an_older_build_wrote_in_frames_is_refused_naming_its_format() {
         other => panic!("{:?}", other.map(|_| ())),
     }
 }
+
+/// A writer `a` in the bucket of `b` with its first records copied, then a copy of its
+/// `first..=first + 4` in flight (an in-progress manifest, no data) carrying event time `at`.
+fn writer_with_a_copy_in_flight(b: &Backend, root: &std::path::Path, at: i64) -> (TieredLog, u64) {
+    let a = open(b, &root.join("a")).unwrap();
+    append(&a, 60, "a");
+    a.run_once().unwrap();
+    let end = a.local_first_seq() - 1;
+    put_copy_in_flight(b, end + 1, at);
+    (a, end)
+}
+
+fn put_copy_in_flight(b: &Backend, first: u64, at: i64) {
+    let m = krabka_remote_storage::RemoteLogSegmentMetadata::builder(
+        krabka_remote_storage::RemoteLogSegmentId::generate(tp()),
+        first,
+        first + 4,
+    )
+    .segment_size_in_bytes(3)
+    .writer_epoch(1)
+    .event_timestamp_ms(at)
+    .build()
+    .unwrap();
+    (b.put)(
+        &layout::manifest_key(&m).unwrap(),
+        krabka_remote_storage::manifest::encode_in_progress(&m),
+    );
+}
+
+/// A writer that plans several copies in one millisecond stamps them ahead of its clock: a
+/// copy it left in flight when it died can carry a time after the recovery began. That copy
+/// began before the recovery (it listed it): the takeover goes ahead. A copy with a later
+/// time still proves the writer alive.
+#[test]
+fn a_dead_writers_copy_stamped_ahead_of_the_clock_does_not_block_the_takeover() {
+    let ahead = krabka_remote_storage::now_ms() + 60_000;
+    let remote = tempfile::tempdir().unwrap();
+    let b = fs_backend(remote.path());
+    let root = tempfile::tempdir().unwrap();
+    let (a, end) = writer_with_a_copy_in_flight(&b, root.path(), ahead);
+    drop(a);
+    let drill = root.path().join("drill");
+    let report = recover_into(&b, &drill);
+    assert_eq!(report.seq_range, Some(1..=end));
+    let claimed = open(&b, &drill).unwrap();
+    drop(claimed);
+    // The same, but the writer starts its next copy after the recovery: refused.
+    let remote = tempfile::tempdir().unwrap();
+    let b = fs_backend(remote.path());
+    let root = tempfile::tempdir().unwrap();
+    let (_a, end) = writer_with_a_copy_in_flight(&b, root.path(), ahead);
+    let drill = root.path().join("drill");
+    recover_into(&b, &drill);
+    put_copy_in_flight(&b, end + 6, ahead + 1);
+    match open(&b, &drill) {
+        Err(Error::Ownership(krabka_tiering::OwnershipError::RemoteMovedOn {
+            remote_seq, ..
+        })) => assert_eq!(remote_seq, end + 6),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+}

@@ -45,7 +45,9 @@ pub struct Binding {
     /// The first seq of its epoch, as claimed (the epoch record says the same).
     pub start_seq: u64,
     /// When it was bound (ms since the Unix epoch): for a pending binding, when recovery began
-    /// to read the remote tier.
+    /// to read the remote tier, or just after the latest event time of the copies past
+    /// `start_seq` it listed when that is later (a writer's copy times may run ahead of its
+    /// clock: a copy listed then began before the recovery).
     pub since_ms: i64,
     /// Where the claim stands.
     pub state: BindingState,
