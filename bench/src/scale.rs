@@ -1,6 +1,6 @@
 //! `krabka-bench scale [--quick] [--partitions N]`: one `TieringService` tiering many small
 //! partitions to remote-fs. `krabka-bench scale reads ...`: cold reads of many lagging
-//! consumers through one service ([`reads`]).
+//! consumers through one service ([`mod@reads`]).
 //!
 //! Reports the time to tier everything, peak and per-partition RSS, the thread count and open
 //! descriptors at their peak, the p99 of a remote `read` on one partition during the storm

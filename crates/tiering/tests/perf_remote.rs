@@ -448,7 +448,18 @@ fn a_recovery_after_concurrent_copies_takes_every_segment_of_the_newer_history()
         finished(rlmm.as_ref())
     };
     let old = incarnation(&s.dir.path().join("old"), 900);
-    std::thread::sleep(std::time::Duration::from_millis(5));
+    // The newer history begins after the older one's last copy time: copy times run ahead of
+    // the clock when many copies are planned in one millisecond (bounded wait).
+    let latest = old
+        .iter()
+        .map(|m| m.event_timestamp_ms())
+        .max()
+        .unwrap_or(0);
+    let waited = std::time::Instant::now();
+    while krabka_protocol::now_ms() <= latest + 5 {
+        assert!(waited.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
     let new = incarnation(&s.dir.path().join("new"), 600);
     assert!(
         new.len() >= 20 && old.len() > new.len(),

@@ -281,10 +281,8 @@ pub(crate) fn bind(
 /// claims the next epoch, unless the remote moved past `start_seq` meanwhile
 /// ([`OwnershipError::RemoteMovedOn`](crate::OwnershipError::RemoteMovedOn): the old writer is alive). `since_ms` is when recovery began to
 /// read the remote; the copies past `start_seq` already complete then are listed through
-/// `lister` and recorded ([`Binding::seen`]), and the binding's `since_ms` is lifted past the
-/// event time of every copy listed (each began before: a dead writer's copy times may run
-/// ahead of its clock). A binding already there for the same remote and
-/// partition is kept (recovery runs again to the same result).
+/// `lister` and recorded ([`Binding::seen`]), `since_ms` lifted past every copy listed. A
+/// binding already there for the same remote and partition is kept (recovery runs again).
 ///
 /// # Errors
 /// [`OwnershipError::WrongRemote`](crate::OwnershipError::WrongRemote) / [`OwnershipError::WrongPartition`](crate::OwnershipError::WrongPartition) when `dir` is bound to another remote or
@@ -320,10 +318,8 @@ pub fn bind_pending(
         return Ok(bound);
     }
     let copies = copies_past(lister, tp, start_seq)?;
-    // A writer's copy times run ahead of its wall clock when it plans several copies in one
-    // millisecond (strictly increasing, in plan order): a copy of a dead writer that began
-    // before this recovery may carry a time at or after `since_ms`. Every copy listed now
-    // began before: only one with a later time (the writer's next attempt) proves it alive.
+    // Copy times run ahead of the clock when many are planned in one millisecond: every copy
+    // listed now began before this recovery, whatever its time says.
     let since_ms = copies
         .iter()
         .map(|m| m.event_timestamp_ms().saturating_add(1))
