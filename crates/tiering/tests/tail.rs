@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use krabka_protocol::Message;
 use krabka_remote_storage::ownership::OwnershipStore;
-use krabka_remote_transform::TransformConfig;
 use krabka_storage::Options;
 use krabka_tiering::partition::{OpenOptions, PartitionQuery, RecoverOptions};
 use krabka_tiering::{
@@ -22,7 +21,7 @@ use krabka_tiering::{
     TieringConfig,
 };
 
-use store::{Switchable, seqs_in_tail, tail_entries};
+use store::{Switchable, fs_tier as tier, seqs_in_tail, tail_entries};
 
 fn tail() -> TailConfig {
     TailConfig {
@@ -47,14 +46,6 @@ fn options(durability: Durability) -> OpenOptions {
         },
         ..OpenOptions::new(Access::Owner)
     }
-}
-
-fn tier(backend: &Arc<Switchable>, root: &Path) -> RemoteTier {
-    RemoteTier::new(
-        backend.clone(),
-        format!("fs://{}", root.display()),
-        TransformConfig::default(),
-    )
 }
 
 fn value(tag: &str, i: u64) -> String {

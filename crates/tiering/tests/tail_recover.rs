@@ -15,7 +15,6 @@ use std::time::Duration;
 use krabka_protocol::Message;
 use krabka_remote_storage::TopicIdPartition;
 use krabka_remote_storage::ownership::OwnershipStore;
-use krabka_remote_transform::TransformConfig;
 use krabka_storage::Options;
 use krabka_tiering::partition::{OpenOptions, PartitionQuery, RecoverOptions, Recovered};
 use krabka_tiering::{
@@ -26,7 +25,7 @@ use krabka_tiering::{
 // over a hole in its local log yet.
 
 use krabka_remote_storage::tail::TailKind;
-use store::{Switchable, tail_entries};
+use store::{Switchable, fs_tier as tier, tail_entries};
 
 fn options(durability: Durability, tail: bool) -> OpenOptions {
     OpenOptions {
@@ -47,14 +46,6 @@ fn options(durability: Durability, tail: bool) -> OpenOptions {
         },
         ..OpenOptions::new(Access::Owner)
     }
-}
-
-fn tier(backend: &Arc<Switchable>, root: &Path) -> RemoteTier {
-    RemoteTier::new(
-        backend.clone(),
-        format!("fs://{}", root.display()),
-        TransformConfig::default(),
-    )
 }
 
 fn value(i: u64) -> String {

@@ -7,7 +7,6 @@
 #[path = "tail/store.rs"]
 mod store;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -15,15 +14,14 @@ use std::time::{Duration, Instant};
 use krabka_protocol::Message;
 use krabka_remote_storage::ownership::OwnershipStore;
 use krabka_remote_storage::{TopicIdPartition, layout};
-use krabka_remote_transform::TransformConfig;
 use krabka_storage::Options;
 use krabka_tiering::partition::OpenOptions;
 use krabka_tiering::replica::{ReadReplica, ReplicaConfig};
 use krabka_tiering::{
-    Access, Durability, Error, PartitionDir, ReadError, RemoteTier, TailConfig, TieringConfig,
+    Access, Durability, Error, PartitionDir, ReadError, TailConfig, TieringConfig,
 };
 
-use store::{Switchable, seqs_in_tail, tail_entries};
+use store::{Switchable, fs_tier as tier, seqs_in_tail, tail_entries};
 
 fn tail(grace: Duration) -> TailConfig {
     TailConfig {
@@ -48,14 +46,6 @@ fn options(durability: Durability, grace: Duration) -> OpenOptions {
         },
         ..OpenOptions::new(Access::Owner)
     }
-}
-
-fn tier(backend: &Arc<Switchable>, root: &Path) -> RemoteTier {
-    RemoteTier::new(
-        backend.clone(),
-        format!("fs://{}", root.display()),
-        TransformConfig::default(),
-    )
 }
 
 fn value(i: u64) -> String {

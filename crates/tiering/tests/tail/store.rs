@@ -176,3 +176,12 @@ pub fn seqs_in_tail(store: &dyn OwnershipStore, tp: &TopicIdPartition) -> Vec<u6
     seqs.dedup();
     seqs
 }
+
+/// The remote tier over `backend` (its root `root`), segments untransformed.
+pub fn fs_tier(backend: &Arc<Switchable>, root: &Path) -> krabka_tiering::RemoteTier {
+    krabka_tiering::RemoteTier::new(
+        backend.clone(),
+        format!("fs://{}", root.display()),
+        krabka_remote_transform::TransformConfig::default(),
+    )
+}
