@@ -116,6 +116,16 @@ impl Inner {
     }
 }
 
+/// What [`ByteLru::lookup_or_subscribe`] found.
+pub(crate) enum Lookup {
+    /// The entry, cached.
+    Cached(Bytes),
+    /// A fetch of it in progress: its entry when it ends (`None`: it failed).
+    Fetching(tokio::sync::oneshot::Receiver<Option<Bytes>>),
+    /// Neither.
+    Absent,
+}
+
 /// The cache behind a [`RemoteReadCache`]. Thread safe; counts hits, misses and evictions.
 pub(crate) struct ByteLru {
     pub(super) capacity: u64,
@@ -284,6 +294,32 @@ impl ByteLru {
             key,
             flight,
             value: None,
+        }
+    }
+
+    /// The entry for `key` when cached (marking it most recently used, a hit counted), else a
+    /// receiver of the fetch of it in progress (a wait counted), else nothing (neither counted:
+    /// the fetch the caller starts counts its miss). For reads that await a fetch without
+    /// holding a thread.
+    pub(crate) fn lookup_or_subscribe(&self, key: &Key) -> Lookup {
+        let mut inner = self.inner.lock();
+        if let Some(hit) = Self::touch(&mut inner, key) {
+            drop(inner);
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Lookup::Cached(hit);
+        }
+        match inner.flights.get(key).cloned() {
+            Some(flight) => {
+                drop(inner);
+                self.waits.fetch_add(1, Ordering::Relaxed);
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                Lookup::Fetching(flight.subscribe())
+            }
+            None => {
+                drop(inner);
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                Lookup::Absent
+            }
         }
     }
 

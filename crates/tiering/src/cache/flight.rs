@@ -11,6 +11,8 @@ use parking_lot::{Condvar, Mutex};
 pub(super) struct Flight {
     state: Mutex<FlightState>,
     ended: Condvar,
+    /// Async waiters (reads awaiting a fetch without a thread), told the entry when it ends.
+    subscribers: Mutex<Vec<tokio::sync::oneshot::Sender<Option<Bytes>>>>,
 }
 
 /// How a [`Flight`] stands.
@@ -55,12 +57,37 @@ impl Flight {
         }
     }
 
+    /// A receiver of the flight's entry (`None`: it failed), for a waiter that must not block
+    /// a thread; told at once when the flight has ended already.
+    pub(super) fn subscribe(&self) -> tokio::sync::oneshot::Receiver<Option<Bytes>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // The state's lock orders this against `end`: either the flight has ended (and the
+        // entry is sent here) or the sender is listed before `end` takes the list.
+        let state = self.state.lock();
+        match &*state {
+            FlightState::Fetched(value) => {
+                let _ = tx.send(Some(value.clone()));
+            }
+            FlightState::Failed => {
+                let _ = tx.send(None);
+            }
+            FlightState::Running => self.subscribers.lock().push(tx),
+        }
+        rx
+    }
+
     pub(super) fn end(&self, value: Option<Bytes>) {
-        *self.state.lock() = match value {
-            Some(value) => FlightState::Fetched(value),
+        let mut state = self.state.lock();
+        *state = match &value {
+            Some(value) => FlightState::Fetched(value.clone()),
             None => FlightState::Failed,
         };
+        let subscribers = std::mem::take(&mut *self.subscribers.lock());
+        drop(state);
         self.ended.notify_all();
+        for tx in subscribers {
+            let _ = tx.send(value.clone());
+        }
     }
 }
 

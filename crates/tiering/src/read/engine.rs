@@ -106,6 +106,10 @@ pub struct ReadEngineStats {
 struct ReaderQueue {
     /// Its own fetches, waiting for a slot (served before its read-ahead).
     demand: VecDeque<Arc<Ticket>>,
+    /// Its reads' own fetches run on an engine thread while the read awaits them without a
+    /// thread ([`ReadEngine::fetch_for_read`]): after its blocking fetches, before its
+    /// read-ahead.
+    fetch: VecDeque<Job>,
     ahead: VecDeque<Job>,
     /// Whether the reader is in the turn order.
     in_ring: bool,
@@ -321,6 +325,30 @@ impl ReadEngine {
         Ok(permit)
     }
 
+    /// Queues one of `reader`'s reads' own fetches (`job`, with its [`Job::done`]) to run on an
+    /// engine thread in the reader's turn, before its read-ahead: the read awaits the entry
+    /// without holding a thread. False when the engine is closing (the job is dropped, and
+    /// its read told nothing: it reads itself).
+    pub(crate) fn fetch_for_read(&self, reader: u64, job: Job) -> bool {
+        let core = &self.core;
+        let mut st = core.state.lock();
+        if st.closed {
+            return false;
+        }
+        let q = st.readers.entry(reader).or_default();
+        q.fetch.push_back(job);
+        let enter = !q.in_ring;
+        q.in_ring = true;
+        if enter {
+            st.ring.push_back(reader);
+        }
+        st.queued += 1;
+        let spawn = core.dispatch(&mut st);
+        drop(st);
+        core.spawn_and_wake(spawn);
+        true
+    }
+
     /// Queues a read-ahead fetch for `reader`; false when its read-ahead queue is full (or the
     /// engine is closing).
     pub(crate) fn submit(&self, reader: u64, job: Job) -> bool {
@@ -372,6 +400,7 @@ impl Core {
             };
             // Read-ahead of chunks that got cached or fetched meanwhile is dropped here.
             if q.demand.is_empty()
+                && q.fetch.is_empty()
                 && let Some(job) = q.ahead.front()
                 && job.is_stale()
             {
@@ -379,10 +408,10 @@ impl Core {
                 st.queued -= 1;
                 continue;
             }
-            let size = match (q.demand.front(), q.ahead.front()) {
-                (Some(t), _) => t.bytes,
-                (None, Some(j)) => j.bytes(),
-                (None, None) => {
+            let size = match (q.demand.front(), q.fetch.front(), q.ahead.front()) {
+                (Some(t), _, _) => t.bytes,
+                (None, Some(j), _) | (None, None, Some(j)) => j.bytes(),
+                (None, None, None) => {
                     q.in_ring = false;
                     st.readers.remove(&reader);
                     st.ring.pop_front();
@@ -396,6 +425,9 @@ impl Core {
             if let Some(ticket) = q.demand.pop_front() {
                 ticket.granted.store(true, Ordering::Release);
                 wake.demand = true;
+            } else if let Some(job) = q.fetch.pop_front() {
+                st.ready.push_back(vec![job]);
+                wake.ready += 1;
             } else if let Some(first) = q.ahead.pop_front() {
                 let mut batch = vec![first];
                 // Adjacent chunks of the same segment leave with it, within the bounds.
@@ -418,7 +450,7 @@ impl Core {
                 st.ready.push_back(batch);
                 wake.ready += 1;
             }
-            let empty = q.demand.is_empty() && q.ahead.is_empty();
+            let empty = q.demand.is_empty() && q.fetch.is_empty() && q.ahead.is_empty();
             st.queued -= 1;
             st.ring.pop_front();
             if empty {

@@ -285,9 +285,7 @@ impl RemoteReader<'_> {
         let id = meta.remote_log_segment_id();
         if self.cached_only {
             return self
-                .cache
-                .lru()
-                .lookup(&(id.id(), part))
+                .cached_entry(meta, part)
                 .ok_or_else(|| not_cached(meta, part, seq));
         }
         let wait = self.config.fetch_deadline;
@@ -373,11 +371,13 @@ impl RemoteReader<'_> {
         seq: u64,
     ) -> Result<Bytes, Error> {
         if self.cached_only {
-            return Err(super::not_cached(
-                meta,
-                Part::Chunk(start / u64::from(self.config.chunk_bytes)),
-                seq,
-            ));
+            return self.cached_range(meta, start, end).ok_or_else(|| {
+                super::not_cached(
+                    meta,
+                    Part::Chunk(start / u64::from(self.config.chunk_bytes)),
+                    seq,
+                )
+            });
         }
         let id = meta.remote_log_segment_id();
         let corrupt = |reason: String| log_corrupt(meta, seq, Some(start), reason);

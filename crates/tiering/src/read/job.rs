@@ -23,7 +23,17 @@ pub(crate) type IndexCheck = fn(&RemoteLogSegmentMetadata, Vec<u8>) -> Option<By
 pub(crate) enum What {
     Chunk(u64),
     OffsetIndex(IndexCheck),
+    /// Bytes `start..end` of the `.log` within one chunk, not cached: the rest of a chunk a
+    /// read resumes in after the chunk was evicted.
+    Range {
+        start: u64,
+        end: u64,
+    },
 }
+
+/// Where a read's own fetch run by the engine ([`Job::done`]) delivers its entry: `None` when
+/// it fetched nothing (failed, or the entry was being fetched by another).
+pub(crate) type Done = tokio::sync::oneshot::Sender<Option<Bytes>>;
 
 /// One fetch ahead, queued on the read engine.
 pub(crate) struct Job {
@@ -35,12 +45,16 @@ pub(crate) struct Job {
     /// The log's counters of ranged and index fetches made ahead.
     pub(crate) requests: Arc<AtomicU64>,
     pub(crate) index_requests: Arc<AtomicU64>,
+    /// For a read's own fetch (not read-ahead): the read awaiting the entry. Such a job is
+    /// never coalesced nor dropped as stale.
+    pub(crate) done: Option<Done>,
 }
 
 impl Job {
     pub(crate) fn key(&self) -> (Uuid, Part) {
         let part = match self.what {
             What::Chunk(n) => Part::Chunk(n),
+            What::Range { start, .. } => Part::Chunk(start / self.chunk_bytes.max(1)),
             What::OffsetIndex(_) => Part::OffsetIndex,
         };
         (self.meta.remote_log_segment_id().id(), part)
@@ -50,6 +64,7 @@ impl Job {
     pub(crate) fn bytes(&self) -> u64 {
         match self.what {
             What::Chunk(n) => self.chunk_range(n).map_or(0, |(s, e)| e - s),
+            What::Range { start, end } => end.saturating_sub(start),
             What::OffsetIndex(_) => 0,
         }
     }
@@ -82,7 +97,16 @@ impl Job {
 /// of one segment, each run of chunks not cached or being fetched meanwhile fetched as one
 /// range (exactly the range asked for). `take_get` waits for the GET budget before each
 /// request. A failure leaves the entries to the readers' own fetches, which report it.
-pub(crate) fn run(batch: Vec<Job>, take_get: impl Fn()) {
+pub(crate) fn run(mut batch: Vec<Job>, take_get: impl Fn()) {
+    if batch.len() == 1
+        && let Some(mut job) = batch.pop()
+    {
+        if let Some(done) = job.done.take() {
+            let _ = done.send(fetch_for_read(&job, &take_get));
+            return;
+        }
+        batch.push(job);
+    }
     let Some(first) = batch.first() else { return };
     if let What::OffsetIndex(check) = first.what {
         fetch_index(first, check, &take_get);
@@ -99,6 +123,52 @@ pub(crate) fn run(batch: Vec<Job>, take_get: impl Fn()) {
         run.push((job, n, guard));
     }
     fetch_chunks(run, &take_get);
+}
+
+/// A read's own fetch ([`Job::done`]): its entry, fetched and cached (a range: not cached);
+/// taken from the cache when it got there meanwhile; `None` when the fetch failed or another
+/// is fetching it (the read then awaits that one, or reads again itself and reports the
+/// failure).
+fn fetch_for_read(job: &Job, take_get: &impl Fn()) -> Option<Bytes> {
+    match job.what {
+        What::OffsetIndex(check) => {
+            let Some(guard) = job.cache.begin_fetch(job.key()) else {
+                return job.cache.peek(&job.key());
+            };
+            take_get();
+            job.index_requests.fetch_add(1, Ordering::Relaxed);
+            let fetched = job
+                .rsm
+                .fetch_index(&backend_view(&job.meta), IndexType::Offset);
+            let valid = fetched.ok().and_then(|bytes| check(&job.meta, bytes))?;
+            guard.complete(valid.clone());
+            Some(valid)
+        }
+        What::Chunk(n) => {
+            let Some(guard) = job.cache.begin_fetch(job.key()) else {
+                return job.cache.peek(&job.key());
+            };
+            let (start, end) = job.chunk_range(n)?;
+            let bytes = fetch_exact(job, start, end, take_get)?;
+            guard.complete(bytes.clone());
+            Some(bytes)
+        }
+        What::Range { start, end } => fetch_exact(job, start, end, take_get),
+    }
+}
+
+/// Bytes `start..end` of the job's `.log`, exactly that many, else `None`.
+fn fetch_exact(job: &Job, start: u64, end: u64, take_get: &impl Fn()) -> Option<Bytes> {
+    let (Ok(from), Ok(to)) = (u32::try_from(start), u32::try_from(end.saturating_sub(1))) else {
+        return None;
+    };
+    take_get();
+    job.requests.fetch_add(1, Ordering::Relaxed);
+    let bytes = job
+        .rsm
+        .fetch_log_segment(&backend_view(&job.meta), from, Some(to))
+        .ok()?;
+    (bytes.len() as u64 == end - start).then(|| Bytes::from(bytes))
 }
 
 /// Fetches adjacent chunks `run` (of one segment) as one range and caches each.

@@ -26,6 +26,7 @@ use crate::error::Error;
 use crate::stats::Counters;
 
 pub(crate) mod chunkmap;
+pub(crate) mod cold;
 pub(crate) mod engine;
 mod fetch;
 pub(crate) mod hints;
@@ -230,6 +231,9 @@ pub(crate) struct RemoteReader<'a> {
     /// an entry not cached returns the records before it, or, with none,
     /// [`not_cached`]'s error (the service's reads then take a reader slot and read again).
     pub(crate) cached_only: bool,
+    /// A cached-only read that awaits its fetches without a thread (`crate::read::cold`):
+    /// the entries fetched for it are taken before the cache's, and its first miss is noted.
+    pub(crate) cold: Option<&'a cold::ColdRead>,
 }
 
 /// The error of a cached-only read ([`RemoteReader::cached_only`]) whose first entry is not

@@ -186,6 +186,7 @@ impl ReadAhead {
             rsm: Arc::clone(rsm),
             requests: Arc::clone(&self.requests),
             index_requests: Arc::clone(&self.index_requests),
+            done: None,
         };
         let send = |j: Job| engine.submit(self.id, j);
         let end = (after + depth).min(last_chunk);

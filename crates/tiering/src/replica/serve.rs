@@ -23,6 +23,7 @@ impl ReadReplica {
             readahead: &self.readahead,
             remote_below: u64::MAX,
             cached_only: false,
+            cold: None,
         }
     }
 

@@ -1,7 +1,9 @@
-//! Reads through the service: admission against the reader queue, a reader slot, the read on
-//! the blocking pool, the reply. A read the local log or the shared cache serves (at least its
-//! first records: it ends at the first entry not cached) takes no reader slot: the slots bound
-//! the reads that fetch, and a read served from memory does not queue behind them.
+//! Reads through the service: admission against the reader queue, the read on the blocking
+//! pool, the reply. A read the local log or the shared cache serves (at least its first
+//! records: it ends at the first entry not cached) takes no reader slot. A read that misses
+//! awaits the fetch of what it missed on the read engine without a thread or a slot, then
+//! decodes it in a reader slot: the slots bound the threads decoding fetched bytes, the engine
+//! the fetches in flight, and a read served from memory queues behind neither.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -15,6 +17,7 @@ use super::Shared;
 use super::partition::Partition;
 use crate::error::Error;
 use crate::metrics::{self as m, add, time};
+use crate::read::cold::ColdRead;
 use crate::round::blocking;
 
 type ReadResult = Result<Vec<Record>, Error>;
@@ -74,10 +77,19 @@ pub(crate) fn submit(
     Ok(())
 }
 
+/// Attempts of a read awaiting its fetches without a thread before it reads the usual way: an
+/// offset index, a chunk and the next one (a batch crossing the boundary), and retries after
+/// another's fetch it awaited failed.
+const COLD_STEPS: usize = 6;
+
 /// Serves the read from the local log and the cache when they hold its first records (on the
-/// blocking pool, whose size bounds these reads' threads, but without a reader slot); else
-/// waits for a reader slot, then reads on the blocking pool. A read still waiting when its
-/// deadline has passed is not started (its caller has given up).
+/// blocking pool, whose size bounds these reads' threads, but without a reader slot). Else the
+/// entry it missed is fetched on the read engine while the read awaits it without a thread,
+/// and the read is made again with those bytes in a reader slot: a read holds a slot only to
+/// decode bytes it has, never while they are in flight (`crate::read::cold`). A read the
+/// engine gave nothing for (a fetch failed, the engine closing) waits for a reader slot and
+/// reads on the blocking pool, fetching itself and reporting what goes wrong. A read still
+/// waiting when its deadline has passed is not started (its caller has given up).
 async fn run(
     shared: &Shared,
     part: &Arc<Partition>,
@@ -86,18 +98,61 @@ async fn run(
     submitted: Instant,
 ) -> ReadResult {
     let tp = part.log.topic_id_partition().clone();
+    let deadline = shared.config.fetch_deadline;
+    let past_deadline = || {
+        Error::Read(crate::error::ReadError::FetchDeadlineExceeded {
+            partition: tp.clone(),
+            seq: from_seq,
+            deadline,
+        })
+    };
     {
         let Some(_op) = part.op() else {
             return Err(Error::Service(
                 crate::error::ServiceError::UnknownPartition(tp),
             ));
         };
-        let log = part.log.clone();
-        // Any failure (a fetch needed, or an error) is left to the read below, which reports it.
-        if let Ok(Ok(records)) = blocking(move || Ok(log.read_cached(from_seq, max))).await
-            && !records.is_empty()
-        {
-            return Ok(records);
+        let cold = Arc::new(ColdRead::default());
+        let mut fetched = false;
+        for _ in 0..COLD_STEPS {
+            let slot = if fetched {
+                let slot = shared
+                    .read_slots
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| Error::Service(crate::error::ServiceError::ServiceStopped))?;
+                if submitted.elapsed() >= deadline {
+                    return Err(past_deadline());
+                }
+                Some(slot)
+            } else {
+                None
+            };
+            let (log, attempt) = (part.log.clone(), cold.clone());
+            // Any failure (a fetch needed, or an error) is left to the read below, which
+            // reports it.
+            let got = blocking(move || Ok(log.read_cold(from_seq, max, &attempt))).await;
+            drop(slot);
+            if let Ok(Ok(records)) = got
+                && !records.is_empty()
+            {
+                return Ok(records);
+            }
+            let Some(miss) = cold.take_miss() else { break };
+            let Some(arrives) = part.log.fetch_missing(&miss) else {
+                break;
+            };
+            let left = deadline.saturating_sub(submitted.elapsed());
+            match tokio::time::timeout(left, arrives).await {
+                Ok(Ok(Some(bytes))) => cold.hold(&miss, bytes),
+                // Another's fetch of it failed: the next attempt fetches it itself.
+                Ok(Ok(None)) => {}
+                // The engine dropped the fetch (closing).
+                Ok(Err(_)) => break,
+                Err(_) => return Err(past_deadline()),
+            }
+            fetched = true;
         }
     }
     let _slot = shared
@@ -106,15 +161,8 @@ async fn run(
         .acquire_owned()
         .await
         .map_err(|_| Error::Service(crate::error::ServiceError::ServiceStopped))?;
-    let deadline = shared.config.fetch_deadline;
     if submitted.elapsed() >= deadline {
-        return Err(Error::Read(
-            crate::error::ReadError::FetchDeadlineExceeded {
-                partition: tp,
-                seq: from_seq,
-                deadline,
-            },
-        ));
+        return Err(past_deadline());
     }
     let Some(_op) = part.op() else {
         return Err(Error::Service(

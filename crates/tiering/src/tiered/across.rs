@@ -42,14 +42,30 @@ impl TieredLog {
     /// (records before either are returned first); [`ReadError::RemoteHole`](crate::ReadError::RemoteHole) for a seq in a hole a
     /// recovery reported (records before it in the same call are returned first).
     pub fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
-        self.read_with(from_seq, max, false)
+        self.read_with(from_seq, max, false, None)
     }
 
-    /// [`read`](Self::read) without any remote fetch: the local log and what the cache holds.
-    /// Ends at the first remote entry not cached with the records before it; with none, an
-    /// error (any error: the caller reads again with [`read`](Self::read), which reports it).
-    pub(crate) fn read_cached(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
-        self.read_with(from_seq, max, true)
+    /// [`read`](Self::read) without any remote fetch: the local log, the entries `cold` holds
+    /// and what the cache holds. Ends at the first remote entry held by neither with the
+    /// records before it, noting that entry in `cold` (`crate::read::cold`); with none, an
+    /// error (any error: the caller fetches what was missed, or reads again with
+    /// [`read`](Self::read), which reports it).
+    pub(crate) fn read_cold(
+        &self,
+        from_seq: u64,
+        max: usize,
+        cold: &crate::read::cold::ColdRead,
+    ) -> Result<Vec<Record>, Error> {
+        self.read_with(from_seq, max, true, Some(cold))
+    }
+
+    /// Starts getting the entry a [`read_cold`](Self::read_cold) missed without a thread
+    /// ([`RemoteReader::fetch_missing`](crate::read::RemoteReader::fetch_missing)).
+    pub(crate) fn fetch_missing(
+        &self,
+        miss: &crate::read::cold::Miss,
+    ) -> Option<tokio::sync::oneshot::Receiver<Option<bytes::Bytes>>> {
+        self.remote_reader(true, None).fetch_missing(miss)
     }
 
     fn read_with(
@@ -57,6 +73,7 @@ impl TieredLog {
         from_seq: u64,
         max: usize,
         cached_only: bool,
+        cold: Option<&crate::read::cold::ColdRead>,
     ) -> Result<Vec<Record>, Error> {
         let last = self.log.last_seq();
         // Only failures list the remote segments (for the error's first seq): a read never
@@ -74,7 +91,7 @@ impl TieredLog {
         // Retention may move either tier's start while we read; a few retries settle it.
         let mut misses = 0;
         while out.len() < max && seq <= last {
-            match self.read_step(seq, max - out.len(), last, &mut misses, cached_only) {
+            match self.read_step(seq, max - out.len(), last, &mut misses, (cached_only, cold)) {
                 Ok(Some(records)) => {
                     let Some(next) = records.last().map(|r| r.seq + 1) else {
                         break;
@@ -109,7 +126,7 @@ impl TieredLog {
         want: usize,
         last: u64,
         misses: &mut u32,
-        cached_only: bool,
+        (cached_only, cold): (bool, Option<&crate::read::cold::ColdRead>),
     ) -> Result<Option<Vec<Record>>, Error> {
         let mut local_failure = None;
         if seq >= self.log.first_seq() {
@@ -138,7 +155,7 @@ impl TieredLog {
                 Some(meta) => {
                     tracing::warn!(partition = %self.tp, seq, error = %failure,
                         "local read failed; reading the finished remote copy instead");
-                    self.remote_reader(cached_only)
+                    self.remote_reader(cached_only, cold)
                         .read_remote(&meta, seq, want)
                         .map(Some)
                 }
@@ -149,7 +166,7 @@ impl TieredLog {
         // segment between the lookup and the fetch. Either way, re-check the start.
         let gone = match found {
             Some(meta) => match self
-                .remote_reader(cached_only)
+                .remote_reader(cached_only, cold)
                 .read_remote(&meta, seq, want)
             {
                 Ok(records) => return Ok(Some(records)),

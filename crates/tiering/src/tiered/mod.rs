@@ -147,11 +147,16 @@ impl TieredLog {
 
     /// The reader of this log's finished remote segments, for one call.
     pub(crate) fn remote(&self) -> crate::read::RemoteReader<'_> {
-        self.remote_reader(false)
+        self.remote_reader(false, None)
     }
 
-    /// [`remote`](Self::remote), serving only what the cache holds when `cached_only`.
-    pub(crate) fn remote_reader(&self, cached_only: bool) -> crate::read::RemoteReader<'_> {
+    /// [`remote`](Self::remote), serving only what the cache holds (and what `cold` holds)
+    /// when `cached_only`.
+    pub(crate) fn remote_reader<'a>(
+        &'a self,
+        cached_only: bool,
+        cold: Option<&'a crate::read::cold::ColdRead>,
+    ) -> crate::read::RemoteReader<'a> {
         crate::read::RemoteReader {
             rsm: &self.rsm,
             rlmm: self.rlmm.as_ref(),
@@ -162,6 +167,7 @@ impl TieredLog {
             readahead: &self.readahead,
             remote_below: self.log.first_seq(),
             cached_only,
+            cold,
         }
     }
 
