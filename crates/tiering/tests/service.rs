@@ -444,3 +444,65 @@ fn a_read_the_cache_serves_does_not_wait_for_the_reader_slot_a_fetch_holds() {
     let slow_page = blocked.join().unwrap().unwrap();
     assert_eq!(slow_page.first().map(|r| r.seq), Some(30));
 }
+
+#[test]
+fn a_read_that_must_fetch_does_not_wait_behind_the_reader_slot_of_a_stalled_fetch() {
+    let world = World::new();
+    let stalled = Arc::new(FaultInjecting::new(world.fs.clone(), Faults::none()));
+    let slow: Arc<dyn RemoteStorageManager> = stalled.clone();
+    // One reader slot: a read holding it while its bytes are in flight would block the other.
+    let svc = Arc::new(service(ServiceConfig {
+        read_threads: 1,
+        read_queue: 4,
+        ..ServiceConfig::default()
+    }));
+    let cold = world.partition(0, world.fs.clone(), 400, 100);
+    let fetching = world.partition(1, slow, 400, 100);
+    svc.add(cold.clone()).unwrap();
+    svc.add(fetching.clone()).unwrap();
+    assert!(wait_until(Duration::from_secs(20), || all_copied(&[
+        cold.clone(),
+        fetching.clone()
+    ])));
+    let first = cold.local_first_seq();
+    assert!(first > 50, "most of partition 0 is remote only");
+    let want = usize::try_from(first - 1).unwrap();
+    let fetches = cold.stats().requests;
+
+    // Partition 1's read waits for a fetch that stalls.
+    let stall = Duration::from_secs(5);
+    stalled.set_faults(Faults::stall(stall).on(&[Method::FetchLogSegment, Method::FetchIndex]));
+    let blocked = {
+        let svc = svc.clone();
+        std::thread::spawn(move || svc.read(&tp(1), 30, 5))
+    };
+    assert!(wait_until(Duration::from_secs(2), || svc
+        .reader_queue_size()
+        == 1));
+    std::thread::sleep(Duration::from_millis(200));
+
+    // Partition 0's records are in no cache: its read fetches them, beside the stalled fetch.
+    let start = Instant::now();
+    let page = svc.read(&tp(0), 1, want).unwrap();
+    let took = start.elapsed();
+    assert_eq!(page.len(), want);
+    for (r, seq) in page.iter().zip(1..) {
+        assert_eq!(r.seq, seq);
+        assert_eq!(
+            r.message.value.as_ref(),
+            service_util::value(0, seq).as_bytes()
+        );
+    }
+    assert!(
+        took < stall / 2,
+        "the read that fetched took {took:?}, waiting behind the stalled fetch ({stall:?})"
+    );
+    assert!(
+        cold.stats().requests.fetch_log + cold.stats().requests.fetch_index
+            > fetches.fetch_log + fetches.fetch_index,
+        "partition 0's read fetched"
+    );
+    let slow_page = blocked.join().unwrap().unwrap();
+    assert_eq!(slow_page.first().map(|r| r.seq), Some(30));
+    assert_eq!(slow_page.len(), 5);
+}

@@ -77,15 +77,15 @@ pub(crate) fn submit(
     Ok(())
 }
 
-/// Attempts of a read awaiting its fetches without a thread before it reads the usual way: an
-/// offset index, a chunk and the next one (a batch crossing the boundary), and retries after
-/// another's fetch it awaited failed.
-const COLD_STEPS: usize = 6;
+/// Attempts of a read awaiting its fetches without a thread (each after one entry fetched: an
+/// offset index, a chunk) before it returns what it has, or, with nothing, reads the usual way.
+const COLD_STEPS: usize = 64;
 
 /// Serves the read from the local log and the cache when they hold its first records (on the
 /// blocking pool, whose size bounds these reads' threads, but without a reader slot). Else the
 /// entry it missed is fetched on the read engine while the read awaits it without a thread,
-/// and the read is made again with those bytes in a reader slot: a read holds a slot only to
+/// and the read goes on from there with those bytes in a reader slot, until it has `max`
+/// records or the records end (at most [`COLD_STEPS`] fetches; then it returns what it has): a read holds a slot only to
 /// decode bytes it has, never while they are in flight (`crate::read::cold`). A read the
 /// engine gave nothing for (a fetch failed, the engine closing) waits for a reader slot and
 /// reads on the blocking pool, fetching itself and reporting what goes wrong. A read still
@@ -113,6 +113,8 @@ async fn run(
             ));
         };
         let cold = Arc::new(ColdRead::default());
+        let mut out: Vec<Record> = Vec::new();
+        let mut next = from_seq;
         let mut fetched = false;
         for _ in 0..COLD_STEPS {
             let slot = if fetched {
@@ -129,15 +131,19 @@ async fn run(
             } else {
                 None
             };
-            let (log, attempt) = (part.log.clone(), cold.clone());
+            let (log, attempt, want) = (part.log.clone(), cold.clone(), max - out.len());
             // Any failure (a fetch needed, or an error) is left to the read below, which
-            // reports it.
-            let got = blocking(move || Ok(log.read_cold(from_seq, max, &attempt))).await;
+            // reports it, or to the next read, from where this one ends.
+            let got = blocking(move || Ok(log.read_cold(next, want, &attempt))).await;
             drop(slot);
             if let Ok(Ok(records)) = got
-                && !records.is_empty()
+                && let Some(last) = records.last()
             {
-                return Ok(records);
+                next = last.seq + 1;
+                out.extend(records);
+            }
+            if out.len() >= max {
+                return Ok(out);
             }
             let Some(miss) = cold.take_miss() else { break };
             let Some(arrives) = part.log.fetch_missing(&miss) else {
@@ -150,9 +156,13 @@ async fn run(
                 Ok(Ok(None)) => {}
                 // The engine dropped the fetch (closing).
                 Ok(Err(_)) => break,
+                Err(_) if !out.is_empty() => break,
                 Err(_) => return Err(past_deadline()),
             }
             fetched = true;
+        }
+        if !out.is_empty() {
+            return Ok(out);
         }
     }
     let _slot = shared
