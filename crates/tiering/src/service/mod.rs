@@ -265,9 +265,10 @@ impl TieringService {
     /// the reader pool, blocking the calling thread (which need not belong to a runtime).
     ///
     /// A read whose first records the local log or the shared cache holds is served at once,
-    /// without waiting for a reader slot (those bound the reads that fetch): it then ends where
-    /// the cached bytes do, with fewer than `max` records when the rest is not cached yet (the
-    /// next read, from where it ended, fetches it).
+    /// without waiting for a reader slot: it then ends where the cached bytes do, with fewer
+    /// than `max` records when the rest is not cached yet (the next read, from where it ended,
+    /// fetches it). A read that must fetch awaits its fetches on the read engine without a
+    /// thread or a slot, and takes a slot only to decode what was fetched.
     ///
     /// # Errors
     /// [`ServiceError::UnknownPartition`](crate::ServiceError::UnknownPartition); [`ReadError::ReaderQueueFull`](crate::ReadError::ReaderQueueFull) when `read_threads +
