@@ -201,7 +201,9 @@ fn rounds(
         ));
         if sdk.cpu.store > 0.0 {
             lines.push(Line::cmp(
-                format!("store CPU ms per MB uploaded (radosgw + ceph-osd), {what}; baseline: bare SDK"),
+                format!(
+                    "store CPU ms per MB uploaded (radosgw + ceph-osd), {what}; baseline: bare SDK"
+                ),
                 rate(side.per_mb(side.cpu.store)),
                 rate(sdk.per_mb(sdk.cpu.store)),
                 Target::None,
