@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! krabka-bench storage [--quick] [--bytes N] [--rounds N] [--chart [PATH]]  # vs commitlog, okaywal, plain files; targets, SVG chart
-//! krabka-bench tiering [--quick] [--bytes N] [--server env]  # uploads, cold/cached remote reads, remote scans, ownership cost
+//! krabka-bench tiering [--quick] [--bytes N] [--server env] [--upload-only [--rounds N]]  # uploads, cold/cached remote reads, remote scans, ownership cost (--upload-only: the S3 upload rows, 1 round unless --rounds N, with CPU per MB)
 //! krabka-bench transform [--quick] [--bytes N] # compressed/encrypted remote tier vs untransformed
 //! krabka-bench scale [--quick] [--partitions N] # one tiering service over many partitions
 //! krabka-bench scale reads [--quick] [--server env] [--partitions N] [--consumers N]  # many lagging consumers' cold reads through one service

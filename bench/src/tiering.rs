@@ -11,6 +11,7 @@
 pub(crate) mod measure;
 pub(crate) mod owned;
 pub(crate) mod sdk;
+pub(crate) mod upload;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -230,22 +231,45 @@ fn env_config() -> Result<S3Config> {
         .with_prefix(format!("krabka-bench-{}", Uuid::new_v4())))
 }
 
-/// Runs the tiering measurements and prints their table. `rest`: `[--server env|in-process]`.
+/// Runs the tiering measurements and prints their table. `rest`: `[--server env|in-process]`
+/// and optionally `--upload-only` (only the S3 upload rows, over several rounds, with their CPU
+/// time: [`upload`]).
 pub fn run(quick: bool, bytes: Option<u64>, rest: &[String]) -> Result<()> {
     let s = sizes(quick, bytes);
     let dir = crate::scratch_dir()?;
     let root = dir.path();
-    let target = s3_target(rest, root)?;
+    let upload_only = rest.iter().any(|a| a == "--upload-only");
+    let mut rounds = upload::ROUNDS;
+    let mut args = Vec::new();
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--upload-only" => {}
+            "--rounds" => rounds = it.next().ok_or("--rounds needs a number")?.parse()?,
+            _ => args.push(a.clone()),
+        }
+    }
+    let rest = args;
+    let target = s3_target(&rest, root)?;
     println!(
-        "# krabka-bench tiering{}\n\n{:.1} MB of {VALUE} B records in segments of {:.1} MB; {} point reads per case; \
-         S3 server: {}; upload with copy_concurrency {COPY_CONCURRENCY}\n",
+        "# krabka-bench tiering{}{}\n\n{:.1} MB of {VALUE} B records in segments of {:.1} MB; {} point reads per case; \
+         S3 server: {} (keys under {}/); upload with copy_concurrency {COPY_CONCURRENCY}\n",
         if quick { " --quick" } else { "" },
+        if upload_only { " --upload-only" } else { "" },
         s.total as f64 / 1e6,
         s.segment as f64 / 1e6,
         s.point_reads,
         target.config.endpoint_url.as_deref().unwrap_or("AWS"),
+        target.config.prefix,
     );
     let started = Instant::now();
+    if upload_only {
+        let mut lines = Vec::new();
+        let result = upload::rows(&s, root, &target, rounds.max(1), &mut lines);
+        print_lines(&lines);
+        println!("\n(total {:.1} s)", started.elapsed().as_secs_f64());
+        return result;
+    }
 
     // The same records in a plain local log: the reference for re-reads and scans.
     let local_ref = Log::open(root.join("local-ref"), options(&s))?;

@@ -9,7 +9,8 @@
 //!   [`krabka_remote_storage::layout`] under the prefix. A copy uploads the segment's files at
 //!   once, at most [`S3Config::upload_concurrency`] requests carrying data in flight: each file
 //!   goes up as one PutObject below [`S3Config::multipart_threshold`], otherwise as a multipart
-//!   upload (aborted on any error). Every request carries a Content-MD5 the store checks, and
+//!   upload (aborted on any error). Every request carries a Content-MD5 the store checks (its
+//!   body is not also SHA-256-hashed for the signature: `UNSIGNED-PAYLOAD`), and
 //!   every object is verified before the copy succeeds: the MD5-derived ETag of the upload's
 //!   response is compared with the expected one, and when the store reports no such ETag
 //!   (SSE-KMS, SSE-C, other stores) a HeadObject checks the size. The manifest goes up last.

@@ -82,8 +82,23 @@ type Uploads = Arc<Mutex<BTreeMap<String, String>>>;
 #[derive(Debug, Default)]
 struct Probe {
     requests: Mutex<BTreeMap<&'static str, usize>>,
+    payloads: Mutex<Payloads>,
     list_delay_ms: AtomicU64,
     parts_when_listed: AtomicUsize,
+}
+
+/// How the bodies of the PutObject and UploadPart requests a [`TestServer`] received were
+/// vouched for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Payloads {
+    /// Requests carrying a body (PutObject, UploadPart).
+    pub total: usize,
+    /// Of those, the ones with a `Content-MD5` header.
+    pub content_md5: usize,
+    /// Of those, the ones whose body the signature does not cover
+    /// (`x-amz-content-sha256: UNSIGNED-PAYLOAD`).
+    pub unsigned: usize,
 }
 
 /// What a [`TestServer`] does with `If-None-Match: *` on PutObject (see the module docs).
@@ -113,6 +128,22 @@ struct Tracked {
 }
 
 impl Tracked {
+    /// Records how a request carrying a body vouched for it.
+    fn payload<T>(&self, r: &S3Request<T>, content_md5: bool) {
+        let unsigned = r
+            .headers
+            .get("x-amz-content-sha256")
+            .is_some_and(|v| v.as_bytes() == b"UNSIGNED-PAYLOAD");
+        let mut p = self
+            .probe
+            .payloads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        p.total += 1;
+        p.content_md5 += usize::from(content_md5);
+        p.unsigned += usize::from(unsigned);
+    }
+
     fn count(&self, operation: &'static str) {
         let mut requests = self
             .probe
@@ -148,6 +179,7 @@ impl S3 for Tracked {
         mut r: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         self.count("PutObject");
+        self.payload(&r, r.input.content_md5.is_some());
         let create_only = r.input.if_none_match.as_ref().is_some_and(|c| c.is_any());
         if !create_only {
             return self.fs.put_object(r).await;
@@ -218,6 +250,7 @@ impl S3 for Tracked {
         r: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
         self.count("UploadPart");
+        self.payload(&r, r.input.content_md5.is_some());
         let out = self.fs.upload_part(r).await?;
         self.parts_received.fetch_add(1, Ordering::SeqCst);
         Ok(out)
@@ -431,6 +464,16 @@ impl TestServer {
     /// How many HeadObject requests it has answered since it was first started.
     pub fn heads_received(&self) -> usize {
         self.heads_received.load(Ordering::SeqCst)
+    }
+
+    /// How the bodies of the PutObject and UploadPart requests it has received since it was
+    /// first started were vouched for (Content-MD5, payload signature).
+    pub fn payloads_received(&self) -> Payloads {
+        *self
+            .probe
+            .payloads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// How many requests of each operation (`"PutObject"`, `"ListMultipartUploads"`, ...) it

@@ -126,6 +126,23 @@ fn copies_verify_from_upload_responses_without_head_object() {
 }
 
 #[test]
+fn every_body_a_copy_sends_carries_content_md5_and_is_hashed_once() {
+    let server = support::start_server();
+    let storage = S3RemoteStorage::new(server.config().with_prefix("md5")).unwrap();
+    let before = server.payloads_received();
+    // A 16 MiB segment: two UploadParts; PutObjects of two indexes, the leader-epoch
+    // checkpoint and the two manifests.
+    copy_and_read(&server, &storage, 16 * MIB);
+    let after = server.payloads_received();
+    let sent = after.total - before.total;
+    assert_eq!(sent, 7);
+    // The store checks each body against its Content-MD5 and the ETags are compared with the
+    // same MD5s: the SHA-256 a signed payload would add is a second hash of the same bytes.
+    assert_eq!(after.content_md5 - before.content_md5, sent);
+    assert_eq!(after.unsigned - before.unsigned, sent);
+}
+
+#[test]
 fn recopy_after_an_interrupted_multipart_upload_aborts_it_off_the_critical_path() {
     let server = support::start_server();
     let config = server

@@ -349,7 +349,7 @@ struct PartJob {
 
 impl PartJob {
     /// Reads, hashes and sends the part with Content-MD5 (the store rejects a part that does
-    /// not match it).
+    /// not match it), as an unsigned payload like every body (see `put_object`).
     async fn run(self) -> Result<UploadedPart, RemoteStorageError> {
         let _permit = acquire(&self.permits).await?;
         let (file, offset, size) = (Arc::clone(&self.file), self.offset, self.size);
@@ -372,6 +372,8 @@ impl PartJob {
             .content_length(i64::try_from(size).unwrap_or(i64::MAX))
             .content_md5(aws_smithy_types::base64::encode(digest))
             .body(ByteStream::from(buf))
+            .customize()
+            .disable_payload_signing()
             .send()
             .await
             .map_err(|e| {
