@@ -109,11 +109,11 @@ impl Writer<'_> {
     /// A varint of at most 3 bytes ([`short_uvarint`]) as one 4-byte store; the byte past it
     /// is overwritten by what follows, or lies in the zeroed room past the record.
     #[inline(always)]
-    fn short(&mut self, (bytes, n): (u64, usize)) {
+    fn short(&mut self, short: u64) {
         if let Some(slot) = self.buf.get_mut(self.at..self.at + 4) {
-            slot.copy_from_slice(&(bytes as u32).to_le_bytes());
+            slot.copy_from_slice(&(short as u32).to_le_bytes());
         }
-        self.at += n;
+        self.at += short_len(short);
     }
 
     /// A length-prefixed run.
@@ -215,14 +215,14 @@ fn put_records(
     let borrow_at_least = split.as_ref().map_or(usize::MAX, |s| s.borrow_at_least);
     // Where the next record goes; `out` is longer (zeroed room) until the end.
     let mut at = out.len();
-    let mut last: Option<Plain> = None;
+    let mut last = Shape::NONE;
     let result = (|| {
         for (i, msg) in msgs.iter().enumerate() {
             let Ok(delta) = i32::try_from(i) else { break };
             let Some(ts_delta) = msg.timestamp.checked_sub(base_timestamp) else {
                 break;
             };
-            let plain = Plain::of(msg, ts_delta, delta, last.as_ref());
+            let plain = Plain::of(msg, ts_delta, delta, &mut last);
             let (body, size) = match &plain {
                 Some(p) => (p.body, p.size),
                 None => {
@@ -272,7 +272,6 @@ fn put_records(
             records_len += size;
             max_timestamp = max_timestamp.max(msg.timestamp);
             taken += 1;
-            last = plain;
         }
         Ok(())
     })();
@@ -280,88 +279,107 @@ fn put_records(
     result.map(|()| (taken, max_timestamp))
 }
 
-/// `z`, below [`SHORT_LIMIT`], as unsigned LEB128 in the low bytes of a word, and its length
-/// (1 to 3): one branch (a single byte), the rest computed without one.
+/// `z`, below [`SHORT_LIMIT`], as unsigned LEB128 (1 to 3 bytes) in the low bytes of a
+/// word, its length in the bits from 32 up ([`short_len`]): one branch (a single byte), the
+/// rest computed without one. One word, so a record's four stay in registers.
 #[inline(always)]
-fn short_uvarint(z: u64) -> (u64, usize) {
+fn short_uvarint(z: u64) -> u64 {
     if z < 1 << 7 {
-        return (z, 1);
+        return z | 1 << 32;
     }
-    let (two, three) = (z >= 1 << 7, z >= 1 << 14);
+    let three = u64::from(z >= 1 << 14);
     let spread = (z & 0x7f) | ((z << 1) & 0x7f00) | ((z << 2) & 0x7f_0000);
     // The continuation bit of every byte but the last.
-    let more = (u64::from(two) << 7) | (u64::from(three) << 15);
-    (spread | more, 1 + usize::from(two) + usize::from(three))
+    let more = 0x80 | (three << 15);
+    spread | more | (2 + three) << 32
+}
+
+/// The length of a [`short_uvarint`].
+#[inline(always)]
+fn short_len(short: u64) -> usize {
+    (short >> 32) as usize
 }
 
 /// Zigzag values below this take at most 3 varint bytes (21 bits).
 const SHORT_LIMIT: u64 = 1 << 21;
 
 /// A record of the common shape (no key, no headers, every varint of its head at most 3
-/// bytes: a value below 1 MiB, deltas below 2^20), its varints computed without a branch.
+/// bytes: a value below 1 MiB, deltas below 2^20), its varints ([`short_uvarint`]) computed
+/// without a branch.
 struct Plain {
-    len: (u64, usize),
-    ts: (u64, usize),
-    off: (u64, usize),
-    value: (u64, usize),
-    /// Bytes of its value.
-    value_len: usize,
+    len: u64,
+    ts: u64,
+    off: u64,
+    value: u64,
     /// Bytes of its body (after its length varint).
     body: usize,
     /// Bytes of the whole record.
     size: usize,
 }
 
+/// The value and record lengths of the last record of the common shape: records of one value
+/// size share them (the record length changes only with a delta's width), so they are not
+/// encoded again.
+struct Shape {
+    value_len: usize,
+    value: u64,
+    body: usize,
+    len: u64,
+}
+
+impl Shape {
+    /// Matches no record (no value is `usize::MAX` bytes long, no body 0 bytes).
+    const NONE: Shape = Shape {
+        value_len: usize::MAX,
+        value: 0,
+        body: 0,
+        len: 0,
+    };
+}
+
 impl Plain {
-    /// `msg` as a record of the common shape, or `None`. `last` is the record before it in
-    /// the batch when it had this shape: records of one value size share their value length
-    /// and (mostly) their length, which are then not encoded again.
+    /// `msg` as a record of the common shape, or `None`.
     #[inline(always)]
     fn of(
         msg: &Message,
         timestamp_delta: i64,
         offset_delta: i32,
-        last: Option<&Plain>,
+        last: &mut Shape,
     ) -> Option<Plain> {
         if msg.key.is_some() || !msg.headers.is_empty() {
             return None;
         }
         let (ts, off) = (zigzag(timestamp_delta), zigzag(i64::from(offset_delta)));
-        let value_len = msg.value.len();
-        let value = match last {
-            Some(l) if l.value_len == value_len => l.value,
-            _ => {
-                let value = zigzag(i64::try_from(value_len).ok()?);
-                if value >= SHORT_LIMIT {
-                    return None;
-                }
-                short_uvarint(value)
-            }
-        };
         if (ts | off) >= SHORT_LIMIT {
             return None;
         }
-        let (ts, off) = (short_uvarint(ts), short_uvarint(off));
-        // attributes, the deltas, keyLength -1, valueLength, the value, headerCount 0.
-        let body = 1 + ts.1 + off.1 + 1 + value.1 + value_len + 1;
-        let len = match last {
-            Some(l) if l.body == body => l.len,
-            _ => {
-                let len = zigzag(i64::try_from(body).ok()?);
-                if len >= SHORT_LIMIT {
-                    return None;
-                }
-                short_uvarint(len)
+        let value_len = msg.value.len();
+        if value_len != last.value_len {
+            let value = zigzag(i64::try_from(value_len).ok()?);
+            if value >= SHORT_LIMIT {
+                return None;
             }
-        };
+            last.value_len = value_len;
+            last.value = short_uvarint(value);
+        }
+        let (ts, off, value) = (short_uvarint(ts), short_uvarint(off), last.value);
+        // attributes, the deltas, keyLength -1, valueLength, the value, headerCount 0.
+        let body = 1 + short_len(ts) + short_len(off) + 1 + short_len(value) + value_len + 1;
+        if body != last.body {
+            let len = zigzag(i64::try_from(body).ok()?);
+            if len >= SHORT_LIMIT {
+                return None;
+            }
+            last.body = body;
+            last.len = short_uvarint(len);
+        }
         Some(Plain {
-            len,
+            len: last.len,
             ts,
             off,
             value,
-            value_len,
             body,
-            size: len.1 + body,
+            size: short_len(last.len) + body,
         })
     }
 }
@@ -658,12 +676,13 @@ mod tests {
     #[test]
     fn short_varints_are_the_leb128_bytes_below_the_limit() {
         for z in edges().filter(|&z| z < SHORT_LIMIT).chain(0..20_000) {
-            let (word, n) = short_uvarint(z);
+            let short = short_uvarint(z);
+            let (word, n) = (short as u32, short_len(short));
             let bytes = leb128(z);
             assert_eq!(n, bytes.len(), "{z}");
             assert_eq!(&word.to_le_bytes()[..n], &bytes[..], "{z}");
             // Nothing past the varint: the word's other bytes are zeros.
-            assert_eq!(word >> (8 * n), 0, "{z}");
+            assert_eq!(u64::from(word) >> (8 * n), 0, "{z}");
         }
     }
 }
