@@ -77,13 +77,17 @@ const HEAD_MAX: usize = 32;
 struct Writer<'a> {
     buf: &'a mut [u8],
     at: usize,
+    /// Whether a write found no room (never, when the caller's sizes are right): the record
+    /// is then refused, never left with bytes missing.
+    short_of_room: bool,
 }
 
 impl Writer<'_> {
     #[inline(always)]
     fn byte(&mut self, b: u8) {
-        if let Some(slot) = self.buf.get_mut(self.at) {
-            *slot = b;
+        match self.buf.get_mut(self.at) {
+            Some(slot) => *slot = b,
+            None => self.short_of_room = true,
         }
         self.at += 1;
     }
@@ -100,8 +104,9 @@ impl Writer<'_> {
 
     #[inline(always)]
     fn bytes(&mut self, bytes: &[u8]) {
-        if let Some(slot) = self.buf.get_mut(self.at..self.at + bytes.len()) {
-            slot.copy_from_slice(bytes);
+        match self.buf.get_mut(self.at..self.at + bytes.len()) {
+            Some(slot) => slot.copy_from_slice(bytes),
+            None => self.short_of_room = true,
         }
         self.at += bytes.len();
     }
@@ -110,8 +115,9 @@ impl Writer<'_> {
     /// is overwritten by what follows, or lies in the zeroed room past the record.
     #[inline(always)]
     fn short(&mut self, short: u64) {
-        if let Some(slot) = self.buf.get_mut(self.at..self.at + 4) {
-            slot.copy_from_slice(&(short as u32).to_le_bytes());
+        match self.buf.get_mut(self.at..self.at + 4) {
+            Some(slot) => slot.copy_from_slice(&(short as u32).to_le_bytes()),
+            None => self.short_of_room = true,
         }
         self.at += short_len(short);
     }
@@ -257,12 +263,24 @@ fn put_records(
             let mut w = Writer {
                 buf: out.as_mut_slice(),
                 at,
+                short_of_room: false,
             };
             let value_at = match &plain {
                 Some(p) => w.plain(p, msg, borrow),
                 None => w.record(msg, body, ts_delta, delta, borrow),
             };
-            debug_assert_eq!(w.at - at, own, "record size");
+            if w.short_of_room || w.at - at != own {
+                // The record's size was computed wrong: refused rather than written short.
+                debug_assert!(
+                    false,
+                    "record {i}: {} bytes written, {own} sized",
+                    w.at - at
+                );
+                return Err(BatchError::Encode {
+                    field: "length",
+                    index: i,
+                });
+            }
             at = w.at;
             if let (Some(s), Some(value_at)) = (split.as_deref_mut(), value_at) {
                 s.pieces.push(BatchPiece::Bytes(s.own_from..value_at));
