@@ -82,6 +82,11 @@ pub const CASES: &[Case] = &[
         "raw write of the 100 records' v2 batch + its CRC-32C (encoded once)",
         "raw-batch-frame",
     ),
+    case(
+        G_BATCH,
+        "raw write of the 100 records' v2 batch + its CRC-32C, the batch copied into a buffer per call",
+        "raw-batch-frame-copy",
+    ),
     krabka(G_SYNC1, "krabka append, EveryAppend", "krabka-sync1"),
     case(
         G_SYNC1,

@@ -279,6 +279,7 @@ const REPEATED: &[&str] = &[
     "raw-batch",
     "raw-batch-crc",
     "raw-batch-frame",
+    "raw-batch-frame-copy",
 ];
 
 /// Runs one case in this process and returns its measurement (the fastest pass of a

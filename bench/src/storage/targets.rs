@@ -110,6 +110,22 @@ pub const TARGETS: &[Target] = &[
         ALL,
     ),
     target(
+        "floor: the v2 batch copied into a buffer per call + its CRC-32C + raw write / the format floor",
+        "raw-batch-frame-copy",
+        "raw-batch-frame",
+        Throughput,
+        Info,
+        ALL,
+    ),
+    target(
+        "append_batch of 100 / the format floor with one copy of the batch per call",
+        "krabka-batch",
+        "raw-batch-frame-copy",
+        Throughput,
+        Info,
+        ALL,
+    ),
+    target(
         "append_raw_batch of a producer's batch of 100 / raw write of the 100 values",
         "krabka-raw-batch",
         "raw-batch",

@@ -10,22 +10,35 @@ use super::{
 };
 use crate::{Header, Message};
 
-/// Bytes of a varint holding `v` (zigzag, then 7 bits a byte).
-#[inline]
-fn varint_len(v: i64) -> usize {
-    let z = ((v << 1) ^ (v >> 63)) as u64;
+/// Zigzag form of a varint or varlong value (an `i32` widened to `i64` gives the same bits as
+/// its 32-bit zigzag, so one function serves both).
+#[inline(always)]
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+/// Bytes of `z` as unsigned LEB128 (7 bits a byte): `ceil(bits / 7)` for its significant bits,
+/// at least one, computed as `(9 * bits + 64) / 64`, which equals it for 1 to 64 bits.
+#[inline(always)]
+fn uvarint_len(z: u64) -> usize {
     let bits = 64 - (z | 1).leading_zeros() as usize;
-    bits.div_ceil(7)
+    (9 * bits + 64) / 64
+}
+
+/// Bytes of a varint holding `v` (zigzag, then 7 bits a byte).
+#[inline(always)]
+fn varint_len(v: i64) -> usize {
+    uvarint_len(zigzag(v))
 }
 
 /// Bytes of a length-prefixed byte run of `len` bytes.
-#[inline]
+#[inline(always)]
 fn run_len(len: usize) -> usize {
     varint_len(i64::try_from(len).unwrap_or(i64::MAX)) + len
 }
 
 /// Bytes of a record's body (after its length varint).
-#[inline]
+#[inline(always)]
 fn body_len(msg: &Message, timestamp_delta: i64, offset_delta: i32) -> usize {
     let mut n = 1 + varint_len(timestamp_delta) + varint_len(i64::from(offset_delta));
     n += msg.key.as_ref().map_or(1, |k| run_len(k.len()));
@@ -52,106 +65,122 @@ pub fn record_size(msg: &Message, timestamp_delta: i64, offset_delta: i32) -> us
     varint_len(i64::try_from(body).unwrap_or(i64::MAX)) + body
 }
 
-/// Writes into a slice sized exactly for what is written (no capacity checks per byte).
-struct Cursor<'a> {
+/// Most bytes of the fields a record starts with, up to its key: length (5), attributes (1),
+/// timestampDelta (10), offsetDelta (5), keyLength (5); and, for a null key, valueLength (5).
+/// Room this large past a record's bytes is kept zeroed, so that fixed-size writes never
+/// need a check of their own.
+const HEAD_MAX: usize = 32;
+
+/// Writes a record into zeroed room of a buffer, at a position held in a register (not in a
+/// `Vec`'s length, which an append through the `Vec` stores and loads again after every copy).
+/// The caller has made room for what is written, so no check here ever fails.
+struct Writer<'a> {
     buf: &'a mut [u8],
     at: usize,
+    /// Whether a write found no room (never, when the caller's sizes are right): the record
+    /// is then refused, never left with bytes missing.
+    short_of_room: bool,
 }
 
-impl Cursor<'_> {
-    #[inline]
+impl Writer<'_> {
+    #[inline(always)]
     fn byte(&mut self, b: u8) {
-        if let Some(slot) = self.buf.get_mut(self.at) {
-            *slot = b;
+        match self.buf.get_mut(self.at) {
+            Some(slot) => *slot = b,
+            None => self.short_of_room = true,
         }
         self.at += 1;
     }
 
-    #[inline]
-    fn unsigned(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.byte((v as u8 & 0x7f) | 0x80);
-            v >>= 7;
+    /// Unsigned LEB128: 7 bits a byte, the high bit set on every byte but the last.
+    #[inline(always)]
+    fn uvarint(&mut self, mut z: u64) {
+        while z >= 0x80 {
+            self.byte(z as u8 | 0x80);
+            z >>= 7;
         }
-        self.byte(v as u8);
+        self.byte(z as u8);
     }
 
-    #[inline]
-    fn varlong(&mut self, v: i64) {
-        self.unsigned(((v << 1) ^ (v >> 63)) as u64);
-    }
-
-    #[inline]
+    #[inline(always)]
     fn bytes(&mut self, bytes: &[u8]) {
-        if let Some(slot) = self.buf.get_mut(self.at..self.at + bytes.len()) {
-            slot.copy_from_slice(bytes);
+        match self.buf.get_mut(self.at..self.at + bytes.len()) {
+            Some(slot) => slot.copy_from_slice(bytes),
+            None => self.short_of_room = true,
         }
         self.at += bytes.len();
     }
 
-    /// A length-prefixed run (its length fits an `i32`: the record's does).
+    /// A varint of at most 3 bytes ([`short_uvarint`]) as one 4-byte store; the byte past it
+    /// is overwritten by what follows, or lies in the zeroed room past the record.
+    #[inline(always)]
+    fn short(&mut self, short: u64) {
+        match self.buf.get_mut(self.at..self.at + 4) {
+            Some(slot) => slot.copy_from_slice(&(short as u32).to_le_bytes()),
+            None => self.short_of_room = true,
+        }
+        self.at += short_len(short);
+    }
+
+    /// A length-prefixed run.
     #[inline]
     fn run(&mut self, bytes: &[u8]) {
-        self.varlong(bytes.len() as i64);
+        self.uvarint(zigzag(bytes.len() as i64));
         self.bytes(bytes);
     }
-}
 
-/// Appends one record whose body (after its length varint) is `body` bytes long; with
-/// `skip_value`, everything but the value's bytes, and returns where they belong in `out`.
-fn put_record(
-    out: &mut Vec<u8>,
-    msg: &Message,
-    body: usize,
-    timestamp_delta: i64,
-    offset_delta: i32,
-    index: usize,
-    skip_value: bool,
-) -> Result<Option<usize>, BatchError> {
-    // Every length inside the record is below the record's own: one check covers them all.
-    let len = i32::try_from(body).map_err(|_| BatchError::Encode {
-        field: "length",
-        index,
-    })?;
-    let start = out.len();
-    let skipped = if skip_value { msg.value.len() } else { 0 };
-    let size = varint_len(i64::from(len)) + body - skipped;
-    out.resize(start + size, 0);
-    let mut w = Cursor {
-        buf: out.get_mut(start..).unwrap_or_default(),
-        at: 0,
-    };
-    w.varlong(i64::from(len));
-    w.byte(0);
-    w.varlong(timestamp_delta);
-    w.varlong(i64::from(offset_delta));
-    match &msg.key {
-        None => w.varlong(-1),
-        Some(k) => w.run(k),
+    /// One record of any shape whose body (after its length varint) is `body` bytes long;
+    /// with `skip_value`, everything but the value's bytes, returning where they belong.
+    #[inline]
+    fn record(
+        &mut self,
+        msg: &Message,
+        body: i32,
+        timestamp_delta: i64,
+        offset_delta: i32,
+        skip_value: bool,
+    ) -> Option<usize> {
+        self.uvarint(zigzag(i64::from(body)));
+        self.byte(0); // Record attributes: unused.
+        self.uvarint(zigzag(timestamp_delta));
+        self.uvarint(zigzag(i64::from(offset_delta)));
+        match &msg.key {
+            None => self.byte(1), // keyLength -1: null.
+            Some(k) => self.run(k),
+        }
+        self.uvarint(zigzag(msg.value.len() as i64));
+        let value_at = if skip_value {
+            Some(self.at)
+        } else {
+            self.bytes(&msg.value);
+            None
+        };
+        self.uvarint(zigzag(msg.headers.len() as i64));
+        for h in &msg.headers {
+            self.run(h.key.as_bytes());
+            self.run(&h.value);
+        }
+        value_at
     }
-    let value_at = if skip_value {
-        w.varlong(msg.value.len() as i64);
-        Some(start + w.at)
-    } else {
-        w.run(&msg.value);
-        None
-    };
-    w.varlong(msg.headers.len() as i64);
-    for h in &msg.headers {
-        w.run(h.key.as_bytes());
-        w.run(&h.value);
-    }
-    debug_assert_eq!(w.at, size, "record size");
-    Ok(value_at)
-}
 
-/// Bytes reserved up front for a batch's records: a guess from the first record's size, never
-/// more than `max_bytes` or 16 MiB (the buffer grows past a wrong guess).
-fn records_guess(first_size: usize, count: usize, max_bytes: usize) -> usize {
-    first_size
-        .saturating_mul(count)
-        .min(max_bytes)
-        .min(16 << 20)
+    /// A record of the common shape ([`Plain`]); as [`record`](Self::record).
+    #[inline(always)]
+    fn plain(&mut self, p: &Plain, msg: &Message, skip_value: bool) -> Option<usize> {
+        self.short(p.len);
+        self.byte(0); // Record attributes: unused.
+        self.short(p.ts);
+        self.short(p.off);
+        self.byte(1); // keyLength -1: null.
+        self.short(p.value);
+        let value_at = if skip_value {
+            Some(self.at)
+        } else {
+            self.bytes(&msg.value);
+            None
+        };
+        self.byte(0); // headerCount 0.
+        value_at
+    }
 }
 
 /// One piece of a batch [`encode_messages_split`] encoded: the batch is its pieces in order.
@@ -189,34 +218,188 @@ fn put_records(
     let mut records_len = 0usize;
     let mut max_timestamp = base_timestamp;
     let mut taken = 0usize;
-    for (i, msg) in msgs.iter().enumerate() {
-        let Ok(delta) = i32::try_from(i) else { break };
-        let Some(ts_delta) = msg.timestamp.checked_sub(base_timestamp) else {
-            break;
-        };
-        let body = body_len(msg, ts_delta, delta);
-        let size = varint_len(i64::try_from(body).unwrap_or(i64::MAX)) + body;
-        if i == 0 {
-            if split.is_none() {
-                out.reserve(records_guess(size, msgs.len(), max_bytes));
+    let borrow_at_least = split.as_ref().map_or(usize::MAX, |s| s.borrow_at_least);
+    // Where the next record goes; `out` is longer (zeroed room) until the end.
+    let mut at = out.len();
+    let mut last = Shape::NONE;
+    let result = (|| {
+        for (i, msg) in msgs.iter().enumerate() {
+            let Ok(delta) = i32::try_from(i) else { break };
+            let Some(ts_delta) = msg.timestamp.checked_sub(base_timestamp) else {
+                break;
+            };
+            let plain = Plain::of(msg, ts_delta, delta, &mut last);
+            let (body, size) = match &plain {
+                Some(p) => (p.body, p.size),
+                None => {
+                    let body = body_len(msg, ts_delta, delta);
+                    (
+                        body,
+                        varint_len(i64::try_from(body).unwrap_or(i64::MAX)) + body,
+                    )
+                }
+            };
+            if i > 0 && records_len.saturating_add(size) > max_bytes {
+                break;
             }
-        } else if records_len.saturating_add(size) > max_bytes {
-            break;
+            // Every length inside the record is below the record's own: one check covers
+            // them all.
+            let body = i32::try_from(body).map_err(|_| BatchError::Encode {
+                field: "length",
+                index: i,
+            })?;
+            let borrow = msg.value.len() >= borrow_at_least;
+            let own = if borrow { size - msg.value.len() } else { size };
+            if at + own + HEAD_MAX > out.len() {
+                // Zeroed room for this record and, guessed from its size, the rest of the
+                // batch: one `resize` for a batch of records of one size.
+                let rest = msgs.len() - i;
+                let guess = own
+                    .saturating_mul(rest)
+                    .min(max_bytes.saturating_sub(records_len))
+                    .min(16 << 20);
+                out.resize(at + own.max(guess) + HEAD_MAX, 0);
+            }
+            let mut w = Writer {
+                buf: out.as_mut_slice(),
+                at,
+                short_of_room: false,
+            };
+            let value_at = match &plain {
+                Some(p) => w.plain(p, msg, borrow),
+                None => w.record(msg, body, ts_delta, delta, borrow),
+            };
+            if w.short_of_room || w.at - at != own {
+                // The record's size was computed wrong: refused rather than written short.
+                debug_assert!(
+                    false,
+                    "record {i}: {} bytes written, {own} sized",
+                    w.at - at
+                );
+                return Err(BatchError::Encode {
+                    field: "length",
+                    index: i,
+                });
+            }
+            at = w.at;
+            if let (Some(s), Some(value_at)) = (split.as_deref_mut(), value_at) {
+                s.pieces.push(BatchPiece::Bytes(s.own_from..value_at));
+                s.pieces.push(BatchPiece::Value(s.index_base + i));
+                s.own_from = value_at;
+            }
+            records_len += size;
+            max_timestamp = max_timestamp.max(msg.timestamp);
+            taken += 1;
         }
-        let borrow = split
-            .as_ref()
-            .is_some_and(|s| msg.value.len() >= s.borrow_at_least);
-        let value_at = put_record(out, msg, body, ts_delta, delta, i, borrow)?;
-        if let (Some(s), Some(at)) = (split.as_deref_mut(), value_at) {
-            s.pieces.push(BatchPiece::Bytes(s.own_from..at));
-            s.pieces.push(BatchPiece::Value(s.index_base + i));
-            s.own_from = at;
-        }
-        records_len += size;
-        max_timestamp = max_timestamp.max(msg.timestamp);
-        taken += 1;
+        Ok(())
+    })();
+    out.truncate(at);
+    result.map(|()| (taken, max_timestamp))
+}
+
+/// `z`, below [`SHORT_LIMIT`], as unsigned LEB128 (1 to 3 bytes) in the low bytes of a
+/// word, its length in the bits from 32 up ([`short_len`]): one branch (a single byte), the
+/// rest computed without one. One word, so a record's four stay in registers.
+#[inline(always)]
+fn short_uvarint(z: u64) -> u64 {
+    if z < 1 << 7 {
+        return z | 1 << 32;
     }
-    Ok((taken, max_timestamp))
+    let three = u64::from(z >= 1 << 14);
+    let spread = (z & 0x7f) | ((z << 1) & 0x7f00) | ((z << 2) & 0x7f_0000);
+    // The continuation bit of every byte but the last.
+    let more = 0x80 | (three << 15);
+    spread | more | (2 + three) << 32
+}
+
+/// The length of a [`short_uvarint`].
+#[inline(always)]
+fn short_len(short: u64) -> usize {
+    (short >> 32) as usize
+}
+
+/// Zigzag values below this take at most 3 varint bytes (21 bits).
+const SHORT_LIMIT: u64 = 1 << 21;
+
+/// A record of the common shape (no key, no headers, every varint of its head at most 3
+/// bytes: a value below 1 MiB, deltas below 2^20), its varints ([`short_uvarint`]) computed
+/// without a branch.
+struct Plain {
+    len: u64,
+    ts: u64,
+    off: u64,
+    value: u64,
+    /// Bytes of its body (after its length varint).
+    body: usize,
+    /// Bytes of the whole record.
+    size: usize,
+}
+
+/// The value and record lengths of the last record of the common shape: records of one value
+/// size share them (the record length changes only with a delta's width), so they are not
+/// encoded again.
+struct Shape {
+    value_len: usize,
+    value: u64,
+    body: usize,
+    len: u64,
+}
+
+impl Shape {
+    /// Matches no record (no value is `usize::MAX` bytes long, no body 0 bytes).
+    const NONE: Shape = Shape {
+        value_len: usize::MAX,
+        value: 0,
+        body: 0,
+        len: 0,
+    };
+}
+
+impl Plain {
+    /// `msg` as a record of the common shape, or `None`.
+    #[inline(always)]
+    fn of(
+        msg: &Message,
+        timestamp_delta: i64,
+        offset_delta: i32,
+        last: &mut Shape,
+    ) -> Option<Plain> {
+        if msg.key.is_some() || !msg.headers.is_empty() {
+            return None;
+        }
+        let (ts, off) = (zigzag(timestamp_delta), zigzag(i64::from(offset_delta)));
+        if (ts | off) >= SHORT_LIMIT {
+            return None;
+        }
+        let value_len = msg.value.len();
+        if value_len != last.value_len {
+            let value = zigzag(i64::try_from(value_len).ok()?);
+            if value >= SHORT_LIMIT {
+                return None;
+            }
+            last.value_len = value_len;
+            last.value = short_uvarint(value);
+        }
+        let (ts, off, value) = (short_uvarint(ts), short_uvarint(off), last.value);
+        // attributes, the deltas, keyLength -1, valueLength, the value, headerCount 0.
+        let body = 1 + short_len(ts) + short_len(off) + 1 + short_len(value) + value_len + 1;
+        if body != last.body {
+            let len = zigzag(i64::try_from(body).ok()?);
+            if len >= SHORT_LIMIT {
+                return None;
+            }
+            last.body = body;
+            last.len = short_uvarint(len);
+        }
+        Some(Plain {
+            len: last.len,
+            ts,
+            off,
+            value,
+            body,
+            size: short_len(last.len) + body,
+        })
+    }
 }
 
 /// Appends to `out` one v2 batch at `base_offset` holding the first messages of `msgs`, and
@@ -469,5 +652,55 @@ impl TryFrom<RecordRef> for Message {
             value,
             headers,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kafka's varint bytes of `z` (unsigned LEB128), the plain loop.
+    fn leb128(mut z: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        while z >= 0x80 {
+            out.push(z as u8 | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+        out
+    }
+
+    /// Values on both sides of every byte boundary, and every power of two.
+    fn edges() -> impl Iterator<Item = u64> {
+        (0..64)
+            .flat_map(|b| {
+                let p = 1u64 << b;
+                [p - 1, p, p + 1]
+            })
+            .chain((1..10).flat_map(|k| {
+                let p = 1u64.checked_shl(7 * k).unwrap_or(0);
+                [p.wrapping_sub(1), p]
+            }))
+            .chain([u64::MAX])
+    }
+
+    #[test]
+    fn the_varint_length_is_the_leb128_length_at_every_edge() {
+        for z in edges() {
+            assert_eq!(uvarint_len(z), leb128(z).len(), "{z}");
+        }
+    }
+
+    #[test]
+    fn short_varints_are_the_leb128_bytes_below_the_limit() {
+        for z in edges().filter(|&z| z < SHORT_LIMIT).chain(0..20_000) {
+            let short = short_uvarint(z);
+            let (word, n) = (short as u32, short_len(short));
+            let bytes = leb128(z);
+            assert_eq!(n, bytes.len(), "{z}");
+            assert_eq!(&word.to_le_bytes()[..n], &bytes[..], "{z}");
+            // Nothing past the varint: the word's other bytes are zeros.
+            assert_eq!(u64::from(word) >> (8 * n), 0, "{z}");
+        }
     }
 }

@@ -586,3 +586,91 @@ proptest! {
         }
     }
 }
+
+/// Messages whose varints sit on every width boundary the message encoder's fast path tells
+/// apart: value lengths and timestamp deltas of 1, 2, 3 and more bytes (zigzag 63/64,
+/// 8191/8192, 2^20 - 1/2^20; a value whose record's length alone passes 3 bytes), keys and headers (the general path) between records of the
+/// common shape, and runs of equal sizes (whose lengths the encoder reuses).
+fn boundary_messages() -> Vec<crate::Message> {
+    let value = |n: usize| Bytes::from((0..n).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+    let base = 1_700_000_000_000i64;
+    let mut msgs = Vec::new();
+    for (i, len) in [
+        0usize, 1, 63, 64, 100, 100, 100, 8191, 8192, 8192, 70_000, 1_048_570, 1_100_000, 100,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut m = crate::Message::new(value(len)).with_timestamp(base + i as i64);
+        if i == 5 {
+            m = m.with_key("k");
+        }
+        if i == 9 {
+            m = m.with_header("h", "v");
+        }
+        msgs.push(m);
+    }
+    for delta in [
+        -1i64,
+        63,
+        64,
+        -65,
+        8191,
+        8192,
+        (1 << 20) - 1,
+        1 << 20,
+        -(1 << 20),
+        1 << 40,
+    ] {
+        msgs.push(crate::Message::new(value(100)).with_timestamp(base + delta));
+    }
+    msgs
+}
+
+/// `encode_batch`'s batch of the same records: the second, independent encoder.
+fn reference_batch(base_offset: i64, msgs: &[crate::Message]) -> Bytes {
+    let records: Vec<RecordSpec> = msgs
+        .iter()
+        .map(|m| RecordSpec {
+            timestamp: m.timestamp,
+            key: m.key.clone(),
+            value: Some(m.value.clone()),
+            headers: m
+                .headers
+                .iter()
+                .map(|h| (h.key.clone(), Some(h.value.clone())))
+                .collect(),
+        })
+        .collect();
+    encode_batch(&BatchSpec::new(base_offset), &records).unwrap()
+}
+
+#[test]
+fn the_message_encoder_writes_what_encode_batch_writes_at_every_varint_width() {
+    let msgs = boundary_messages();
+    // Every suffix: each record in turn is the first, whose timestamp the deltas count from.
+    for from in 0..msgs.len() {
+        let rest = &msgs[from..];
+        let mut out = vec![0xAA; 3]; // Bytes before the batch stay as they are.
+        let taken = encode_messages(&mut out, 77, rest, Compression::None, usize::MAX).unwrap();
+        assert_eq!(taken, rest.len(), "from {from}");
+        assert_eq!(&out[..3], &[0xAA; 3]);
+        assert_eq!(out[3..], reference_batch(77, rest)[..], "from {from}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    /// Byte for byte the batch `encode_batch` (a second encoder, record by record through
+    /// the varint module) writes for the same records, whatever their shapes and sizes.
+    #[test]
+    fn the_message_encoder_agrees_with_encode_batch(
+        msgs in prop::collection::vec(arb_message(), 1..30),
+        base in 0i64..(1 << 40),
+    ) {
+        let mut out = Vec::new();
+        let taken = encode_messages(&mut out, base, &msgs, Compression::None, usize::MAX).unwrap();
+        prop_assert_eq!(taken, msgs.len());
+        prop_assert_eq!(&out[..], &reference_batch(base, &msgs)[..]);
+    }
+}

@@ -52,6 +52,15 @@ fn size_bound(msg: &Message) -> u64 {
     (BATCH_HEADER_LEN + fields + key + msg.value.len() + headers) as u64
 }
 
+/// `slices` emptied, as a list of slices of another lifetime, in the same memory: an empty
+/// `Vec` collected through `map` into one of a type of the same layout keeps its allocation
+/// (the standard library collects in place), so a write of many pieces allocates its slice list
+/// once, not per call.
+fn recycle_slices<'b>(mut slices: Vec<IoSlice<'_>>) -> Vec<IoSlice<'b>> {
+    slices.clear();
+    slices.into_iter().map(|_| IoSlice::new(&[])).collect()
+}
+
 /// Counts an appender in [`Inner::writers`] while it lives, for a group commit to wait for
 /// (see `gather_writers`). Under [`SyncPolicy::Never`] no append fsyncs, so nothing is
 /// counted: two locked operations less per append, and an explicit `Log::sync` gathers
@@ -96,6 +105,9 @@ pub(super) struct Appender {
     /// With an uncompressed append, the pieces the batches in `buf` are made of: its bytes and
     /// the large values left out of it (reused).
     pieces: Vec<BatchPiece>,
+    /// The slice list of a vectored write of more pieces than fit on the stack: always empty
+    /// here, kept for its memory ([`recycle_slices`]).
+    slices: Vec<IoSlice<'static>>,
     /// The `partitionLeaderEpoch` every batch is stamped with (-1: none).
     pub(super) leader_epoch: i32,
     /// Whether the clean-shutdown marker this open trusted is still on disk: it goes before
@@ -123,6 +135,7 @@ impl Appender {
             builder,
             buf: Vec::new(),
             pieces: Vec::new(),
+            slices: Vec::new(),
             leader_epoch: NO_PARTITION_LEADER_EPOCH,
             clean_marker: false,
             leftovers: true,
@@ -281,17 +294,23 @@ impl Inner {
             let mut slices = [IoSlice::new(&ap.buf), IoSlice::new(raw_rest)];
             self.write_vectored_at(&ap.file, &mut slices, ap.size, len)
         } else if ap.pieces.iter().any(|p| matches!(p, BatchPiece::Value(_))) {
-            let mut slices: SmallVec<[IoSlice<'_>; 8]> = ap
-                .pieces
-                .iter()
-                .map(|p| match p {
-                    BatchPiece::Bytes(r) => IoSlice::new(ap.buf.get(r.clone()).unwrap_or_default()),
-                    BatchPiece::Value(i) => {
-                        IoSlice::new(msgs.get(*i).map_or(&[][..], |m| &m.value[..]))
-                    }
-                })
-                .collect();
-            self.write_vectored_at(&ap.file, &mut slices, ap.size, len)
+            let pieces = ap.pieces.iter().map(|p| match p {
+                BatchPiece::Bytes(r) => IoSlice::new(ap.buf.get(r.clone()).unwrap_or_default()),
+                BatchPiece::Value(i) => {
+                    IoSlice::new(msgs.get(*i).map_or(&[][..], |m| &m.value[..]))
+                }
+            });
+            if ap.pieces.len() <= 8 {
+                let mut slices: SmallVec<[IoSlice<'_>; 8]> = pieces.collect();
+                self.write_vectored_at(&ap.file, &mut slices, ap.size, len)
+            } else {
+                // A batch of many large values: the list the last such write used.
+                let mut slices = recycle_slices(std::mem::take(&mut ap.slices));
+                slices.extend(pieces);
+                let written = self.write_vectored_at(&ap.file, &mut slices, ap.size, len);
+                ap.slices = recycle_slices(slices);
+                written
+            }
         } else {
             self.write_at(&ap.file, &ap.buf, ap.size)
         };
