@@ -5,7 +5,15 @@
 //! kept; a read takes one back once every record sharing it has been dropped (the pool holds
 //! the only handle left). That saves allocating, zero-filling and page-faulting a fresh buffer
 //! per read, which cost as much as the `pread` itself.
+//!
+//! Reads of up to [`SMALL_READ`] bytes (point reads, the short chunks of reads of a few
+//! records) take no lock and no allocation: each thread carves them, one after the other, out
+//! of a buffer of its own of [`SMALL_BUFFER`] bytes (a `BytesMut` split at each read's end), and
+//! starts over at its front once no record shares any of it. A thread whose callers keep their
+//! records starts a new buffer when the old one is full (the old one is freed with the last
+//! record that shares it); a thread holds one such buffer at most.
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -19,6 +27,17 @@ use crate::Error;
 const POOL_LEN: usize = 4;
 /// Larger buffers (a chunk holding one huge batch) are not kept.
 const MAX_POOLED: usize = 2 << 20;
+
+/// Reads of at most this many bytes come from the thread's own buffer (see the module docs).
+pub(crate) const SMALL_READ: usize = 32 << 10;
+/// The size of a thread's buffer for small reads.
+const SMALL_BUFFER: usize = 128 << 10;
+
+thread_local! {
+    /// This thread's buffer for small reads: what is left of it after the last read's bytes
+    /// were split off (see the module docs).
+    static SMALL: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+}
 
 /// A small pool of read buffers; see the module docs.
 #[derive(Debug, Default)]
@@ -53,6 +72,21 @@ impl ReadBufs {
         len: usize,
     ) -> Result<Bytes, Error> {
         let total = prefix.len().saturating_add(len);
+        if total <= SMALL_READ {
+            return SMALL.with_borrow_mut(|small| {
+                if !small.try_reclaim(total) {
+                    // Full, and records still share its front: a new one (the old one goes
+                    // with the last of them).
+                    *small = BytesMut::with_capacity(SMALL_BUFFER);
+                }
+                // Bytes past the last read's are not initialized: zeroed here (a few hundred
+                // bytes to a few KiB, in a buffer in cache).
+                small.resize(total, 0);
+                let filled = fill(small, prefix, file, path, pos)?;
+                small.truncate(filled);
+                Ok(small.split().freeze())
+            });
+        }
         let mut buf = self.take(total);
         if buf.len() >= total {
             // Already initialized by an earlier read: no zero-fill needed.
@@ -60,19 +94,7 @@ impl ReadBufs {
         } else {
             buf.resize(total, 0);
         }
-        let mut filled = prefix.len();
-        if let Some(head) = buf.get_mut(..filled) {
-            head.copy_from_slice(prefix);
-        }
-        while let Some(rest) = buf.get_mut(filled..).filter(|r| !r.is_empty()) {
-            let at = pos + (filled - prefix.len()) as u64;
-            match file.read_at(rest, at) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io(path, e)),
-            }
-        }
+        let filled = fill(&mut buf, prefix, file, path, pos)?;
         buf.truncate(filled);
         let cap = buf.capacity();
         let bytes = buf.freeze();
@@ -136,31 +158,109 @@ impl ReadBufs {
     }
 }
 
+/// Fills `buf` with `prefix` followed by the bytes at `pos` of `file`, up to its length or the
+/// file's end; returns how many bytes of it are filled.
+fn fill(buf: &mut [u8], prefix: &[u8], file: &File, path: &Path, pos: u64) -> Result<usize, Error> {
+    let mut filled = prefix.len();
+    if let Some(head) = buf.get_mut(..filled) {
+        head.copy_from_slice(prefix);
+    }
+    while let Some(rest) = buf.get_mut(filled..).filter(|r| !r.is_empty()) {
+        let at = pos + (filled - prefix.len()) as u64;
+        match file.read_at(rest, at) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io(path, e)),
+        }
+    }
+    Ok(filled)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn buffers_are_reused_only_when_no_record_shares_them() -> Result<(), Error> {
-        let dir = tempfile::tempdir().map_err(|e| Error::io(Path::new("tmp"), e))?;
-        let path = dir.path().join("f");
-        std::fs::write(&path, b"0123456789abcdef").map_err(|e| Error::io(&path, e))?;
+    /// A file of `len` bytes, byte `i` being `i % 251`, opened for reading.
+    fn patterned(dir: &Path, len: usize) -> Result<(File, std::path::PathBuf), Error> {
+        let path = dir.join("f");
+        let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, bytes).map_err(|e| Error::io(&path, e))?;
         let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
+        Ok((file, path))
+    }
+
+    fn expected(pos: usize, len: usize) -> Vec<u8> {
+        (pos..pos + len).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn large_buffers_are_reused_only_when_no_record_shares_them() -> Result<(), Error> {
+        let dir = tempfile::tempdir().map_err(|e| Error::io(Path::new("tmp"), e))?;
+        let big = SMALL_READ + 1;
+        let (file, path) = patterned(dir.path(), 3 * big)?;
         let bufs = ReadBufs::default();
-        let a = bufs.read_at(&file, &path, 0, 8)?;
+        let a = bufs.read_at(&file, &path, 0, big)?;
         let held = a.slice(2..4);
         let a_ptr = a.as_ptr();
         drop(a);
         // `held` still shares the first buffer: the next read must not overwrite it.
-        let b = bufs.read_at(&file, &path, 8, 8)?;
-        assert_eq!(&held[..], b"23");
-        assert_eq!(&b[..], b"89abcdef");
+        let b = bufs.read_at(&file, &path, big as u64, big)?;
+        assert_eq!(held[..], expected(2, 2));
+        assert_eq!(b[..], expected(big, big));
         assert_ne!(b.as_ptr(), a_ptr);
         drop((held, b));
-        // Both are free now; a shorter read reuses one of them without zero-filling.
-        let c = bufs.read_at(&file, &path, 4, 4)?;
-        assert_eq!(&c[..], b"4567");
+        // Both are free now; the next read reuses one of them without zero-filling.
+        let c = bufs.read_at(&file, &path, 4, big)?;
+        assert_eq!(c[..], expected(4, big));
         assert_eq!(bufs.free.lock().len(), 2);
         Ok(())
+    }
+
+    /// Small reads are carved one after the other out of the thread's buffer: bytes a record
+    /// still holds are never written over, and once none is held the next read starts over at
+    /// the buffer's front.
+    #[test]
+    fn small_reads_never_overwrite_bytes_still_held_and_start_over_once_none_is()
+    -> Result<(), Error> {
+        let dir = tempfile::tempdir().map_err(|e| Error::io(Path::new("tmp"), e))?;
+        let (file, path) = patterned(dir.path(), 1 << 20)?;
+        let bufs = ReadBufs::default();
+        // A new thread: its buffer starts empty, whatever other tests did on theirs.
+        std::thread::scope(|s| {
+            s.spawn(|| -> Result<(), Error> {
+                let len = 3000;
+                // More than a buffer's worth of reads, every one held.
+                let held: Vec<(usize, Bytes)> = (0..2 * SMALL_BUFFER / len)
+                    .map(|i| {
+                        let pos = i * 997;
+                        Ok((pos, bufs.read_at(&file, &path, pos as u64, len)?))
+                    })
+                    .collect::<Result<_, Error>>()?;
+                for (pos, bytes) in &held {
+                    assert_eq!(bytes[..], expected(*pos, len), "read at {pos}");
+                }
+                drop(held);
+                // Nothing held: many buffers' worth of reads all come from one buffer.
+                let (mut lowest, mut highest) = (usize::MAX, 0);
+                for i in 0..200 {
+                    let b = bufs.read_at(&file, &path, i * 13, len)?;
+                    assert_eq!(b[..], expected(i as usize * 13, len));
+                    lowest = lowest.min(b.as_ptr() as usize);
+                    highest = highest.max(b.as_ptr() as usize + len);
+                }
+                assert!(highest - lowest <= SMALL_BUFFER, "reads outside one buffer");
+                // None of them went to the shared pool.
+                assert_eq!(bufs.free.lock().len(), 0);
+                Ok(())
+            })
+            .join()
+            .unwrap_or_else(|_| {
+                Err(Error::io(
+                    Path::new("thread"),
+                    std::io::Error::other("panicked"),
+                ))
+            })
+        })
     }
 }
