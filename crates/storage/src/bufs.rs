@@ -7,11 +7,11 @@
 //! per read, which cost as much as the `pread` itself.
 //!
 //! Reads of up to [`SMALL_READ`] bytes (point reads, the short chunks of reads of a few
-//! records) take no lock and no allocation: each thread carves them, one after the other, out
-//! of a buffer of its own of [`SMALL_BUFFER`] bytes (a `BytesMut` split at each read's end), and
-//! starts over at its front once no record shares any of it. A thread whose callers keep their
-//! records starts a new buffer when the old one is full (the old one is freed with the last
-//! record that shares it); a thread holds one such buffer at most.
+//! records) take no lock: each thread keeps the buffer of its last small read, and the next
+//! one reuses it (no allocation, no zero-fill, memory still in cache) when no record shares it
+//! any more, else reads into a new one of its own size (the old one goes with the records that
+//! share it). The buffer is kept as a shared `BytesMut` (it was split once), so handing it out
+//! and taking it back moves a reference count only.
 
 use std::cell::RefCell;
 use std::fs::File;
@@ -28,15 +28,54 @@ const POOL_LEN: usize = 4;
 /// Larger buffers (a chunk holding one huge batch) are not kept.
 const MAX_POOLED: usize = 2 << 20;
 
-/// Reads of at most this many bytes come from the thread's own buffer (see the module docs).
+/// Reads of at most this many bytes use the thread's own buffer (see the module docs).
 pub(crate) const SMALL_READ: usize = 32 << 10;
-/// The size of a thread's buffer for small reads.
-const SMALL_BUFFER: usize = 128 << 10;
 
 thread_local! {
-    /// This thread's buffer for small reads: what is left of it after the last read's bytes
-    /// were split off (see the module docs).
-    static SMALL: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+    /// This thread's buffer of its last small read (see the module docs).
+    static SMALL: RefCell<Option<Bytes>> = const { RefCell::new(None) };
+}
+
+/// Reads `prefix` followed by up to `len` bytes at `pos` of `file` (see
+/// [`ReadBufs::read_after`]) into the thread's small-read buffer, or a new one when it is
+/// shared or too short.
+fn read_small(
+    prefix: &[u8],
+    file: &File,
+    path: &Path,
+    pos: u64,
+    len: usize,
+) -> Result<Bytes, Error> {
+    let total = prefix.len().saturating_add(len);
+    SMALL.with_borrow_mut(|slot| {
+        let reused = slot
+            .take()
+            .filter(Bytes::is_unique)
+            .and_then(|b| b.try_into_mut().ok())
+            .filter(|b| b.capacity() >= total);
+        let mut buf = match reused {
+            Some(buf) => buf,
+            None => {
+                let mut fresh = BytesMut::with_capacity(total);
+                fresh.resize(total, 0);
+                // Split once, so that the buffer is shared from here on: freezing it and
+                // taking it back then allocate nothing.
+                drop(fresh.split_off(total));
+                fresh
+            }
+        };
+        if buf.len() >= total {
+            // Initialized by an earlier read: no zero-fill needed.
+            buf.truncate(total);
+        } else {
+            buf.resize(total, 0);
+        }
+        let filled = fill(&mut buf, prefix, file, path, pos)?;
+        buf.truncate(filled);
+        let bytes = buf.freeze();
+        *slot = Some(bytes.clone());
+        Ok(bytes)
+    })
 }
 
 /// A small pool of read buffers; see the module docs.
@@ -73,19 +112,7 @@ impl ReadBufs {
     ) -> Result<Bytes, Error> {
         let total = prefix.len().saturating_add(len);
         if total <= SMALL_READ {
-            return SMALL.with_borrow_mut(|small| {
-                if !small.try_reclaim(total) {
-                    // Full, and records still share its front: a new one (the old one goes
-                    // with the last of them).
-                    *small = BytesMut::with_capacity(SMALL_BUFFER);
-                }
-                // Bytes past the last read's are not initialized: zeroed here (a few hundred
-                // bytes to a few KiB, in a buffer in cache).
-                small.resize(total, 0);
-                let filled = fill(small, prefix, file, path, pos)?;
-                small.truncate(filled);
-                Ok(small.split().freeze())
-            });
+            return read_small(prefix, file, path, pos, len);
         }
         let mut buf = self.take(total);
         if buf.len() >= total {
@@ -217,12 +244,10 @@ mod tests {
         Ok(())
     }
 
-    /// Small reads are carved one after the other out of the thread's buffer: bytes a record
-    /// still holds are never written over, and once none is held the next read starts over at
-    /// the buffer's front.
+    /// Small reads reuse the thread's buffer of the last one once no record shares it, and
+    /// never write over bytes a record still holds.
     #[test]
-    fn small_reads_never_overwrite_bytes_still_held_and_start_over_once_none_is()
-    -> Result<(), Error> {
+    fn small_reads_reuse_one_buffer_and_never_overwrite_bytes_still_held() -> Result<(), Error> {
         let dir = tempfile::tempdir().map_err(|e| Error::io(Path::new("tmp"), e))?;
         let (file, path) = patterned(dir.path(), 1 << 20)?;
         let bufs = ReadBufs::default();
@@ -230,8 +255,7 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| -> Result<(), Error> {
                 let len = 3000;
-                // More than a buffer's worth of reads, every one held.
-                let held: Vec<(usize, Bytes)> = (0..2 * SMALL_BUFFER / len)
+                let held: Vec<(usize, Bytes)> = (0..50)
                     .map(|i| {
                         let pos = i * 997;
                         Ok((pos, bufs.read_at(&file, &path, pos as u64, len)?))
@@ -241,15 +265,13 @@ mod tests {
                     assert_eq!(bytes[..], expected(*pos, len), "read at {pos}");
                 }
                 drop(held);
-                // Nothing held: many buffers' worth of reads all come from one buffer.
-                let (mut lowest, mut highest) = (usize::MAX, 0);
-                for i in 0..200 {
-                    let b = bufs.read_at(&file, &path, i * 13, len)?;
-                    assert_eq!(b[..], expected(i as usize * 13, len));
-                    lowest = lowest.min(b.as_ptr() as usize);
-                    highest = highest.max(b.as_ptr() as usize + len);
+                // Nothing held: every read (shorter ones too) lands in the same buffer.
+                let first = bufs.read_at(&file, &path, 10, len)?.as_ptr();
+                for i in 0..100 {
+                    let b = bufs.read_at(&file, &path, i * 13, len - i as usize)?;
+                    assert_eq!(b[..], expected(i as usize * 13, len - i as usize));
+                    assert_eq!(b.as_ptr(), first, "read {i} in another buffer");
                 }
-                assert!(highest - lowest <= SMALL_BUFFER, "reads outside one buffer");
                 // None of them went to the shared pool.
                 assert_eq!(bufs.free.lock().len(), 0);
                 Ok(())
