@@ -55,14 +55,7 @@ fn read_small(
             .filter(|b| b.capacity() >= total);
         let mut buf = match reused {
             Some(buf) => buf,
-            None => {
-                let mut fresh = BytesMut::with_capacity(total);
-                fresh.resize(total, 0);
-                // Split once, so that the buffer is shared from here on: freezing it and
-                // taking it back then allocate nothing.
-                drop(fresh.split_off(total));
-                fresh
-            }
+            None => shared_buffer(total),
         };
         if buf.len() >= total {
             // Initialized by an earlier read: no zero-fill needed.
@@ -169,7 +162,7 @@ impl ReadBufs {
         };
         match taken.map(Bytes::try_into_mut) {
             Some(Ok(buf)) => buf,
-            _ => BytesMut::with_capacity(len),
+            _ => shared_buffer(len),
         }
     }
 
@@ -183,6 +176,17 @@ impl ReadBufs {
         }
         free.push((bytes, cap));
     }
+}
+
+/// An empty buffer of at least `capacity` bytes, split once so that it is shared from the
+/// start: freezing it, cloning the `Bytes` (a record's view) and taking it back once unique
+/// then move a reference count only. (A buffer frozen unshared is promoted at its first clone,
+/// an allocation, and taking it back unshares it again: one allocation per read.)
+fn shared_buffer(capacity: usize) -> BytesMut {
+    let mut buf = BytesMut::with_capacity(capacity);
+    let all = buf.capacity();
+    drop(buf.split_off(all));
+    buf
 }
 
 /// Fills `buf` with `prefix` followed by the bytes at `pos` of `file`, up to its length or the

@@ -1,5 +1,6 @@
 //! Reading the records of a batch.
 
+use std::borrow::Borrow;
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -33,10 +34,18 @@ pub struct RecordRef {
 /// `lastOffsetDelta` is their count minus one, and in a create-time batch `maxTimestamp` is the
 /// largest record timestamp. Those last checks run only when the iterator is driven to its end;
 /// the first error ends the iteration.
-pub struct RecordIter {
-    /// The records section is `data[start..]` (a batch's own bytes start it with the header).
-    data: Bytes,
+///
+/// It holds the batch's bytes as `D`: its own handle on them (`Bytes`, from
+/// [`BatchView::records`](super::BatchView::records)), or a borrowed buffer the batch lies in
+/// (`&Bytes`, from [`BatchView::records_in`](super::BatchView::records_in)), which spares a
+/// reader of many small batches a handle per batch; either way each record's key and value
+/// are views of those bytes.
+pub struct RecordIter<D: Borrow<Bytes> = Bytes> {
+    /// The records section is `data[start..end]` (a batch's own bytes start it with the
+    /// header).
+    data: D,
     start: usize,
+    end: usize,
     walk: Walk,
 }
 
@@ -158,7 +167,7 @@ fn parse_record(data: &[u8], start: usize) -> Result<Layout, BatchError> {
     })
 }
 
-impl std::fmt::Debug for RecordIter {
+impl<D: Borrow<Bytes>> std::fmt::Debug for RecordIter<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The records' bytes are left out: they may be megabytes.
         f.debug_struct("RecordIter")
@@ -174,21 +183,42 @@ impl std::fmt::Debug for RecordIter {
 impl RecordIter {
     /// The records of `data[start..]`, a batch's records section.
     pub(crate) fn new(header: BatchHeader, data: Bytes, start: usize) -> Self {
+        let end = data.len().max(start);
         Self {
             data,
             start,
+            end,
             walk: Walk::new(header),
         }
     }
+}
 
+impl<'a> RecordIter<&'a Bytes> {
+    /// The records of `data[start..end]`, a batch's records section in a buffer it shares
+    /// (`start..end` within `data`).
+    pub(crate) fn within(header: BatchHeader, data: &'a Bytes, start: usize, end: usize) -> Self {
+        Self {
+            data,
+            start,
+            end,
+            walk: Walk::new(header),
+        }
+    }
+}
+
+impl<D: Borrow<Bytes>> RecordIter<D> {
     /// The records section.
     fn section(&self) -> &[u8] {
-        self.data.get(self.start..).unwrap_or_default()
+        self.data
+            .borrow()
+            .get(self.start..self.end)
+            .unwrap_or_default()
     }
 
     /// A view of `range` of the records section.
     fn view(&self, range: Range<usize>) -> Bytes {
         self.data
+            .borrow()
             .slice(self.start + range.start..self.start + range.end)
     }
 
@@ -209,10 +239,9 @@ impl RecordIter {
 
     /// [`read_next`](Self::read_next) without the fast path: every record's layout parsed.
     fn read_general(&mut self) -> Result<RecordRef, BatchError> {
-        let start = self.start;
-        let (layout, offset, timestamp) = self
-            .walk
-            .advance(self.data.get(start..).unwrap_or_default())?;
+        let data = self.data.borrow();
+        let section = data.get(self.start..self.end).unwrap_or_default();
+        let (layout, offset, timestamp) = self.walk.advance(section)?;
         let slice = |r: Range<usize>| self.view(r);
         Ok(RecordRef {
             offset,
@@ -262,9 +291,9 @@ impl RecordIter {
     /// made): `Some(Ok(offset))`, `Some(Err)` with the fault, or `None` after the last record
     /// once the header checked out against all of them, as [`next`](Iterator::next) does.
     pub fn skip_record(&mut self) -> Option<Result<i64, BatchError>> {
-        let start = self.start;
-        self.walk
-            .skip_record(self.data.get(start..).unwrap_or_default())
+        let data = self.data.borrow();
+        let section = data.get(self.start..self.end).unwrap_or_default();
+        self.walk.skip_record(section)
     }
 
     /// Reads and checks every record left, and the header against all of them, returning how
@@ -274,9 +303,9 @@ impl RecordIter {
     /// # Errors
     /// The first fault, as [`next`](Iterator::next) would return it.
     pub fn check_rest(&mut self) -> Result<usize, BatchError> {
-        let start = self.start;
-        self.walk
-            .check_rest(self.data.get(start..).unwrap_or_default())
+        let data = self.data.borrow();
+        let section = data.get(self.start..self.end).unwrap_or_default();
+        self.walk.check_rest(section)
     }
 
     /// The record at `pos` as a message when it has the common shape (see
@@ -483,7 +512,7 @@ struct Plain {
     value: Range<usize>,
 }
 
-impl Iterator for RecordIter {
+impl<D: Borrow<Bytes>> Iterator for RecordIter<D> {
     type Item = Result<RecordRef, BatchError>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -491,7 +520,7 @@ impl Iterator for RecordIter {
     }
 }
 
-impl RecordIter {
+impl<D: Borrow<Bytes>> RecordIter<D> {
     /// The next record read by `read` (checks and end of iteration as [`Iterator::next`]).
     fn step(
         &mut self,
@@ -526,4 +555,4 @@ impl RecordIter {
     }
 }
 
-impl std::iter::FusedIterator for RecordIter {}
+impl<D: Borrow<Bytes>> std::iter::FusedIterator for RecordIter<D> {}

@@ -33,14 +33,39 @@ fn read_unsigned(
 }
 
 /// Reads a varint (zigzag i32) at `at`; returns it and the position after it.
+#[inline]
 pub(crate) fn read_varint(buf: &[u8], at: usize) -> Result<(i32, usize), BatchError> {
+    // Most varints of a record (deltas, lengths of short fields, counts) are one byte.
+    if let Some(&byte) = buf.get(at)
+        && byte < 0x80
+    {
+        let raw = i32::from(byte);
+        return Ok(((raw >> 1) ^ -(raw & 1), at + 1));
+    }
+    read_long_varint(buf, at)
+}
+
+/// [`read_varint`] of a varint of more than one byte (or of none).
+fn read_long_varint(buf: &[u8], at: usize) -> Result<(i32, usize), BatchError> {
     let (raw, next) = read_unsigned(buf, at, 5, 4)?;
     let raw = u32::try_from(raw).map_err(|_| BatchError::Varint { at })?;
     Ok((((raw >> 1) as i32) ^ -((raw & 1) as i32), next))
 }
 
 /// Reads a varlong (zigzag i64) at `at`; returns it and the position after it.
+#[inline]
 pub(crate) fn read_varlong(buf: &[u8], at: usize) -> Result<(i64, usize), BatchError> {
+    if let Some(&byte) = buf.get(at)
+        && byte < 0x80
+    {
+        let raw = i64::from(byte);
+        return Ok(((raw >> 1) ^ -(raw & 1), at + 1));
+    }
+    read_long_varlong(buf, at)
+}
+
+/// [`read_varlong`] of a varlong of more than one byte (or of none).
+fn read_long_varlong(buf: &[u8], at: usize) -> Result<(i64, usize), BatchError> {
     let (raw, next) = read_unsigned(buf, at, 10, 1)?;
     Ok((((raw >> 1) as i64) ^ -((raw & 1) as i64), next))
 }
@@ -92,6 +117,21 @@ mod tests {
         put_varlong(&mut out, i64::MIN);
         assert_eq!(out.len(), 10);
         assert_eq!(read_varlong(&out, 0).unwrap(), (i64::MIN, 10));
+    }
+
+    #[test]
+    fn one_byte_varints_read_as_the_general_path_reads_them() {
+        for byte in 0..=u8::MAX {
+            let buf = [0x55, byte, 0x00];
+            assert_eq!(read_varint(&buf, 1), read_long_varint(&buf, 1), "{byte:#x}");
+            assert_eq!(
+                read_varlong(&buf, 1),
+                read_long_varlong(&buf, 1),
+                "{byte:#x}"
+            );
+        }
+        assert_eq!(read_varint(&[0x55], 1), read_long_varint(&[0x55], 1));
+        assert_eq!(read_varlong(&[], 0), read_long_varlong(&[], 0));
     }
 
     #[test]
