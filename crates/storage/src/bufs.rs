@@ -55,7 +55,9 @@ fn read_small(
             .filter(|b| b.capacity() >= total);
         let mut buf = match reused {
             Some(buf) => buf,
-            None => shared_buffer(total),
+            // Rounded up, so that reads of varying sizes settle on one buffer soon (at most
+            // twice the bytes a read needs are held with its records).
+            None => shared_buffer(total.next_power_of_two()),
         };
         if buf.len() >= total {
             // Initialized by an earlier read: no zero-fill needed.
