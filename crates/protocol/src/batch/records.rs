@@ -208,6 +208,7 @@ impl<'a> RecordIter<&'a Bytes> {
 
 impl<D: Borrow<Bytes>> RecordIter<D> {
     /// The records section.
+    #[inline]
     fn section(&self) -> &[u8] {
         self.data
             .borrow()
@@ -216,6 +217,7 @@ impl<D: Borrow<Bytes>> RecordIter<D> {
     }
 
     /// A view of `range` of the records section.
+    #[inline]
     fn view(&self, range: Range<usize>) -> Bytes {
         self.data
             .borrow()
@@ -271,6 +273,7 @@ impl<D: Borrow<Bytes>> RecordIter<D> {
     /// assert!(records.next_message().is_none());
     /// # Ok::<(), krabka_protocol::batch::BatchError>(())
     /// ```
+    #[inline]
     pub fn next_message(&mut self) -> Option<Result<(i64, crate::Message), BatchError>> {
         if !self.walk.done
             && self.walk.index < self.walk.header.record_count
@@ -310,6 +313,7 @@ impl<D: Borrow<Bytes>> RecordIter<D> {
 
     /// The record at `pos` as a message when it has the common shape (see
     /// [`Walk::plain_record`]), moving past it.
+    #[inline]
     fn plain_message(&mut self) -> Option<(i64, crate::Message)> {
         let plain = self.walk.plain_record(self.section())?;
         self.walk.pass(&plain);
@@ -342,6 +346,7 @@ impl Walk {
     }
 
     /// A record's timestamp as read: `stored`, or `maxTimestamp` in a log-append-time batch.
+    #[inline]
     fn stamped(&self, stored: i64) -> i64 {
         match self.header.timestamp_type() {
             TimestampType::LogAppendTime => self.header.max_timestamp,
@@ -458,6 +463,7 @@ impl Walk {
     /// every check passes: where it ends, its offset and stored timestamp, its key's and
     /// value's bytes; `None` for anything else, which the general path then reads (and fails
     /// on, naming the fault). Reads nothing past the record's own length; moves nothing.
+    #[inline]
     fn plain_record(&self, data: &[u8]) -> Option<Plain> {
         let (len, body) = read_varint(data, self.pos).ok()?;
         let end = body.checked_add(usize::try_from(len).ok()?)?;
@@ -492,6 +498,7 @@ impl Walk {
     }
 
     /// Moves past a record [`plain_record`](Self::plain_record) read.
+    #[inline]
     fn pass(&mut self, plain: &Plain) {
         let timestamp = plain.timestamp;
         self.max_timestamp = Some(self.max_timestamp.map_or(timestamp, |m| m.max(timestamp)));

@@ -32,15 +32,26 @@ fn read_unsigned(
     Err(BatchError::Varint { at })
 }
 
+/// An unsigned LEB128 value of one or two bytes at `at` (always within both a varint's and a
+/// varlong's bounds) and the position after it; `None` for a longer one, or none.
+#[inline]
+fn short_unsigned(buf: &[u8], at: usize) -> Option<(u32, usize)> {
+    let first = *buf.get(at)?;
+    if first < 0x80 {
+        return Some((u32::from(first), at + 1));
+    }
+    let second = *buf.get(at + 1)?;
+    (second < 0x80).then(|| (u32::from(first & 0x7f) | (u32::from(second) << 7), at + 2))
+}
+
 /// Reads a varint (zigzag i32) at `at`; returns it and the position after it.
 #[inline]
 pub(crate) fn read_varint(buf: &[u8], at: usize) -> Result<(i32, usize), BatchError> {
-    // Most varints of a record (deltas, lengths of short fields, counts) are one byte.
-    if let Some(&byte) = buf.get(at)
-        && byte < 0x80
-    {
-        let raw = i32::from(byte);
-        return Ok(((raw >> 1) ^ -(raw & 1), at + 1));
+    // Most varints of a record are one byte (deltas, counts, short lengths) or two (the
+    // lengths of records and values up to 8 KiB).
+    if let Some((raw, next)) = short_unsigned(buf, at) {
+        let raw = raw as i32;
+        return Ok(((raw >> 1) ^ -(raw & 1), next));
     }
     read_long_varint(buf, at)
 }
@@ -55,11 +66,9 @@ fn read_long_varint(buf: &[u8], at: usize) -> Result<(i32, usize), BatchError> {
 /// Reads a varlong (zigzag i64) at `at`; returns it and the position after it.
 #[inline]
 pub(crate) fn read_varlong(buf: &[u8], at: usize) -> Result<(i64, usize), BatchError> {
-    if let Some(&byte) = buf.get(at)
-        && byte < 0x80
-    {
-        let raw = i64::from(byte);
-        return Ok(((raw >> 1) ^ -(raw & 1), at + 1));
+    if let Some((raw, next)) = short_unsigned(buf, at) {
+        let raw = i64::from(raw);
+        return Ok(((raw >> 1) ^ -(raw & 1), next));
     }
     read_long_varlong(buf, at)
 }
@@ -120,15 +129,18 @@ mod tests {
     }
 
     #[test]
-    fn one_byte_varints_read_as_the_general_path_reads_them() {
-        for byte in 0..=u8::MAX {
-            let buf = [0x55, byte, 0x00];
-            assert_eq!(read_varint(&buf, 1), read_long_varint(&buf, 1), "{byte:#x}");
-            assert_eq!(
-                read_varlong(&buf, 1),
-                read_long_varlong(&buf, 1),
-                "{byte:#x}"
-            );
+    fn one_and_two_byte_varints_read_as_the_general_path_reads_them() {
+        for first in 0..=u8::MAX {
+            for second in [0x00, 0x01, 0x7f, 0x80, 0xff] {
+                let buf = [0x55, first, second, 0x00];
+                let what = format!("{first:#x} {second:#x}");
+                assert_eq!(read_varint(&buf, 1), read_long_varint(&buf, 1), "{what}");
+                assert_eq!(read_varlong(&buf, 1), read_long_varlong(&buf, 1), "{what}");
+                // Cut after the first byte.
+                let cut = &buf[..2];
+                assert_eq!(read_varint(cut, 1), read_long_varint(cut, 1), "{what}");
+                assert_eq!(read_varlong(cut, 1), read_long_varlong(cut, 1), "{what}");
+            }
         }
         assert_eq!(read_varint(&[0x55], 1), read_long_varint(&[0x55], 1));
         assert_eq!(read_varlong(&[], 0), read_long_varlong(&[], 0));
