@@ -59,16 +59,21 @@ fn read_small(
             // twice the bytes a read needs are held with its records).
             None => shared_buffer(total.next_power_of_two()),
         };
-        if buf.len() >= total {
-            // Initialized by an earlier read: no zero-fill needed.
-            buf.truncate(total);
-        } else {
+        // Bytes initialized by an earlier read are kept (the buffer is handed back whole):
+        // only a read longer than every one before zero-fills what it adds.
+        if buf.len() < total {
             buf.resize(total, 0);
         }
-        let filled = fill(&mut buf, prefix, file, path, pos)?;
-        buf.truncate(filled);
-        let bytes = buf.freeze();
-        *slot = Some(bytes.clone());
+        let filled = fill(
+            buf.get_mut(..total).unwrap_or_default(),
+            prefix,
+            file,
+            path,
+            pos,
+        )?;
+        let whole = buf.freeze();
+        let bytes = whole.slice(..filled);
+        *slot = Some(whole);
         Ok(bytes)
     })
 }
