@@ -233,6 +233,11 @@ pub const CASES: &[Case] = &[
         "raw pread from the .index entry to the end of the record's batch",
         "raw-read-random-single-span",
     ),
+    case(
+        G_RANDOM1,
+        "the same + CRC-32C of the record's batch",
+        "raw-read-random-single-span-crc",
+    ),
 ];
 
 /// The targets of a case's cost columns: krabka's rows only (the others show their figures).

@@ -183,7 +183,10 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
         }
         "raw-read-random-single" => read_batches_at(&Segments::of(fill_single(dir, w, v)?)?, p),
         "raw-read-random-single-span" => {
-            read_index_spans(&Segments::of(fill_single(dir, w, v)?)?, p)
+            read_index_spans(&Segments::of(fill_single(dir, w, v)?)?, p, false)
+        }
+        "raw-read-random-single-span-crc" => {
+            read_index_spans(&Segments::of(fill_single(dir, w, v)?)?, p, true)
         }
         "raw-read-random-batch" => read_batches_at(&Segments::of(fill_krabka(dir, w, v)?)?, p),
         other => Err(BoxError::from(format!("unknown storage case {other}"))),
@@ -383,7 +386,9 @@ fn read_batches_at(segs: &Segments, p: &Params) -> Result<Measurement> {
 /// bare `pread` from the index entry at or before it to the end of its batch, both positions
 /// known in advance. A reader that steps from an index entry to the record's batch by the batch
 /// headers reads at least this much in one call (it cannot know where the batch ends sooner).
-fn read_index_spans(segs: &Segments, p: &Params) -> Result<Measurement> {
+/// With `crc`, also checks the CRC-32C of the record's batch (the last bytes read): the floor
+/// of a reader that proves what it hands out.
+fn read_index_spans(segs: &Segments, p: &Params, crc: bool) -> Result<Measurement> {
     let batches = segs.batches()?;
     if batches.len() as u64 != segs.records {
         return Err("the index-span floor needs a batch per record".into());
@@ -395,16 +400,26 @@ fn read_index_spans(segs: &Segments, p: &Params) -> Result<Measurement> {
         let (_, from) = index.floor(b.first).ok_or("no index entry")?;
         let len = b.pos + u64::from(b.len) - from;
         longest = longest.max(len);
-        spans.push((b.file, from, len));
+        spans.push((b.file, from, len, b.len));
     }
     let mut buf = vec![0u8; usize::try_from(longest)?];
     let mut rng = Rng::new();
     timed(p.reads, 1, p.vlen, |_| {
-        let &(file, from, len) = spans
+        let &(file, from, len, batch) = spans
             .get(usize::try_from(rng.below(segs.records))?)
             .ok_or("no span for the seq")?;
         let (f, _) = segs.files.get(file as usize).ok_or("no file")?;
         let into = buf.get_mut(..usize::try_from(len)?).ok_or("read buffer")?;
-        Ok(f.read_exact_at(into, from)?)
+        f.read_exact_at(into, from)?;
+        if crc {
+            let at = into.len().saturating_sub(usize::try_from(batch)?);
+            let batch = into.get(at..).ok_or("no batch in the span")?;
+            let stored = batch.get(17..21).ok_or("short batch")?;
+            let body = batch.get(21..).ok_or("short batch")?;
+            if crc32c(body) != u32::from_be_bytes(stored.try_into()?) {
+                return Err(format!("CRC mismatch in the batch read at byte {from}").into());
+            }
+        }
+        Ok(())
     })
 }

@@ -37,6 +37,7 @@ pub struct Target {
 
 const ALL: &[usize] = &[100, 1024, 16 << 10];
 const SMALL: &[usize] = &[100, 1024];
+const KIB: &[usize] = &[1024];
 
 const fn target(
     label: &'static str,
@@ -186,16 +187,24 @@ pub const TARGETS: &[Target] = &[
         "krabka-read-seq",
         "raw-read-seq-views",
         Throughput,
-        Info,
-        ALL,
+        AtLeast(0.9),
+        SMALL,
+    ),
+    target(
+        "sequential Log::read (decoded), batches of 100 / commitlog read, at 1 KiB",
+        "krabka-read-seq",
+        "commitlog-read-seq",
+        Throughput,
+        AtLeast(1.0),
+        KIB,
     ),
     target(
         "sequential Log::read (decoded), single appends / its floor (the same of those files)",
         "krabka-read-seq-single",
         "raw-read-seq-views-single",
         Throughput,
-        Info,
-        ALL,
+        AtLeast(0.9),
+        SMALL,
     ),
     target(
         "sequential Log::read (decoded), single appends / commitlog read",
@@ -234,12 +243,36 @@ pub const TARGETS: &[Target] = &[
         "krabka-read-random-single",
         "raw-read-random-single-span",
         Throughput,
+        AtLeast(0.9),
+        ALL,
+    ),
+    target(
+        "floor: the same pread + CRC-32C of the record's batch / pread from the .index entry",
+        "raw-read-random-single-span-crc",
+        "raw-read-random-single-span",
+        Throughput,
+        Info,
+        ALL,
+    ),
+    target(
+        "random point read, log of single appends / its floor with the batch's CRC-32C",
+        "krabka-read-random-single",
+        "raw-read-random-single-span-crc",
+        Throughput,
         Info,
         ALL,
     ),
     target(
         "random point read, log of single appends / commitlog",
         "krabka-read-random-single",
+        "commitlog-read-random",
+        Throughput,
+        AtLeast(1.0),
+        KIB,
+    ),
+    target(
+        "floor: pread from the .index entry / commitlog point read",
+        "raw-read-random-single-span",
         "commitlog-read-random",
         Throughput,
         Info,

@@ -1,5 +1,6 @@
 //! Reading the records of a batch.
 
+use std::borrow::Borrow;
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -33,10 +34,18 @@ pub struct RecordRef {
 /// `lastOffsetDelta` is their count minus one, and in a create-time batch `maxTimestamp` is the
 /// largest record timestamp. Those last checks run only when the iterator is driven to its end;
 /// the first error ends the iteration.
-pub struct RecordIter {
-    /// The records section is `data[start..]` (a batch's own bytes start it with the header).
-    data: Bytes,
+///
+/// It holds the batch's bytes as `D`: its own handle on them (`Bytes`, from
+/// [`BatchView::records`](super::BatchView::records)), or a borrowed buffer the batch lies in
+/// (`&Bytes`, from [`BatchView::records_in`](super::BatchView::records_in)), which spares a
+/// reader of many small batches a handle per batch; either way each record's key and value
+/// are views of those bytes.
+pub struct RecordIter<D: Borrow<Bytes> = Bytes> {
+    /// The records section is `data[start..end]` (a batch's own bytes start it with the
+    /// header).
+    data: D,
     start: usize,
+    end: usize,
     walk: Walk,
 }
 
@@ -158,7 +167,7 @@ fn parse_record(data: &[u8], start: usize) -> Result<Layout, BatchError> {
     })
 }
 
-impl std::fmt::Debug for RecordIter {
+impl<D: Borrow<Bytes>> std::fmt::Debug for RecordIter<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The records' bytes are left out: they may be megabytes.
         f.debug_struct("RecordIter")
@@ -174,21 +183,44 @@ impl std::fmt::Debug for RecordIter {
 impl RecordIter {
     /// The records of `data[start..]`, a batch's records section.
     pub(crate) fn new(header: BatchHeader, data: Bytes, start: usize) -> Self {
+        let end = data.len().max(start);
         Self {
             data,
             start,
+            end,
             walk: Walk::new(header),
         }
     }
+}
 
+impl<'a> RecordIter<&'a Bytes> {
+    /// The records of `data[start..end]`, a batch's records section in a buffer it shares
+    /// (`start..end` within `data`).
+    pub(crate) fn within(header: BatchHeader, data: &'a Bytes, start: usize, end: usize) -> Self {
+        Self {
+            data,
+            start,
+            end,
+            walk: Walk::new(header),
+        }
+    }
+}
+
+impl<D: Borrow<Bytes>> RecordIter<D> {
     /// The records section.
+    #[inline]
     fn section(&self) -> &[u8] {
-        self.data.get(self.start..).unwrap_or_default()
+        self.data
+            .borrow()
+            .get(self.start..self.end)
+            .unwrap_or_default()
     }
 
     /// A view of `range` of the records section.
+    #[inline]
     fn view(&self, range: Range<usize>) -> Bytes {
         self.data
+            .borrow()
             .slice(self.start + range.start..self.start + range.end)
     }
 
@@ -209,10 +241,9 @@ impl RecordIter {
 
     /// [`read_next`](Self::read_next) without the fast path: every record's layout parsed.
     fn read_general(&mut self) -> Result<RecordRef, BatchError> {
-        let start = self.start;
-        let (layout, offset, timestamp) = self
-            .walk
-            .advance(self.data.get(start..).unwrap_or_default())?;
+        let data = self.data.borrow();
+        let section = data.get(self.start..self.end).unwrap_or_default();
+        let (layout, offset, timestamp) = self.walk.advance(section)?;
         let slice = |r: Range<usize>| self.view(r);
         Ok(RecordRef {
             offset,
@@ -242,6 +273,7 @@ impl RecordIter {
     /// assert!(records.next_message().is_none());
     /// # Ok::<(), krabka_protocol::batch::BatchError>(())
     /// ```
+    #[inline]
     pub fn next_message(&mut self) -> Option<Result<(i64, crate::Message), BatchError>> {
         if !self.walk.done
             && self.walk.index < self.walk.header.record_count
@@ -262,9 +294,9 @@ impl RecordIter {
     /// made): `Some(Ok(offset))`, `Some(Err)` with the fault, or `None` after the last record
     /// once the header checked out against all of them, as [`next`](Iterator::next) does.
     pub fn skip_record(&mut self) -> Option<Result<i64, BatchError>> {
-        let start = self.start;
-        self.walk
-            .skip_record(self.data.get(start..).unwrap_or_default())
+        let data = self.data.borrow();
+        let section = data.get(self.start..self.end).unwrap_or_default();
+        self.walk.skip_record(section)
     }
 
     /// Reads and checks every record left, and the header against all of them, returning how
@@ -274,13 +306,14 @@ impl RecordIter {
     /// # Errors
     /// The first fault, as [`next`](Iterator::next) would return it.
     pub fn check_rest(&mut self) -> Result<usize, BatchError> {
-        let start = self.start;
-        self.walk
-            .check_rest(self.data.get(start..).unwrap_or_default())
+        let data = self.data.borrow();
+        let section = data.get(self.start..self.end).unwrap_or_default();
+        self.walk.check_rest(section)
     }
 
     /// The record at `pos` as a message when it has the common shape (see
     /// [`Walk::plain_record`]), moving past it.
+    #[inline]
     fn plain_message(&mut self) -> Option<(i64, crate::Message)> {
         let plain = self.walk.plain_record(self.section())?;
         self.walk.pass(&plain);
@@ -313,6 +346,7 @@ impl Walk {
     }
 
     /// A record's timestamp as read: `stored`, or `maxTimestamp` in a log-append-time batch.
+    #[inline]
     fn stamped(&self, stored: i64) -> i64 {
         match self.header.timestamp_type() {
             TimestampType::LogAppendTime => self.header.max_timestamp,
@@ -429,6 +463,7 @@ impl Walk {
     /// every check passes: where it ends, its offset and stored timestamp, its key's and
     /// value's bytes; `None` for anything else, which the general path then reads (and fails
     /// on, naming the fault). Reads nothing past the record's own length; moves nothing.
+    #[inline]
     fn plain_record(&self, data: &[u8]) -> Option<Plain> {
         let (len, body) = read_varint(data, self.pos).ok()?;
         let end = body.checked_add(usize::try_from(len).ok()?)?;
@@ -463,6 +498,7 @@ impl Walk {
     }
 
     /// Moves past a record [`plain_record`](Self::plain_record) read.
+    #[inline]
     fn pass(&mut self, plain: &Plain) {
         let timestamp = plain.timestamp;
         self.max_timestamp = Some(self.max_timestamp.map_or(timestamp, |m| m.max(timestamp)));
@@ -483,7 +519,7 @@ struct Plain {
     value: Range<usize>,
 }
 
-impl Iterator for RecordIter {
+impl<D: Borrow<Bytes>> Iterator for RecordIter<D> {
     type Item = Result<RecordRef, BatchError>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -491,7 +527,7 @@ impl Iterator for RecordIter {
     }
 }
 
-impl RecordIter {
+impl<D: Borrow<Bytes>> RecordIter<D> {
     /// The next record read by `read` (checks and end of iteration as [`Iterator::next`]).
     fn step(
         &mut self,
@@ -526,4 +562,4 @@ impl RecordIter {
     }
 }
 
-impl std::iter::FusedIterator for RecordIter {}
+impl<D: Borrow<Bytes>> std::iter::FusedIterator for RecordIter<D> {}

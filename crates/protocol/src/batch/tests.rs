@@ -75,6 +75,33 @@ pub(super) fn read_all(bytes: &Bytes) -> Result<(BatchHeader, Vec<RecordRef>), B
         (Err(e), Err(c)) => assert_eq!(e.to_string(), c.to_string()),
         _ => panic!("the in-place check {checked:?} disagrees with reading: {read:?}"),
     }
+    // The batch read in place in a larger buffer (bytes before and after it, which must not
+    // be read as its records) through `records_in` gives the same records or the same error,
+    // when the batch's length field says it ends within `bytes` (else the bytes after it
+    // would complete it).
+    let declared = bytes
+        .get(8..12)
+        .map(|l| i32::from_be_bytes([l[0], l[1], l[2], l[3]]));
+    if declared.is_some_and(|l| usize::try_from(l).is_ok_and(|l| l + 12 <= bytes.len())) {
+        let mut padded = vec![0xAB; 7];
+        padded.extend_from_slice(bytes);
+        padded.extend_from_slice(&[0x02; 9]);
+        let padded = Bytes::from(padded);
+        let in_place: Result<Vec<RecordRef>, BatchError> = (|| {
+            let header = BatchView::check_header(&padded[7..])?;
+            match BatchView::records_in(&padded, 7, &header) {
+                Some(records) => records.collect(),
+                None => BatchView::parse_at(&padded, 7)?
+                    .records(64 << 20)?
+                    .collect(),
+            }
+        })();
+        match (&read, &in_place) {
+            (Ok((_, records)), Ok(found)) => assert_eq!(records, found),
+            (Err(e), Err(f)) => assert_eq!(e.to_string(), f.to_string()),
+            _ => panic!("reading in place {in_place:?} disagrees with reading: {read:?}"),
+        }
+    }
     read
 }
 

@@ -32,15 +32,49 @@ fn read_unsigned(
     Err(BatchError::Varint { at })
 }
 
+/// An unsigned LEB128 value of one or two bytes at `at` (always within both a varint's and a
+/// varlong's bounds) and the position after it; `None` for a longer one, or none.
+#[inline]
+fn short_unsigned(buf: &[u8], at: usize) -> Option<(u32, usize)> {
+    let first = *buf.get(at)?;
+    if first < 0x80 {
+        return Some((u32::from(first), at + 1));
+    }
+    let second = *buf.get(at + 1)?;
+    (second < 0x80).then(|| (u32::from(first & 0x7f) | (u32::from(second) << 7), at + 2))
+}
+
 /// Reads a varint (zigzag i32) at `at`; returns it and the position after it.
+#[inline]
 pub(crate) fn read_varint(buf: &[u8], at: usize) -> Result<(i32, usize), BatchError> {
+    // Most varints of a record are one byte (deltas, counts, short lengths) or two (the
+    // lengths of records and values up to 8 KiB).
+    if let Some((raw, next)) = short_unsigned(buf, at) {
+        let raw = raw as i32;
+        return Ok(((raw >> 1) ^ -(raw & 1), next));
+    }
+    read_long_varint(buf, at)
+}
+
+/// [`read_varint`] of a varint of more than one byte (or of none).
+fn read_long_varint(buf: &[u8], at: usize) -> Result<(i32, usize), BatchError> {
     let (raw, next) = read_unsigned(buf, at, 5, 4)?;
     let raw = u32::try_from(raw).map_err(|_| BatchError::Varint { at })?;
     Ok((((raw >> 1) as i32) ^ -((raw & 1) as i32), next))
 }
 
 /// Reads a varlong (zigzag i64) at `at`; returns it and the position after it.
+#[inline]
 pub(crate) fn read_varlong(buf: &[u8], at: usize) -> Result<(i64, usize), BatchError> {
+    if let Some((raw, next)) = short_unsigned(buf, at) {
+        let raw = i64::from(raw);
+        return Ok(((raw >> 1) ^ -(raw & 1), next));
+    }
+    read_long_varlong(buf, at)
+}
+
+/// [`read_varlong`] of a varlong of more than one byte (or of none).
+fn read_long_varlong(buf: &[u8], at: usize) -> Result<(i64, usize), BatchError> {
     let (raw, next) = read_unsigned(buf, at, 10, 1)?;
     Ok((((raw >> 1) as i64) ^ -((raw & 1) as i64), next))
 }
@@ -92,6 +126,24 @@ mod tests {
         put_varlong(&mut out, i64::MIN);
         assert_eq!(out.len(), 10);
         assert_eq!(read_varlong(&out, 0).unwrap(), (i64::MIN, 10));
+    }
+
+    #[test]
+    fn one_and_two_byte_varints_read_as_the_general_path_reads_them() {
+        for first in 0..=u8::MAX {
+            for second in [0x00, 0x01, 0x7f, 0x80, 0xff] {
+                let buf = [0x55, first, second, 0x00];
+                let what = format!("{first:#x} {second:#x}");
+                assert_eq!(read_varint(&buf, 1), read_long_varint(&buf, 1), "{what}");
+                assert_eq!(read_varlong(&buf, 1), read_long_varlong(&buf, 1), "{what}");
+                // Cut after the first byte.
+                let cut = &buf[..2];
+                assert_eq!(read_varint(cut, 1), read_long_varint(cut, 1), "{what}");
+                assert_eq!(read_varlong(cut, 1), read_long_varlong(cut, 1), "{what}");
+            }
+        }
+        assert_eq!(read_varint(&[0x55], 1), read_long_varint(&[0x55], 1));
+        assert_eq!(read_varlong(&[], 0), read_long_varlong(&[], 0));
     }
 
     #[test]

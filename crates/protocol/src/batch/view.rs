@@ -287,6 +287,39 @@ impl BatchView {
         }
     }
 
+    /// The records of the uncompressed batch at byte `at` of `bytes`, whose header
+    /// [`check_header`](Self::check_header) returned (its CRC checked), read in place: no
+    /// handle on the bytes is taken for the batch, only one per key or value handed out. Each
+    /// record is checked as it is read, as [`records`](Self::records) does. `None` for a
+    /// compressed batch (read it through [`parse_at`](Self::parse_at) and
+    /// [`into_records`](Self::into_records)) or when `bytes` ends before the batch does.
+    ///
+    /// ```
+    /// use krabka_protocol::batch::{encode_batch, BatchSpec, BatchView, RecordSpec};
+    ///
+    /// let mut buf = encode_batch(&BatchSpec::new(0), &[RecordSpec::new(1, "a")])?.to_vec();
+    /// let at = buf.len();
+    /// buf.extend_from_slice(&encode_batch(&BatchSpec::new(1), &[RecordSpec::new(2, "b")])?);
+    /// let buf = krabka_protocol::Bytes::from(buf);
+    /// let header = BatchView::check_header(&buf[at..])?;
+    /// let mut records = BatchView::records_in(&buf, at, &header).unwrap();
+    /// let (offset, msg) = records.next_message().unwrap()?;
+    /// assert_eq!((offset, msg.value.as_ref()), (1, &b"b"[..]));
+    /// assert!(records.next_message().is_none());
+    /// # Ok::<(), krabka_protocol::batch::BatchError>(())
+    /// ```
+    pub fn records_in<'a>(
+        bytes: &'a Bytes,
+        at: usize,
+        header: &BatchHeader,
+    ) -> Option<RecordIter<&'a Bytes>> {
+        let end = at.checked_add(header.size())?;
+        if header.compression != Compression::None || end > bytes.len() {
+            return None;
+        }
+        Some(RecordIter::within(*header, bytes, at + HEADER_LEN, end))
+    }
+
     /// The header fields.
     pub fn header(&self) -> &BatchHeader {
         &self.header

@@ -7,14 +7,15 @@ use std::io;
 use std::num::NonZeroUsize;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use lru::LruCache;
 use parking_lot::Mutex;
 
 use super::LazyIndex;
-use super::{Inner, Seg, SegFile};
-use crate::segment::{batch_len, decode_chunk};
+use super::{Inner, Seg, SegFile, State};
+use crate::segment::{MIN_BATCH_LEN, batch_len, decode_chunk};
 use crate::{Error, Record};
 
 /// Read-only file descriptors of closed segments, at most `cap` of them, least recently used
@@ -25,6 +26,9 @@ pub(super) struct FdCache {
     files: Mutex<LruCache<u64, Arc<File>>>,
     /// What the last [`Log::read`](super::Log::read) read past the records it returned.
     carry: Mutex<Option<Carry>>,
+    /// Whether `carry` may hold something, set and cleared under its lock: a read that finds
+    /// it clear (random point reads that read no further than their record) skips the lock.
+    has_carry: AtomicBool,
 }
 
 /// The bytes a read read but did not consume, from a batch boundary on: the batch its `max`
@@ -56,6 +60,7 @@ impl FdCache {
                 NonZeroUsize::new(cap).unwrap_or(NonZeroUsize::MIN),
             )),
             carry: Mutex::new(None),
+            has_carry: AtomicBool::new(false),
         }
     }
 
@@ -63,7 +68,14 @@ impl FdCache {
     /// it stopped (they start at a batch at or before `from_seq`, at or after the plan's index
     /// floor); taken either way (a read leaves its own).
     fn take_carry(&self, plan: &ReadPlan, from_seq: u64) -> Option<Carry> {
-        let c = self.carry.lock().take()?;
+        if !self.has_carry.load(Ordering::Relaxed) {
+            return None;
+        }
+        let c = {
+            let mut carry = self.carry.lock();
+            self.has_carry.store(false, Ordering::Relaxed);
+            carry.take()?
+        };
         let fits = c.base == plan.base
             && Arc::ptr_eq(&c.file, &plan.file)
             && c.pos >= plan.pos
@@ -76,7 +88,9 @@ impl FdCache {
 
     /// Keeps what a read left over for the next one.
     fn put_carry(&self, carry: Carry) {
-        *self.carry.lock() = Some(carry);
+        let mut slot = self.carry.lock();
+        *slot = Some(carry);
+        self.has_carry.store(true, Ordering::Relaxed);
     }
 
     /// The open `.log` of the closed segment `base`, opening it (and evicting the least
@@ -97,6 +111,7 @@ impl FdCache {
         let mut carry = self.carry.lock();
         if carry.as_ref().is_some_and(|c| c.base == base) {
             *carry = None;
+            self.has_carry.store(false, Ordering::Relaxed);
         }
     }
 
@@ -111,6 +126,19 @@ const MAX_CHUNK: u64 = 2 << 20;
 
 /// An index interval up to this long is read whole by a read that ends within it.
 const WHOLE_INTERVAL_BYTES: u64 = 16 << 10;
+
+/// The length of each batch when an index interval of `bytes` holding `seqs` seqs is
+/// consistent with `seqs` batches of one record each, all of one length: `bytes` divides
+/// evenly, and the batches before the last fall short of `interval` (else the index would
+/// have had an entry sooner). Only a guess to size a read by (a wrong one costs a second
+/// read, never a wrong record: every batch is still checked where it is decoded).
+fn even_batches_of_one(bytes: u64, seqs: u64, interval: u64) -> Option<u64> {
+    if seqs < 2 || !bytes.is_multiple_of(seqs) {
+        return None;
+    }
+    let each = bytes / seqs;
+    (each >= MIN_BATCH_LEN as u64 && bytes - each < interval).then_some(each)
+}
 
 /// A plan (`None`: the read stops here), or the lazy index to load before planning again.
 type Planned = Result<Option<ReadPlan>, Arc<LazyIndex>>;
@@ -154,19 +182,64 @@ impl ReadPlan {
     }
 }
 
+/// Checks in `st` that a read may start at `from_seq`; returns how many records to make room
+/// for, or `None` when the read returns nothing (caught up, or `max == 0`).
+fn check_range(st: &State, from_seq: u64, max: usize) -> Result<Option<usize>, Error> {
+    let (first, last) = (st.first_seq(), st.last_seq());
+    if from_seq < first || from_seq > last.saturating_add(1) {
+        return Err(Error::OutOfRange {
+            seq: from_seq,
+            first,
+            last,
+        });
+    }
+    if last == 0 || from_seq > last || max == 0 {
+        return Ok(None);
+    }
+    // Room for every record asked for (bounded: `max` may be `usize::MAX`).
+    let available = usize::try_from(last - from_seq + 1).unwrap_or(usize::MAX);
+    Ok(Some(max.min(available).min(64 << 10)))
+}
+
+/// The plan for reading the segment of `st` holding `seq` (see
+/// [`plan_read`](Inner::plan_read)).
+fn plan_in(st: &State, seq: u64, first: bool) -> Result<Planned, Error> {
+    let i = st.segs.partition_point(|s| s.base_seq <= seq);
+    let Some(seg) = i.checked_sub(1).and_then(|i| st.segs.get(i)) else {
+        // Dropped by retention since the range check.
+        return Err(Error::OutOfRange {
+            seq,
+            first: st.first_seq(),
+            last: st.last_seq(),
+        });
+    };
+    if seq > seg.last_seq {
+        return Ok(Ok(None));
+    }
+    if let Some(marker) = &seg.hole {
+        if !first {
+            // Deliver what comes before the hole; the next read names it.
+            return Ok(Ok(None));
+        }
+        return Err(Error::Quarantined {
+            first_seq: seg.base_seq,
+            last_seq: seg.last_seq,
+            path: marker.clone(),
+        });
+    }
+    Ok(ReadPlan::of(seg, seq).map(Some))
+}
+
 impl Inner {
     /// Up to `max` records from `from_seq` (see [`Log::read`](super::Log::read)).
     pub(super) fn read(&self, from_seq: u64, max: usize) -> Result<Vec<Record>, Error> {
-        let mut out = Vec::new();
-        match self.check_read(from_seq, max)? {
-            Some(room) => out.reserve_exact(room),
-            None => return Ok(out),
-        }
+        // The range check and the first segment's plan under one hold of the state lock.
+        let Some((room, mut planned)) = self.start_read(from_seq, max)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::with_capacity(room);
         let mut seq = from_seq;
-        while out.len() < max {
-            let Some(plan) = self.plan_read(seq, out.is_empty())? else {
-                break;
-            };
+        while let Some(plan) = planned.take() {
             let before = out.len();
             let next = match self.read_planned(plan, seq, max - out.len(), &mut out) {
                 Ok(next) => next,
@@ -186,32 +259,43 @@ impl Inner {
                 Err(_) if !out.is_empty() => break,
                 Err(e) => return Err(e),
             };
-            if out.len() == before && next <= seq {
+            if out.len() >= max || (out.len() == before && next <= seq) {
                 break;
             }
             seq = next;
+            planned = self.plan_read(seq, out.is_empty())?;
         }
         Ok(out)
+    }
+
+    /// [`check_read`](Self::check_read) and the [`plan_read`](Self::plan_read) of `from_seq`
+    /// under one hold of the state lock (loading lazy index entries outside it, as
+    /// `plan_read` does): how many records to make room for and the first plan (`None`: the
+    /// read stops at once), or `None` when the read returns nothing.
+    fn start_read(
+        &self,
+        from_seq: u64,
+        max: usize,
+    ) -> Result<Option<(usize, Option<ReadPlan>)>, Error> {
+        loop {
+            let lazy = {
+                let st = self.state.read();
+                let Some(room) = check_range(&st, from_seq, max)? else {
+                    return Ok(None);
+                };
+                match plan_in(&st, from_seq, true)? {
+                    Ok(plan) => return Ok(Some((room, plan))),
+                    Err(lazy) => lazy,
+                }
+            };
+            lazy.load()?;
+        }
     }
 
     /// Checks that a read may start at `from_seq`; returns how many records to make room for,
     /// or `None` when the read returns nothing (caught up, or `max == 0`).
     pub(super) fn check_read(&self, from_seq: u64, max: usize) -> Result<Option<usize>, Error> {
-        let st = self.state.read();
-        let (first, last) = (st.first_seq(), st.last_seq());
-        if from_seq < first || from_seq > last.saturating_add(1) {
-            return Err(Error::OutOfRange {
-                seq: from_seq,
-                first,
-                last,
-            });
-        }
-        if last == 0 || from_seq > last || max == 0 {
-            return Ok(None);
-        }
-        // Room for every record asked for (bounded: `max` may be `usize::MAX`).
-        let available = usize::try_from(last - from_seq + 1).unwrap_or(usize::MAX);
-        Ok(Some(max.min(available).min(64 << 10)))
+        check_range(&self.state.read(), from_seq, max)
     }
 
     /// The plan for reading the segment holding `seq`; `None` when the read stops here (past
@@ -233,31 +317,7 @@ impl Inner {
 
     /// [`plan_read`](Self::plan_read) under one hold of the state lock.
     fn try_plan_read(&self, seq: u64, first: bool) -> Result<Planned, Error> {
-        let st = self.state.read();
-        let i = st.segs.partition_point(|s| s.base_seq <= seq);
-        let Some(seg) = i.checked_sub(1).and_then(|i| st.segs.get(i)) else {
-            // Dropped by retention since the range check.
-            return Err(Error::OutOfRange {
-                seq,
-                first: st.first_seq(),
-                last: st.last_seq(),
-            });
-        };
-        if seq > seg.last_seq {
-            return Ok(Ok(None));
-        }
-        if let Some(marker) = &seg.hole {
-            if !first {
-                // Deliver what comes before the hole; the next read names it.
-                return Ok(Ok(None));
-            }
-            return Err(Error::Quarantined {
-                first_seq: seg.base_seq,
-                last_seq: seg.last_seq,
-                path: marker.clone(),
-            });
-        }
-        Ok(ReadPlan::of(seg, seq).map(Some))
+        plan_in(&self.state.read(), seq, first)
     }
 
     /// [`read_segment`](Self::read_segment) by `plan`, again from the segment's start when the
@@ -356,13 +416,21 @@ impl Inner {
                 return None;
             }
             let to_next = next_pos - pos;
-            if past_wanted == next_seq
-                || to_next <= WHOLE_INTERVAL_BYTES
-                || to_next >= interval.saturating_mul(2)
-            {
+            if past_wanted == next_seq || to_next >= interval.saturating_mul(2) {
                 return Some(to_next);
             }
-            let per_seq = to_next / next_seq.saturating_sub(plan.start_seq).max(1);
+            let seqs = next_seq.saturating_sub(plan.start_seq).max(1);
+            if let Some(each) = even_batches_of_one(to_next, seqs, interval) {
+                // Likely like-sized batches of one record (single appends of like-sized
+                // values): the chunk ends exactly where the last batch asked for ends, as
+                // an index entry at it would say. A wrong guess costs a second read only.
+                let wanted = past_wanted.saturating_sub(plan.start_seq);
+                return Some(wanted.saturating_mul(each).min(to_next));
+            }
+            if to_next <= WHOLE_INTERVAL_BYTES {
+                return Some(to_next);
+            }
+            let per_seq = to_next / seqs;
             let to_wanted = past_wanted
                 .saturating_sub(plan.start_seq)
                 .saturating_mul(per_seq)

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 use krabka_protocol::Message;
-use krabka_protocol::batch::{self, BatchError, BatchView, Compression};
+use krabka_protocol::batch::{self, BatchError, BatchHeader, BatchView, Compression};
 
 use crate::Error;
 
@@ -307,29 +307,97 @@ pub(crate) fn parse_v2_batch_at(buf: &Bytes, at: usize) -> Parsed {
         Ok(v) => v,
         Err(e) => return Parsed::Bad(batch_reason(&e)),
     };
-    let h = *view.header();
+    match seqs_of(view.header()) {
+        Ok((seq, last)) => Parsed::Batch(CheckedBatch {
+            seq,
+            last,
+            view,
+            len,
+        }),
+        Err(reason) => Parsed::Bad(reason),
+    }
+}
+
+/// One batch checked in place by [`check_v2_batch_at`]: the checks of a [`CheckedBatch`],
+/// without a handle on its bytes.
+pub(crate) struct CheckedHeader {
+    /// The seq of its first record (`baseOffset`).
+    pub(crate) seq: u64,
+    /// The seq of its last record (`baseOffset + lastOffsetDelta`).
+    pub(crate) last: u64,
+    /// Its checked header.
+    pub(crate) header: BatchHeader,
+    /// The batch's total length.
+    pub(crate) len: usize,
+}
+
+/// What [`check_v2_batch_at`] found.
+pub(crate) enum Checked {
+    /// The buffer ends inside the batch.
+    Incomplete,
+    /// A complete batch that is invalid.
+    Bad(String),
+    /// A complete, valid batch.
+    Batch(CheckedHeader),
+}
+
+/// [`parse_v2_batch_at`] that takes no handle on `buf`, for a reader that reads the records
+/// in place ([`BatchView::records_in`]): the same checks (length, magic, CRC, record count,
+/// seqs, leader epoch), the same outcome.
+pub(crate) fn check_v2_batch_at(buf: &[u8], at: usize) -> Checked {
+    let rest = buf.get(at..).unwrap_or_default();
+    let Some(len) = batch_len(rest) else {
+        return Checked::Incomplete;
+    };
+    if len < MIN_BATCH_LEN {
+        return Checked::Bad(format!(
+            "batch length {len} is below the minimum {MIN_BATCH_LEN}"
+        ));
+    }
+    if rest.len() < len {
+        if let Some(&magic) = rest.get(16)
+            && magic as i8 != batch::MAGIC
+        {
+            return Checked::Bad(format!(
+                "magic byte {magic} is not 2: not a v2 record batch"
+            ));
+        }
+        return Checked::Incomplete;
+    }
+    let header = match BatchView::check_header(rest) {
+        Ok(h) => h,
+        Err(e) => return Checked::Bad(batch_reason(&e)),
+    };
+    match seqs_of(&header) {
+        Ok((seq, last)) => Checked::Batch(CheckedHeader {
+            seq,
+            last,
+            header,
+            len,
+        }),
+        Err(reason) => Checked::Bad(reason),
+    }
+}
+
+/// The checks of a parsed header the CRC does not make, and the batch's first and last seq.
+fn seqs_of(h: &BatchHeader) -> Result<(u64, u64), String> {
     if h.partition_leader_epoch < batch::NO_PARTITION_LEADER_EPOCH {
         // Outside the CRC (by Kafka's design): a value no leader writes is damage.
-        return Parsed::Bad(format!(
+        return Err(format!(
             "partitionLeaderEpoch {} is below -1",
             h.partition_leader_epoch
         ));
     }
     if h.record_count < 1 || h.last_offset_delta != h.record_count - 1 {
-        return Parsed::Bad(format!(
+        return Err(format!(
             "recordCount {} does not match lastOffsetDelta {}",
             h.record_count, h.last_offset_delta
         ));
     }
     let (Ok(seq), Ok(last)) = (u64::try_from(h.base_offset), u64::try_from(h.last_offset())) else {
-        return Parsed::Bad(format!("base offset {} is negative", h.base_offset));
+        return Err(format!("base offset {} is negative", h.base_offset));
     };
-    Parsed::Batch(CheckedBatch {
-        seq,
-        last,
-        view,
-        len,
-    })
+    Ok((seq, last))
 }
 
 /// The reason text of a batch error.

@@ -135,3 +135,55 @@ fn fd_cache_keeps_at_most_cap_files_and_evicts_the_least_recently_used() {
     assert!(matches!(cache.get(9, &missing), Err(Error::Io { .. })));
     assert_eq!(cache.len(), 2);
 }
+
+/// A point read of a log of like-sized single appends reads one span, from the index entry at
+/// or before the record to the end of the record's batch (the least a reader stepping from
+/// the index reads), in one read call: no byte past the record's batch, none twice.
+#[test]
+fn a_point_read_of_like_sized_appends_reads_from_its_index_entry_to_its_batch_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        max_bytes: 256 << 10,
+        ..Options::default()
+    };
+    let log = Log::open(dir.path(), opts).unwrap();
+    for i in 1..=6_000u64 {
+        let mut v = i.to_be_bytes().to_vec();
+        v.resize(300, 7);
+        log.append(&Message::new(v).with_timestamp(i as i64))
+            .unwrap();
+    }
+    // Every segment closed, each with its `.index`.
+    log.roll().unwrap();
+    let segments: Vec<_> = log.segments().into_iter().filter(|s| !s.active).collect();
+    assert!(segments.len() >= 3, "{} closed segments", segments.len());
+    let batch = segments[0].size / (segments[0].last_seq + 1 - segments[0].base_seq);
+    let (mut calls, mut bytes, mut expected, mut reads) = (0u64, 0u64, 0u64, 0u64);
+    for seg in &segments {
+        let index = fs::read(&seg.index_path).unwrap();
+        // Opens the file (a read of the descriptor cache's miss costs no data read, but
+        // keeps the figures below to reads of records).
+        log.read(seg.base_seq, 1).unwrap();
+        for seq in (seg.base_seq..=seg.last_seq).step_by(7) {
+            let floor = crate::index::lookup_position(&index, seq).unwrap();
+            let end = (seq - seg.base_seq + 1) * batch;
+            let (c0, b0) = thread_reads();
+            let got = log.read(seq, 1).unwrap();
+            let (c1, b1) = thread_reads();
+            let (c2, b2) = thread_reads();
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].message.value[..8], seq.to_be_bytes());
+            // Less what reading the figures costs.
+            calls += (c1 - c0) - (c2 - c1);
+            bytes += (b1 - b0).saturating_sub(b2 - b1);
+            expected += end - floor;
+            reads += 1;
+        }
+    }
+    assert_eq!(calls, reads, "read calls for {reads} point reads");
+    // The figures' own size may differ by a digit between readings.
+    assert!(
+        bytes.abs_diff(expected) <= 2 * reads,
+        "{bytes} bytes read, the spans hold {expected}"
+    );
+}

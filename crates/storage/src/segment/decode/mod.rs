@@ -4,7 +4,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 
-use super::batch::{BadBytes, Parsed, parse_v2_batch_at, peek_batch};
+use super::batch::{BadBytes, Checked, check_v2_batch_at, peek_batch};
 use super::format::old_frame_reason;
 use super::old::is_old_frame;
 use crate::{Error, Record};
@@ -199,13 +199,14 @@ pub(crate) fn decode_chunk(
             next_seq = expect;
             continue;
         }
-        let batch = match parse_v2_batch_at(buf, pos) {
-            Parsed::Incomplete => break,
-            Parsed::Bad(_) if is_old_frame(rest, expect) || is_old_frame(rest, None) => {
+        // Checked in place: the records are read from `buf` without a handle per batch.
+        let batch = match check_v2_batch_at(buf, pos) {
+            Checked::Incomplete => break,
+            Checked::Bad(_) if is_old_frame(rest, expect) || is_old_frame(rest, None) => {
                 return Err(BadBytes::bad(pos, old_frame_reason()));
             }
-            Parsed::Bad(reason) => return Err(BadBytes::bad(pos, reason)),
-            Parsed::Batch(f) => f,
+            Checked::Bad(reason) => return Err(BadBytes::bad(pos, reason)),
+            Checked::Batch(f) => f,
         };
         if let Some(e) = expect
             && batch.seq != e
@@ -223,7 +224,7 @@ pub(crate) fn decode_chunk(
             .checked_add(1)
             .ok_or_else(|| BadBytes::bad(pos, "seq overflows u64"))?;
         let (seq, len) = (batch.seq, batch.len);
-        if batch.last >= from_seq && !decode_batch(batch, pos, from_seq, &mut left, out)? {
+        if batch.last >= from_seq && !decode_batch(buf, &batch, pos, from_seq, &mut left, out)? {
             // `max` stopped inside this batch: it is read again from its start.
             return Ok((pos, Some(seq)));
         }

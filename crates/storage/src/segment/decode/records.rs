@@ -1,10 +1,13 @@
 //! The records of one checked batch: every record checked, and the header against all of them,
 //! before any is handed out.
 
-use krabka_protocol::batch::{BatchError, RecordIter};
+use std::borrow::Borrow;
+
+use bytes::Bytes;
+use krabka_protocol::batch::{BatchError, BatchView, RecordIter};
 
 use crate::Record;
-use crate::segment::batch::{BadBytes, CheckedBatch, Fault, MAX_UNCOMPRESSED_BATCH};
+use crate::segment::batch::{BadBytes, CheckedBatch, CheckedHeader, Fault, MAX_UNCOMPRESSED_BATCH};
 
 /// The records of a checked batch, each checked as it is read.
 pub(crate) fn batch_records(batch: &CheckedBatch, pos: usize) -> Result<RecordIter, BadBytes> {
@@ -23,13 +26,14 @@ pub(crate) fn batch_records(batch: &CheckedBatch, pos: usize) -> Result<RecordIt
 /// taken back off `out`). A record a `Message` cannot hold in an otherwise valid batch gives
 /// the records before it, then [`Fault::NotAMessage`].
 pub(super) fn decode_batch(
-    batch: CheckedBatch,
+    buf: &Bytes,
+    batch: &CheckedHeader,
     pos: usize,
     from_seq: u64,
     left: &mut usize,
     out: &mut Vec<Record>,
 ) -> Result<bool, BadBytes> {
-    let header = *batch.view.header();
+    let header = batch.header;
     let refuse = |reason: &str| BadBytes {
         position: pos,
         reason: reason.to_owned(),
@@ -43,14 +47,30 @@ pub(super) fn decode_batch(
             "a transactional batch, whose records may belong to an aborted transaction",
         ));
     }
-    let before = out.len();
-    let seq = batch.seq;
-    // The view's handle on the bytes goes to the records: no other is taken.
-    let mut records = batch
-        .view
-        .into_records(MAX_UNCOMPRESSED_BATCH)
+    // An uncompressed batch's records are read where they lie in `buf`, with no handle on
+    // the batch (only one per value handed out); a compressed one's from its decompressed
+    // bytes.
+    if let Some(mut records) = BatchView::records_in(buf, pos, &header) {
+        return decode_records(&mut records, batch.seq, pos, from_seq, left, out);
+    }
+    let mut records = BatchView::parse_at(buf, pos)
+        .and_then(|view| view.into_records(MAX_UNCOMPRESSED_BATCH))
         .map_err(|e| BadBytes::of_batch(pos, &e))?;
-    let result = read_batch(&mut records, seq, pos, from_seq, left, out);
+    decode_records(&mut records, batch.seq, pos, from_seq, left, out)
+}
+
+/// The records `>= from_seq` of a batch through `records` (see [`decode_batch`]): none of
+/// them when the batch fails a check anywhere.
+fn decode_records<D: Borrow<Bytes>>(
+    records: &mut RecordIter<D>,
+    seq: u64,
+    pos: usize,
+    from_seq: u64,
+    left: &mut usize,
+    out: &mut Vec<Record>,
+) -> Result<bool, BadBytes> {
+    let before = out.len();
+    let result = read_batch(records, seq, pos, from_seq, left, out);
     match &result {
         Err(e) if matches!(e.fault, Fault::NotAMessage(_)) => {
             // Valid records before it stand only if the whole batch is valid.
@@ -67,8 +87,8 @@ pub(super) fn decode_batch(
 
 /// The loop of [`decode_batch`]: skips the records before `from_seq` (checking them), then
 /// reads messages until the batch or `left` ends; when `left` ends first, checks the rest.
-fn read_batch(
-    records: &mut RecordIter,
+fn read_batch<D: Borrow<Bytes>>(
+    records: &mut RecordIter<D>,
     base: u64,
     pos: usize,
     from_seq: u64,
