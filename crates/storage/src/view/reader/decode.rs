@@ -111,8 +111,12 @@ impl LogReader {
                     return Ok(Chunk::Again);
                 }
                 if newest {
-                    if let Some(chunk) = self.live_end(&buf, cursor, max, at, (file, path, len))? {
-                        return Ok(chunk);
+                    match self.live_end(&buf, cursor, max, at, (file, path, len)) {
+                        Ok(Some(chunk)) => return Ok(chunk),
+                        Ok(None) => {}
+                        // The zeros were being looked through when a roll trimmed them.
+                        Err(_) if Self::shorter_than(file, len) => return Ok(Chunk::Again),
+                        Err(e) => return Err(e),
                     }
                     // A batch being written into preallocated space reads as a whole batch
                     // that fails its CRC until the write is done: one more read, after a
