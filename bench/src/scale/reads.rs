@@ -10,7 +10,11 @@
 //! bare SDK with only `read_fetch_threads` GETs in flight), the process's threads at their
 //! high-water mark (`/proc/self/task`, sampled every 5 ms) against
 //! `ServiceConfig::max_threads`, the slowest consumer's MB/s against the fastest's, and GETs per
-//! MiB (a counting wrapper around the backend) with the read engine's and cache's counters.
+//! MiB (a counting wrapper around the backend) with the read engine's and cache's counters,
+//! and the process's CPU seconds per GB during krabka's scan and the bare SDK's (a scan the
+//! cores bound, not the GETs, spends them near its wall time times the cores). `--cache-mib N`,
+//! `--read-threads N` and `--fetch-threads N` set those `ServiceConfig` fields (named in the
+//! run's header).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -331,7 +335,9 @@ fn measure(
     let streams: Vec<_> = scanned.iter().map(|s| s.objects.clone()).collect();
     let all: Vec<_> = streams.iter().flatten().cloned().collect();
 
+    let cpu_before = process_cpu_secs();
     let before = bare.scan_streams(&streams)?;
+    let cpu_bare_before = process_cpu_secs() - cpu_before;
     let floor = bare.scan(&all, config.read_fetch_threads)?;
     let (engine0, cache0) = (svc.read_engine_stats(), svc.cache().stats());
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -340,12 +346,16 @@ fn measure(
         load(&counted.index_gets),
         load(&counted.bytes),
     );
+    let cpu_k0 = process_cpu_secs();
     let k = consume(&svc, &scanned)?;
+    let cpu_krabka = process_cpu_secs() - cpu_k0;
     let gets = load(&counted.gets) - gets0;
     let index_gets = load(&counted.index_gets) - index0;
     let fetched = load(&counted.bytes) - bytes0;
     let (engine, cache) = (svc.read_engine_stats(), svc.cache().stats());
+    let cpu_after = process_cpu_secs();
     let after = bare.scan_streams(&streams)?;
+    let cpu_bare_after = process_cpu_secs() - cpu_after;
 
     let svc = Arc::try_unwrap(svc).map_err(|_| "the service is still shared")?;
     let _ = svc.shutdown(Duration::from_secs(10));
@@ -370,10 +380,10 @@ fn measure(
         mbps(before.bytes, before.secs),
         mbps(after.bytes, after.secs),
     );
-    let (base, base_scan) = if b_after > b_before {
-        (b_after, &after)
+    let (base, base_scan, cpu_base) = if b_after > b_before {
+        (b_after, &after, cpu_bare_after)
     } else {
-        (b_before, &before)
+        (b_before, &before, cpu_bare_before)
     };
     let krabka = mbps(total, k.secs);
     lines.push(Line::cmp(
@@ -396,6 +406,18 @@ fn measure(
         Target::None,
     );
     lines.push(floor_line);
+    // A scan the cores bound shows as CPU seconds near its wall time times the cores.
+    let gb = total as f64 / 1e9;
+    lines.push(Line::info(
+        format!(
+            "CPU seconds of this process (user + system, /proc/self/stat) per GB scanned, over the scan's wall time: krabka {cpu_krabka:.2} s in {:.2} s; baseline: the bare SDK's better scan, {cpu_base:.2} s in {:.2} s ({} cores)",
+            k.secs,
+            base_scan.secs,
+            std::thread::available_parallelism().map_or(1, usize::from),
+        ),
+        format!("{:.2}", cpu_krabka / gb.max(1e-9)),
+        format!("{:.2}", cpu_base / gb.max(1e-9)),
+    ));
     let bound = config.max_threads();
     let service_bound = bound - config.backend_threads;
     let names = peak
@@ -485,6 +507,27 @@ fn spread(each: &[(u64, f64)]) -> (f64, f64) {
 }
 
 /// What the consumers measured: wall seconds, and each consumer's bytes and seconds.
+/// User + system CPU seconds of this process so far (0 when `/proc/self/stat` is unreadable).
+fn process_cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces), closed by the last ')'.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime: fields 14 and 15 of proc(5), here 11 and 12 (the state is 0).
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // Clock ticks are 100 per second on Linux (USER_HZ).
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
 struct Consumed {
     secs: f64,
     each: Vec<(u64, f64)>,
