@@ -128,43 +128,18 @@ impl Prepared {
     /// The backend alone (no tiering layer): `copy_log_segment_data` of every segment under a
     /// fresh id, `width` segments at once; returns MB/s over the same files' bytes.
     pub fn backend_copy(&self, width: usize) -> Result<f64> {
-        self.backend_copy_of(&self.segments, width)
+        self.backend().copy(&self.segments, width)
     }
 
-    /// As [`backend_copy`](Self::backend_copy), of `segments` (e.g. [`linked`](Self::linked)).
-    pub fn backend_copy_of(&self, segments: &[SegmentInfo], width: usize) -> Result<f64> {
-        let bytes: u64 = files_of(segments).iter().map(|(_, n)| n).sum();
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let copy_one = |seg: &SegmentInfo| -> Result<()> {
-            let id = RemoteLogSegmentId::generate(self.tp.clone());
-            let meta = RemoteLogSegmentMetadata::builder(id, seg.base_seq, seg.last_seq)
-                .segment_size_in_bytes(seg.size)
-                .build()?;
-            let data = LogSegmentData::new(&seg.log_path, &seg.index_path, &seg.time_index_path);
-            self.rsm.copy_log_segment_data(&meta, &data)?;
-            Ok(())
-        };
-        super::settle();
-        let start = Instant::now();
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..width.max(1))
-                .map(|_| {
-                    scope.spawn(|| {
-                        while let Some(seg) =
-                            segments.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-                        {
-                            copy_one(seg)?;
-                        }
-                        Ok::<(), crate::BoxError>(())
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .try_for_each(|w| w.join().map_err(|_| "a copy thread panicked")?)
-        })?;
-        Ok(mbps(bytes, start.elapsed().as_secs_f64()))
+    /// The backend and partition of this log, for [`Backend::copy`] of segments that outlive
+    /// it (e.g. [`linked`](Self::linked)).
+    pub fn backend(&self) -> Backend {
+        Backend {
+            rsm: self.rsm.clone(),
+            tp: self.tp.clone(),
+        }
     }
+
 
     /// The check every segment passes before its copy (`verify_segment_files`: every frame's
     /// CRC and message, both indexes), one segment after another; returns MB/s.
@@ -426,4 +401,48 @@ fn files_of(segments: &[SegmentInfo]) -> Vec<(PathBuf, u64)> {
         })
         .filter_map(|p| std::fs::metadata(&p).ok().map(|m| (p, m.len())))
         .collect()
+}
+
+/// The backend alone (no tiering layer) of a [`Prepared`] log.
+pub struct Backend {
+    rsm: Arc<dyn RemoteStorageManager>,
+    tp: TopicIdPartition,
+}
+
+impl Backend {
+    /// `copy_log_segment_data` of every segment of `segments` under a fresh id, `width`
+    /// segments at once; returns MB/s over their files' bytes.
+    pub fn copy(&self, segments: &[SegmentInfo], width: usize) -> Result<f64> {
+        let bytes: u64 = files_of(segments).iter().map(|(_, n)| n).sum();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let copy_one = |seg: &SegmentInfo| -> Result<()> {
+            let id = RemoteLogSegmentId::generate(self.tp.clone());
+            let meta = RemoteLogSegmentMetadata::builder(id, seg.base_seq, seg.last_seq)
+                .segment_size_in_bytes(seg.size)
+                .build()?;
+            let data = LogSegmentData::new(&seg.log_path, &seg.index_path, &seg.time_index_path);
+            self.rsm.copy_log_segment_data(&meta, &data)?;
+            Ok(())
+        };
+        super::settle();
+        let start = Instant::now();
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..width.max(1))
+                .map(|_| {
+                    scope.spawn(|| {
+                        while let Some(seg) =
+                            segments.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                        {
+                            copy_one(seg)?;
+                        }
+                        Ok::<(), crate::BoxError>(())
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().map_err(|_| "a copy thread panicked")?)
+        })?;
+        Ok(mbps(bytes, start.elapsed().as_secs_f64()))
+    }
 }
