@@ -140,7 +140,6 @@ impl Prepared {
         }
     }
 
-
     /// The check every segment passes before its copy (`verify_segment_files`: every frame's
     /// CRC and message, both indexes), one segment after another; returns MB/s.
     pub fn verify_rate(&self) -> Result<f64> {

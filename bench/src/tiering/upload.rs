@@ -241,7 +241,9 @@ fn rounds(
             rate(sdk.per_mb(sdk.cpu.client)),
             Target::None,
         ));
-        if sdk.cpu.store > 0.0 {
+        // The in-process server runs in this process: its CPU is the client's, and a store
+        // found on this machine then belongs to someone else.
+        if t.server.is_none() && sdk.cpu.store > 0.0 {
             lines.push(Line::cmp(
                 format!(
                     "store CPU ms per MB uploaded (radosgw + ceph-osd), {what}; baseline: bare SDK"
