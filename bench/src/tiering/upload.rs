@@ -225,7 +225,7 @@ fn rounds(
         Target::None,
     ));
     lines.push(Line::cmp(
-        format!("run_once against that floor, MB/s over the same rounds; baseline: the floor"),
+        "run_once against that floor, MB/s over the same rounds; baseline: the floor".to_string(),
         rate(krabka.rate()),
         rate(floor.rate()),
         Target::None,
