@@ -1,7 +1,7 @@
 //! The krabka side: a tiered log filled and uploaded by one `run_once`, then read cold (cache
 //! off), re-read from its cache and scanned, each read paired with its baseline.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -97,54 +97,47 @@ impl Prepared {
 
     /// The files a tiering round uploads, `.log`, `.index`, `.timeindex` per segment.
     pub fn files(&self) -> Vec<(PathBuf, u64)> {
+        files_of(&self.segments)
+    }
+
+    /// The closed segments with their files hard-linked into `dir`: the same bytes (and page
+    /// cache) under names that the round's local retention, which deletes the log's own files
+    /// once copied, leaves in place for the cases that run after `run_once`.
+    pub fn linked(&self, dir: &Path) -> Result<Vec<SegmentInfo>> {
+        std::fs::create_dir_all(dir)?;
+        let link = |p: &Path| -> Result<PathBuf> {
+            let name = p.file_name().ok_or("a segment file without a name")?;
+            let to = dir.join(name);
+            if p.exists() {
+                std::fs::hard_link(p, &to)?;
+            }
+            Ok(to)
+        };
         self.segments
             .iter()
-            .flat_map(|s| {
-                [
-                    s.log_path.clone(),
-                    s.index_path.clone(),
-                    s.time_index_path.clone(),
-                ]
+            .map(|s| {
+                let mut l = s.clone();
+                l.log_path = link(&s.log_path)?;
+                l.index_path = link(&s.index_path)?;
+                l.time_index_path = link(&s.time_index_path)?;
+                Ok(l)
             })
-            .filter_map(|p| std::fs::metadata(&p).ok().map(|m| (p, m.len())))
             .collect()
     }
 
     /// The backend alone (no tiering layer): `copy_log_segment_data` of every segment under a
     /// fresh id, `width` segments at once; returns MB/s over the same files' bytes.
     pub fn backend_copy(&self, width: usize) -> Result<f64> {
-        let bytes: u64 = self.files().iter().map(|(_, n)| n).sum();
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let copy_one = |seg: &SegmentInfo| -> Result<()> {
-            let id = RemoteLogSegmentId::generate(self.tp.clone());
-            let meta = RemoteLogSegmentMetadata::builder(id, seg.base_seq, seg.last_seq)
-                .segment_size_in_bytes(seg.size)
-                .build()?;
-            let data = LogSegmentData::new(&seg.log_path, &seg.index_path, &seg.time_index_path);
-            self.rsm.copy_log_segment_data(&meta, &data)?;
-            Ok(())
-        };
-        super::settle();
-        let start = Instant::now();
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..width.max(1))
-                .map(|_| {
-                    scope.spawn(|| {
-                        while let Some(seg) = self
-                            .segments
-                            .get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-                        {
-                            copy_one(seg)?;
-                        }
-                        Ok::<(), crate::BoxError>(())
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .try_for_each(|w| w.join().map_err(|_| "a copy thread panicked")?)
-        })?;
-        Ok(mbps(bytes, start.elapsed().as_secs_f64()))
+        self.backend().copy(&self.segments, width)
+    }
+
+    /// The backend and partition of this log, for [`Backend::copy`] of segments that outlive
+    /// it (e.g. [`linked`](Self::linked)).
+    pub fn backend(&self) -> Backend {
+        Backend {
+            rsm: self.rsm.clone(),
+            tp: self.tp.clone(),
+        }
     }
 
     /// The check every segment passes before its copy (`verify_segment_files`: every frame's
@@ -392,4 +385,63 @@ pub fn chunk_of(segments: &[SegmentInfo], seq: u64, chunk: u64) -> Option<(usize
     let pos = (seq - s.base_seq) * s.size / records;
     let from = pos / chunk * chunk;
     Some((i, from, (from + chunk).min(s.size)))
+}
+
+/// The files of `segments`, `.log`, `.index`, `.timeindex` per segment, those that exist.
+fn files_of(segments: &[SegmentInfo]) -> Vec<(PathBuf, u64)> {
+    segments
+        .iter()
+        .flat_map(|s| {
+            [
+                s.log_path.clone(),
+                s.index_path.clone(),
+                s.time_index_path.clone(),
+            ]
+        })
+        .filter_map(|p| std::fs::metadata(&p).ok().map(|m| (p, m.len())))
+        .collect()
+}
+
+/// The backend alone (no tiering layer) of a [`Prepared`] log.
+pub struct Backend {
+    rsm: Arc<dyn RemoteStorageManager>,
+    tp: TopicIdPartition,
+}
+
+impl Backend {
+    /// `copy_log_segment_data` of every segment of `segments` under a fresh id, `width`
+    /// segments at once; returns MB/s over their files' bytes.
+    pub fn copy(&self, segments: &[SegmentInfo], width: usize) -> Result<f64> {
+        let bytes: u64 = files_of(segments).iter().map(|(_, n)| n).sum();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let copy_one = |seg: &SegmentInfo| -> Result<()> {
+            let id = RemoteLogSegmentId::generate(self.tp.clone());
+            let meta = RemoteLogSegmentMetadata::builder(id, seg.base_seq, seg.last_seq)
+                .segment_size_in_bytes(seg.size)
+                .build()?;
+            let data = LogSegmentData::new(&seg.log_path, &seg.index_path, &seg.time_index_path);
+            self.rsm.copy_log_segment_data(&meta, &data)?;
+            Ok(())
+        };
+        super::settle();
+        let start = Instant::now();
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..width.max(1))
+                .map(|_| {
+                    scope.spawn(|| {
+                        while let Some(seg) =
+                            segments.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                        {
+                            copy_one(seg)?;
+                        }
+                        Ok::<(), crate::BoxError>(())
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().map_err(|_| "a copy thread panicked")?)
+        })?;
+        Ok(mbps(bytes, start.elapsed().as_secs_f64()))
+    }
 }

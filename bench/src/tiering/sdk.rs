@@ -8,6 +8,7 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
 use krabka_remote_s3::S3Config;
+use md5::Digest as _;
 use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
 
@@ -23,6 +24,34 @@ struct Split {
     threshold: u64,
     part: u64,
     parts_in_flight: usize,
+}
+
+/// How the bare SDK sends a body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    /// The SDK's default: the SigV4 signature covers the body's SHA-256, nothing else.
+    Signed,
+    /// With the body's Content-MD5 (the store rejects a body that does not match it) and as an
+    /// unsigned payload, the signature covering the header: the requests krabka's S3 backend
+    /// sends for its bodies, whose stored MD5 (the ETag) its verification compares. The floor
+    /// of a client that verifies what the store kept, on a store (Ceph 16) whose only digest
+    /// of a stored object is that MD5.
+    Md5Unsigned,
+}
+
+/// The body of one request as `body` says: the bytes, and their Content-MD5 when sent with one
+/// (hashed on the blocking pool, as krabka hashes a body, so the runtime's 2 threads keep
+/// driving the other requests).
+async fn md5_of(data: &bytes::Bytes, body: Body) -> Result<Option<String>> {
+    match body {
+        Body::Signed => Ok(None),
+        Body::Md5Unsigned => {
+            let data = data.clone();
+            let digest: [u8; 16] =
+                tokio::task::spawn_blocking(move || md5::Md5::digest(&data).into()).await?;
+            Ok(Some(aws_smithy_types::base64::encode(digest)))
+        }
+    }
 }
 
 /// A bare SDK client on its own 2-thread runtime (krabka's S3 backend also runs 2).
@@ -69,6 +98,17 @@ impl Bare {
         tag: &str,
         in_flight: usize,
     ) -> Result<(f64, Vec<String>)> {
+        self.upload_as(files, tag, in_flight, Body::Signed)
+    }
+
+    /// As [`upload`](Self::upload), each body sent as `body` says.
+    pub fn upload_as(
+        &self,
+        files: &[(PathBuf, u64)],
+        tag: &str,
+        in_flight: usize,
+        body: Body,
+    ) -> Result<(f64, Vec<String>)> {
         let keys: Vec<String> = (0..files.len())
             .map(|i| format!("{}sdk-{tag}/{i}", self.prefix))
             .collect();
@@ -85,6 +125,7 @@ impl Bare {
                     path.clone(),
                     *size,
                     self.split,
+                    body,
                 );
                 set.spawn(job);
                 while set.len() >= in_flight.max(1) {
@@ -255,19 +296,24 @@ async fn put_file(
     path: PathBuf,
     size: u64,
     split: Split,
+    body: Body,
 ) -> Result<()> {
     let data = bytes::Bytes::from(tokio::fs::read(&path).await?);
     if size < split.threshold {
-        client
+        let md5 = md5_of(&data, body).await?;
+        let req = client
             .put_object()
             .bucket(&bucket)
             .key(&key)
-            .body(ByteStream::from(data))
-            .send()
-            .await?;
+            .set_content_md5(md5)
+            .body(ByteStream::from(data));
+        match body {
+            Body::Signed => req.send().await?,
+            Body::Md5Unsigned => req.customize().disable_payload_signing().send().await?,
+        };
         return Ok(());
     }
-    multipart(&client, &bucket, &key, data, split).await
+    multipart(&client, &bucket, &key, data, (split, body)).await
 }
 
 /// Uploads `data` under `key` as a multipart upload: `split.part` parts, `parts_in_flight` at
@@ -277,7 +323,7 @@ async fn multipart(
     bucket: &str,
     key: &str,
     data: bytes::Bytes,
-    split: Split,
+    (split, body): (Split, Body),
 ) -> Result<()> {
     let up = client
         .create_multipart_upload()
@@ -291,16 +337,25 @@ async fn multipart(
     let mut parts = Vec::new();
     for (n, start) in (0..data.len()).step_by(part).enumerate() {
         let number = i32::try_from(n + 1)?;
+        let chunk = data.slice(start..(start + part).min(data.len()));
         let req = client
             .upload_part()
             .bucket(bucket)
             .key(key)
             .upload_id(&id)
-            .part_number(number)
-            .body(ByteStream::from(
-                data.slice(start..(start + part).min(data.len())),
-            ));
-        set.spawn(async move { (number, req.send().await) });
+            .part_number(number);
+        set.spawn(async move {
+            let md5 = match md5_of(&chunk, body).await {
+                Ok(m) => m,
+                Err(e) => return (number, Err(e)),
+            };
+            let req = req.set_content_md5(md5).body(ByteStream::from(chunk));
+            let sent = match body {
+                Body::Signed => req.send().await,
+                Body::Md5Unsigned => req.customize().disable_payload_signing().send().await,
+            };
+            (number, sent.map_err(crate::BoxError::from))
+        });
         while set.len() >= split.parts_in_flight {
             if let Some(r) = set.join_next().await {
                 parts.push(r?);

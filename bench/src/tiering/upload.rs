@@ -1,6 +1,7 @@
 //! `tiering --upload-only`: the S3 upload rows alone, several rounds, each round the bare SDK
-//! (8 files in flight), krabka's S3 backend alone and `run_once` on the same data, in an order
-//! that rotates from round to round, with the CPU time each spent: this process's (the client)
+//! (8 files in flight), krabka's S3 backend alone, `run_once` and the floor (the bare SDK sending
+//! each body's Content-MD5, as a verifying client must) on the same data, in an order that
+//! rotates from round to round (round r starts with case r mod 4), with the CPU time each spent: this process's (the client)
 //! and, on a server whose processes run on this machine, the store's (`radosgw`, `ceph-osd`).
 //!
 //! On a machine whose cores the store shares, the upload rate is bound by CPU: a client that
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use krabka_tiering::s3::S3RemoteStorage;
 
 use super::measure::Prepared;
-use super::sdk::Bare;
+use super::sdk::{Bare, Body};
 use super::{COPY_CONCURRENCY, Line, S3Target, Sizes, Target, mbps, rate};
 use crate::Result;
 
@@ -21,6 +22,9 @@ use crate::Result;
 /// copies of the workload (a full run's: 805 MB) to the store; a store that frees deleted data
 /// late (RGW's garbage collection waits two hours by default) fills up after a few.
 pub(crate) const ROUNDS: usize = 1;
+
+/// The cases of a round: the bare SDK, the backend alone, `run_once`, the floor.
+const CASES: usize = 4;
 
 /// CPU seconds (user + system) of this process and of the store's processes on this machine.
 #[derive(Clone, Copy, Default)]
@@ -140,14 +144,24 @@ fn rounds(
     lines: &mut Vec<Line>,
 ) -> Result<()> {
     let (mut sdk, mut backend, mut krabka) = (Side::default(), Side::default(), Side::default());
+    let mut floor = Side::default();
     for round in 0..rounds_n {
         let p = Prepared::new(root.join(format!("upload-{round}")), storage.clone(), s)?;
-        let files = p.files();
+        // The other cases upload the same files under links: run_once's local retention
+        // deletes the log's own once they are copied, and in most rounds it does not run last.
+        let segments = p.linked(&root.join(format!("upload-{round}-links")))?;
+        let files: Vec<_> = segments
+            .iter()
+            .flat_map(|s| [&s.log_path, &s.index_path, &s.time_index_path])
+            .filter_map(|f| std::fs::metadata(f).ok().map(|m| (f.clone(), m.len())))
+            .collect();
         let bytes: u64 = files.iter().map(|(_, n)| n).sum();
-        // 0: sdk, 1: backend, 2: krabka; rotated so no side always runs first.
+        // 0: sdk, 1: backend, 2: krabka, 3: the sdk with Content-MD5; round r starts with case
+        // r mod 4, so no case always runs first (or right after another).
+        let backend_alone = p.backend();
         let mut p = Some(p);
-        for step in 0..3 {
-            match (step + round) % 3 {
+        for step in 0..CASES {
+            match (step + round) % CASES {
                 0 => {
                     let (_, secs, cpu) = timed(|| {
                         bare.upload(&files, &format!("up-{round}"), COPY_CONCURRENCY)
@@ -155,9 +169,20 @@ fn rounds(
                     })?;
                     sdk.add(bytes, secs, cpu);
                 }
+                3 => {
+                    let (_, secs, cpu) = timed(|| {
+                        bare.upload_as(
+                            &files,
+                            &format!("md5-{round}"),
+                            COPY_CONCURRENCY,
+                            Body::Md5Unsigned,
+                        )
+                        .map(drop)
+                    })?;
+                    floor.add(bytes, secs, cpu);
+                }
                 1 => {
-                    let prepared = p.as_ref().ok_or("the log was uploaded already")?;
-                    let (_, secs, cpu) = timed(|| prepared.backend_copy(COPY_CONCURRENCY))?;
+                    let (_, secs, cpu) = timed(|| backend_alone.copy(&segments, COPY_CONCURRENCY))?;
                     backend.add(bytes, secs, cpu);
                 }
                 _ => {
@@ -171,6 +196,7 @@ fn rounds(
         if t.cleanup {
             bare.delete_all()?;
         }
+        std::fs::remove_dir_all(root.join(format!("upload-{round}-links")))?;
     }
     let name = &t.label;
     let each = |side: &Side| {
@@ -192,14 +218,32 @@ fn rounds(
         rate(sdk.rate()),
         Target::None,
     ));
-    for (what, side) in [("run_once", &krabka), ("backend alone", &backend)] {
+    lines.push(Line::cmp(
+        format!("floor: bare SDK with each body's Content-MD5, unsigned payload ({COPY_CONCURRENCY} files in flight; the requests of a client verifying by the MD5 ETag), MB/s over the same rounds; baseline: bare SDK"),
+        (format!("{:.1} ({})", floor.rate(), each(&floor)), floor.rate()),
+        rate(sdk.rate()),
+        Target::None,
+    ));
+    lines.push(Line::cmp(
+        "run_once against that floor, MB/s over the same rounds; baseline: the floor".to_string(),
+        rate(krabka.rate()),
+        rate(floor.rate()),
+        Target::None,
+    ));
+    for (what, side) in [
+        ("run_once", &krabka),
+        ("backend alone", &backend),
+        ("floor (SDK + Content-MD5)", &floor),
+    ] {
         lines.push(Line::cmp(
             format!("client CPU ms per MB uploaded, {what}; baseline: bare SDK"),
             rate(side.per_mb(side.cpu.client)),
             rate(sdk.per_mb(sdk.cpu.client)),
             Target::None,
         ));
-        if sdk.cpu.store > 0.0 {
+        // The in-process server runs in this process: its CPU is the client's, and a store
+        // found on this machine then belongs to someone else.
+        if t.server.is_none() && sdk.cpu.store > 0.0 {
             lines.push(Line::cmp(
                 format!(
                     "store CPU ms per MB uploaded (radosgw + ceph-osd), {what}; baseline: bare SDK"

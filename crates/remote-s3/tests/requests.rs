@@ -1,7 +1,9 @@
 //! What a copy sends, against the in-process s3s-fs server: no HeadObject after uploads whose
 //! response ETag settles the check, a default-sized 16 MiB segment in parallel parts, the
-//! requests of one copy, and the cleanup of an earlier attempt's multipart upload kept off the
-//! copy's critical path. And a create-only write: one PutObject.
+//! requests of one copy, the cleanup of an earlier attempt's multipart upload kept off the
+//! copy's critical path, and skipped when the create-only in-progress manifest shows no earlier
+//! attempt (on a store that enforces create-only writes). And a create-only write: one
+//! PutObject.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -106,15 +108,67 @@ fn copies_verify_from_upload_responses_without_head_object() {
     let small = copy_and_read(&server, &storage, 100_000);
     assert_eq!(server.heads_received(), heads, "HeadObject after PutObject");
     assert_eq!(server.parts_received(), parts);
-    // The in-progress manifest (before the first byte), the `.log`, two indexes, the
-    // leader-epoch checkpoint, the complete manifest; one DeleteObjects of the absent optional
-    // indexes. (Before in-progress manifests a copy was 5 PutObjects: +1 request per copy.)
-    assert_eq!(small, counts(&[("DeleteObjects", 1), ("PutObject", 6)]));
-    // A 16 MiB segment under the default configuration: two 8 MiB parts.
+    // The in-progress manifest (create-only, before the first byte), the `.log`, two indexes,
+    // the leader-epoch checkpoint, the complete manifest; and, the backend's first copy, the
+    // probe of create-only writes: a probe key created twice (PutObject) and removed
+    // (DeleteObjects). (Before in-progress manifests a copy was 5 PutObjects: +1 request per
+    // copy.)
+    assert_eq!(small, counts(&[("DeleteObjects", 1), ("PutObject", 6 + 2)]));
+    // A 16 MiB segment under the default configuration: two 8 MiB parts. The manifest was
+    // created, so no earlier attempt is cleaned up after: no ListMultipartUploads of stale
+    // uploads, no DeleteObjects of the absent optional indexes (-2 requests per copy).
     let large = copy_and_read(&server, &storage, 16 * MIB);
     assert_eq!(server.heads_received(), heads, "HeadObject after multipart");
     assert_eq!(server.parts_received(), parts + 2);
     let expected = counts(&[
+        ("CompleteMultipartUpload", 1),
+        ("CreateMultipartUpload", 1),
+        ("PutObject", 5),
+        ("UploadPart", 2),
+    ]);
+    assert_eq!(large, expected);
+}
+
+/// The requests of a 16 MiB copy under `m`'s id, and the copy's custom metadata.
+fn copy_counted(
+    server: &TestServer,
+    storage: &S3RemoteStorage,
+    m: &RemoteLogSegmentMetadata,
+    data: &LogSegmentData,
+) -> BTreeMap<String, usize> {
+    let before = server.requests_received();
+    storage.copy_log_segment_data(m, data).unwrap();
+    since(&before, &server.requests_received())
+}
+
+#[test]
+fn a_recopy_under_an_id_cleans_up_after_the_earlier_attempt_as_before() {
+    let server = support::start_server();
+    let storage = S3RemoteStorage::new(server.config().with_prefix("again")).unwrap();
+    let (m, data, log, _dir) = segment(16 * MIB);
+    // The first copy (and the probe) under a fresh id.
+    copy_counted(&server, &storage, &m, &data);
+    // The same id again: the create-only manifest is refused (412), so the manifest is
+    // overwritten and the earlier attempt's leftovers looked for.
+    let again = copy_counted(&server, &storage, &m, &data);
+    let expected = counts(&[
+        ("CompleteMultipartUpload", 1),
+        ("CreateMultipartUpload", 1),
+        ("DeleteObjects", 1),
+        ("ListMultipartUploads", 1),
+        ("PutObject", 5 + 1),
+        ("UploadPart", 2),
+    ]);
+    assert_eq!(again, expected);
+    let m = m.with_custom_metadata(storage.copy_log_segment_data(&m, &data).unwrap());
+    assert!(storage.fetch_log_segment(&m, 0, None).unwrap() == log);
+}
+
+#[test]
+fn on_a_store_ignoring_create_only_writes_every_copy_cleans_up_after_earlier_attempts() {
+    let server = TestServer::start_ignoring_conditional_writes().unwrap();
+    let storage = S3RemoteStorage::new(server.config().with_prefix("ignoring")).unwrap();
+    let full = counts(&[
         ("CompleteMultipartUpload", 1),
         ("CreateMultipartUpload", 1),
         ("DeleteObjects", 1),
@@ -122,13 +176,33 @@ fn copies_verify_from_upload_responses_without_head_object() {
         ("PutObject", 5),
         ("UploadPart", 2),
     ]);
-    assert_eq!(large, expected);
+    // The first copy probes: the second create of the probe key succeeds too, so the store's
+    // create-only writes are not relied on (and not tried again).
+    let (m, data, _log, _dir) = segment(16 * MIB);
+    let mut probed = full.clone();
+    *probed.get_mut("PutObject").unwrap() += 2;
+    *probed.get_mut("DeleteObjects").unwrap() += 1;
+    assert_eq!(copy_counted(&server, &storage, &m, &data), probed);
+    // Every later copy, under a fresh id or not, cleans up as before create-only manifests.
+    let (m2, data2, _log2, _dir2) = segment(16 * MIB);
+    assert_eq!(copy_counted(&server, &storage, &m2, &data2), full);
+    let key = storage.object_key(&m2, None).unwrap();
+    open_upload(&storage, &key);
+    let mut aborted = full.clone();
+    aborted.insert("AbortMultipartUpload".into(), 1);
+    assert_eq!(copy_counted(&server, &storage, &m2, &data2), aborted);
+    assert!(
+        server.open_uploads("").is_empty(),
+        "the interrupted upload was left open"
+    );
 }
 
 #[test]
 fn every_body_a_copy_sends_carries_content_md5_and_is_hashed_once() {
     let server = support::start_server();
     let storage = S3RemoteStorage::new(server.config().with_prefix("md5")).unwrap();
+    // The backend's first copy also probes the store's create-only writes (two PutObjects).
+    copy_and_read(&server, &storage, 1000);
     let before = server.payloads_received();
     // A 16 MiB segment: two UploadParts; PutObjects of two indexes, the leader-epoch
     // checkpoint and the two manifests.
@@ -152,6 +226,9 @@ fn recopy_after_an_interrupted_multipart_upload_aborts_it_off_the_critical_path(
     let storage = S3RemoteStorage::new(config).unwrap();
     let (m, data, log, _dir) = segment(10 * MIB + 7);
     let key = storage.object_key(&m, None).unwrap();
+    // An earlier attempt under this id: its manifest went up before its first byte, then it
+    // was cut short in the middle of its multipart upload.
+    storage.copy_log_segment_data(&m, &data).unwrap();
     open_upload(&storage, &key);
     assert_eq!(server.open_uploads("").len(), 1);
 

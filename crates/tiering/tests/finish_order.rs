@@ -34,7 +34,15 @@ struct Uneven {
     fail_once: Mutex<Option<u64>>,
     /// Base seqs in the order their copy calls returned.
     returned: Mutex<Vec<u64>>,
+    /// A segment whose copy waits (at most [`HOLD_LIMIT`]) until this many other copy calls
+    /// returned: a stalled oldest copy.
+    hold: Mutex<Option<(u64, usize)>>,
+    /// Whether the held copy gave up waiting: the other copies did not go on beside it.
+    hold_timed_out: std::sync::atomic::AtomicBool,
 }
+
+/// How long a held copy waits for the others before it gives up.
+const HOLD_LIMIT: Duration = Duration::from_secs(5);
 
 impl Uneven {
     fn new(root: &std::path::Path) -> Self {
@@ -43,7 +51,16 @@ impl Uneven {
             delays: Mutex::new(HashMap::new()),
             fail_once: Mutex::new(None),
             returned: Mutex::new(Vec::new()),
+            hold: Mutex::new(None),
+            hold_timed_out: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// No delays; the oldest closed segment's copy waits until `others` other copies returned.
+    fn hold_oldest(&self, log: &TieredLog, others: usize) {
+        self.delays.lock().clear();
+        let oldest = log.log().segments().first().map(|s| s.base_seq).unwrap();
+        *self.hold.lock() = Some((oldest, others));
     }
 
     /// Delays the closed segments of `log` by their position in threes (oldest slowest), and
@@ -82,6 +99,13 @@ impl RemoteStorageManager for Uneven {
         let delay = self.delays.lock().get(&base).copied();
         if let Some(delay) = delay {
             std::thread::sleep(delay);
+        }
+        let hold = *self.hold.lock();
+        if let Some((held, others)) = hold
+            && held == base
+            && !wait_until(HOLD_LIMIT, || self.returned.lock().len() >= others)
+        {
+            self.hold_timed_out.store(true, Ordering::Relaxed);
         }
         let fail = {
             let mut f = self.fail_once.lock();
@@ -323,6 +347,46 @@ fn run_once_finishes_copies_in_seq_order_whatever_order_they_complete_in() {
     assert!(
         w.rlmm.overlapping.load(Ordering::Relaxed) > 0,
         "copies never overlapped"
+    );
+    w.check_done();
+}
+
+/// Copies run as a sliding window of `copy_concurrency` (3 here) running copies: the oldest
+/// copy stalls until 4 younger ones returned, which only happens when a copy completed behind
+/// it frees its slot for the next segment. The finishes are still in seq order.
+#[test]
+fn run_once_a_stalled_oldest_copy_does_not_idle_the_other_slots() {
+    let w = World::new(None);
+    w.rsm.hold_oldest(&w.log, 4);
+    let report = w.log.run_once().unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert!(
+        !w.rsm.hold_timed_out.load(Ordering::Relaxed),
+        "the other slots idled while the oldest copy ran"
+    );
+    assert!(
+        w.rsm.completed_out_of_order(),
+        "no younger copy completed first"
+    );
+    w.check_done();
+}
+
+/// As [`run_once_a_stalled_oldest_copy_does_not_idle_the_other_slots`], for the background
+/// engine's round.
+#[test]
+fn run_round_a_stalled_oldest_copy_does_not_idle_the_other_slots() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let w = World::new(None);
+    w.rsm.hold_oldest(&w.log, 4);
+    let report = rt.block_on(w.log.run_round()).unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert!(
+        !w.rsm.hold_timed_out.load(Ordering::Relaxed),
+        "the other slots idled while the oldest copy ran"
     );
     w.check_done();
 }

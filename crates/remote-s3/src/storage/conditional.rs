@@ -1,13 +1,14 @@
 //! The [`OwnershipStore`] writes and reads: create-only writes for the ownership records
-//! (PutObject with `If-None-Match: *`), and the whole overwrite (PutObject) and conditional
+//! (PutObject with `If-None-Match: *`) and for a copy's in-progress manifest (where the store
+//! enforces them, found out once), and the whole overwrite (PutObject) and conditional
 //! read (GetObject with `If-None-Match: <etag>`) of the partition head.
 
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
-use krabka_remote_storage::RemoteStorageError;
 use krabka_remote_storage::head::ConditionalRead;
 use krabka_remote_storage::ownership::OwnershipStore;
+use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteStorageError, layout};
 use md5::{Digest, Md5};
 
 use super::S3RemoteStorage;
@@ -73,9 +74,66 @@ impl OwnershipStore for S3RemoteStorage {
 }
 
 impl S3RemoteStorage {
+    /// Whether the store enforces `If-None-Match: *` on PutObject, found out once per backend
+    /// (as [`probe`](krabka_remote_storage::ownership::probe) does: a fresh probe key below
+    /// the partition directory of `metadata`, created twice and removed; three requests) and
+    /// remembered. Until a probe answers, `false`: a failed probe is tried again by the next
+    /// copy, which meanwhile takes the path that does not rely on it.
+    pub(super) async fn create_only_enforced(&self, metadata: &RemoteLogSegmentMetadata) -> bool {
+        let probed = self
+            .create_only
+            .get_or_try_init(|| self.probe_create_only(metadata))
+            .await;
+        match probed {
+            Ok(enforced) => *enforced,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not find out whether the store enforces create-only writes; assuming it does not for this copy");
+                false
+            }
+        }
+    }
+
+    async fn probe_create_only(
+        &self,
+        metadata: &RemoteLogSegmentMetadata,
+    ) -> Result<bool, RemoteStorageError> {
+        let id = metadata.remote_log_segment_id();
+        let dir = layout::partition_dir(id.topic_id_partition())?;
+        let key = self
+            .config
+            .key(&format!("{dir}/{}{}", layout::PROBE_PREFIX, id.id()));
+        if !self
+            .put_if_absent(&key, Bytes::from_static(b"krabka probe 1"))
+            .await?
+        {
+            tracing::warn!(
+                key,
+                "the store refused to create a fresh key; its create-only writes are not relied on"
+            );
+            return Ok(false);
+        }
+        let second = self
+            .put_if_absent(&key, Bytes::from_static(b"krabka probe 2"))
+            .await;
+        let removed = self.delete_keys(vec![key.clone()]).await;
+        let enforced = !second?;
+        removed?;
+        if !enforced {
+            tracing::info!(
+                key,
+                "the store ignores If-None-Match on PutObject: every copy cleans up after earlier attempts"
+            );
+        }
+        Ok(enforced)
+    }
+
     /// PutObject of `data` under the full key `key` with `If-None-Match: *`; `Ok(false)` when
     /// the store refused it (412 or 409).
-    async fn put_if_absent(&self, key: &str, data: Bytes) -> Result<bool, RemoteStorageError> {
+    pub(super) async fn put_if_absent(
+        &self,
+        key: &str,
+        data: Bytes,
+    ) -> Result<bool, RemoteStorageError> {
         let digest: [u8; 16] = Md5::digest(&data).into();
         let len = data.len() as u64;
         let sent = self
@@ -87,6 +145,10 @@ impl S3RemoteStorage {
             .content_length(i64::try_from(len).unwrap_or(i64::MAX))
             .content_md5(aws_smithy_types::base64::encode(digest))
             .body(ByteStream::from(data))
+            .customize()
+            // As every body of this backend: the signature covers the Content-MD5 header, the
+            // store checks the body against it.
+            .disable_payload_signing()
             .send()
             .await;
         let out = match sent {

@@ -40,6 +40,9 @@ pub struct S3RemoteStorage {
     config: S3Config,
     endpoint: String,
     bridge: Bridge,
+    /// Whether the store enforces `If-None-Match: *` on PutObject, once probed
+    /// ([`create_only_enforced`](Self::create_only_enforced)).
+    create_only: tokio::sync::OnceCell<bool>,
 }
 
 impl std::fmt::Debug for S3RemoteStorage {
@@ -84,6 +87,7 @@ impl S3RemoteStorage {
             config,
             endpoint,
             bridge,
+            create_only: tokio::sync::OnceCell::new(),
         };
         storage.check_bucket()?;
         Ok(storage)

@@ -14,6 +14,7 @@ use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinSet;
 
 use super::S3RemoteStorage;
+use super::copy::Earlier;
 use super::join::{Task, join_all};
 use super::put::{acquire, run_blocking};
 use super::verify::{Reported, hex};
@@ -29,15 +30,21 @@ impl S3RemoteStorage {
     /// Uploads `len` bytes of `file` to `key` as a multipart upload of
     /// [`effective_part_size`](crate::S3Config) parts, at most
     /// [`upload_concurrency`](crate::S3Config::upload_concurrency) at once, and verifies it.
-    /// Any failure aborts the upload.
+    /// Any failure aborts the upload. Unless `earlier` is [`Earlier::None`], the uploads an
+    /// earlier attempt left open under `key` are aborted beside it.
     pub(super) async fn multipart(
         &self,
         key: &str,
         file: Arc<std::fs::File>,
         len: u64,
         permits: &Arc<Semaphore>,
+        earlier: Earlier,
     ) -> Result<(), RemoteStorageError> {
         let (own_tx, own_rx) = oneshot::channel();
+        if earlier == Earlier::None {
+            // No earlier attempt under this segment id: no upload of it to clean up.
+            return self.upload(key, file, len, permits, own_tx).await;
+        }
         // The cleanup of uploads an earlier attempt left under this key runs beside the upload
         // (no round trip before the first part), and is done before the copy returns.
         let tasks: Vec<Task<'_, Result<(), RemoteStorageError>>> = vec![

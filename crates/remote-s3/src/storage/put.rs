@@ -12,6 +12,7 @@ use md5::{Digest, Md5};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::S3RemoteStorage;
+use super::copy::Earlier;
 use super::verify::{Reported, hex};
 use crate::errors::map_sdk;
 
@@ -25,11 +26,15 @@ impl S3RemoteStorage {
     /// `permits` while its body is read, hashed and sent.
     ///
     /// [`multipart_threshold`]: crate::S3Config::multipart_threshold
+    ///
+    /// `earlier` says whether an earlier attempt may have left multipart uploads of `key`
+    /// open: only then does a multipart upload look for them (ListMultipartUploads).
     pub(super) async fn upload_file(
         &self,
         key: &str,
         path: &Path,
         permits: &Arc<Semaphore>,
+        earlier: Earlier,
     ) -> Result<u64, RemoteStorageError> {
         let file =
             std::fs::File::open(path).map_err(|e| RemoteStorageError::io(path.display(), e))?;
@@ -43,7 +48,8 @@ impl S3RemoteStorage {
                 run_blocking(path.display(), move || read_and_hash(file, len)).await?;
             self.put_object(key, data, digest).await?;
         } else {
-            self.multipart(key, Arc::new(file), len, permits).await?;
+            self.multipart(key, Arc::new(file), len, permits, earlier)
+                .await?;
         }
         Ok(len)
     }

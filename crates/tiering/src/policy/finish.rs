@@ -21,6 +21,10 @@ pub enum Settle {
     Discard,
 }
 
+/// How many copies per slot of the width may be launched and not handed back: the running ones
+/// and those completed behind an older running copy ([`FinishOrder::can_launch`]).
+pub const WAITING_PER_SLOT: usize = 2;
+
 /// The copies of one round in launch (seq) order, each with its outcome once it completed.
 ///
 /// ```
@@ -62,10 +66,25 @@ impl<T> FinishOrder<T> {
         }
     }
 
-    /// Whether another copy may start with at most `width` copies not handed back: never once
-    /// the round stopped.
+    /// Whether another copy may start with at most `width` copies running: never once the
+    /// round stopped.
+    ///
+    /// A sliding window over the running copies, not over the copies not handed back: a copy
+    /// that completed behind a slower older one frees its slot at once, so one slow segment
+    /// does not idle the other `width - 1` slots. The completed copies waiting behind it are
+    /// bounded too (at most [`WAITING_PER_SLOT`] × `width` launched and not handed back), so a
+    /// stalled oldest copy does not let the round upload arbitrarily far above it what a failure
+    /// there would discard.
     pub fn can_launch(&self, width: usize) -> bool {
-        !self.stopped && self.window.len() < width.max(1)
+        let width = width.max(1);
+        !self.stopped
+            && self.running() < width
+            && self.window.len() < width.saturating_mul(WAITING_PER_SLOT)
+    }
+
+    /// Copies launched whose outcome is not in yet.
+    pub fn running(&self) -> usize {
+        self.window.iter().filter(|(_, o)| o.is_none()).count()
     }
 
     /// Records that the copy of the segment starting at `base_seq` started. Launch in plan
@@ -146,7 +165,7 @@ mod tests {
     }
 
     #[test]
-    fn width_bounds_the_copies_not_handed_back() {
+    fn width_bounds_the_running_copies() {
         let mut order: FinishOrder<()> = FinishOrder::new();
         assert!(order.can_launch(0), "a width of 0 still runs one copy");
         order.launch(1);
@@ -154,6 +173,36 @@ mod tests {
         assert!(order.can_launch(2));
         order.stop();
         assert!(!order.can_launch(2));
+    }
+
+    #[test]
+    fn a_copy_completed_behind_a_slow_older_one_frees_its_slot() {
+        let mut order: FinishOrder<()> = FinishOrder::new();
+        order.launch(0);
+        order.launch(10);
+        assert!(!order.can_launch(2), "both slots run");
+        assert!(order.complete(10, ()));
+        assert_eq!(order.pop_ready(), None, "0 still runs");
+        assert_eq!(order.running(), 1);
+        assert!(
+            order.can_launch(2),
+            "10 waits for 0 but no longer holds a slot"
+        );
+        order.launch(20);
+        order.complete(20, ());
+        order.launch(30);
+        order.complete(30, ());
+        // 0 still runs, 10, 20 and 30 wait behind it: 4 = WAITING_PER_SLOT × 2 not handed back.
+        assert_eq!(order.running(), 1);
+        assert!(
+            !order.can_launch(2),
+            "the copies waiting behind a stalled one are bounded"
+        );
+        order.complete(0, ());
+        for base in [0, 10, 20, 30] {
+            assert_eq!(order.pop_ready(), Some((base, (), Settle::InOrder)));
+        }
+        assert!(order.can_launch(2));
     }
 
     proptest! {

@@ -36,7 +36,7 @@ mod testutil;
 pub use continuity::{Continuity, Mismatch, continuity};
 pub use copy::{blocking_holes, hole_barrier, segments_to_copy, stale_attempts};
 pub use epochs::{push_leader_epoch, segment_leader_epochs};
-pub use finish::{FinishOrder, Settle};
+pub use finish::{FinishOrder, Settle, WAITING_PER_SLOT};
 pub use retention::{LocalLimits, RetentionLimits, local_keep_from, remote_to_delete};
 
 /// A local segment as the policy sees it.

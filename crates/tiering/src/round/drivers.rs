@@ -43,10 +43,10 @@ impl TieredLog {
         std::thread::scope(|scope| {
             let (tx, rx) = mpsc::channel();
             let mut running = 0usize;
-            loop {
+            let launch_all = |round: &mut Round, running: &mut usize| {
                 while let Some(launch) = round.next_launch(self, width) {
                     let tx = tx.clone();
-                    running += 1;
+                    *running += 1;
                     scope.spawn(move || {
                         let outcome =
                             catch_unwind(AssertUnwindSafe(|| self.copy_blocking(&launch)))
@@ -55,16 +55,22 @@ impl TieredLog {
                         let _ = tx.send((launch.base_seq(), outcome));
                     });
                 }
-                if running == 0 {
-                    break;
-                }
+            };
+            launch_all(&mut round, &mut running);
+            while running > 0 {
                 // Never disconnected: this scope holds a sender.
                 let Ok((base_seq, outcome)) = rx.recv() else {
                     break;
                 };
                 running -= 1;
                 round.complete(base_seq, outcome);
+                // The freed slot takes the next copy before the finishes are recorded (metadata
+                // writes): a copy launched now that an older finish then fails is discarded,
+                // as any copy running at that failure is.
+                launch_all(&mut round, &mut running);
                 round.settle(self);
+                // A settled round may have room again (it launches nothing once stopped).
+                launch_all(&mut round, &mut running);
             }
         });
         let mut report = round.into_report();
@@ -90,13 +96,18 @@ impl TieredLog {
         let width = self.config.copy_concurrency.max(1);
         let mut copies = JoinSet::new();
         let mut launched = HashMap::new();
-        loop {
+        let launch_all = |round: &mut Round,
+                          copies: &mut JoinSet<Outcome>,
+                          launched: &mut HashMap<tokio::task::Id, u64>| {
             while let Some(launch) = round.next_launch(self, width) {
                 let base_seq = launch.base_seq();
                 let (this, limits) = (self.clone(), limits.clone());
                 let task = copies.spawn(async move { this.copy(launch, limits).await });
                 launched.insert(task.id(), base_seq);
             }
+        };
+        loop {
+            launch_all(&mut round, &mut copies, &mut launched);
             let Some(joined) = copies.join_next_with_id().await else {
                 break;
             };
@@ -108,6 +119,9 @@ impl TieredLog {
                 continue;
             };
             round.complete(base_seq, outcome);
+            // As in `run_once`: the freed slot takes the next copy before the finishes are
+            // recorded.
+            launch_all(&mut round, &mut copies, &mut launched);
             let this = self.clone();
             round = blocking(move || {
                 round.settle(&this);

@@ -9,7 +9,7 @@
 //!    and cleans stale attempts ([`TieredLog::clean_stale`]), and plans the copies
 //!    ([`TieredLog::copy_plan`]).
 //! 2. [`Round::next_launch`] hands the driver the next planned segment while fewer than its
-//!    width of copies are pending; the driver runs the copy ([`copy`]: check, quota, record,
+//!    width of copies are running (a sliding window: [`FinishOrder::can_launch`]); the driver runs the copy ([`copy`]: check, quota, record,
 //!    upload — wherever it likes) and gives its [`Outcome`] back with [`Round::complete`].
 //! 3. [`Round::settle`] records the completed copies in seq order ([`FinishOrder`]): a copy
 //!    that completes early waits for every older copy of the round before its
@@ -114,7 +114,9 @@ impl Round {
         }
     }
 
-    /// The next copy to run, while fewer than `width` are pending and nothing failed. Its
+    /// The next copy to run, while fewer than `width` are running (and at most
+    /// [`WAITING_PER_SLOT`](crate::policy::WAITING_PER_SLOT) × `width` are not recorded yet)
+    /// and nothing failed. Its
     /// event time is taken here, in plan order, whatever order the copies then begin in.
     pub(crate) fn next_launch(&mut self, log: &TieredLog, width: usize) -> Option<Launch> {
         if self.halt.load(Ordering::Acquire) != NOT_HALTED || !self.order.can_launch(width) {
