@@ -45,7 +45,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -63,6 +63,10 @@ use s3s::{S3, S3Request, S3Response, S3Result};
 use crate::{S3Config, S3Credentials};
 
 mod not_modified;
+mod probe;
+
+pub use probe::Payloads;
+use probe::Probe;
 
 /// The access key the server accepts.
 pub const ACCESS_KEY: &str = "krabka-test-access";
@@ -77,29 +81,6 @@ const REBIND_PAUSE: Duration = Duration::from_millis(50);
 
 /// Multipart uploads open on the server: upload id → key.
 type Uploads = Arc<Mutex<BTreeMap<String, String>>>;
-
-/// Requests by operation, and the delay and observation of ListMultipartUploads.
-#[derive(Debug, Default)]
-struct Probe {
-    requests: Mutex<BTreeMap<&'static str, usize>>,
-    payloads: Mutex<Payloads>,
-    list_delay_ms: AtomicU64,
-    parts_when_listed: AtomicUsize,
-}
-
-/// How the bodies of the PutObject and UploadPart requests a [`TestServer`] received were
-/// vouched for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Payloads {
-    /// Requests carrying a body (PutObject, UploadPart).
-    pub total: usize,
-    /// Of those, the ones with a `Content-MD5` header.
-    pub content_md5: usize,
-    /// Of those, the ones whose body the signature does not cover
-    /// (`x-amz-content-sha256: UNSIGNED-PAYLOAD`).
-    pub unsigned: usize,
-}
 
 /// What a [`TestServer`] does with `If-None-Match: *` on PutObject (see the module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -134,23 +115,11 @@ impl Tracked {
             .headers
             .get("x-amz-content-sha256")
             .is_some_and(|v| v.as_bytes() == b"UNSIGNED-PAYLOAD");
-        let mut p = self
-            .probe
-            .payloads
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        p.total += 1;
-        p.content_md5 += usize::from(content_md5);
-        p.unsigned += usize::from(unsigned);
+        self.probe.payload(content_md5, unsigned);
     }
 
     fn count(&self, operation: &'static str) {
-        let mut requests = self
-            .probe
-            .requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *requests.entry(operation).or_default() += 1;
+        self.probe.count(operation);
     }
 }
 
@@ -464,42 +433,6 @@ impl TestServer {
     /// How many HeadObject requests it has answered since it was first started.
     pub fn heads_received(&self) -> usize {
         self.heads_received.load(Ordering::SeqCst)
-    }
-
-    /// How the bodies of the PutObject and UploadPart requests it has received since it was
-    /// first started were vouched for (Content-MD5, payload signature).
-    pub fn payloads_received(&self) -> Payloads {
-        *self
-            .probe
-            .payloads
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// How many requests of each operation (`"PutObject"`, `"ListMultipartUploads"`, ...) it
-    /// has received since it was first started.
-    pub fn requests_received(&self) -> BTreeMap<String, usize> {
-        let requests = self
-            .probe
-            .requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        requests
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), *v))
-            .collect()
-    }
-
-    /// Makes each ListMultipartUploads wait `delay` before it reads the open uploads.
-    pub fn set_list_uploads_delay(&self, delay: Duration) {
-        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-        self.probe.list_delay_ms.store(ms, Ordering::SeqCst);
-    }
-
-    /// How many parts it had received (as [`parts_received`](Self::parts_received)) when the
-    /// last ListMultipartUploads read the open uploads, after its delay.
-    pub fn parts_when_last_listed(&self) -> usize {
-        self.probe.parts_when_listed.load(Ordering::SeqCst)
     }
 
     /// Whether it is serving.

@@ -11,20 +11,10 @@ use krabka_remote_storage::{
 };
 use tokio::sync::Semaphore;
 
+use super::attempt::Earlier;
 use super::join::{Task, join_all};
 use super::put::acquire;
 use super::{CUSTOM_TAG, S3RemoteStorage};
-
-/// Whether an earlier attempt may have left objects under a segment id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Earlier {
-    /// None did: this copy created the id's manifest (a create-only PutObject the store
-    /// enforces), and every attempt writes that manifest before its first object, and a
-    /// delete removes it last.
-    None,
-    /// One may have: the manifest was there (or the store may ignore create-only writes).
-    Maybe,
-}
 
 impl S3RemoteStorage {
     /// Writes the in-progress manifest of `metadata` under `manifest_key` (the full key);

@@ -5,6 +5,7 @@
 //! stored), [`get`] reads, [`delete`] removes, [`list`] is recovery's view of the bucket,
 //! [`conditional`] the create-only writes of the ownership records.
 
+mod attempt;
 mod client;
 mod conditional;
 mod copy;

@@ -14,7 +14,7 @@ use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinSet;
 
 use super::S3RemoteStorage;
-use super::copy::Earlier;
+use super::attempt::Earlier;
 use super::join::{Task, join_all};
 use super::put::{acquire, run_blocking};
 use super::verify::{Reported, hex};

@@ -12,7 +12,7 @@ use md5::{Digest, Md5};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::S3RemoteStorage;
-use super::copy::Earlier;
+use super::attempt::Earlier;
 use super::verify::{Reported, hex};
 use crate::errors::map_sdk;
 
