@@ -287,6 +287,22 @@ pub const TARGETS: &[Target] = &[
         ALL,
     ),
     target(
+        "random point read, log of single appends, index_interval_bytes 1 / commitlog (which indexes every record)",
+        "krabka-read-random-single-dense",
+        "commitlog-read-random",
+        Throughput,
+        Info,
+        ALL,
+    ),
+    target(
+        "the same, p50 latency / commitlog's (below 1.0: faster)",
+        "krabka-read-random-single-dense",
+        "commitlog-read-random",
+        P50,
+        Info,
+        ALL,
+    ),
+    target(
         "random point read p50, log in batches of 100 / bare pread of the whole batch",
         "krabka-read-random",
         "raw-read-random-batch",

@@ -215,9 +215,10 @@ pub struct Options {
     /// the smallest batch); maximum: 64 MiB ([`segment::MAX_UNCOMPRESSED_BATCH`], the most a
     /// reader decompresses from one batch).
     pub max_message_bytes: u64,
-    /// Most read file descriptors of closed segments kept open at once (a small LRU cache):
-    /// reads of a closed segment whose file is not cached open it again, evicting the least
-    /// recently used one. The active segment's file is always open, in addition. A read in
+    /// Most read file descriptors of closed segments kept open at once (a small cache): reads
+    /// of a closed segment whose file is not open open it again, closing one not used lately
+    /// (a clock, or second-chance, choice: one not read since the clock's hand last passed
+    /// it). The active segment's file is always open, in addition. A read in
     /// progress keeps its descriptor until it finishes, so briefly there may be one more per
     /// concurrent reader. Default: 128 ([`DEFAULT_MAX_OPEN_SEGMENTS`]). Minimum: 1 (`0` is
     /// [`Error::InvalidOptions`]).

@@ -18,6 +18,9 @@ pub(crate) mod recovery_point;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use parking_lot::RwLock;
 
 pub(crate) use self::index_files::{load_indexes, write_indexes};
 pub(crate) use self::lazy::LazyIndex;
@@ -26,12 +29,25 @@ use crate::Error;
 use crate::index::{OffsetEntries, TimeEntries};
 use crate::segment::segment_paths;
 
-/// The paths of a segment's files.
+/// The paths of a segment's files, and the read descriptor of its `.log` once closed.
 #[derive(Debug)]
 pub(crate) struct SegFile {
     pub(crate) log_path: PathBuf,
     pub(crate) index_path: PathBuf,
     pub(crate) time_index_path: PathBuf,
+    /// The open `.log` of the closed segment, while the log's descriptor cache keeps it.
+    pub(crate) read_fd: FdSlot,
+}
+
+/// A closed segment's read descriptor, held with the segment so that a read finds it with
+/// one uncontended shared lock, no search of a shared map and no list update; the log's
+/// descriptor cache decides which slots hold one (see `FdCache`).
+#[derive(Debug, Default)]
+pub(crate) struct FdSlot {
+    pub(crate) file: RwLock<Option<Arc<File>>>,
+    /// Set by each read that uses the descriptor, cleared by the cache's clock hand passing
+    /// it: a descriptor used since the hand last passed is kept for one more turn.
+    pub(crate) used: AtomicBool,
 }
 
 /// A segment's published state: what readers may see. An explicit hole (seqs a repair moved
@@ -170,6 +186,7 @@ pub(crate) fn seg_file(dir: &Path, base: u64) -> Arc<SegFile> {
         log_path,
         index_path,
         time_index_path,
+        read_fd: FdSlot::default(),
     })
 }
 

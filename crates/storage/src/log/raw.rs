@@ -122,7 +122,7 @@ impl Inner {
         let path = &plan.file.log_path;
         let fd = match &plan.fd {
             Some(fd) => Arc::clone(fd),
-            None => self.fds.get(plan.base, path)?,
+            None => self.fds.get(&plan.file)?,
         };
         let read = |at: u64, len: u64| {
             let len = usize::try_from(len.min(plan.size - at)).unwrap_or(usize::MAX);

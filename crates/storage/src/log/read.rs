@@ -4,13 +4,10 @@
 
 use std::fs::File;
 use std::io;
-use std::num::NonZeroUsize;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
-use lru::LruCache;
 use parking_lot::Mutex;
 
 use super::LazyIndex;
@@ -18,17 +15,57 @@ use super::{Inner, Seg, SegFile, State};
 use crate::segment::{MIN_BATCH_LEN, batch_len, decode_chunk};
 use crate::{Error, Record};
 
-/// Read-only file descriptors of closed segments, at most `cap` of them, least recently used
-/// evicted first; and the bytes the last read left over (see [`Carry`]).
+/// Read-only file descriptors of closed segments, at most `cap` of them; and the bytes the
+/// last read left over (see [`Carry`]).
+///
+/// Each descriptor is held in its segment's [`FdSlot`](crate::layout::FdSlot), so a read of a
+/// closed segment whose file is open takes that slot's shared lock and sets its `used` bit
+/// (when not set yet), and nothing else: no lock shared by all readers, no hash, no list
+/// update. The bound is kept by a clock (second chance) over the slots holding a descriptor,
+/// run only when a read opens a file: the hand passes over descriptors used since it last
+/// passed (clearing their bit) and closes the first one that was not, so the one closed is
+/// one not used for a turn of the hand, as a least-recently-used list would choose up to
+/// the order within that turn.
 #[derive(Debug)]
 pub(super) struct FdCache {
-    /// Base seq → file.
-    files: Mutex<LruCache<u64, Arc<File>>>,
+    clock: Mutex<Clock>,
     /// What the last [`Log::read`](super::Log::read) read past the records it returned.
     carry: Mutex<Option<Carry>>,
     /// Whether `carry` may hold something, set and cleared under its lock: a read that finds
     /// it clear (random point reads that read no further than their record) skips the lock.
     has_carry: AtomicBool,
+}
+
+/// The segments whose slots hold a descriptor, in the order the hand passes them.
+#[derive(Debug)]
+struct Clock {
+    cap: usize,
+    files: Vec<Arc<SegFile>>,
+    /// The next slot the hand looks at; a new one goes just behind it (the last it reaches).
+    hand: usize,
+}
+
+impl Clock {
+    /// Closes one descriptor: the first one from the hand on not used since the hand last
+    /// passed it (every bit cleared by one turn, so this ends within two).
+    fn evict_one(&mut self) {
+        for _ in 0..=2 * self.files.len() {
+            if self.hand >= self.files.len() {
+                self.hand = 0;
+            }
+            let Some(seg) = self.files.get(self.hand) else {
+                return;
+            };
+            if seg.read_fd.used.swap(false, Ordering::Relaxed) {
+                self.hand += 1;
+                continue;
+            }
+            let seg = self.files.remove(self.hand);
+            // Readers holding it keep their `Arc` until their read ends.
+            seg.read_fd.file.write().take();
+            return;
+        }
+    }
 }
 
 /// The bytes a read read but did not consume, from a batch boundary on: the batch its `max`
@@ -56,9 +93,11 @@ struct Carry {
 impl FdCache {
     pub(super) fn new(cap: usize) -> Self {
         Self {
-            files: Mutex::new(LruCache::new(
-                NonZeroUsize::new(cap).unwrap_or(NonZeroUsize::MIN),
-            )),
+            clock: Mutex::new(Clock {
+                cap: cap.max(1),
+                files: Vec::new(),
+                hand: 0,
+            }),
             carry: Mutex::new(None),
             has_carry: AtomicBool::new(false),
         }
@@ -93,31 +132,64 @@ impl FdCache {
         self.has_carry.store(true, Ordering::Relaxed);
     }
 
-    /// The open `.log` of the closed segment `base`, opening it (and evicting the least
-    /// recently used one when full) when it is not cached.
-    pub(super) fn get(&self, base: u64, path: &Path) -> Result<Arc<File>, Error> {
-        if let Some(f) = self.files.lock().get(&base) {
+    /// The open `.log` of the closed segment `seg`, opening it (and closing the one the
+    /// clock chooses when `cap` are open) when it is not open.
+    pub(super) fn get(&self, seg: &Arc<SegFile>) -> Result<Arc<File>, Error> {
+        let slot = &seg.read_fd;
+        if let Some(f) = slot.file.read().as_ref() {
+            // Read first: a bit already set is not written again (no cache line bouncing
+            // between readers of one segment).
+            if !slot.used.load(Ordering::Relaxed) {
+                slot.used.store(true, Ordering::Relaxed);
+            }
             return Ok(Arc::clone(f));
         }
-        // Opened outside the lock: other readers keep hitting the cache meanwhile.
+        // Opened outside the clock's lock: other readers keep reading meanwhile.
+        let path = &seg.log_path;
         let file = Arc::new(File::open(path).map_err(|e| Error::io(path, e))?);
-        self.files.lock().put(base, Arc::clone(&file));
+        let mut clock = self.clock.lock();
+        {
+            let mut held = slot.file.write();
+            if let Some(f) = held.as_ref() {
+                // Another reader opened it meanwhile.
+                return Ok(Arc::clone(f));
+            }
+            *held = Some(Arc::clone(&file));
+        }
+        slot.used.store(false, Ordering::Relaxed);
+        let at = clock.hand.min(clock.files.len());
+        clock.files.insert(at, Arc::clone(seg));
+        clock.hand = at + 1;
+        while clock.files.len() > clock.cap {
+            clock.evict_one();
+        }
         Ok(file)
     }
 
-    /// Closes the cached file of segment `base` (dropped by retention).
-    pub(super) fn remove(&self, base: u64) {
-        self.files.lock().pop(&base);
+    /// Closes the descriptor of segment `seg` (dropped by retention) and drops the carry
+    /// from it.
+    pub(super) fn remove(&self, seg: &Arc<SegFile>) {
+        {
+            let mut clock = self.clock.lock();
+            if let Some(i) = clock.files.iter().position(|f| Arc::ptr_eq(f, seg)) {
+                clock.files.remove(i);
+                if clock.hand > i {
+                    clock.hand -= 1;
+                }
+            }
+            seg.read_fd.file.write().take();
+        }
         let mut carry = self.carry.lock();
-        if carry.as_ref().is_some_and(|c| c.base == base) {
+        if carry.as_ref().is_some_and(|c| Arc::ptr_eq(&c.file, seg)) {
             *carry = None;
             self.has_carry.store(false, Ordering::Relaxed);
         }
     }
 
+    /// How many descriptors are open.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.files.lock().len()
+        self.clock.lock().files.len()
     }
 }
 
@@ -374,7 +446,7 @@ impl Inner {
         let path = &plan.file.log_path;
         let fd = match &plan.fd {
             Some(fd) => Arc::clone(fd),
-            None => self.fds.get(plan.base, path)?,
+            None => self.fds.get(&plan.file)?,
         };
         let mut pos = plan.pos;
         let mut expect = plan.start_seq;

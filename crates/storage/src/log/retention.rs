@@ -55,7 +55,7 @@ impl Inner {
             ] {
                 fsutil::remove_if_exists(path).at(path)?;
             }
-            self.fds.remove(seg.base_seq);
+            self.fds.remove(&seg.file);
             self.counters.segment_deleted();
             freed += seg.size + seg.index_bytes;
         }

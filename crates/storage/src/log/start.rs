@@ -42,8 +42,8 @@ impl Inner {
         let sf = seg_file(&self.dir, seq);
         let file = Arc::new(file);
         self.state.write().segs = vec![Seg::empty_active(seq, Arc::clone(&sf), Arc::clone(&file))];
-        for (base, _) in &old {
-            self.fds.remove(*base);
+        for (_, f) in &old {
+            self.fds.remove(f);
         }
         self.unsynced_closed.lock().clear();
         self.sync_state.lock().restart_at(seq - 1);

@@ -40,9 +40,9 @@ pub use self::found::{IncompleteTail, IndexFallback, PolledBatches};
 pub use self::reader::LogReader;
 pub use self::repair::RepairPreview;
 pub use self::verify::{IndexState, Problem, SegmentCheck, VerifyReport};
-use crate::layout::SegFile;
 use crate::layout::hole::{list_hole_markers, with_acceptance};
 use crate::layout::index_files::{IndexFiles, check_indexes};
+use crate::layout::{FdSlot, SegFile};
 use crate::segment::{LOG_EXTENSION, QUARANTINE_DIR, parse_segment_file_name, segment_paths};
 use crate::{Error, Hole, SegmentRepair, plan_segment_repair};
 
@@ -143,6 +143,7 @@ impl LogView {
             log_path,
             index_path,
             time_index_path,
+            read_fd: FdSlot::default(),
         };
         matches!(check_indexes(&files, base, log_len), IndexFiles::Rebuilt)
     }

@@ -1,6 +1,6 @@
 //! Unit tests of the read path.
 use std::fs;
-use std::path::PathBuf;
+use std::path::Path;
 
 use krabka_protocol::Message;
 
@@ -102,38 +102,100 @@ fn a_read_that_does_not_continue_the_last_one_reads_from_the_index() {
     );
 }
 
+/// The segments whose descriptors are open, by the first byte of their files.
+fn open_in(cache: &FdCache) -> Vec<u8> {
+    let mut v: Vec<u8> = cache
+        .clock
+        .lock()
+        .files
+        .iter()
+        .map(|f| fs::read(&f.log_path).unwrap()[0])
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 #[test]
-fn fd_cache_keeps_at_most_cap_files_and_evicts_the_least_recently_used() {
+fn fd_cache_keeps_at_most_cap_files_and_closes_one_not_used_since_the_hand_passed() {
     let dir = tempfile::tempdir().unwrap();
-    let paths: Vec<PathBuf> = (1..=5u64)
+    let segs: Vec<Arc<SegFile>> = (1..=5u8)
         .map(|b| {
-            let p = dir.path().join(format!("{b}"));
-            fs::write(&p, b"x").unwrap();
-            p
+            let seg = crate::layout::seg_file(dir.path(), u64::from(b));
+            fs::write(&seg.log_path, [b]).unwrap();
+            seg
         })
         .collect();
     let cache = FdCache::new(3);
-    for (b, p) in (1..=3u64).zip(&paths) {
-        cache.get(b, p).unwrap();
+    for seg in &segs[..3] {
+        cache.get(seg).unwrap();
     }
-    // 1 is used again, so 2 is the least recently used when 4 comes in.
-    let one = cache.get(1, &paths[0]).unwrap();
-    cache.get(4, &paths[3]).unwrap();
+    // 1 is used again, so 2 is the first one not used since it was opened when 4 comes in.
+    let one = cache.get(&segs[0]).unwrap();
+    cache.get(&segs[3]).unwrap();
     assert_eq!(cache.len(), 3);
-    let cached: Vec<u64> = {
-        let mut v: Vec<u64> = cache.files.lock().iter().map(|(b, _)| *b).collect();
-        v.sort_unstable();
-        v
-    };
-    assert_eq!(cached, vec![1, 3, 4]);
+    assert_eq!(open_in(&cache), vec![1, 3, 4]);
+    assert!(
+        segs[1].read_fd.file.read().is_none(),
+        "2's descriptor closed"
+    );
     // A hit returns the same open file.
-    assert!(Arc::ptr_eq(&one, &cache.get(1, &paths[0]).unwrap()));
-    cache.remove(1);
+    assert!(Arc::ptr_eq(&one, &cache.get(&segs[0]).unwrap()));
+    // 1 was used again since the hand passed it, 3 was not: 3 goes for 5.
+    cache.get(&segs[4]).unwrap();
+    assert_eq!(open_in(&cache), vec![1, 4, 5]);
+    cache.remove(&segs[0]);
     assert_eq!(cache.len(), 2);
+    assert!(
+        segs[0].read_fd.file.read().is_none(),
+        "1's descriptor closed"
+    );
+    // The file handed out before stays readable by its holder.
+    let mut byte = [0u8; 1];
+    std::os::unix::fs::FileExt::read_exact_at(&*one, &mut byte, 0).unwrap();
+    assert_eq!(byte, [1]);
     // A missing file is an I/O error, and nothing is cached for it.
-    let missing = dir.path().join("missing");
-    assert!(matches!(cache.get(9, &missing), Err(Error::Io { .. })));
+    let missing = crate::layout::seg_file(dir.path(), 9);
+    assert!(matches!(cache.get(&missing), Err(Error::Io { .. })));
     assert_eq!(cache.len(), 2);
+}
+
+/// Many readers of more segments than the cache holds, each read checked: the bound holds
+/// whatever the interleaving, and every read gets its segment's own file.
+#[test]
+fn fd_cache_stays_within_its_cap_under_concurrent_readers_of_more_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let segs: Vec<Arc<SegFile>> = (1..=12u8)
+        .map(|b| {
+            let seg = crate::layout::seg_file(dir.path(), u64::from(b));
+            fs::write(&seg.log_path, [b]).unwrap();
+            seg
+        })
+        .collect();
+    let cache = FdCache::new(4);
+    std::thread::scope(|s| {
+        for t in 0..4usize {
+            let (cache, segs) = (&cache, &segs);
+            s.spawn(move || {
+                for i in 0..2_000usize {
+                    let k = (i * 7 + t * 5) % segs.len();
+                    let f = cache.get(&segs[k]).unwrap();
+                    let mut byte = [0u8; 1];
+                    std::os::unix::fs::FileExt::read_exact_at(&*f, &mut byte, 0).unwrap();
+                    assert_eq!(usize::from(byte[0]), k + 1);
+                }
+            });
+        }
+    });
+    assert!(cache.len() <= 4, "{} open", cache.len());
+    let held = segs
+        .iter()
+        .filter(|s| s.read_fd.file.read().is_some())
+        .count();
+    assert_eq!(
+        held,
+        cache.len(),
+        "slots holding a descriptor = the clock's"
+    );
 }
 
 /// A point read of a log of like-sized single appends reads one span, from the index entry at
