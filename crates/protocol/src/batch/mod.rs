@@ -69,6 +69,8 @@ mod view;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_encoder;
+#[cfg(test)]
 mod tests_hostile;
 
 pub use crc::{Crc32c, crc32c};

@@ -36,38 +36,6 @@ pub(super) struct FdCache {
     has_carry: AtomicBool,
 }
 
-/// The segments whose slots hold a descriptor, in the order the hand passes them.
-#[derive(Debug)]
-struct Clock {
-    cap: usize,
-    files: Vec<Arc<SegFile>>,
-    /// The next slot the hand looks at; a new one goes just behind it (the last it reaches).
-    hand: usize,
-}
-
-impl Clock {
-    /// Closes one descriptor: the first one from the hand on not used since the hand last
-    /// passed it (every bit cleared by one turn, so this ends within two).
-    fn evict_one(&mut self) {
-        for _ in 0..=2 * self.files.len() {
-            if self.hand >= self.files.len() {
-                self.hand = 0;
-            }
-            let Some(seg) = self.files.get(self.hand) else {
-                return;
-            };
-            if seg.read_fd.used.swap(false, Ordering::Relaxed) {
-                self.hand += 1;
-                continue;
-            }
-            let seg = self.files.remove(self.hand);
-            // Readers holding it keep their `Arc` until their read ends.
-            seg.read_fd.file.write().take();
-            return;
-        }
-    }
-}
-
 /// The bytes a read read but did not consume, from a batch boundary on: the batch its `max`
 /// stopped inside (whose records after the last one returned the next sequential read wants
 /// first) and whatever followed it in the chunk. The next read, when it continues where this
@@ -93,11 +61,7 @@ struct Carry {
 impl FdCache {
     pub(super) fn new(cap: usize) -> Self {
         Self {
-            clock: Mutex::new(Clock {
-                cap: cap.max(1),
-                files: Vec::new(),
-                hand: 0,
-            }),
+            clock: Mutex::new(Clock::new(cap)),
             carry: Mutex::new(None),
             has_carry: AtomicBool::new(false),
         }
@@ -156,13 +120,7 @@ impl FdCache {
             }
             *held = Some(Arc::clone(&file));
         }
-        slot.used.store(false, Ordering::Relaxed);
-        let at = clock.hand.min(clock.files.len());
-        clock.files.insert(at, Arc::clone(seg));
-        clock.hand = at + 1;
-        while clock.files.len() > clock.cap {
-            clock.evict_one();
-        }
+        clock.admit(seg);
         Ok(file)
     }
 
@@ -171,12 +129,7 @@ impl FdCache {
     pub(super) fn remove(&self, seg: &Arc<SegFile>) {
         {
             let mut clock = self.clock.lock();
-            if let Some(i) = clock.files.iter().position(|f| Arc::ptr_eq(f, seg)) {
-                clock.files.remove(i);
-                if clock.hand > i {
-                    clock.hand -= 1;
-                }
-            }
+            clock.forget(seg);
             seg.read_fd.file.write().take();
         }
         let mut carry = self.carry.lock();
@@ -189,7 +142,7 @@ impl FdCache {
     /// How many descriptors are open.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.clock.lock().files.len()
+        self.clock.lock().len()
     }
 }
 
@@ -635,67 +588,11 @@ impl Inner {
             .or(Some(seg.size))
             .filter(|&end| end > pos)
     }
-
-    /// The first seq with a timestamp `>= ts` (see
-    /// [`Log::seq_for_timestamp`](super::Log::seq_for_timestamp)).
-    pub(super) fn seq_for_timestamp(&self, ts: i64) -> Result<Option<u64>, Error> {
-        // Segments whose largest timestamp reaches `ts`, oldest first; index entries not loaded
-        // yet are loaded outside the state lock, and only for segments the search reaches.
-        let bases: Vec<u64> = {
-            let st = self.state.read();
-            st.segs
-                .iter()
-                .filter(|s| s.max_timestamp >= ts && s.hole.is_none())
-                .map(|s| s.base_seq)
-                .collect()
-        };
-        for base in bases {
-            let Some((from, last)) = self.time_floor_of(base, ts)? else {
-                continue;
-            };
-            if let Some(seq) = self.first_at_or_after(from, last, ts)? {
-                return Ok(Some(seq));
-            }
-        }
-        Ok(None)
-    }
-
-    /// The seq to scan from in segment `base` for the first timestamp `>= ts`, and its last
-    /// seq; `None` when it holds none or is gone. Loads lazy entries outside the state lock (as
-    /// [`plan_read`](Self::plan_read) does, this ends).
-    fn time_floor_of(&self, base: u64, ts: i64) -> Result<Option<(u64, u64)>, Error> {
-        loop {
-            let lazy = {
-                let st = self.state.read();
-                let Ok(i) = st.segs.binary_search_by_key(&base, |s| s.base_seq) else {
-                    return Ok(None);
-                };
-                let Some(seg) = st.segs.get(i) else {
-                    return Ok(None);
-                };
-                match seg.time_floor(ts) {
-                    Ok(floor) => return Ok(floor.map(|f| (f, seg.last_seq))),
-                    Err(lazy) => lazy,
-                }
-            };
-            if let Err(e) = lazy.load() {
-                // Retention drops a segment from the published state before it deletes its
-                // files: a load that failed on a segment no longer there found it deleted, and
-                // a deleted segment holds no timestamp.
-                let gone = self
-                    .state
-                    .read()
-                    .segs
-                    .binary_search_by_key(&base, |s| s.base_seq)
-                    .is_err();
-                if gone {
-                    return Ok(None);
-                }
-                return Err(e);
-            }
-        }
-    }
 }
 
+mod clock;
 #[cfg(test)]
 mod tests;
+mod time;
+
+use self::clock::Clock;

@@ -107,7 +107,7 @@ fn open_in(cache: &FdCache) -> Vec<u8> {
     let mut v: Vec<u8> = cache
         .clock
         .lock()
-        .files
+        .open_files()
         .iter()
         .map(|f| fs::read(&f.log_path).unwrap()[0])
         .collect();
