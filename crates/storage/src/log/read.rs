@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 
 use super::LazyIndex;
 use super::{Inner, Seg, SegFile, State};
-use crate::segment::{MIN_BATCH_LEN, batch_len, decode_chunk};
+use crate::segment::{MIN_BATCH_LEN, Skip, batch_len, decode_chunk};
 use crate::{Error, Record};
 
 /// Read-only file descriptors of closed segments, at most `cap` of them; and the bytes the
@@ -346,7 +346,10 @@ impl Inner {
     }
 
     /// [`read_segment`](Self::read_segment) by `plan`, again from the segment's start when the
-    /// index entry it started from does not point at the batch it names.
+    /// read from the index entry it started from fails before giving a record: the entry may
+    /// not point at the batch it names (the read steps over the batches before the one asked
+    /// for by their headers, so such an entry shows anywhere on the way, not only at its own
+    /// position). Damage the read from the start meets too is reported where it lies.
     fn read_planned(
         &self,
         plan: ReadPlan,
@@ -357,18 +360,18 @@ impl Inner {
         let before = out.len();
         let result = self.read_segment(&plan, seq, max, out);
         if let Err(Error::Corrupt { position, .. }) = &result
-            && *position == plan.pos
             && plan.pos != 0
             && out.len() == before
         {
-            // The index entry does not point at the batch it names (an index rewritten
-            // with a valid checksum, or bit rot in it): never trust it over the `.log`,
-            // read the segment from its start instead.
+            // The index entry may not point at the batch it names (an index rewritten with a
+            // valid checksum, or bit rot in it): never trust it over the `.log`, read the
+            // segment from its start instead.
             tracing::warn!(
                 path = %plan.file.index_path.display(),
                 seq = plan.start_seq,
                 position = plan.pos,
-                "index entry does not match the .log; reading the segment from its start"
+                failed_at = *position,
+                "a read from an index entry failed; reading the segment from its start"
             );
             // The entry after the floor is from the same index: it does not size these reads.
             let from_start = ReadPlan {
@@ -514,7 +517,11 @@ impl Inner {
                 need,
                 Some(expect),
                 plan.last_seq,
-                true,
+                // Even the batch at the index entry is stepped over by its header when none of
+                // its records is asked for: a read from an entry that fails anywhere is made
+                // again from the segment's start (`read_planned`), so an entry that does not
+                // point at a batch still costs only that second read.
+                Skip::All,
                 out,
             )
             .map_err(|e| e.into_error(path, pos))?;

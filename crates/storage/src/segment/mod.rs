@@ -45,7 +45,7 @@ pub use self::batch::{
     MIN_RECORD_LEN, batch_len, encode_batch_of_one, peek_batch, read_chunk,
 };
 pub(crate) use self::batch::{BadBytes, Parsed, encode_batch_from, encode_batch_from_split};
-pub(crate) use self::decode::{BEYOND_END, beyond_end, decode_chunk, decode_within};
+pub(crate) use self::decode::{BEYOND_END, Skip, beyond_end, decode_chunk, decode_within};
 pub use self::decode::{
     DecodedRecords, decode_records, decode_records_at, decode_records_skipping,
 };

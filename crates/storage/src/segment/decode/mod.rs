@@ -122,6 +122,29 @@ fn decode_with(
     decode_within(buf, expect, from_seq, max, u64::MAX, fast_skip)
 }
 
+/// Which batches wholly before the first seq asked for a decode steps over by their header
+/// alone (see [`decode_chunk`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Skip {
+    /// Every batch is checked whole.
+    Never,
+    /// Every batch but the buffer's first.
+    AfterFirst,
+    /// Every batch, the first included.
+    All,
+}
+
+impl From<bool> for Skip {
+    /// `true` is [`Skip::AfterFirst`], `false` [`Skip::Never`].
+    fn from(fast_skip: bool) -> Self {
+        if fast_skip {
+            Skip::AfterFirst
+        } else {
+            Skip::Never
+        }
+    }
+}
+
 /// [`decode_records_at`] (or, `expect` `None`, [`decode_records`]) that gives no record of a
 /// batch reaching past `last_allowed` (see [`decode_chunk`]).
 pub(crate) fn decode_within(
@@ -154,11 +177,13 @@ pub(crate) fn decode_within(
 /// appends the records to `out`; returns the bytes consumed and the seq the batch there must
 /// start with (see [`DecodedRecords`]).
 ///
-/// With `fast_skip`, batches wholly before `from_seq` other than the buffer's first are
-/// stepped over by their header alone, without a CRC check: nothing of them is returned,
+/// With `skip` ([`Skip`]), batches wholly before `from_seq` are stepped over by their header
+/// alone (base offset, length, last offset), without a CRC check: nothing of them is returned,
 /// every record returned is still checked, and a wrong length lands on bytes that fail the
-/// seq or CRC check of a later batch. The first batch is always checked, so that a reader
-/// positioned by an index entry learns at once when the entry does not point at a batch.
+/// seq or CRC check of a later batch. [`Skip::AfterFirst`] checks the buffer's first batch
+/// whole, so that a reader positioned by an index entry learns at that entry's position when
+/// the entry does not point at a batch; [`Skip::All`] steps over it too, for a caller that
+/// reads again from a trusted position whenever a read from an entry fails anywhere.
 ///
 /// No batch reaching past `last_allowed` (the last seq of a closed segment: the next segment
 /// starts after it) gives a record: it is damage at its position. Checked once per batch, from
@@ -169,16 +194,17 @@ pub(crate) fn decode_chunk(
     max: usize,
     mut expect: Option<u64>,
     last_allowed: u64,
-    fast_skip: bool,
+    skip: impl Into<Skip>,
     out: &mut Vec<Record>,
 ) -> Result<(usize, Option<u64>), BadBytes> {
+    let skip = skip.into();
     let mut pos = 0usize;
     let mut next_seq = None;
     let mut left = max;
     while left > 0 && pos < buf.len() {
         let rest = buf.get(pos..).unwrap_or(&[]);
-        if fast_skip
-            && pos > 0
+        if skip != Skip::Never
+            && (pos > 0 || skip == Skip::All)
             && expect.is_some_and(|e| e < from_seq)
             && let Some((seq, last, len)) = peek_batch(rest)
             && last < from_seq
