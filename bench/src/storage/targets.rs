@@ -151,6 +151,22 @@ pub const TARGETS: &[Target] = &[
         ALL,
     ),
     target(
+        "append + fdatasync, 1 thread, preallocated segment / raw pwrite + fdatasync into a fallocated file",
+        "krabka-sync1-prealloc",
+        "raw-sync1-prealloc",
+        Throughput,
+        AtLeast(0.9),
+        ALL,
+    ),
+    target(
+        "append + fdatasync, 4 threads, preallocated segment / okaywal 4 threads, entry commit each",
+        "krabka-sync4-prealloc",
+        "okaywal-sync4",
+        Throughput,
+        AtLeast(1.1),
+        ALL,
+    ),
+    target(
         "sequential read_batches (1 MiB) / raw 1 MiB reads of the same segment files",
         "krabka-batches-seq",
         "raw-read-seq",
