@@ -159,6 +159,22 @@ pub const TARGETS: &[Target] = &[
         ALL,
     ),
     target(
+        "floor: raw pwrite + fdatasync of the record's batch of one / of its value (fallocated files)",
+        "raw-sync1-prealloc-frame",
+        "raw-sync1-prealloc",
+        Throughput,
+        Info,
+        ALL,
+    ),
+    target(
+        "append + fdatasync, 1 thread, preallocated segment / its format floor (the batch of one)",
+        "krabka-sync1-prealloc",
+        "raw-sync1-prealloc-frame",
+        Throughput,
+        Info,
+        ALL,
+    ),
+    target(
         "append + fdatasync, 4 threads, preallocated segment / okaywal 4 threads, entry commit each",
         "krabka-sync4-prealloc",
         "okaywal-sync4",
