@@ -72,6 +72,8 @@ fn storage_quick_prints_every_case_for_every_value_size() {
         "random point read, log of single appends / bare pread of the record's batch",
         "random point read p50, log in batches of 100 / bare pread of the whole batch",
         "bytes on disk / value bytes, batches of 100",
+        "append + fdatasync, 1 thread, preallocated segment / raw pwrite + fdatasync into a fallocated file",
+        "append + fdatasync, 4 threads, preallocated segment / okaywal 4 threads, entry commit each",
     ] {
         assert!(
             targets.iter().any(|l| l.contains(target)),
@@ -80,13 +82,14 @@ fn storage_quick_prints_every_case_for_every_value_size() {
     }
     let svg = std::fs::read_to_string(&chart).expect("chart written");
     assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"));
-    // Two legend swatches, then a bar per target and size it applies to: 3 sizes for six
-    // targets (the point read against its floor among them), 100 B and 1 KiB for the decoded
+    // Two legend swatches, then a bar per target and size it applies to: 3 sizes for eight
+    // targets (the point read against its floor and the two synced appends among them), 100 B
+    // and 1 KiB for the decoded
     // read against commitlog and each decoded read against its floor, 1 KiB for the decoded
     // and the point read against commitlog, 100 B for the bytes on disk.
     assert_eq!(
         svg.matches("<rect x=").count(),
-        2 + 6 * 3 + 3 * 2 + 2 + 1,
+        2 + 8 * 3 + 3 * 2 + 2 + 1,
         "{svg}"
     );
 }

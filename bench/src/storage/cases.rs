@@ -110,6 +110,11 @@ pub const CASES: &[Case] = &[
         "raw pwrite into fallocated file + sync_data",
         "raw-sync1-prealloc",
     ),
+    raw(
+        G_SYNC1,
+        "raw pwrite of the record's batch of one into fallocated file + sync_data",
+        "raw-sync1-prealloc-frame",
+    ),
     krabka(G_SYNC4, "krabka append, EveryAppend", "krabka-sync4"),
     case(
         G_SYNC4,

@@ -45,6 +45,18 @@ fn prealloc_options(preallocate: bool) -> Options {
     }
 }
 
+/// Prints to stderr (beside the measurement, which it does not change) how many records each
+/// fsync of a synced-append case covered: the group commit's batching, a count rather than a
+/// time.
+fn report_fsyncs(log: &Log) {
+    let s = log.stats();
+    let per = s.appends as f64 / s.fsyncs.max(1) as f64;
+    eprintln!(
+        "fsyncs={} appends={} records_per_fsync={per:.2}",
+        s.fsyncs, s.appends
+    );
+}
+
 /// Builds a krabka log of `w.records` records (untimed) with `opts`.
 fn fill_krabka_with(dir: &Path, w: &Workload, v: &Bytes, opts: Options) -> Result<Log> {
     let log = Log::open(dir, opts)?;
@@ -231,15 +243,19 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
         // first write), or explicitly not, whatever the default.
         "krabka-sync1-prealloc" | "krabka-sync1-grow" => {
             let log = Log::open(dir, prealloc_options(id.ends_with("-prealloc")))?;
-            timed(sync_n, 1, vlen, |i| {
+            let m = timed(sync_n, 1, vlen, |i| {
                 Ok(log.append(&message(v, i)).map(drop)?)
-            })
+            });
+            report_fsyncs(&log);
+            m
         }
         "krabka-sync4-prealloc" | "krabka-sync4-grow" => {
             let log = Log::open(dir, prealloc_options(id.ends_with("-prealloc")))?;
-            timed_threads(sync_n, vlen, |_, i| {
+            let m = timed_threads(sync_n, vlen, |_, i| {
                 Ok(log.append(&message(v, i)).map(drop)?)
-            })
+            });
+            report_fsyncs(&log);
+            m
         }
         "krabka-batch-sync" => {
             // Built once, restamped per call, as the no-sync batch case does.

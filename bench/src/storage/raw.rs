@@ -81,6 +81,25 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
                 Ok(f.sync_data()?)
             })
         }
+        "raw-sync1-prealloc-frame" => {
+            // The same with the bytes krabka writes for each record (its batch of one, encoded
+            // once): a record no longer fills whole pages, so each fdatasync also rewrites the
+            // page the previous record ended in.
+            let mut frame = Vec::new();
+            encode_batch_of_one(1, &message(v, 0), &mut frame)?;
+            let flen = frame.len() as u64;
+            let f = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(dir.join("raw"))?;
+            fallocate(&f, FallocateFlags::empty(), 0, sync_n * flen)?;
+            f.sync_all()?;
+            timed(sync_n, 1, vlen, |i| {
+                f.write_all_at(&frame, i * flen)?;
+                Ok(f.sync_data()?)
+            })
+        }
         "raw-sync4" => {
             let files = (0..THREADS)
                 .map(|t| raw_file(dir, &format!("raw{t}")).map(Mutex::new))

@@ -62,7 +62,7 @@ fn recycle_slices<'b>(mut slices: Vec<IoSlice<'_>>) -> Vec<IoSlice<'b>> {
 }
 
 /// Counts an appender in [`Inner::writers`] while it lives, for a group commit to wait for
-/// (see `gather_writers`). Under [`SyncPolicy::Never`] no append fsyncs, so nothing is
+/// (see `wait_for_writers`). Under [`SyncPolicy::Never`] no append fsyncs, so nothing is
 /// counted: two locked operations less per append, and an explicit `Log::sync` gathers
 /// without them.
 struct Writing<'a>(Option<&'a AtomicUsize>);

@@ -149,6 +149,8 @@ struct Inner {
     appender: Mutex<Appender>,
     sync_state: Mutex<SyncState>,
     sync_done: Condvar,
+    /// Wakes a gathering sync leader when another caller of `sync_through` arrives.
+    sync_arrived: Condvar,
     /// Wakes the flusher thread (on the first unsynced append after a sync, and to stop it).
     flush_wake: Condvar,
     poisoned: AtomicBool,

@@ -61,6 +61,7 @@ impl Inner {
             appender: Mutex::new(appender),
             sync_state: Mutex::new(SyncState::new(last)),
             sync_done: Condvar::new(),
+            sync_arrived: Condvar::new(),
             flush_wake: Condvar::new(),
             poisoned: AtomicBool::new(false),
             poison_cause: std::sync::OnceLock::new(),
