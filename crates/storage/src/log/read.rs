@@ -345,11 +345,9 @@ impl Inner {
         plan_in(&self.state.read(), seq, first)
     }
 
-    /// [`read_segment`](Self::read_segment) by `plan`, again from the segment's start when the
-    /// read from the index entry it started from fails before giving a record: the entry may
-    /// not point at the batch it names (the read steps over the batches before the one asked
-    /// for by their headers, so such an entry shows anywhere on the way, not only at its own
-    /// position). Damage the read from the start meets too is reported where it lies.
+    /// [`read_segment`](Self::read_segment) by `plan`, again from the segment's start when a
+    /// read from an index entry fails before giving a record (a lying entry shows anywhere on
+    /// the way); damage the read from the start meets too is reported where it lies.
     fn read_planned(
         &self,
         plan: ReadPlan,
@@ -517,10 +515,7 @@ impl Inner {
                 need,
                 Some(expect),
                 plan.last_seq,
-                // Even the batch at the index entry is stepped over by its header when none of
-                // its records is asked for: a read from an entry that fails anywhere is made
-                // again from the segment's start (`read_planned`), so an entry that does not
-                // point at a batch still costs only that second read.
+                // The entry's batch too (`read_planned` reads again from the start on failure).
                 Skip::All,
                 out,
             )
