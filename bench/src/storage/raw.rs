@@ -125,22 +125,7 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
             // records (encoded once, before the timer), its CRC-32C computed and the batch
             // written, per call.
             let mut f = raw_file(dir, "raw")?;
-            // As append_batch splits them: batches of up to MAX_BATCH_RECORD_BYTES of records.
-            let msgs = distinct_batch_of(values, vlen, 0);
-            let mut batches = Vec::new();
-            let mut taken = 0;
-            while let Some(rest) = msgs.get(taken..).filter(|r| !r.is_empty()) {
-                let mut batch = Vec::new();
-                let base = i64::try_from(taken)?;
-                taken += encode_messages(
-                    &mut batch,
-                    base,
-                    rest,
-                    Compression::None,
-                    MAX_BATCH_RECORD_BYTES,
-                )?;
-                batches.push(batch);
-            }
+            let batches = v2_batches_of(values, vlen)?;
             timed(nb, BATCH as u64, vlen, |_| {
                 for batch in &batches {
                     std::hint::black_box(crc32c(batch.get(21..).unwrap_or_default()));
@@ -155,21 +140,7 @@ pub(super) fn run(id: &str, w: &Workload, p: &Params, dir: &Path) -> Result<Meas
             // bytes once), then computes its CRC-32C and writes it. What `append_batch` does
             // above this is the framing of the records and the log's own bookkeeping.
             let mut f = raw_file(dir, "raw")?;
-            let msgs = distinct_batch_of(values, vlen, 0);
-            let mut batches = Vec::new();
-            let mut taken = 0;
-            while let Some(rest) = msgs.get(taken..).filter(|r| !r.is_empty()) {
-                let mut batch = Vec::new();
-                let base = i64::try_from(taken)?;
-                taken += encode_messages(
-                    &mut batch,
-                    base,
-                    rest,
-                    Compression::None,
-                    MAX_BATCH_RECORD_BYTES,
-                )?;
-                batches.push(batch);
-            }
+            let batches = v2_batches_of(values, vlen)?;
             let mut buf = Vec::new();
             timed(nb, BATCH as u64, vlen, |_| {
                 for batch in &batches {
@@ -441,4 +412,26 @@ fn read_index_spans(segs: &Segments, p: &Params, crc: bool) -> Result<Measuremen
         }
         Ok(())
     })
+}
+
+/// The v2 batches `append_batch` writes for the 100 records of `values` (each `vlen` bytes),
+/// encoded once: split as it splits them, into batches of up to `MAX_BATCH_RECORD_BYTES` of
+/// records.
+fn v2_batches_of(values: &Bytes, vlen: usize) -> Result<Vec<Vec<u8>>> {
+    let msgs = distinct_batch_of(values, vlen, 0);
+    let mut batches = Vec::new();
+    let mut taken = 0;
+    while let Some(rest) = msgs.get(taken..).filter(|r| !r.is_empty()) {
+        let mut batch = Vec::new();
+        let base = i64::try_from(taken)?;
+        taken += encode_messages(
+            &mut batch,
+            base,
+            rest,
+            Compression::None,
+            MAX_BATCH_RECORD_BYTES,
+        )?;
+        batches.push(batch);
+    }
+    Ok(batches)
 }

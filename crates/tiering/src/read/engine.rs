@@ -330,38 +330,37 @@ impl ReadEngine {
     /// without holding a thread. False when the engine is closing (the job is dropped, and
     /// its read told nothing: it reads itself).
     pub(crate) fn fetch_for_read(&self, reader: u64, job: Job) -> bool {
-        let core = &self.core;
-        let mut st = core.state.lock();
-        if st.closed {
-            return false;
-        }
-        let q = st.readers.entry(reader).or_default();
-        q.fetch.push_back(job);
-        let enter = !q.in_ring;
-        q.in_ring = true;
-        if enter {
-            st.ring.push_back(reader);
-        }
-        st.queued += 1;
-        let spawn = core.dispatch(&mut st);
-        drop(st);
-        core.spawn_and_wake(spawn);
-        true
+        self.enqueue(reader, |q| {
+            q.fetch.push_back(job);
+            true
+        })
     }
 
     /// Queues a read-ahead fetch for `reader`; false when its read-ahead queue is full (or the
     /// engine is closing).
     pub(crate) fn submit(&self, reader: u64, job: Job) -> bool {
+        self.enqueue(reader, |q| {
+            if q.ahead.len() >= AHEAD_PER_READER {
+                return false;
+            }
+            q.ahead.push_back(job);
+            true
+        })
+    }
+
+    /// Queues a job into `reader`'s queue by `push` (false: it took none), puts the reader in
+    /// the ring of readers served in turn, and dispatches; false when the engine is closing or
+    /// `push` took nothing.
+    fn enqueue(&self, reader: u64, push: impl FnOnce(&mut ReaderQueue) -> bool) -> bool {
         let core = &self.core;
         let mut st = core.state.lock();
         if st.closed {
             return false;
         }
         let q = st.readers.entry(reader).or_default();
-        if q.ahead.len() >= AHEAD_PER_READER {
+        if !push(q) {
             return false;
         }
-        q.ahead.push_back(job);
         let enter = !q.in_ring;
         q.in_ring = true;
         if enter {

@@ -379,13 +379,27 @@ impl RemoteReader<'_> {
                 )
             });
         }
+        self.fetch_exact(meta, start, end, seq, || {
+            format!("bytes {start}..{end} lie beyond u32 positions")
+        })
+    }
+
+    /// Fetches exactly bytes `start..end` of a segment's `.log` in one fetch slot; a range
+    /// beyond u32 positions (`beyond` says which) or an object shorter than the metadata's
+    /// size is [`ReadError::CorruptRemote`](crate::ReadError::CorruptRemote).
+    fn fetch_exact(
+        &self,
+        meta: &RemoteLogSegmentMetadata,
+        start: u64,
+        end: u64,
+        seq: u64,
+        beyond: impl FnOnce() -> String,
+    ) -> Result<Bytes, Error> {
         let id = meta.remote_log_segment_id();
         let corrupt = |reason: String| log_corrupt(meta, seq, Some(start), reason);
         let (Ok(first), Ok(last)) = (u32::try_from(start), u32::try_from(end.saturating_sub(1)))
         else {
-            return Err(corrupt(format!(
-                "bytes {start}..{end} lie beyond u32 positions"
-            )));
+            return Err(corrupt(beyond()));
         };
         let _slot = self.fetch_slot(meta, None, end - start, seq)?;
         bump(&self.counters.fetch_log, 1);
@@ -415,30 +429,11 @@ impl RemoteReader<'_> {
         seq: u64,
         run_on: u64,
     ) -> Result<Bytes, Error> {
-        let id = meta.remote_log_segment_id();
         let chunk = u64::from(self.config.chunk_bytes);
-        let size = meta.segment_size_in_bytes();
         let start = n * chunk;
-        let extra = run_on;
-        let end = (start + chunk + extra).min(size);
-        let corrupt = |reason: String| log_corrupt(meta, seq, Some(start), reason);
-        let (Ok(first), Ok(last)) = (u32::try_from(start), u32::try_from(end.saturating_sub(1)))
-        else {
-            return Err(corrupt(format!("chunk {n} lies beyond u32 positions")));
-        };
-        let _slot = self.fetch_slot(meta, None, end - start, seq)?;
-        bump(&self.counters.fetch_log, 1);
-        let bytes = self
-            .rsm
-            .fetch_log_segment(&backend_view(meta), first, Some(last))
-            .map_err(|e| Error::remote("fetch_log_segment", id, Some(seq), e))?;
-        if bytes.len() as u64 != end - start {
-            return Err(corrupt(format!(
-                "fetching bytes {start}..{end} returned {} bytes: the object is shorter than \
-                 the segment's {size} bytes",
-                bytes.len()
-            )));
-        }
-        Ok(Bytes::from(bytes))
+        let end = (start + chunk + run_on).min(meta.segment_size_in_bytes());
+        self.fetch_exact(meta, start, end, seq, || {
+            format!("chunk {n} lies beyond u32 positions")
+        })
     }
 }
