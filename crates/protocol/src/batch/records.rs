@@ -8,6 +8,8 @@ use bytes::Bytes;
 use super::varint::{read_varint, read_varlong};
 use super::{BatchError, BatchHeader, HEADER_LEN, TimestampType};
 
+mod plain;
+
 /// One record read from a batch. For an uncompressed batch the key, values and header values
 /// are views of the batch's bytes (no copy); for a compressed one, of the decompressed buffer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -430,6 +430,27 @@ fn messages_both_ways(bytes: &Bytes) -> Option<[Messages; 2]> {
     Some([fast, slow])
 }
 
+/// The records of `bytes` by `plain_messages` (at most `step` a call) then `next_message`
+/// whenever the loop stops, up to and including the first error.
+fn messages_by_loop(bytes: &Bytes, step: usize) -> Option<Messages> {
+    let mut records = BatchView::parse(bytes).ok()?.records(1 << 20).ok()?;
+    let mut out = Vec::new();
+    for _ in 0..10_000 {
+        records.plain_messages(step, |offset, m| out.push(Ok((offset, m))));
+        match records.next_message() {
+            None => return Some(out),
+            Some(r) => {
+                let stop = r.is_err();
+                out.push(r);
+                if stop {
+                    return Some(out);
+                }
+            }
+        }
+    }
+    panic!("more than 10,000 rounds for one batch");
+}
+
 /// The records of `bytes` read by `next` (with its fast path) and by the general path alone,
 /// each up to and including the first error.
 fn records_both_ways(bytes: &Bytes) -> Option<[Vec<Result<RecordRef, BatchError>>; 2]> {
@@ -453,8 +474,8 @@ fn records_both_ways(bytes: &Bytes) -> Option<[Vec<Result<RecordRef, BatchError>
     ])
 }
 
-/// `next_message` and `next` (with their fast path for records without headers) agree with
-/// the general path on valid batches of every shape and on every byte flip resealed with a
+/// `next_message`, `plain_messages` and `next` (with their fast path for records without
+/// headers) agree with the general path on valid batches of every shape and on every byte flip resealed with a
 /// valid CRC.
 #[test]
 fn next_message_agrees_with_next_and_try_from() {
@@ -484,6 +505,9 @@ fn next_message_agrees_with_next_and_try_from() {
             };
             let bytes = encode_batch(&spec, &records).unwrap();
             let [fast, slow] = messages_both_ways(&bytes).unwrap();
+            for step in [1, 3, 100] {
+                assert_eq!(messages_by_loop(&bytes, step).as_ref(), Some(&fast));
+            }
             assert_eq!(fast, slow);
             let [fast, slow] = records_both_ways(&bytes).unwrap();
             assert_eq!(fast, slow);
@@ -494,6 +518,8 @@ fn next_message_agrees_with_next_and_try_from() {
                     reseal(&mut buf);
                     let buf = Bytes::from(buf);
                     if let Some([fast, slow]) = messages_both_ways(&buf) {
+                        let by_loop = messages_by_loop(&buf, 4);
+                        assert_eq!(by_loop.as_ref(), Some(&fast), "flip {mask:#x} at {at}");
                         assert_eq!(fast, slow, "flip {mask:#x} at {at}");
                     }
                     if let Some([fast, slow]) = records_both_ways(&buf) {

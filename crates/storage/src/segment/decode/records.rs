@@ -104,6 +104,11 @@ fn read_batch<D: Borrow<Bytes>>(
         }
     }
     loop {
+        // The common records in one loop; `next_message` reads the rest (and the end).
+        *left -= records.plain_messages(*left, |offset, message| {
+            let seq = u64::try_from(offset).unwrap_or(0);
+            out.push(Record { seq, message });
+        });
         if *left == 0 {
             return records.check_rest().map(|rest| rest == 0).map_err(fail);
         }
