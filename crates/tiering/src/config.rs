@@ -111,8 +111,8 @@ pub struct TieringConfig {
     /// Minimum: 64 bytes.
     pub chunk_bytes: u32,
     /// Whether a sequential remote read (one continuing an earlier read, or crossing a chunk
-    /// boundary) has the next chunks fetched in the background, across segment boundaries (the
-    /// next segment's offset index too). Default: `true`.
+    /// boundary) has the next chunks fetched in the background, across segment boundaries.
+    /// Default: `true`.
     pub prefetch: bool,
     /// Broker (process) id recorded on remote metadata. Default: 0.
     pub broker_id: i32,

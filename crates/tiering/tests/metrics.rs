@@ -98,6 +98,8 @@ fn a_service_reports_every_kafka_equivalent_metric() {
         && remote_start().is_some()));
     let first = remote_start().unwrap();
     assert!(!svc.read(&tp(1), first, 10).unwrap().is_empty());
+    // A read from inside the segment that continues none: it fetches the offset index.
+    assert_eq!(svc.read(&tp(1), first + 3, 2).unwrap().len(), 2);
     assert!(
         logs[1].stats().requests.fetch_log > 0,
         "{:?}",

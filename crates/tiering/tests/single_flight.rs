@@ -196,34 +196,42 @@ fn check(records: &[krabka_storage::Record], from: u64, n: usize) {
 }
 
 #[test]
-fn a_reader_waits_for_the_read_aheads_index_fetch_instead_of_sending_its_own() {
-    let f = fixture(is_read_ahead);
+fn a_sequential_reader_goes_through_segments_without_their_offset_indexes() {
+    let f = fixture(|| false);
     let (a, b) = (&f.segments[0], &f.segments[1]);
     f.gate.seen.lock().unwrap().watched = Some((b.start_offset(), IndexType::Offset));
-    // A sequential read of the first segment crosses its chunks: the read-ahead queues the
-    // next segment's offset index, and its fetch is held in the backend.
-    let first = f.log.read(a.start_offset(), count(a)).unwrap();
-    check(&first, a.start_offset(), count(a));
-    assert!(
-        f.gate.wait_for(|s| s.holding),
-        "the read-ahead never fetched the next segment's index"
+    // A sequential read of the first segment crosses its chunks, and its read-ahead reaches
+    // into the next segment: the chunks only, not the offset index.
+    let half = count(a) / 2;
+    check(
+        &f.log.read(a.start_offset(), half).unwrap(),
+        a.start_offset(),
+        half,
     );
-    // The reader now needs that index while its fetch is in flight (its first wait: the read
-    // of the first segment is over, and a read needs its index before any chunk).
-    let waits = f.log.cache().stats().waits;
-    f.gate.seen.lock().unwrap().second_began_at = Some(waits);
-    let records = f.log.read(b.start_offset(), count(b)).unwrap();
-    check(&records, b.start_offset(), count(b));
+    let from = a.start_offset() + half as u64;
+    let rest = count(a) - half;
+    check(&f.log.read(from, rest).unwrap(), from, rest);
+    // The next segment from its first batch, then from where that read stopped.
+    let half = count(b) / 2;
+    check(
+        &f.log.read(b.start_offset(), half).unwrap(),
+        b.start_offset(),
+        half,
+    );
+    let from = b.start_offset() + half as u64;
+    let rest = count(b) - half;
+    check(&f.log.read(from, rest).unwrap(), from, rest);
     let seen = f.gate.seen.lock().unwrap();
     assert_eq!(
         (seen.ahead, seen.others),
-        (1, 0),
+        (0, 0),
         "index fetches of the second segment by the read-ahead and by readers"
     );
-    assert!(
-        f.log.cache().stats().waits > waits,
-        "the reader never waited"
-    );
+    drop(seen);
+    // A read from inside it that continues no read needs its index, and fetches it.
+    let mid = b.start_offset() + 3;
+    check(&f.log.read(mid, 2).unwrap(), mid, 2);
+    assert_eq!(f.gate.seen.lock().unwrap().others, 1);
 }
 
 #[test]
@@ -294,36 +302,31 @@ fn a_wait_past_the_fetch_deadline_is_a_typed_error_and_sends_no_second_request()
     rsm.take();
     let segment = finished(rlmm.as_ref())[1].clone();
     *stall.lock().unwrap() = Some(segment.start_offset());
-    let n = count(&segment);
+    // From inside the segment (a read from its first seq needs no index).
+    let from = segment.start_offset() + 1;
+    let n = count(&segment) - 1;
     std::thread::scope(|s| {
-        let slow = s.spawn(|| log.read(segment.start_offset(), n));
+        let slow = s.spawn(|| log.read(from, n));
         let until = Instant::now() + HOLD;
         while rsm.calls(Method::FetchIndex) == 0 && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(1));
         }
-        match log.read(segment.start_offset(), n) {
+        match log.read(from, n) {
             Err(Error::Read(krabka_tiering::ReadError::FetchWaitExceeded {
                 seq,
                 waited,
                 object,
                 ..
             })) => {
-                assert_eq!(
-                    (seq, waited),
-                    (segment.start_offset(), Duration::from_millis(50))
-                );
+                assert_eq!((seq, waited), (from, Duration::from_millis(50)));
                 assert!(object.ends_with(".index"), "{object}");
             }
             other => panic!("expected FetchWaitExceeded, got {other:?}"),
         }
-        check(&slow.join().unwrap().unwrap(), segment.start_offset(), n);
+        check(&slow.join().unwrap().unwrap(), from, n);
     });
     assert_eq!(rsm.calls(Method::FetchIndex), 1);
     // The stalled fetch's result was cached: the next read sends no index request.
-    check(
-        &log.read(segment.start_offset(), n).unwrap(),
-        segment.start_offset(),
-        n,
-    );
+    check(&log.read(from, n).unwrap(), from, n);
     assert_eq!(rsm.calls(Method::FetchIndex), 1);
 }

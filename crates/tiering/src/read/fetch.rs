@@ -7,7 +7,6 @@ use bytes::{Bytes, BytesMut};
 use krabka_remote_storage::RemoteLogSegmentMetadata;
 use krabka_storage::segment::{MAX_BATCH_RECORD_BYTES, batch_len};
 
-use super::index::prefetched_index;
 use super::{RemoteReader, log_corrupt, not_cached, object_key};
 use crate::cache::{FetchError, Part};
 use crate::error::Error;
@@ -144,7 +143,6 @@ impl<'r, 'a> Walk<'r, 'a> {
                 (at, self.extent.map(|e| e / chunk)),
                 chunk,
                 next,
-                prefetched_index,
             );
         }
         let buf_start = self.pos - self.carry.len() as u64;

@@ -96,8 +96,11 @@ type Decode = fn(&Bytes, u64, u64, usize) -> Result<DecodedRecords, krabka_stora
 
 /// Where a remote read starts decoding: `(first seq, byte position)` of a batch.
 enum Start {
-    /// An offset-index entry.
+    /// An offset-index entry (or the segment's first batch, at byte 0).
     Index((u64, u64)),
+    /// The batch a sequential reader's last read of the segment stopped at (read from the
+    /// offset index when it fails).
+    Resume((u64, u64)),
     /// A chunk-map entry whose batch hints are not known yet; `until`: the next entry's
     /// position (or the segment's end), where the batch holding the seq ends at the latest.
     Map { entry: (u64, u64), until: u64 },
@@ -271,6 +274,14 @@ impl RemoteReader<'_> {
     ) -> Result<Vec<Record>, Error> {
         match self.start_point(meta, seq, max)? {
             Start::Index(at) => self.read_from(meta, seq, max, at, None),
+            Start::Resume(at) => match self.read_from(meta, seq, max, at, None) {
+                Err(e @ Error::Read(crate::error::ReadError::CorruptRemote { .. })) => {
+                    tracing::debug!(error = %e, "resumed read failed; reading from the index");
+                    let at = self.index_floor(meta, seq)?;
+                    self.read_from(meta, seq, max, at, None)
+                }
+                other => other,
+            },
             Start::Map { entry, until } => {
                 let out = self.read_from(meta, seq, max, entry, Some(until))?;
                 self.learn_hints(meta, entry);
@@ -306,6 +317,8 @@ impl RemoteReader<'_> {
             out: Vec::new(),
         };
         let (mut expect, start) = at;
+        // The batch boundary decoding stopped at: where a read continuing this one starts.
+        let mut resume = None;
         let point = (max == 1).then_some(until);
         let mut walk = Walk::new(self, meta, seq, start, point)?.wanting(max);
         while read.out.len() < max {
@@ -337,6 +350,7 @@ impl RemoteReader<'_> {
             };
             if let Some(next) = decoded.next_seq {
                 expect = next;
+                resume = Some((next, buf_start + decoded.consumed as u64));
             }
             let done = decoded.next_seq.is_some_and(|s| s > meta.end_offset());
             read.accept(decoded.records)?;
@@ -356,7 +370,7 @@ impl RemoteReader<'_> {
         }
         if let Some(last) = read.out.last() {
             let segment = meta.remote_log_segment_id().id();
-            self.readahead.record(segment, seq, last.seq + 1);
+            self.readahead.record(segment, seq, last.seq + 1, resume);
         }
         Ok(read.out)
     }
@@ -389,10 +403,23 @@ impl RemoteReader<'_> {
                 None => Start::Map { entry, until },
             });
         }
+        if max > 1 {
+            // A read from the segment's first seq starts at its first batch, and a read that
+            // continues another where that one stopped: no index needed for either.
+            if seq == meta.start_offset() {
+                return Ok(Start::Index((seq, 0)));
+            }
+            if let Some(at) = self.readahead.resume_point(id, seq) {
+                return Ok(Start::Resume(at));
+            }
+        }
+        self.index_floor(meta, seq).map(Start::Index)
+    }
+
+    /// The offset-index entry at or below `seq` (the segment's first batch when none is).
+    fn index_floor(&self, meta: &RemoteLogSegmentMetadata, seq: u64) -> Result<(u64, u64), Error> {
         let index = self.remote_index(meta, seq)?;
-        Ok(Start::Index(
-            index.floor(seq).unwrap_or((meta.start_offset(), 0)),
-        ))
+        Ok(index.floor(seq).unwrap_or((meta.start_offset(), 0)))
     }
 
     /// Learns the batch hints after the chunk-map entry `entry` from its chunk, once cached.

@@ -22,7 +22,7 @@ use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteStorageManager};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
-use super::job::{DEPTH, IndexCheck, Job, What};
+use super::job::{DEPTH, Job, What};
 use crate::cache::RemoteReadCache;
 use crate::cache::byte_lru::Part;
 
@@ -43,14 +43,19 @@ pub(crate) fn fair_depth(cache_chunks: u64, readers: u64) -> u64 {
 }
 
 /// A reader's position: the segment attempt, the seq its next read starts at, the last
-/// chunk queued for it, and what was queued of the next segment (its metadata and last
-/// chunk queued).
+/// chunk queued for it, what was queued of the next segment (its metadata and last chunk
+/// queued), and where its last read stopped decoding in `segment`.
 #[derive(Clone)]
 struct Stream {
     segment: Uuid,
     next_seq: u64,
     queued: u64,
     ahead: Option<(RemoteLogSegmentMetadata, u64)>,
+    /// `(seq, byte)`: the batch of `segment` starting with `seq` at `byte`, the first one the
+    /// last read did not finish (its seq at or below `next_seq`). The next read starts
+    /// decoding there instead of at an offset-index entry, so a sequential scan needs no
+    /// index.
+    resume: Option<(u64, u64)>,
 }
 
 impl Stream {
@@ -59,6 +64,7 @@ impl Stream {
         if self.segment == segment {
             return;
         }
+        self.resume = None;
         self.queued = match self.ahead.take() {
             Some((next, count)) if next.remote_log_segment_id().id() == segment => {
                 count.saturating_sub(1)
@@ -104,8 +110,26 @@ impl ReadAhead {
         self.streams.lock().iter().any(|s| s.next_seq == seq)
     }
 
-    /// Records that a read of `segment` from `from_seq` ended before `next_seq`.
-    pub(crate) fn record(&self, segment: Uuid, from_seq: u64, next_seq: u64) {
+    /// Where a read of `segment` from `seq` that continues an earlier read can start
+    /// decoding: the batch boundary that read stopped at (see [`record`](Self::record)).
+    pub(crate) fn resume_point(&self, segment: Uuid, seq: u64) -> Option<(u64, u64)> {
+        self.streams
+            .lock()
+            .iter()
+            .find(|s| s.next_seq == seq && s.segment == segment)
+            .and_then(|s| s.resume)
+            .filter(|&(at, _)| at <= seq)
+    }
+
+    /// Records that a read of `segment` from `from_seq` ended before `next_seq`, having
+    /// decoded up to the batch `resume` (`(seq, byte)`, of `segment`) when it knows it.
+    pub(crate) fn record(
+        &self,
+        segment: Uuid,
+        from_seq: u64,
+        next_seq: u64,
+        resume: Option<(u64, u64)>,
+    ) {
         let mut streams = self.streams.lock();
         let found = streams.iter().position(|s| s.next_seq == from_seq);
         let mut stream = found.and_then(|i| streams.remove(i)).unwrap_or(Stream {
@@ -113,9 +137,11 @@ impl ReadAhead {
             next_seq,
             queued: 0,
             ahead: None,
+            resume: None,
         });
         stream.enter(segment);
         stream.next_seq = next_seq;
+        stream.resume = resume.filter(|&(at, _)| at <= next_seq);
         if streams.len() >= STREAMS {
             streams.pop_front();
         }
@@ -128,8 +154,8 @@ impl ReadAhead {
     /// (counted on from this segment's chunks) the read in progress is expected to reach, when
     /// known: a chunk for the reader's next read would be evicted by the others' before it
     /// comes back, and fetched twice. When the window reaches past the segment's
-    /// end, `next` gives the next remote segment, whose offset index (checked by `check`)
-    /// and first chunks are queued too.
+    /// end, `next` gives the next remote segment, whose first chunks are queued too (not its
+    /// offset index: the reader enters it at its first batch).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn schedule(
         &self,
@@ -140,7 +166,6 @@ impl ReadAhead {
         (after, extent): (u64, Option<u64>),
         chunk_bytes: u64,
         next: impl FnOnce() -> Option<RemoteLogSegmentMetadata>,
-        check: IndexCheck,
     ) {
         let last_chunk = meta.segment_size_in_bytes().saturating_sub(1) / chunk_bytes;
         // The chunks ahead must stay cached until the reader gets there, beside those of every
@@ -200,11 +225,9 @@ impl ReadAhead {
                 None => (next(), None),
             };
             if let Some(next) = next {
-                let key = (next.remote_log_segment_id().id(), Part::OffsetIndex);
-                if count.is_none() && !cache.lru().contains(&key) {
-                    // Best effort: when the queue is full the reader fetches it itself.
-                    let _ = send(job(&next, What::OffsetIndex(check)));
-                }
+                // No offset index: the reader enters the next segment at its first seq,
+                // whose batch is the segment's first (byte 0), and goes on from where each
+                // read stopped.
                 let chunks = next.segment_size_in_bytes().div_ceil(chunk_bytes);
                 let from = count.unwrap_or(0);
                 let got = send_chunks(&send, cache, &next, from..spill.min(chunks), &job);
@@ -248,7 +271,26 @@ fn send_chunks(
 
 #[cfg(test)]
 mod tests {
-    use super::{DEPTH, fair_depth};
+    use super::{DEPTH, ReadAhead, fair_depth};
+
+    #[test]
+    fn a_resume_point_serves_only_the_read_that_continues_in_its_segment() {
+        let (a, b) = (uuid::Uuid::from_u128(1), uuid::Uuid::from_u128(2));
+        let ra = ReadAhead::default();
+        ra.record(a, 1, 38, Some((30, 1_000)));
+        assert_eq!(ra.resume_point(a, 38), Some((30, 1_000)));
+        // Another seq, or another segment (attempt): no point.
+        assert_eq!(ra.resume_point(a, 39), None);
+        assert_eq!(ra.resume_point(b, 38), None);
+        // A point past the read's end is not kept.
+        ra.record(a, 38, 50, Some((51, 2_000)));
+        assert_eq!(ra.resume_point(a, 50), None);
+        // Moving on to the next segment without a point forgets the old one.
+        ra.record(a, 50, 60, Some((55, 3_000)));
+        ra.record(b, 60, 70, None);
+        assert_eq!(ra.resume_point(b, 70), None);
+        assert_eq!(ra.resume_point(a, 60), None);
+    }
 
     #[test]
     fn read_ahead_depth_is_each_readers_share_of_the_cache_within_one_and_depth() {
