@@ -425,13 +425,27 @@ pub(crate) fn batch_reason(e: &BatchError) -> String {
 /// assert_eq!(peek_batch(&buf[..len - 1]), None);
 /// # Ok::<(), krabka_storage::Error>(())
 /// ```
+#[inline]
 pub fn peek_batch(buf: &[u8]) -> Option<(u64, u64, usize)> {
-    let len = batch_len(buf)?;
-    let header = buf.get(..BATCH_HEADER_LEN)?;
-    if len < MIN_BATCH_LEN || len > buf.len() || header.get(16)? != &2 {
+    // A fixed-size header: the fields below are read without a bounds check each (a read
+    // stepping over the batches of an index interval calls this once per batch).
+    let header: &[u8; BATCH_HEADER_LEN] = buf.get(..BATCH_HEADER_LEN)?.try_into().ok()?;
+    let int = |at: usize| {
+        i32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let len = batch::LOG_OVERHEAD + usize::try_from(int(8)).ok()?;
+    if len < MIN_BATCH_LEN || len > buf.len() || header[16] != 2 {
         return None;
     }
-    let (seq, last) = peek_batch_header(header)?;
+    let base = i64::from_be_bytes([
+        header[0], header[1], header[2], header[3], header[4], header[5], header[6], header[7],
+    ]);
+    let (delta, count) = (int(23), int(57));
+    if count < 1 || delta != count - 1 {
+        return None;
+    }
+    let seq = u64::try_from(base).ok()?;
+    let last = seq.checked_add(u64::try_from(delta).ok()?)?;
     (last < i64::MAX as u64).then_some((seq, last, len))
 }
 

@@ -202,29 +202,19 @@ pub(crate) fn decode_chunk(
     let mut next_seq = None;
     let mut left = max;
     while left > 0 && pos < buf.len() {
-        let rest = buf.get(pos..).unwrap_or(&[]);
         if skip != Skip::Never
             && (pos > 0 || skip == Skip::All)
-            && expect.is_some_and(|e| e < from_seq)
-            && let Some((seq, last, len)) = peek_batch(rest)
-            && last < from_seq
+            && let Some(e) = expect.filter(|&e| e < from_seq)
         {
-            if let Some(e) = expect
-                && seq != e
-            {
-                return Err(BadBytes::bad(
-                    pos,
-                    format!("batch starts at seq {seq}, expected {e}"),
-                ));
+            let (at, after) = step_over(buf, pos, e, from_seq, last_allowed)?;
+            if at != pos {
+                pos = at;
+                expect = Some(after);
+                next_seq = expect;
+                continue;
             }
-            if last > last_allowed {
-                return Err(beyond_end(pos, seq, last, last_allowed));
-            }
-            pos += len;
-            expect = Some(last + 1);
-            next_seq = expect;
-            continue;
         }
+        let rest = buf.get(pos..).unwrap_or(&[]);
         // Checked in place: the records are read from `buf` without a handle per batch.
         let batch = match check_v2_batch_at(buf, pos) {
             Checked::Incomplete => break,
@@ -259,6 +249,36 @@ pub(crate) fn decode_chunk(
         next_seq = Some(after);
     }
     Ok((pos, next_seq))
+}
+
+/// Steps over the batches of `buf` from `pos` (the first one starting at seq `expect`) that
+/// end before `from_seq`, by their headers alone (see [`decode_chunk`]); returns where the
+/// first batch not stepped over starts, and its seq. Stops at a header [`peek_batch`] cannot
+/// read (the decoding that follows names what is wrong there).
+fn step_over(
+    buf: &[u8],
+    mut pos: usize,
+    mut expect: u64,
+    from_seq: u64,
+    last_allowed: u64,
+) -> Result<(usize, u64), BadBytes> {
+    while let Some((seq, last, len)) = buf.get(pos..).and_then(peek_batch) {
+        if last >= from_seq {
+            break;
+        }
+        if seq != expect {
+            return Err(BadBytes::bad(
+                pos,
+                format!("batch starts at seq {seq}, expected {expect}"),
+            ));
+        }
+        if last > last_allowed {
+            return Err(beyond_end(pos, seq, last, last_allowed));
+        }
+        pos += len;
+        expect = last + 1;
+    }
+    Ok((pos, expect))
 }
 
 /// What the reason of [`beyond_end`] says, for a reader that adds which file follows.
