@@ -263,9 +263,10 @@ impl RemoteReader<'_> {
     /// decoded before a bad batch (or such a record) are returned first (a short read); a read
     /// starting in the bad batch (at such a record) gets the error.
     ///
-    /// Costs, with a cold cache: one index fetch and one ranged fetch per chunk touched (a
-    /// point read touches one chunk unless its batch straddles a chunk boundary). With a warm
-    /// cache: nothing.
+    /// Costs, with a cold cache: one ranged fetch per chunk touched (a point read touches one
+    /// chunk unless its batch straddles a chunk boundary), and one index fetch unless the read
+    /// starts at the segment's first seq, continues a sequential reader's last read, or is a
+    /// point read the chunk map places. With a warm cache: nothing.
     pub(crate) fn read_remote(
         &self,
         meta: &RemoteLogSegmentMetadata,
