@@ -153,15 +153,30 @@ fn forge_digest(m: &RemoteLogSegmentMetadata, header: &[u8]) -> CustomMetadata {
 fn tampered_or_replaced_headers_and_custom_metadata_are_corrupt() {
     for mode in MODES {
         let store = MapStore::new();
-        let (_, m) = written(&store, mode, 3 * CHUNK as usize);
+        let (s, m) = written(&store, mode, 3 * CHUNK as usize);
         let id = m.remote_log_segment_id();
         let original = store.get(id, None).unwrap();
-        // A flipped byte in the header at the head of the `.log`.
+        // A flipped byte in the header at the head of the `.log`: the header is read from the
+        // intact copy at the head of an index object instead (by a reader that fetched no
+        // index before).
         store.mutate(id, None, |o| o[30] ^= 0x80);
+        let got = reader(&store, mode)
+            .fetch_log_segment(&m, 0, Some(99))
+            .unwrap();
+        assert_eq!(got, s.log[..100], "{mode:?}");
+        // With every copy of it flipped too: the header is corrupt.
+        let copies: Vec<IndexType> = s.indexes.iter().map(|(t, _)| *t).collect();
+        assert!(copies.contains(&IndexType::Offset), "{copies:?}");
+        for t in &copies {
+            store.mutate(id, Some(*t), |o| o[30] ^= 0x80);
+        }
         let e = err(reader(&store, mode).fetch_log_segment(&m, 0, Some(0)));
         assert!(
             matches!(transform_error(&e, id), TransformError::Corrupt { object, .. } if object == "transform header")
         );
+        for t in &copies {
+            store.mutate(id, Some(*t), |o| o[30] ^= 0x80);
+        }
         store.put(id, None, original);
         // A flipped digest in the custom metadata.
         let mut cm = m.custom_metadata().unwrap().value().to_vec();

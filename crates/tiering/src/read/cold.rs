@@ -75,7 +75,16 @@ impl ColdRead {
 
     /// Keeps `bytes`, fetched for `miss`, for the next attempt.
     pub(crate) fn hold(&self, miss: &Miss, bytes: Bytes) {
+        self.keep(miss.meta.remote_log_segment_id().id(), miss.what, bytes);
+    }
+
+    /// Keeps entry `what` of `segment` for the next attempt (once), the oldest chunk making
+    /// room when [`HELD`] are kept.
+    fn keep(&self, segment: uuid::Uuid, what: Missing, bytes: Bytes) {
         let mut held = self.held.lock();
+        if held.iter().any(|h| h.segment == segment && h.what == what) {
+            return;
+        }
         if held.len() >= HELD
             && let Some(i) = held
                 .iter()
@@ -84,8 +93,8 @@ impl ColdRead {
             held.remove(i);
         }
         held.push(Held {
-            segment: miss.meta.remote_log_segment_id().id(),
-            what: miss.what,
+            segment,
+            what,
             bytes,
         });
     }
@@ -139,6 +148,12 @@ impl RemoteReader<'_> {
             return Some(bytes);
         }
         if let Some(found) = self.cache.lru().lookup(&(segment, part)) {
+            // Kept for the read's next attempt too (after a miss further on): the cache may
+            // evict the chunk while the missing entry is fetched, and the attempt would then
+            // fetch the rest of it again.
+            if let (Some(cold), Part::Chunk(n)) = (self.cold, part) {
+                cold.keep(segment, Missing::Chunk(n), found.clone());
+            }
             return Some(found);
         }
         if let Some(cold) = self.cold {
@@ -214,6 +229,7 @@ impl RemoteReader<'_> {
             requests: std::sync::Arc::clone(&self.readahead.requests),
             index_requests: std::sync::Arc::clone(&self.readahead.index_requests),
             done: Some(tx),
+            readers: None,
         };
         self.cache
             .engine()
@@ -227,4 +243,36 @@ fn ready(bytes: Bytes) -> tokio::sync::oneshot::Receiver<Option<Bytes>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let _ = tx.send(Some(bytes));
     rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_chunk_serves_the_next_attempt_once_and_the_held_entries_stay_bounded() {
+        let cold = ColdRead::default();
+        let segment = uuid::Uuid::from_u128(7);
+        let chunk = 100u64;
+        let bytes = Bytes::from((0..100u8).collect::<Vec<u8>>());
+        cold.keep(segment, Missing::Chunk(2), bytes.clone());
+        cold.keep(segment, Missing::Chunk(2), bytes.clone());
+        assert_eq!(cold.held.lock().len(), 1, "kept once");
+        assert_eq!(cold.entry(segment, Part::Chunk(2)), Some(bytes.clone()));
+        // The rest of the chunk a resumed read asks for comes from it.
+        assert_eq!(
+            cold.range(segment, (210, 250), chunk).as_deref(),
+            Some(&bytes[10..50])
+        );
+        // Not past the chunk, nor of another segment.
+        assert_eq!(cold.range(segment, (290, 310), chunk), None);
+        assert_eq!(cold.entry(uuid::Uuid::from_u128(8), Part::Chunk(2)), None);
+        for n in 3..10 {
+            cold.keep(segment, Missing::Chunk(n), bytes.clone());
+        }
+        let held = cold.held.lock();
+        assert_eq!(held.len(), HELD);
+        // The oldest went first.
+        assert!(held.iter().all(|h| h.what != Missing::Chunk(2)));
+    }
 }

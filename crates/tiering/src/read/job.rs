@@ -10,6 +10,7 @@ use krabka_remote_storage::{IndexType, RemoteLogSegmentMetadata, RemoteStorageMa
 use uuid::Uuid;
 
 use super::chunkmap::backend_view;
+use super::streams::Streams;
 use crate::cache::byte_lru::{ByteLru, FetchGuard, Part};
 
 /// Chunks fetched ahead of a sequential reader.
@@ -48,6 +49,9 @@ pub(crate) struct Job {
     /// For a read's own fetch (not read-ahead): the read awaiting the entry. Such a job is
     /// never coalesced nor dropped as stale.
     pub(crate) done: Option<Done>,
+    /// For read-ahead: the positions of the log's readers, so that a chunk they have all
+    /// gone past by the time the engine gets to it is dropped, not fetched.
+    pub(crate) readers: Option<Arc<Streams>>,
 }
 
 impl Job {
@@ -69,9 +73,18 @@ impl Job {
         }
     }
 
-    /// Whether its entry is cached or being fetched already.
+    /// Whether its entry is cached or being fetched already, or (read-ahead of a chunk) every
+    /// reader of the log has gone past it.
     pub(crate) fn is_stale(&self) -> bool {
-        self.cache.contains(&self.key())
+        if self.cache.contains(&self.key()) {
+            return true;
+        }
+        match (&self.readers, self.what) {
+            (Some(readers), What::Chunk(n)) => self
+                .chunk_range(n)
+                .is_some_and(|(_, end)| readers.passed(&self.meta, end)),
+            _ => false,
+        }
     }
 
     /// Whether `next` is the chunk right after this one, of the same segment attempt.

@@ -34,6 +34,7 @@ pub(crate) mod holes;
 mod index;
 mod job;
 pub(crate) mod readahead;
+mod streams;
 mod time;
 
 use fetch::Walk;

@@ -14,15 +14,14 @@
 //! when the cache could not hold the chunks until the reader gets there. Adjacent chunks the
 //! engine hands out together leave as one ranged fetch.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use krabka_remote_storage::{RemoteLogSegmentMetadata, RemoteStorageManager};
-use parking_lot::Mutex;
 use uuid::Uuid;
 
 use super::job::{DEPTH, Job, What};
+use super::streams::{Stream, Streams};
 use crate::cache::RemoteReadCache;
 use crate::cache::byte_lru::Part;
 
@@ -42,44 +41,13 @@ pub(crate) fn fair_depth(cache_chunks: u64, readers: u64) -> u64 {
     share.clamp(1, DEPTH).min(room)
 }
 
-/// A reader's position: the segment attempt, the seq its next read starts at, the last
-/// chunk queued for it, what was queued of the next segment (its metadata and last chunk
-/// queued), and where its last read stopped decoding in `segment`.
-#[derive(Clone)]
-struct Stream {
-    segment: Uuid,
-    next_seq: u64,
-    queued: u64,
-    ahead: Option<(RemoteLogSegmentMetadata, u64)>,
-    /// `(seq, byte)`: the batch of `segment` starting with `seq` at `byte`, the first one the
-    /// last read did not finish (its seq at or below `next_seq`). The next read starts
-    /// decoding there instead of at an offset-index entry, so a sequential scan needs no
-    /// index.
-    resume: Option<(u64, u64)>,
-}
-
-impl Stream {
-    /// The stream moved on to `segment`: what was queued of it becomes its `queued`.
-    fn enter(&mut self, segment: Uuid) {
-        if self.segment == segment {
-            return;
-        }
-        self.resume = None;
-        self.queued = match self.ahead.take() {
-            Some((next, count)) if next.remote_log_segment_id().id() == segment => {
-                count.saturating_sub(1)
-            }
-            _ => 0,
-        };
-        self.segment = segment;
-    }
-}
-
 /// The read-ahead state of one tiered log (or read replica): one reader of the read engine.
 pub(crate) struct ReadAhead {
     /// Its queue on the read engine (unique in the process).
     id: u64,
-    streams: Mutex<VecDeque<Stream>>,
+    /// Shared with the jobs queued for it: a job whose chunk every stream has gone past is
+    /// dropped unfetched ([`Streams::passed`]).
+    streams: Arc<Streams>,
     /// Ranged fetches the read-ahead made.
     pub(crate) requests: Arc<AtomicU64>,
     /// Index fetches the read-ahead made.
@@ -91,7 +59,7 @@ impl Default for ReadAhead {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         Self {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
-            streams: Mutex::default(),
+            streams: Arc::default(),
             requests: Arc::default(),
             index_requests: Arc::default(),
         }
@@ -107,13 +75,14 @@ impl ReadAhead {
     /// Whether a read from `seq` continues an earlier read (of this segment, or of the one
     /// before it: seqs are unique within a log).
     pub(crate) fn continues(&self, seq: u64) -> bool {
-        self.streams.lock().iter().any(|s| s.next_seq == seq)
+        self.streams.0.lock().iter().any(|s| s.next_seq == seq)
     }
 
     /// Where a read of `segment` from `seq` that continues an earlier read can start
     /// decoding: the batch boundary that read stopped at (see [`record`](Self::record)).
     pub(crate) fn resume_point(&self, segment: Uuid, seq: u64) -> Option<(u64, u64)> {
         self.streams
+            .0
             .lock()
             .iter()
             .find(|s| s.next_seq == seq && s.segment == segment)
@@ -130,7 +99,7 @@ impl ReadAhead {
         next_seq: u64,
         resume: Option<(u64, u64)>,
     ) {
-        let mut streams = self.streams.lock();
+        let mut streams = self.streams.0.lock();
         let found = streams.iter().position(|s| s.next_seq == from_seq);
         let mut stream = found.and_then(|i| streams.remove(i)).unwrap_or(Stream {
             segment,
@@ -193,7 +162,7 @@ impl ReadAhead {
         }
         let segment = meta.remote_log_segment_id().id();
         let (queued, ahead) = {
-            let mut streams = self.streams.lock();
+            let mut streams = self.streams.0.lock();
             match streams.iter_mut().find(|s| s.next_seq == from_seq) {
                 Some(s) => {
                     s.enter(segment);
@@ -212,6 +181,7 @@ impl ReadAhead {
             requests: Arc::clone(&self.requests),
             index_requests: Arc::clone(&self.index_requests),
             done: None,
+            readers: Some(Arc::clone(&self.streams)),
         };
         let send = |j: Job| engine.submit(self.id, j);
         let end = (after + depth).min(last_chunk);
@@ -234,7 +204,7 @@ impl ReadAhead {
                 next_sent = Some((next, got.max(from)));
             }
         }
-        let mut streams = self.streams.lock();
+        let mut streams = self.streams.0.lock();
         if let Some(s) = streams
             .iter_mut()
             .find(|s| s.next_seq == from_seq && s.segment == segment)
@@ -272,6 +242,49 @@ fn send_chunks(
 #[cfg(test)]
 mod tests {
     use super::{DEPTH, ReadAhead, fair_depth};
+
+    /// A segment of seqs `first..=last` in 10,000 bytes.
+    fn segment(first: u64, last: u64) -> krabka_remote_storage::RemoteLogSegmentMetadata {
+        use krabka_remote_storage::{
+            RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition, Uuid,
+        };
+        let id = RemoteLogSegmentId::generate(TopicIdPartition::new(Uuid::new_v4(), "t", 0));
+        RemoteLogSegmentMetadata::builder(id, first, last)
+            .segment_size_in_bytes(10_000)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_chunk_is_passed_only_when_every_reader_has_gone_past_it() {
+        let (a, b) = (segment(1, 100), segment(101, 200));
+        let (ida, idb) = (
+            a.remote_log_segment_id().id(),
+            b.remote_log_segment_id().id(),
+        );
+        let ra = ReadAhead::default();
+        // No reader: nothing is passed.
+        assert!(!ra.streams.passed(&a, 1_000));
+        // One reader stopped at byte 4,000 of `a`: chunks ending by there are passed.
+        ra.record(ida, 1, 40, Some((38, 4_000)));
+        assert!(ra.streams.passed(&a, 4_000));
+        assert!(!ra.streams.passed(&a, 4_001));
+        assert!(!ra.streams.passed(&b, 1_000));
+        // Without a position in the segment, nothing of it is passed.
+        ra.record(ida, 40, 50, None);
+        assert!(!ra.streams.passed(&a, 1_000));
+        // A second reader behind the first keeps what it has not read yet.
+        ra.record(ida, 50, 60, Some((58, 6_000)));
+        ra.record(ida, 1, 20, Some((19, 2_000)));
+        assert!(ra.streams.passed(&a, 2_000));
+        assert!(!ra.streams.passed(&a, 3_000));
+        // Both readers in the next segment: all of `a` is passed, not `b`.
+        ra.record(idb, 60, 120, Some((118, 1_500)));
+        ra.record(idb, 20, 110, Some((109, 500)));
+        assert!(ra.streams.passed(&a, 10_000));
+        assert!(ra.streams.passed(&b, 500));
+        assert!(!ra.streams.passed(&b, 1_000));
+    }
 
     #[test]
     fn a_resume_point_serves_only_the_read_that_continues_in_its_segment() {
