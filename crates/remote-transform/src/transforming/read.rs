@@ -88,7 +88,14 @@ impl Transforming {
             .find_map(|index_type| {
                 let bytes = self.inner.fetch_index(inner_meta, index_type).ok()?;
                 let head = bytes.get(..len)?;
-                self.verify_header(head, record, segment).ok()
+                let open = self.verify_header(head, record, segment).ok()?;
+                // Reads go on, but the `.log` object is damaged: say so.
+                tracing::warn!(
+                    %segment,
+                    copy = ?index_type,
+                    "the transform header of the segment's .log object fails its checks;                      read from the copy at the head of its index object"
+                );
+                Some(open)
             })
     }
 

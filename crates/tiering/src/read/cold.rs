@@ -18,9 +18,10 @@ use super::job::{Job, What};
 use crate::cache::Part;
 use crate::cache::byte_lru::Lookup;
 
-/// Entries a cold read holds at once: an offset index and two chunks (a batch crossing a
-/// chunk boundary needs both); the oldest chunk goes first. Bounds a read's memory beside
-/// the cache to about two chunks.
+/// Entries a cold read holds at once, fetched for it or found cached: an offset index and two
+/// chunks (a batch crossing a chunk boundary needs both); the oldest chunk goes first. Bounds a
+/// read's memory beside the cache to about two chunks (they may be the cache's own entries,
+/// shared, or ones it has evicted since).
 const HELD: usize = 3;
 
 /// What a cached-only read missed first.

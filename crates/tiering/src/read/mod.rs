@@ -35,6 +35,8 @@ mod index;
 mod job;
 pub(crate) mod readahead;
 mod streams;
+#[cfg(test)]
+mod tests;
 mod time;
 
 use fetch::Walk;
@@ -279,8 +281,15 @@ impl RemoteReader<'_> {
             Start::Resume(at) => match self.read_from(meta, seq, max, at, None) {
                 Err(e @ Error::Read(crate::error::ReadError::CorruptRemote { .. })) => {
                     tracing::debug!(error = %e, "resumed read failed; reading from the index");
-                    let at = self.index_floor(meta, seq)?;
-                    self.read_from(meta, seq, max, at, None)
+                    // Damage the read from the index meets too is reported where it lies; an
+                    // index that cannot be had reports the damage the resumed read met (a
+                    // cached-only read's miss of the index is passed on: it is fetched, and
+                    // the read made again).
+                    match self.index_floor(meta, seq) {
+                        Ok(at) => self.read_from(meta, seq, max, at, None),
+                        Err(miss) if self.cached_only => Err(miss),
+                        Err(_) => Err(e),
+                    }
                 }
                 other => other,
             },
