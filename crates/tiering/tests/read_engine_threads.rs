@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use krabka_remote_storage::RemoteStorageManager;
 use krabka_tiering::{ServiceConfig, TieredLog, TieringService};
-use service_util::{append, config, options, tp, value, wait_until};
+use service_util::{tp, value, wait_until};
 
 /// Threads of this process now.
 fn threads() -> usize {
@@ -40,20 +40,7 @@ fn two_hundred_partitions_read_remotely_at_once_stay_within_the_service_thread_a
     let bound = before + 1 + READERS + svc.config().max_threads();
     let rsm: Arc<dyn RemoteStorageManager> = world.fs.clone();
     let logs: Vec<Arc<TieredLog>> = (0..PARTITIONS)
-        .map(|i| {
-            let log = TieredLog::open(
-                world.dir.path().join(format!("p{i}")),
-                options(600),
-                rsm.clone(),
-                world.rlmm.clone(),
-                tp(i),
-                config(),
-            )
-            .unwrap()
-            .with_cache(svc.cache().clone());
-            append(&log, i, RECORDS);
-            Arc::new(log)
-        })
+        .map(|i| world.partition_with(i, rsm.clone(), 600, RECORDS, Some(svc.cache())))
         .collect();
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -14,7 +14,7 @@ use krabka_remote_s3::S3RemoteStorage;
 use krabka_remote_s3::test_server::TestServer;
 use krabka_remote_storage::RemoteStorageManager;
 use krabka_tiering::{ServiceConfig, TieredLog, TieringService};
-use service_util::{append, config, options, tp, value, wait_until};
+use service_util::{tp, value, wait_until};
 
 /// Threads of this process now, but the in-process S3 server's (a broker's server runs in
 /// another process).
@@ -56,20 +56,7 @@ fn two_hundred_partitions_over_s3_stay_within_the_bound_that_counts_the_backends
     let bound = before + 1 + READERS + svc.config().max_threads();
     let rsm: Arc<dyn RemoteStorageManager> = storage.clone();
     let logs: Vec<Arc<TieredLog>> = (0..PARTITIONS)
-        .map(|i| {
-            let log = TieredLog::open(
-                world.dir.path().join(format!("p{i}")),
-                options(600),
-                rsm.clone(),
-                world.rlmm.clone(),
-                tp(i),
-                config(),
-            )
-            .unwrap()
-            .with_cache(svc.cache().clone());
-            append(&log, i, RECORDS);
-            Arc::new(log)
-        })
+        .map(|i| world.partition_with(i, rsm.clone(), 600, RECORDS, Some(svc.cache())))
         .collect();
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -12,8 +12,8 @@ use std::time::Duration;
 use krabka_remote_storage::RemoteStorageManager;
 use krabka_remote_storage::testkit::{Counting, Method};
 use krabka_tiering::metadata::RemoteLogMetadataManager;
-use krabka_tiering::{ServiceConfig, TieredLog, TieringService};
-use service_util::{World, append, config, options, tp, value, wait_until};
+use krabka_tiering::{ServiceConfig, TieringService};
+use service_util::{World, tp, value, wait_until};
 
 const PARTITIONS: i32 = 24;
 const RECORDS: u64 = 400;
@@ -41,20 +41,7 @@ fn lagging_consumers_of_a_crowded_cache_fetch_each_byte_about_once() {
     .unwrap();
     let backend: Arc<dyn RemoteStorageManager> = rsm.clone();
     let logs: Vec<_> = (0..PARTITIONS)
-        .map(|i| {
-            let log = TieredLog::open(
-                world.dir.path().join(format!("p{i}")),
-                options(2048),
-                backend.clone(),
-                world.rlmm.clone(),
-                tp(i),
-                config(),
-            )
-            .unwrap()
-            .with_cache(svc.cache().clone());
-            append(&log, i, RECORDS);
-            Arc::new(log)
-        })
+        .map(|i| world.partition_with(i, backend.clone(), 2048, RECORDS, Some(svc.cache())))
         .collect();
     for log in &logs {
         svc.add(log.clone()).unwrap();

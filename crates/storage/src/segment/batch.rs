@@ -283,26 +283,11 @@ pub(crate) fn parse_v2_batch(buf: &Bytes) -> Parsed {
 /// [`parse_v2_batch`] of the batch at byte `at` of `buf` (no handle on `buf` is taken for a
 /// batch that does not check out, and only one, the view's, for one that does).
 pub(crate) fn parse_v2_batch_at(buf: &Bytes, at: usize) -> Parsed {
-    let rest = buf.get(at..).unwrap_or_default();
-    let Some(len) = batch_len(rest) else {
-        return Parsed::Incomplete;
+    let len = match framed_len(buf.get(at..).unwrap_or_default()) {
+        Ok(Some(len)) => len,
+        Ok(None) => return Parsed::Incomplete,
+        Err(reason) => return Parsed::Bad(reason),
     };
-    if len < MIN_BATCH_LEN {
-        return Parsed::Bad(format!(
-            "batch length {len} is below the minimum {MIN_BATCH_LEN}"
-        ));
-    }
-    if rest.len() < len {
-        // A magic byte that is not 2 is damage even before the batch is complete.
-        if let Some(&magic) = rest.get(16)
-            && magic as i8 != batch::MAGIC
-        {
-            return Parsed::Bad(format!(
-                "magic byte {magic} is not 2: not a v2 record batch"
-            ));
-        }
-        return Parsed::Incomplete;
-    }
     let view = match BatchView::parse_at(buf, at) {
         Ok(v) => v,
         Err(e) => return Parsed::Bad(batch_reason(&e)),
@@ -346,24 +331,11 @@ pub(crate) enum Checked {
 /// seqs, leader epoch), the same outcome.
 pub(crate) fn check_v2_batch_at(buf: &[u8], at: usize) -> Checked {
     let rest = buf.get(at..).unwrap_or_default();
-    let Some(len) = batch_len(rest) else {
-        return Checked::Incomplete;
+    let len = match framed_len(rest) {
+        Ok(Some(len)) => len,
+        Ok(None) => return Checked::Incomplete,
+        Err(reason) => return Checked::Bad(reason),
     };
-    if len < MIN_BATCH_LEN {
-        return Checked::Bad(format!(
-            "batch length {len} is below the minimum {MIN_BATCH_LEN}"
-        ));
-    }
-    if rest.len() < len {
-        if let Some(&magic) = rest.get(16)
-            && magic as i8 != batch::MAGIC
-        {
-            return Checked::Bad(format!(
-                "magic byte {magic} is not 2: not a v2 record batch"
-            ));
-        }
-        return Checked::Incomplete;
-    }
     let header = match BatchView::check_header(rest) {
         Ok(h) => h,
         Err(e) => return Checked::Bad(batch_reason(&e)),
@@ -377,6 +349,31 @@ pub(crate) fn check_v2_batch_at(buf: &[u8], at: usize) -> Checked {
         }),
         Err(reason) => Checked::Bad(reason),
     }
+}
+
+/// The length of the batch at the start of `rest` when `rest` holds all of it (`None`: it ends
+/// inside the batch, or inside its length); `Err` with the reason when the length is below a
+/// batch's least, or the magic byte is not 2 (damage even before the batch is complete).
+fn framed_len(rest: &[u8]) -> Result<Option<usize>, String> {
+    let Some(len) = batch_len(rest) else {
+        return Ok(None);
+    };
+    if len < MIN_BATCH_LEN {
+        return Err(format!(
+            "batch length {len} is below the minimum {MIN_BATCH_LEN}"
+        ));
+    }
+    if rest.len() < len {
+        if let Some(&magic) = rest.get(16)
+            && magic as i8 != batch::MAGIC
+        {
+            return Err(format!(
+                "magic byte {magic} is not 2: not a v2 record batch"
+            ));
+        }
+        return Ok(None);
+    }
+    Ok(Some(len))
 }
 
 /// The checks of a parsed header the CRC does not make, and the batch's first and last seq.
@@ -437,24 +434,23 @@ pub fn peek_batch(buf: &[u8]) -> Option<(u64, u64, usize)> {
     if len < MIN_BATCH_LEN || len > buf.len() || header[16] != 2 {
         return None;
     }
-    let base = i64::from_be_bytes([
-        header[0], header[1], header[2], header[3], header[4], header[5], header[6], header[7],
-    ]);
-    let (delta, count) = (int(23), int(57));
-    if count < 1 || delta != count - 1 {
-        return None;
-    }
-    let seq = u64::try_from(base).ok()?;
-    let last = seq.checked_add(u64::try_from(delta).ok()?)?;
+    let (seq, last) = peek_batch_header(header)?;
     (last < i64::MAX as u64).then_some((seq, last, len))
 }
 
 /// The first and last seq a batch header (the first 61 bytes of `header`) gives, when its
 /// record count and last offset delta agree; nothing else is checked.
+#[inline]
 pub(crate) fn peek_batch_header(header: &[u8]) -> Option<(u64, u64)> {
-    let base = i64::from_be_bytes(header.get(0..8)?.try_into().ok()?);
-    let delta = i32::from_be_bytes(header.get(23..27)?.try_into().ok()?);
-    let count = i32::from_be_bytes(header.get(57..61)?.try_into().ok()?);
+    // Fixed-size: each field is read without a bounds check of its own.
+    let header: &[u8; BATCH_HEADER_LEN] = header.get(..BATCH_HEADER_LEN)?.try_into().ok()?;
+    let int = |at: usize| {
+        i32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let base = i64::from_be_bytes([
+        header[0], header[1], header[2], header[3], header[4], header[5], header[6], header[7],
+    ]);
+    let (delta, count) = (int(23), int(57));
     if count < 1 || delta != count - 1 {
         return None;
     }

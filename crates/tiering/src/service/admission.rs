@@ -118,16 +118,7 @@ async fn run(
         let mut fetched = false;
         for _ in 0..COLD_STEPS {
             let slot = if fetched {
-                let slot = shared
-                    .read_slots
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| Error::Service(crate::error::ServiceError::ServiceStopped))?;
-                if submitted.elapsed() >= deadline {
-                    return Err(past_deadline());
-                }
-                Some(slot)
+                Some(read_slot(shared, submitted, deadline, past_deadline).await?)
             } else {
                 None
             };
@@ -165,15 +156,7 @@ async fn run(
             return Ok(out);
         }
     }
-    let _slot = shared
-        .read_slots
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|_| Error::Service(crate::error::ServiceError::ServiceStopped))?;
-    if submitted.elapsed() >= deadline {
-        return Err(past_deadline());
-    }
+    let _slot = read_slot(shared, submitted, deadline, past_deadline).await?;
     let Some(_op) = part.op() else {
         return Err(Error::Service(
             crate::error::ServiceError::UnknownPartition(tp),
@@ -193,4 +176,26 @@ async fn run(
         .await?;
     span.record("records", records.len());
     Ok(records)
+}
+
+/// A reader slot for a read submitted at `submitted`, once one is free; the error
+/// `past_deadline` gives when the read's `deadline` has passed meanwhile (its caller has given
+/// up), and [`ServiceStopped`](crate::error::ServiceError::ServiceStopped) when the service
+/// closed.
+async fn read_slot(
+    shared: &Shared,
+    submitted: Instant,
+    deadline: std::time::Duration,
+    past_deadline: impl Fn() -> Error,
+) -> Result<tokio::sync::OwnedSemaphorePermit, Error> {
+    let slot = shared
+        .read_slots
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| Error::Service(crate::error::ServiceError::ServiceStopped))?;
+    if submitted.elapsed() >= deadline {
+        return Err(past_deadline());
+    }
+    Ok(slot)
 }

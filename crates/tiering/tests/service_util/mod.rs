@@ -13,7 +13,7 @@ use krabka_remote_storage::{
 };
 use krabka_storage::{Options, SyncPolicy};
 use krabka_tiering::metadata::{InMemoryRemoteLogMetadataManager, RemoteLogMetadataManager};
-use krabka_tiering::{TieredLog, TieringConfig};
+use krabka_tiering::{RemoteReadCache, TieredLog, TieringConfig};
 
 /// Partition `i` of topic `t`.
 pub fn tp(i: i32) -> TopicIdPartition {
@@ -70,7 +70,19 @@ impl World {
         max_bytes: u64,
         records: u64,
     ) -> Arc<TieredLog> {
-        let log = TieredLog::open(
+        self.partition_with(i, rsm, max_bytes, records, None)
+    }
+
+    /// [`partition`](Self::partition) reading through `cache` (a service's) when given.
+    pub fn partition_with(
+        &self,
+        i: i32,
+        rsm: Arc<dyn RemoteStorageManager>,
+        max_bytes: u64,
+        records: u64,
+        cache: Option<&RemoteReadCache>,
+    ) -> Arc<TieredLog> {
+        let mut log = TieredLog::open(
             self.dir.path().join(format!("p{i}")),
             options(max_bytes),
             rsm,
@@ -79,6 +91,9 @@ impl World {
             config(),
         )
         .unwrap();
+        if let Some(cache) = cache {
+            log = log.with_cache(cache.clone());
+        }
         append(&log, i, records);
         Arc::new(log)
     }
