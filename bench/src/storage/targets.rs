@@ -220,7 +220,7 @@ pub const TARGETS: &[Target] = &[
         "raw-read-seq-views",
         Throughput,
         AtLeast(0.9),
-        SMALL,
+        ALL,
     ),
     target(
         "sequential Log::read (decoded), batches of 100 / commitlog read, at 1 KiB",
@@ -236,7 +236,7 @@ pub const TARGETS: &[Target] = &[
         "raw-read-seq-views-single",
         Throughput,
         AtLeast(0.9),
-        SMALL,
+        ALL,
     ),
     target(
         "sequential Log::read (decoded), single appends / commitlog read",

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 
 use super::LazyIndex;
 use super::{Inner, Seg, SegFile, State};
-use crate::segment::{MIN_BATCH_LEN, Skip, batch_len, decode_chunk};
+use crate::segment::{CheckedHeader, First, MIN_BATCH_LEN, Skip, batch_len, decode_chunk};
 use crate::{Error, Record};
 
 /// Read-only file descriptors of closed segments, at most `cap` of them; and the bytes the
@@ -39,8 +39,11 @@ pub(super) struct FdCache {
 /// The bytes a read read but did not consume, from a batch boundary on: the batch its `max`
 /// stopped inside (whose records after the last one returned the next sequential read wants
 /// first) and whatever followed it in the chunk. The next read, when it continues where this
-/// one stopped (a sequential reader), starts from these bytes instead of reading them again;
-/// they are checked (CRC, seq) again as any chunk is. Bytes of a segment below its published
+/// one stopped (a sequential reader), starts from these bytes instead of reading them again.
+/// The batch the read stopped inside was checked whole, CRC included, in these same immutable
+/// bytes, and its checks are not made again (a consumer reading a large batch a few records at
+/// a time pays one CRC for it, not one per read); every other batch of them is checked as any
+/// chunk's is, and every record handed out still has its seq checked. Bytes of a segment below its published
 /// size never change while it is in the log, and the segment is matched by its file identity,
 /// so a segment dropped and another made with the same base is never mixed up. One slot for
 /// the whole log: readers taking turns only miss it (and read from the index, as without it).
@@ -56,6 +59,10 @@ struct Carry {
     /// The seq after the last record the read returned: only a read from there uses the carry.
     resume: u64,
     bytes: Bytes,
+    /// The batch at the start of `bytes` when the read stopped inside it: that read checked
+    /// it whole (CRC, header, every record) in these very bytes, so the next does not again
+    /// (see [`First::Checked`]); `None` when the carry starts with a batch no read checked.
+    checked: Option<CheckedHeader>,
 }
 
 impl FdCache {
@@ -406,11 +413,15 @@ impl Inner {
         let mut expect = plan.start_seq;
         // Bytes at `pos` already read, from a batch boundary on.
         let mut carried = Bytes::new();
+        // The carried batch the last read checked whole (see [`Carry::checked`]).
+        let mut checked = None;
         if let Some(c) = self.fds.take_carry(plan, from_seq) {
             pos = c.pos;
             expect = c.expect;
             carried = c.bytes;
+            checked = c.checked.filter(|h| h.seq == c.expect);
         }
+        let mut inside = None;
         let mut need = max;
         // The seq after the last record read (a batch `need` stopped inside is read again
         // from its start, so `expect` may lag behind it).
@@ -467,11 +478,13 @@ impl Inner {
             let left = plan.size - pos;
             let have = carried.len();
             let first_len = batch_len(&carried);
-            let chunk = if first_len.is_some_and(|n| n <= have) {
+            let (chunk, first) = if first_len.is_some_and(|n| n <= have) {
                 // At least one whole batch is already read: decode it before reading more.
                 bound = None;
-                std::mem::take(&mut carried)
+                let first = checked.take().map_or(First::Seq(expect), First::Checked);
+                (std::mem::take(&mut carried), first)
             } else {
+                checked = None;
                 let avg = plan.avg_batch.max(64);
                 let bytes = want_frames.saturating_mul(avg);
                 let estimate = bytes
@@ -498,7 +511,7 @@ impl Inner {
                 let chunk = self
                     .bufs
                     .read_after(&carried, &fd, path, pos + have as u64, more)?;
-                match batch_len(&chunk) {
+                let chunk = match batch_len(&chunk) {
                     // A batch longer than the chunk: read the rest of it.
                     Some(n) if n > chunk.len() && n as u64 <= left => {
                         let more = n - chunk.len();
@@ -506,20 +519,23 @@ impl Inner {
                         self.bufs.read_after(&chunk, &fd, path, at, more)?
                     }
                     _ => chunk,
-                }
+                };
+                (chunk, First::Seq(expect))
             };
             let before = out.len();
-            let (consumed, next_seq) = decode_chunk(
+            let end = decode_chunk(
                 &chunk,
                 from_seq,
                 need,
-                Some(expect),
+                first,
                 plan.last_seq,
                 // The entry's batch too (`read_planned` reads again from the start on failure).
                 Skip::All,
                 out,
             )
             .map_err(|e| e.into_error(path, pos))?;
+            let (consumed, next_seq) = (end.consumed, end.next_seq);
+            inside = end.inside;
             let got = out.len() - before;
             if let Some(last) = out.last().filter(|_| got > 0) {
                 read_to = last.seq + 1;
@@ -557,6 +573,7 @@ impl Inner {
                 expect,
                 resume: read_to.max(expect),
                 bytes: carried,
+                checked: inside,
             });
         }
         Ok(read_to.max(expect))

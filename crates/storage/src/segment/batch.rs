@@ -305,6 +305,7 @@ pub(crate) fn parse_v2_batch_at(buf: &Bytes, at: usize) -> Parsed {
 
 /// One batch checked in place by [`check_v2_batch_at`]: the checks of a [`CheckedBatch`],
 /// without a handle on its bytes.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct CheckedHeader {
     /// The seq of its first record (`baseOffset`).
     pub(crate) seq: u64,

@@ -3,8 +3,9 @@
 use std::path::Path;
 
 use bytes::Bytes;
+use krabka_protocol::batch::StoredHeader;
 
-use super::batch::{BadBytes, Checked, check_v2_batch_at, peek_batch};
+use super::batch::{BadBytes, Checked, CheckedHeader, check_v2_batch_at, peek_batch};
 use super::format::old_frame_reason;
 use super::old::is_old_frame;
 use crate::{Error, Record};
@@ -156,7 +157,7 @@ pub(crate) fn decode_within(
     fast_skip: bool,
 ) -> Result<DecodedRecords, Error> {
     let mut records = Vec::new();
-    let (consumed, next_seq) = decode_chunk(
+    let end = decode_chunk(
         buf,
         from_seq,
         max,
@@ -168,14 +169,47 @@ pub(crate) fn decode_within(
     .map_err(|e| e.into_error(Path::new(""), 0))?;
     Ok(DecodedRecords {
         records,
-        consumed,
-        next_seq,
+        consumed: end.consumed,
+        next_seq: end.next_seq,
     })
 }
 
-/// [`decode_records`] that also insists the first batch starts at `expect` (when given) and
-/// appends the records to `out`; returns the bytes consumed and the seq the batch there must
-/// start with (see [`DecodedRecords`]).
+/// Where a buffer's first batch stands for [`decode_chunk`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum First {
+    /// Any seq (the seqs of the batches after it are still checked).
+    Any,
+    /// It must start at this seq.
+    Seq(u64),
+    /// It starts at the seq of this header, whose checks (length, CRC, header) an earlier
+    /// decode made on these same bytes, a batch [`ChunkEnd::inside`] named: they are not made
+    /// again (its records are read and checked as any batch's).
+    Checked(CheckedHeader),
+}
+
+impl From<Option<u64>> for First {
+    /// `Some(seq)` is [`First::Seq`], `None` [`First::Any`].
+    fn from(expect: Option<u64>) -> Self {
+        expect.map_or(Self::Any, Self::Seq)
+    }
+}
+
+/// Where [`decode_chunk`] stopped.
+#[derive(Debug)]
+pub(crate) struct ChunkEnd {
+    /// Bytes of whole batches consumed (see [`DecodedRecords::consumed`]).
+    pub(crate) consumed: usize,
+    /// The seq the batch at `consumed` must start with (see [`DecodedRecords::next_seq`]).
+    pub(crate) next_seq: Option<u64>,
+    /// When `max` stopped inside the batch at `consumed`: that batch, checked whole (its CRC,
+    /// header and every record), so that a decode of the same bytes from there can skip those
+    /// checks ([`First::Checked`]).
+    pub(crate) inside: Option<CheckedHeader>,
+}
+
+/// [`decode_records`] that also insists the first batch starts where `first` says and appends
+/// the records to `out`; returns the bytes consumed, the seq the batch there must start with
+/// (see [`DecodedRecords`]) and whether `max` stopped inside that batch ([`ChunkEnd`]).
 ///
 /// With `skip` ([`Skip`]), batches wholly before `from_seq` are stepped over by their header
 /// alone (base offset, length, last offset), without a CRC check: nothing of them is returned,
@@ -192,12 +226,17 @@ pub(crate) fn decode_chunk(
     buf: &Bytes,
     from_seq: u64,
     max: usize,
-    mut expect: Option<u64>,
+    first: impl Into<First>,
     last_allowed: u64,
     skip: impl Into<Skip>,
     out: &mut Vec<Record>,
-) -> Result<(usize, Option<u64>), BadBytes> {
+) -> Result<ChunkEnd, BadBytes> {
     let skip = skip.into();
+    let (mut expect, mut checked) = match first.into() {
+        First::Any => (None, None),
+        First::Seq(seq) => (Some(seq), None),
+        First::Checked(h) => (Some(h.seq), Some(h).filter(|h| describes(h, buf))),
+    };
     let mut pos = 0usize;
     let mut next_seq = None;
     let mut left = max;
@@ -216,7 +255,8 @@ pub(crate) fn decode_chunk(
         }
         let rest = buf.get(pos..).unwrap_or(&[]);
         // Checked in place: the records are read from `buf` without a handle per batch.
-        let batch = match check_v2_batch_at(buf, pos) {
+        let known = checked.take().filter(|_| pos == 0);
+        let batch = match known.map_or_else(|| check_v2_batch_at(buf, pos), Checked::Batch) {
             Checked::Incomplete => break,
             Checked::Bad(_) if is_old_frame(rest, expect) || is_old_frame(rest, None) => {
                 return Err(BadBytes::bad(pos, old_frame_reason()));
@@ -242,13 +282,64 @@ pub(crate) fn decode_chunk(
         let (seq, len) = (batch.seq, batch.len);
         if batch.last >= from_seq && !decode_batch(buf, &batch, pos, from_seq, &mut left, out)? {
             // `max` stopped inside this batch: it is read again from its start.
-            return Ok((pos, Some(seq)));
+            return Ok(ChunkEnd {
+                consumed: pos,
+                next_seq: Some(seq),
+                inside: Some(batch),
+            });
         }
         pos += len;
         expect = Some(after);
         next_seq = Some(after);
     }
-    Ok((pos, next_seq))
+    Ok(ChunkEnd {
+        consumed: pos,
+        next_seq,
+        inside: None,
+    })
+}
+
+/// Whether `h` is the header of the batch at the start of `buf`: its seqs and length, and
+/// every field of the header there (its stored CRC among them) as `h` holds them, and its
+/// whole length in `buf`. A
+/// [`First::Checked`] header that is not is ignored, and the batch checked.
+fn describes(h: &CheckedHeader, buf: &[u8]) -> bool {
+    let c = &h.header;
+    peek_batch(buf) == Some((h.seq, h.last, h.len))
+        && h.len <= buf.len()
+        && StoredHeader::read(buf).is_some_and(|s| {
+            (
+                s.base_offset,
+                s.batch_length,
+                s.partition_leader_epoch,
+                s.crc,
+            ) == (
+                c.base_offset,
+                c.batch_length,
+                c.partition_leader_epoch,
+                c.crc,
+            ) && (
+                s.attributes,
+                s.last_offset_delta,
+                s.base_timestamp,
+                s.max_timestamp,
+            ) == (
+                c.attributes,
+                c.last_offset_delta,
+                c.base_timestamp,
+                c.max_timestamp,
+            ) && (
+                s.producer_id,
+                s.producer_epoch,
+                s.base_sequence,
+                s.record_count,
+            ) == (
+                c.producer_id,
+                c.producer_epoch,
+                c.base_sequence,
+                c.record_count,
+            )
+        })
 }
 
 /// Steps over the batches of `buf` from `pos` (the first one starting at seq `expect`) that

@@ -69,7 +69,7 @@ fn fast_skip_steps_over_batches_it_does_not_return_but_checks_every_one_it_retur
             fast,
             &mut out,
         )
-        .map(|(_, next)| (out.iter().map(|r| r.seq).collect::<Vec<_>>(), next))
+        .map(|end| (out.iter().map(|r| r.seq).collect::<Vec<_>>(), end.next_seq))
     };
     assert_eq!(decode(&good, true), decode(&good, false));
     // A flipped record byte of a skipped batch: the records asked for are intact.
@@ -259,4 +259,92 @@ fn decode_records_at_checks_the_first_seq() {
     let torn = buf.slice(..10);
     let d = decode_records_at(&torn, 4, 4, 10).unwrap();
     assert_eq!((d.consumed, d.next_seq), (0, None));
+}
+
+/// Two batches of ten records, seqs 1..=20, and where the second starts.
+fn two_batches_of_ten() -> (Vec<u8>, usize) {
+    let msgs: Vec<Message> = (1..=20).map(|i| Message::new(format!("v{i}"))).collect();
+    let mut buf = Vec::new();
+    encode_batch_from(1, &msgs[..10], Compression::None, usize::MAX, &mut buf).unwrap();
+    let second = buf.len();
+    encode_batch_from(11, &msgs[10..], Compression::None, usize::MAX, &mut buf).unwrap();
+    (buf, second)
+}
+
+#[test]
+fn a_decode_stopped_inside_a_batch_names_it_and_a_decode_of_it_as_checked_skips_only_its_checks() {
+    let (good, second) = two_batches_of_ten();
+    let mut out = Vec::new();
+    let end = decode_chunk(
+        &Bytes::from(good.clone()),
+        1,
+        4,
+        Some(1),
+        u64::MAX,
+        false,
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!((end.consumed, end.next_seq, out.len()), (0, Some(1), 4));
+    let inside = end.inside.expect("max stopped inside the first batch");
+    assert_eq!((inside.seq, inside.last, inside.len), (1, 10, second));
+    // Stopping at a batch's end names no batch.
+    let mut out = Vec::new();
+    let end = decode_chunk(
+        &Bytes::from(good.clone()),
+        1,
+        10,
+        Some(1),
+        u64::MAX,
+        false,
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(
+        (end.consumed, end.next_seq, end.inside.is_none()),
+        (second, Some(11), true)
+    );
+
+    // A value byte of the first batch's last record changed (so its CRC no longer matches):
+    // a decode told the batch was checked does not check its CRC again, a decode that was
+    // not told does.
+    let mut crc = good.clone();
+    crc[second - 2] ^= 1;
+    let crc = Bytes::from(crc);
+    let decode = |buf: &Bytes, first: First| {
+        let mut out = Vec::new();
+        decode_chunk(buf, 5, 100, first, u64::MAX, Skip::All, &mut out)
+            .map(|end| (out.iter().map(|r| r.seq).collect::<Vec<_>>(), end.next_seq))
+    };
+    assert_eq!(
+        decode(&crc, First::Checked(inside)).unwrap(),
+        ((5..=20).collect(), Some(21))
+    );
+    let e = decode(&crc, First::Seq(1)).unwrap_err();
+    assert!(
+        e.position == 0 && e.reason.starts_with("CRC mismatch"),
+        "{e:?}"
+    );
+    // Every other batch is still checked.
+    let mut later = good.clone();
+    later[second + HEADER + 3] ^= 1;
+    let e = decode(&Bytes::from(later), First::Checked(inside)).unwrap_err();
+    assert!(
+        e.position == second && e.reason.starts_with("CRC mismatch"),
+        "{e:?}"
+    );
+    // So is each record of the checked batch, and its seq.
+    let wrong_seq = CheckedHeader { seq: 2, ..inside };
+    let e = decode(&Bytes::from(good.clone()), First::Checked(wrong_seq)).unwrap_err();
+    assert_eq!(e.position, 0, "{e:?}");
+    // A header that is not the one of the bytes is not taken for them: they are checked.
+    let e = decode(&crc.slice(..second - 1), First::Checked(inside));
+    assert_eq!(e.unwrap(), (vec![], None));
+    let mut stored = crc.to_vec();
+    stored[17] ^= 1;
+    let e = decode(&Bytes::from(stored), First::Checked(inside)).unwrap_err();
+    assert!(
+        e.position == 0 && e.reason.starts_with("CRC mismatch"),
+        "{e:?}"
+    );
 }
