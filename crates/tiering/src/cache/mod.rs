@@ -75,7 +75,7 @@ impl RemoteReadCache {
     /// remote read fetches).
     ///
     /// Its remote fetches go through a read engine of its own with the default
-    /// [`ReadLimits`] (4 fetches in flight, so at most 4 read-ahead threads).
+    /// [`ReadLimits`] (6 fetches in flight, so at most 6 read-ahead threads).
     pub fn new(capacity_bytes: u64) -> Self {
         Self::with_read_limits(capacity_bytes, ReadLimits::default())
     }

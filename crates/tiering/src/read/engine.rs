@@ -29,7 +29,7 @@ use super::job::{self, Job};
 use crate::quota::ByteRateQuota;
 
 /// Default [`ReadLimits::threads`]: fetches in flight (and engine threads) at once.
-pub const DEFAULT_READ_FETCH_THREADS: usize = 4;
+pub const DEFAULT_READ_FETCH_THREADS: usize = 6;
 /// Default [`ReadLimits::bytes_in_flight`]: 16 MiB.
 pub const DEFAULT_READ_BYTES_IN_FLIGHT: u64 = 16 << 20;
 /// Default [`ReadLimits::coalesce_chunks`].
@@ -64,7 +64,7 @@ pub struct ReadLimits {
 }
 
 impl Default for ReadLimits {
-    /// The limits of a standalone log's own engine: 4 fetches and 16 MiB in flight, no GET
+    /// The limits of a standalone log's own engine: 6 fetches and 16 MiB in flight, no GET
     /// budget, up to 4 chunks per read-ahead fetch.
     fn default() -> Self {
         Self {
