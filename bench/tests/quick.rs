@@ -82,14 +82,13 @@ fn storage_quick_prints_every_case_for_every_value_size() {
     }
     let svg = std::fs::read_to_string(&chart).expect("chart written");
     assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"));
-    // Two legend swatches, then a bar per target and size it applies to: 3 sizes for eight
-    // targets (the point read against its floor and the two synced appends among them), 100 B
-    // and 1 KiB for the decoded
-    // read against commitlog and each decoded read against its floor, 1 KiB for the decoded
-    // and the point read against commitlog, 100 B for the bytes on disk.
+    // Two legend swatches, then a bar per target and size it applies to: 3 sizes for ten
+    // targets (the point read and each decoded read against its floor, and the two synced
+    // appends among them), 100 B and 1 KiB for the decoded read against commitlog, 1 KiB for
+    // the decoded and the point read against commitlog, 100 B for the bytes on disk.
     assert_eq!(
         svg.matches("<rect x=").count(),
-        2 + 8 * 3 + 3 * 2 + 2 + 1,
+        2 + 10 * 3 + 2 + 2 + 1,
         "{svg}"
     );
 }
