@@ -292,7 +292,7 @@ pub struct ServiceConfig {
     /// Remote fetches of cold reads in flight at once over every partition opened with
     /// [`TieringService::cache`](crate::TieringService::cache) (readers' own fetches and
     /// read-ahead), and the most read-ahead threads the service's read engine starts
-    /// ([`ReadLimits::threads`](crate::ReadLimits::threads)). Default: 4. Minimum: 1.
+    /// ([`ReadLimits::threads`](crate::ReadLimits::threads)). Default: 6. Minimum: 1.
     pub read_fetch_threads: usize,
     /// Bytes of data ranges those fetches have in flight at once (a single fetch larger than
     /// this runs alone; [`ReadLimits::bytes_in_flight`](crate::ReadLimits::bytes_in_flight)).
