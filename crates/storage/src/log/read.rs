@@ -268,8 +268,9 @@ impl Inner {
     /// Each byte is read once: a chunk that ends inside a batch keeps that batch's first bytes
     /// and the next chunk reads only what follows them, and the bytes a read leaves over (the
     /// batch its `max` stopped inside, and what followed it) are where the next sequential
-    /// read starts (see [`Carry`]). Every batch a record comes from is checked (CRC, seq) in
-    /// the read that returns it.
+    /// read starts (see [`Carry`]). Every batch a record comes from is checked (CRC, seq):
+    /// in the read that returns it, or, for the carried batch a read stopped inside, in that
+    /// read, on the same buffer (`First::Checked`); its records and seqs are checked again.
     fn read_segment(
         &self,
         plan: &ReadPlan,
@@ -296,7 +297,7 @@ impl Inner {
             pos = c.pos;
             expect = c.expect;
             carried = c.bytes;
-            checked = c.checked.filter(|h| h.seq == c.expect);
+            checked = c.checked.filter(|h| h.batch.seq == c.expect);
         }
         let mut inside = None;
         let mut need = max;
@@ -412,8 +413,10 @@ impl Inner {
             )
             .map_err(|e| e.into_error(path, pos))?;
             let (consumed, next_seq) = (end.consumed, end.next_seq);
-            inside = end.inside;
             let got = out.len() - before;
+            // Kept only when this decode ends the read (`max` stopped inside the batch, so
+            // the carry is the rest of this chunk, that batch first).
+            inside = end.inside.filter(|_| got == need);
             if let Some(last) = out.last().filter(|_| got > 0) {
                 read_to = last.seq + 1;
             }

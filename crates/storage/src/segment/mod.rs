@@ -40,13 +40,14 @@ mod renamed;
 mod scan;
 mod verify;
 
-pub(crate) use self::batch::CheckedHeader;
 pub use self::batch::{
     BATCH_HEADER_LEN, FORMAT_NAME, MAX_BATCH_RECORD_BYTES, MAX_UNCOMPRESSED_BATCH, MIN_BATCH_LEN,
     MIN_RECORD_LEN, batch_len, encode_batch_of_one, peek_batch, read_chunk,
 };
 pub(crate) use self::batch::{BadBytes, Parsed, encode_batch_from, encode_batch_from_split};
-pub(crate) use self::decode::{BEYOND_END, First, Skip, beyond_end, decode_chunk, decode_within};
+pub(crate) use self::decode::{
+    BEYOND_END, CheckedAt, First, Skip, beyond_end, decode_chunk, decode_within,
+};
 pub use self::decode::{
     DecodedRecords, decode_records, decode_records_at, decode_records_skipping,
 };

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use super::clock::Clock;
 use crate::Error;
 use crate::log::SegFile;
-use crate::segment::CheckedHeader;
+use crate::segment::CheckedAt;
 
 /// Read-only file descriptors of closed segments, at most `cap` of them; and the bytes the
 /// last read left over (see [`Carry`]).
@@ -38,13 +38,15 @@ pub(crate) struct FdCache {
 /// stopped inside (whose records after the last one returned the next sequential read wants
 /// first) and whatever followed it in the chunk. The next read, when it continues where this
 /// one stopped (a sequential reader), starts from these bytes instead of reading them again.
-/// The batch the read stopped inside was checked whole, CRC included, in these same immutable
-/// bytes, and its checks are not made again (a consumer reading a large batch a few records at
-/// a time pays one CRC for it, not one per read); every other batch of them is checked as any
-/// chunk's is, and every record handed out still has its seq checked. Bytes of a segment below its published
-/// size never change while it is in the log, and the segment is matched by its file identity,
-/// so a segment dropped and another made with the same base is never mixed up. One slot for
-/// the whole log: readers taking turns only miss it (and read from the index, as without it).
+/// The batch the read stopped inside was checked whole, CRC included, in this very buffer,
+/// which the carry keeps alive and no one can change: its checks are not made again (a
+/// consumer reading a large batch a few records at a time pays one CRC for it, not one per
+/// read), and only in this buffer (`First::Checked` compares its address). Every other batch
+/// of it is checked as any chunk's is, and every record handed out still has its seq checked.
+/// Bytes of a segment below its published size never change while it is in the log, and the
+/// segment is matched by its file identity, so a segment dropped and another made with the
+/// same base is never mixed up. One slot for the whole log: readers taking turns only miss it
+/// (and read from the index, as without it).
 #[derive(Debug)]
 pub(super) struct Carry {
     /// The segment's base seq.
@@ -58,9 +60,9 @@ pub(super) struct Carry {
     pub(super) resume: u64,
     pub(super) bytes: Bytes,
     /// The batch at the start of `bytes` when the read stopped inside it: that read checked
-    /// it whole (CRC, header, every record) in these very bytes, so the next does not again
-    /// (see [`First::Checked`]); `None` when the carry starts with a batch no read checked.
-    pub(super) checked: Option<CheckedHeader>,
+    /// it whole (CRC, header, every record) in this buffer, so the next does not again (see
+    /// `First::Checked`); `None` when the carry starts with a batch no read checked.
+    pub(super) checked: Option<CheckedAt>,
 }
 
 impl FdCache {

@@ -181,10 +181,21 @@ pub(crate) enum First {
     Any,
     /// It must start at this seq.
     Seq(u64),
-    /// It starts at the seq of this header, whose checks (length, CRC, header) an earlier
-    /// decode made on these same bytes, a batch [`ChunkEnd::inside`] named: they are not made
-    /// again (its records are read and checked as any batch's).
-    Checked(CheckedHeader),
+    /// It is the batch an earlier decode checked whole, [`ChunkEnd::inside`], in this very
+    /// buffer: its length, CRC and header checks are not made again (its records are read and
+    /// checked as any batch's). Honoured only when the buffer starts at the address that batch
+    /// was checked at (the holder of the buffer keeps that memory alive and unchanged) and
+    /// every field of the header there is the checked one; else the batch is checked.
+    Checked(CheckedAt),
+}
+
+/// A batch an earlier [`decode_chunk`] checked whole, and where it lay.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CheckedAt {
+    /// The batch's checked header.
+    pub(crate) batch: CheckedHeader,
+    /// The address of its first byte in the buffer that decode read.
+    pub(crate) addr: usize,
 }
 
 impl From<Option<u64>> for First {
@@ -202,9 +213,9 @@ pub(crate) struct ChunkEnd {
     /// The seq the batch at `consumed` must start with (see [`DecodedRecords::next_seq`]).
     pub(crate) next_seq: Option<u64>,
     /// When `max` stopped inside the batch at `consumed`: that batch, checked whole (its CRC,
-    /// header and every record), so that a decode of the same bytes from there can skip those
-    /// checks ([`First::Checked`]).
-    pub(crate) inside: Option<CheckedHeader>,
+    /// by this decode or the one it was told of, its header and every record), so that a
+    /// decode of the same buffer from there can skip the batch's checks ([`First::Checked`]).
+    pub(crate) inside: Option<CheckedAt>,
 }
 
 /// [`decode_records`] that also insists the first batch starts where `first` says and appends
@@ -235,7 +246,7 @@ pub(crate) fn decode_chunk(
     let (mut expect, mut checked) = match first.into() {
         First::Any => (None, None),
         First::Seq(seq) => (Some(seq), None),
-        First::Checked(h) => (Some(h.seq), Some(h).filter(|h| describes(h, buf))),
+        First::Checked(c) => (Some(c.batch.seq), Some(c).filter(|c| describes(c, buf))),
     };
     let mut pos = 0usize;
     let mut next_seq = None;
@@ -255,7 +266,7 @@ pub(crate) fn decode_chunk(
         }
         let rest = buf.get(pos..).unwrap_or(&[]);
         // Checked in place: the records are read from `buf` without a handle per batch.
-        let known = checked.take().filter(|_| pos == 0);
+        let known = checked.take().filter(|_| pos == 0).map(|c| c.batch);
         let batch = match known.map_or_else(|| check_v2_batch_at(buf, pos), Checked::Batch) {
             Checked::Incomplete => break,
             Checked::Bad(_) if is_old_frame(rest, expect) || is_old_frame(rest, None) => {
@@ -285,7 +296,10 @@ pub(crate) fn decode_chunk(
             return Ok(ChunkEnd {
                 consumed: pos,
                 next_seq: Some(seq),
-                inside: Some(batch),
+                inside: Some(CheckedAt {
+                    batch,
+                    addr: buf.as_ptr().addr().saturating_add(pos),
+                }),
             });
         }
         pos += len;
@@ -299,14 +313,13 @@ pub(crate) fn decode_chunk(
     })
 }
 
-/// Whether `h` is the header of the batch at the start of `buf`: its seqs and length, and
-/// every field of the header there (its stored CRC among them) as `h` holds them, and its
-/// whole length in `buf`. A
-/// [`First::Checked`] header that is not is ignored, and the batch checked.
-fn describes(h: &CheckedHeader, buf: &[u8]) -> bool {
-    let c = &h.header;
-    peek_batch(buf) == Some((h.seq, h.last, h.len))
-        && h.len <= buf.len()
+/// Whether `c` is the batch at the start of `buf`: `buf` starts where it was checked, and
+/// the header there is the checked one, field by field (its seqs, length and stored CRC among
+/// them). A [`First::Checked`] batch that is not is ignored, and the batch checked.
+fn describes(checked: &CheckedAt, buf: &[u8]) -> bool {
+    let (h, c) = (&checked.batch, &checked.batch.header);
+    buf.as_ptr().addr() == checked.addr
+        && peek_batch(buf) == Some((h.seq, h.last, h.len))
         && StoredHeader::read(buf).is_some_and(|s| {
             (
                 s.base_offset,

@@ -271,80 +271,111 @@ fn two_batches_of_ten() -> (Vec<u8>, usize) {
     (buf, second)
 }
 
+/// The first batch of [`two_batches_of_ten`] checked by a decode that stopped inside it, then
+/// the bytes at `damage` changed in that very buffer: what the carry of a read holds, had its
+/// memory been changed after the check.
+fn checked_then_changed(damage: &[usize]) -> (Bytes, CheckedAt) {
+    let (good, _) = two_batches_of_ten();
+    let buf = Bytes::from(good);
+    let mut out = Vec::new();
+    let end = decode_chunk(&buf, 1, 4, Some(1), u64::MAX, false, &mut out).unwrap();
+    let inside = end.inside.expect("max stopped inside the first batch");
+    drop(out);
+    let at = buf.as_ptr();
+    let mut bytes = buf.try_into_mut().expect("no record shares the buffer");
+    for &i in damage {
+        bytes[i] ^= 1;
+    }
+    let buf = bytes.freeze();
+    assert_eq!(buf.as_ptr(), at, "the same buffer");
+    (buf, inside)
+}
+
 #[test]
 fn a_decode_stopped_inside_a_batch_names_it_and_a_decode_of_it_as_checked_skips_only_its_checks() {
     let (good, second) = two_batches_of_ten();
+    let good = Bytes::from(good);
     let mut out = Vec::new();
-    let end = decode_chunk(
-        &Bytes::from(good.clone()),
-        1,
-        4,
-        Some(1),
-        u64::MAX,
-        false,
-        &mut out,
-    )
-    .unwrap();
+    let end = decode_chunk(&good, 1, 4, Some(1), u64::MAX, false, &mut out).unwrap();
     assert_eq!((end.consumed, end.next_seq, out.len()), (0, Some(1), 4));
     let inside = end.inside.expect("max stopped inside the first batch");
-    assert_eq!((inside.seq, inside.last, inside.len), (1, 10, second));
+    let b = inside.batch;
+    assert_eq!(
+        (b.seq, b.last, b.len, inside.addr),
+        (1, 10, second, good.as_ptr().addr())
+    );
     // Stopping at a batch's end names no batch.
     let mut out = Vec::new();
-    let end = decode_chunk(
-        &Bytes::from(good.clone()),
-        1,
-        10,
-        Some(1),
-        u64::MAX,
-        false,
-        &mut out,
-    )
-    .unwrap();
+    let end = decode_chunk(&good, 1, 10, Some(1), u64::MAX, false, &mut out).unwrap();
     assert_eq!(
         (end.consumed, end.next_seq, end.inside.is_none()),
         (second, Some(11), true)
     );
 
-    // A value byte of the first batch's last record changed (so its CRC no longer matches):
-    // a decode told the batch was checked does not check its CRC again, a decode that was
-    // not told does.
-    let mut crc = good.clone();
-    crc[second - 2] ^= 1;
-    let crc = Bytes::from(crc);
     let decode = |buf: &Bytes, first: First| {
         let mut out = Vec::new();
-        decode_chunk(buf, 5, 100, first, u64::MAX, Skip::All, &mut out)
-            .map(|end| (out.iter().map(|r| r.seq).collect::<Vec<_>>(), end.next_seq))
+        decode_chunk(buf, 5, 100, first, u64::MAX, Skip::All, &mut out).map(|end| {
+            let values: Vec<Bytes> = out.iter().map(|r| r.message.value.clone()).collect();
+            (
+                out.iter().map(|r| r.seq).collect::<Vec<_>>(),
+                values,
+                end.next_seq,
+            )
+        })
     };
-    assert_eq!(
-        decode(&crc, First::Checked(inside)).unwrap(),
-        ((5..=20).collect(), Some(21))
+    // A value byte of the first batch's last record changed in the checked buffer (so its CRC
+    // no longer matches): told the batch was checked there, the decode does not check its CRC
+    // again; not told, it does.
+    let (changed, inside) = checked_then_changed(&[second - 2]);
+    let (seqs, values, next) = decode(&changed, First::Checked(inside)).unwrap();
+    assert_eq!((seqs, next), ((5..=20).collect::<Vec<_>>(), Some(21)));
+    assert_eq!(values[0], "v5");
+    let e = decode(&changed, First::Seq(1)).unwrap_err();
+    assert!(
+        e.position == 0 && e.reason.starts_with("CRC mismatch"),
+        "{e:?}"
     );
-    let e = decode(&crc, First::Seq(1)).unwrap_err();
+    // The same bytes in another buffer are checked: the check was made on the first only.
+    let copy = Bytes::copy_from_slice(&changed);
+    let e = decode(&copy, First::Checked(inside)).unwrap_err();
     assert!(
         e.position == 0 && e.reason.starts_with("CRC mismatch"),
         "{e:?}"
     );
     // Every other batch is still checked.
-    let mut later = good.clone();
-    later[second + HEADER + 3] ^= 1;
-    let e = decode(&Bytes::from(later), First::Checked(inside)).unwrap_err();
+    let (changed, inside) = checked_then_changed(&[second + HEADER + 3]);
+    let e = decode(&changed, First::Checked(inside)).unwrap_err();
     assert!(
         e.position == second && e.reason.starts_with("CRC mismatch"),
         "{e:?}"
     );
-    // So is each record of the checked batch, and its seq.
-    let wrong_seq = CheckedHeader { seq: 2, ..inside };
-    let e = decode(&Bytes::from(good.clone()), First::Checked(wrong_seq)).unwrap_err();
+    // So is each record of the checked batch: the last record's header count made 1.
+    let (changed, inside) = checked_then_changed(&[second - 1]);
+    let e = decode(&changed, First::Checked(inside)).unwrap_err();
     assert_eq!(e.position, 0, "{e:?}");
-    // A header that is not the one of the bytes is not taken for them: they are checked.
-    let e = decode(&crc.slice(..second - 1), First::Checked(inside));
-    assert_eq!(e.unwrap(), (vec![], None));
-    let mut stored = crc.to_vec();
-    stored[17] ^= 1;
-    let e = decode(&Bytes::from(stored), First::Checked(inside)).unwrap_err();
-    assert!(
-        e.position == 0 && e.reason.starts_with("CRC mismatch"),
-        "{e:?}"
+    // A header changed since the check (its stored CRC; its leader epoch, which the CRC
+    // does not cover), or another header, is not taken for the bytes: they are checked, and
+    // the changed value byte fails their CRC.
+    for header_byte in [17, 14, 8 + 3] {
+        let (changed, inside) = checked_then_changed(&[header_byte, second - 2]);
+        let e = decode(&changed, First::Checked(inside)).unwrap_err();
+        assert_eq!(e.position, 0, "header byte {header_byte}: {e:?}");
+    }
+    let (same, inside) = checked_then_changed(&[]);
+    let wrong_seq = CheckedAt {
+        batch: CheckedHeader {
+            seq: 2,
+            ..inside.batch
+        },
+        ..inside
+    };
+    let e = decode(&same, First::Checked(wrong_seq)).unwrap_err();
+    assert!(e.position == 0 && e.reason.contains("expected 2"), "{e:?}");
+    // A batch cut short is not taken for the whole one: no records.
+    assert_eq!(
+        decode(&same.slice(..second - 1), First::Checked(inside))
+            .unwrap()
+            .0,
+        vec![]
     );
 }
