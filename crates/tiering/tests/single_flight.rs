@@ -202,25 +202,17 @@ fn a_sequential_reader_goes_through_segments_without_their_offset_indexes() {
     f.gate.seen.lock().unwrap().watched = Some((b.start_offset(), IndexType::Offset));
     // A sequential read of the first segment crosses its chunks, and its read-ahead reaches
     // into the next segment: the chunks only, not the offset index.
-    let half = count(a) / 2;
-    check(
-        &f.log.read(a.start_offset(), half).unwrap(),
-        a.start_offset(),
-        half,
-    );
-    let from = a.start_offset() + half as u64;
-    let rest = count(a) - half;
-    check(&f.log.read(from, rest).unwrap(), from, rest);
-    // The next segment from its first batch, then from where that read stopped.
-    let half = count(b) / 2;
-    check(
-        &f.log.read(b.start_offset(), half).unwrap(),
-        b.start_offset(),
-        half,
-    );
-    let from = b.start_offset() + half as u64;
-    let rest = count(b) - half;
-    check(&f.log.read(from, rest).unwrap(), from, rest);
+    // A segment read in two halves: from its first batch, then from where that read stopped.
+    let read_in_halves = |seg| {
+        let half = count(seg) / 2;
+        let start = seg.start_offset();
+        check(&f.log.read(start, half).unwrap(), start, half);
+        let (from, rest) = (start + half as u64, count(seg) - half);
+        check(&f.log.read(from, rest).unwrap(), from, rest);
+    };
+    read_in_halves(a);
+    // The next segment the same way.
+    read_in_halves(b);
     let seen = f.gate.seen.lock().unwrap();
     assert_eq!(
         (seen.ahead, seen.others),
